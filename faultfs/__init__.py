@@ -1,0 +1,1 @@
+"""faultfs: a crash-counter I/O shim with a page-cache model."""

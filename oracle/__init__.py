@@ -1,0 +1,1 @@
+"""oracle: the shadow model of what must survive a crash, and its checks."""

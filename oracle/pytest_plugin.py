@@ -1,0 +1,86 @@
+"""Pytest plugin shipped with substrat: the stress gate and Hypothesis profiles.
+
+Installed through the ``pytest11`` entry point, so any project that installs
+substrat gets ``--run-stress`` and the three profiles below.
+
+Profiles (chosen by ``HYPOTHESIS_PROFILE``):
+
+* ``default``: 200 examples, 30 stateful steps, no deadline (local runs).
+* ``ci``: derandomized, 50 examples, 30 steps, no deadline. Hypothesis loads a
+  profile named ``ci`` on its own when the ``CI`` variable is set; registering
+  ours under that name means ours is the one that runs.
+* ``nightly``: 5000 examples, 50 steps, no deadline.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+STRESS_MARK = "stress"
+_SKIP_REASON = "stress test: pass --run-stress to run the crash-recovery campaign"
+
+settings.register_profile(
+    "default",
+    max_examples=200,
+    stateful_step_count=30,
+    deadline=None,
+)
+settings.register_profile(
+    "ci",
+    derandomize=True,
+    max_examples=50,
+    stateful_step_count=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile(
+    "nightly",
+    max_examples=5000,
+    stateful_step_count=50,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+
+
+def selected_profile() -> str:
+    """The profile this run uses: ``HYPOTHESIS_PROFILE``, else ``ci`` under CI."""
+    explicit = os.environ.get("HYPOTHESIS_PROFILE")
+    if explicit:
+        return explicit
+    return "ci" if os.environ.get("CI") else "default"
+
+
+settings.load_profile(selected_profile())
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("substrat")
+    group.addoption(
+        "--run-stress",
+        action="store_true",
+        default=False,
+        help="run tests marked 'stress' (crash-recovery fuzzers, sweeps, long SIGKILL runs)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", f"{STRESS_MARK}: long crash-recovery fuzzing; needs --run-stress"
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--run-stress"):
+        return
+    skip = pytest.mark.skip(reason=_SKIP_REASON)
+    for item in items:
+        if STRESS_MARK in item.keywords:
+            item.add_marker(skip)
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    stress = "on" if config.getoption("--run-stress") else "off (pass --run-stress)"
+    return f"substrat: hypothesis profile={selected_profile()}, stress={stress}"
