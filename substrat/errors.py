@@ -1,0 +1,77 @@
+"""Every exception a substrat user can meet, each with a message that says what to do."""
+
+from __future__ import annotations
+
+
+class SubstratError(Exception):
+    """Base class of substrat's own errors."""
+
+
+class DurabilityError(SubstratError, OSError):
+    """A write or fsync failed: the operation was NOT acknowledged.
+
+    After a failed fsync the kernel may already have dropped the dirty pages, so
+    retrying the fsync would report success for data that is gone. The caller
+    must treat the operation as lost; reopen the log (which repairs it) before
+    writing again.
+    """
+
+
+class LogClosedError(SubstratError):
+    """The event log was closed, or poisoned by a failed write; reopen it."""
+
+
+class EntryTooLargeError(SubstratError, ValueError):
+    """An event-log entry is over the size limit; store large payloads elsewhere."""
+
+
+class InvalidSessionIdError(SubstratError, ValueError):
+    """A session id is not a 32-character lowercase hex UUID."""
+
+
+class InvalidTransitionError(SubstratError):
+    """A session state change that the lifecycle does not allow."""
+
+
+class SessionNotFoundError(SubstratError, KeyError):
+    """No session record with that id exists under the root."""
+
+
+class CorruptRecordError(SubstratError):
+    """A session record could not be read; it is quarantined, the rest load."""
+
+
+class AgentError(SubstratError):
+    """An agent operation was refused (unknown agent, bad name, wrong state)."""
+
+
+class AgentNotFoundError(AgentError, KeyError):
+    """No live agent with that id or path; `substrat agent list` shows the live ones."""
+
+
+class NameCollisionError(AgentError):
+    """A sibling with that name already exists; pick another name."""
+
+
+class AgentBusyError(AgentError):
+    """The agent is running a turn; one turn at a time per agent. Retry when it is idle."""
+
+
+class HasChildrenError(AgentError):
+    """The agent still has live children; terminate them first or pass cascade=True."""
+
+
+class ProviderError(SubstratError):
+    """The provider failed; the turn is logged as failed and nothing was acknowledged."""
+
+
+class UnknownProviderError(ProviderError, KeyError):
+    """No provider by that name; `substrat providers` lists the registered ones."""
+
+
+class ToolError(SubstratError):
+    """A tool call was refused; the message says why and goes back to the agent."""
+
+
+class RootLockedError(SubstratError):
+    """Another daemon holds the root's lock; stop it or use another root."""

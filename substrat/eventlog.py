@@ -1,0 +1,448 @@
+"""The per-session append-only event log: the source of truth for recovery.
+
+One JSON object per line::
+
+    {"crc":"1a2b3c4d","seq":7,"session_id":"...","ts":"...","event":"turn.start","data":{...}}
+
+* ``seq`` is monotonic per log, so a replayed entry is recognised wherever it sits.
+* ``crc`` is the CRC-32 of the line's bytes with the ``"crc":"...",`` member
+  removed (that is, of ``{"seq":...}``), so damage is told apart from data
+  without re-serialising anything. The line stays plain JSON for other tools.
+
+Writing (``EventLog.log``) uses the pending-file WAL: the entry is written to
+``events.pending`` and fsynced, then appended to ``events.jsonl`` and fsynced.
+``log`` returns only after the append's fsync, so a returned ``seq`` is durable.
+
+Two deliberate departures from the textbook "write pending, append, unlink
+pending", both for cost (two fsyncs per entry and nothing else):
+
+* The pending file stays open and each entry overwrites it in place at offset
+  0; only its first line counts. Creating and unlinking a file per entry makes
+  every fsync a journal commit and more than doubles the cost.
+* A stale pending entry is harmless because replay is keyed on ``seq``: it is
+  appended only if that ``seq`` is nowhere in the log. So the file is unlinked
+  on close, not after every entry, and its directory entry is never fsynced: it
+  only ever helps entries that were not yet acknowledged.
+
+Opening repairs: bytes after the last valid line (a torn or NUL-padded tail) are
+cut off, so a new append is never glued onto a partial line, and a pending entry
+is appended only if its ``seq`` is not already anywhere in the log.
+
+Reading (``read_log``, ``iter_log``) never raises on damage: bad lines are
+skipped, counted and described in a :class:`DamageReport`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import zlib
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from substrat import persistence
+from substrat.errors import DurabilityError, EntryTooLargeError, LogClosedError
+from substrat.events import KNOWN_EVENTS
+
+LOG_NAME = "events.jsonl"
+PENDING_NAME = "events.pending"
+MAX_ENTRY_BYTES = 1 << 20
+MAX_NESTING_DEPTH = 64
+_EXCERPT_BYTES = 80
+_CRC_PREFIX = b'{"crc":"'
+_CRC_HEX_END = len(_CRC_PREFIX) + 8
+_BODY_START = _CRC_HEX_END + 2  # past '",'
+_RESERVED_KEYS = frozenset({"crc", "seq", "ts", "event", "data"})
+
+Entry = dict[str, Any]
+Clock = Callable[[], str]
+
+
+def utc_now_iso() -> str:
+    """The current time as an ISO 8601 UTC string (the log's ``ts`` format)."""
+    return datetime.now(UTC).isoformat(timespec="microseconds")
+
+
+def check_plain_json(value: object, where: str = "data") -> None:
+    """Raise TypeError unless ``value`` is made only of plain JSON types.
+
+    Plain means dict (str keys), list, str, int, finite float, bool and None.
+    Tuples, sets, bytes, UUIDs and other objects are refused: the log must read
+    back as exactly what was written, in any version and any language.
+    """
+    stack: list[tuple[object, str, int]] = [(value, where, 0)]
+    while stack:
+        item, path, depth = stack.pop()
+        if depth > MAX_NESTING_DEPTH:
+            raise TypeError(f"{path}: nested deeper than {MAX_NESTING_DEPTH} levels")
+        if item is None or isinstance(item, (str, bool, int)):
+            continue
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                raise TypeError(f"{path}: {item!r} is not representable in JSON")
+            continue
+        if type(item) is dict:
+            for key, sub in item.items():
+                if not isinstance(key, str):
+                    raise TypeError(f"{path}: key {key!r} is not a string")
+                stack.append((sub, f"{path}.{key}", depth + 1))
+            continue
+        if type(item) is list:
+            for index, sub in enumerate(item):
+                stack.append((sub, f"{path}[{index}]", depth + 1))
+            continue
+        raise TypeError(
+            f"{path}: {type(item).__name__} is not a plain JSON type; convert it "
+            "(UUIDs to hex strings, times to ISO 8601 strings, tuples to lists)"
+        )
+
+
+def encode_entry(body: Mapping[str, Any]) -> bytes:
+    """Serialise one entry (without ``crc``) into a checksummed log line."""
+    raw = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    payload = raw.encode("utf-8")
+    crc = zlib.crc32(payload)
+    return b'{"crc":"%08x",' % crc + payload[1:] + b"\n"
+
+
+def decode_line(line: bytes) -> Entry | str:
+    """Decode one line (without its newline): the entry, or the kind of damage."""
+    if (
+        line.startswith(_CRC_PREFIX)
+        and len(line) > _BODY_START
+        and line[_CRC_HEX_END:_BODY_START] == b'",'
+    ):
+        try:
+            expected = int(line[len(_CRC_PREFIX) : _CRC_HEX_END], 16)
+        except ValueError:
+            expected = -1
+        body = b"{" + line[_BODY_START:]
+        if zlib.crc32(body) == expected:
+            try:
+                entry = json.loads(body)
+            except ValueError:
+                return "invalid_json"
+            if isinstance(entry, dict) and isinstance(entry.get("seq"), int):
+                return entry
+            return "invalid_json"
+    return _classify_damage(line)
+
+
+def _classify_damage(line: bytes) -> str:
+    if b"\x00" in line:
+        return "nul_bytes"
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError:
+        return "invalid_utf8"
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        return "invalid_json"
+    if isinstance(parsed, dict) and "crc" in parsed:
+        return "bad_checksum"
+    return "missing_checksum"
+
+
+@dataclass(frozen=True)
+class Damage:
+    """One damaged region of a log."""
+
+    kind: str
+    offset: int
+    length: int
+    line_no: int
+    excerpt: str
+
+
+@dataclass
+class DamageReport:
+    """What a read skipped, and why. Empty means the log was clean."""
+
+    items: list[Damage] = field(default_factory=list)
+    unknown_events: list[Entry] = field(default_factory=list)
+
+    def add(self, kind: str, offset: int, raw: bytes, line_no: int) -> None:
+        excerpt = raw[:_EXCERPT_BYTES].decode("utf-8", "backslashreplace")
+        self.items.append(Damage(kind, offset, len(raw), line_no, excerpt))
+
+    def counts(self) -> dict[str, int]:
+        tally: dict[str, int] = {}
+        for item in self.items:
+            tally[item.kind] = tally.get(item.kind, 0) + 1
+        if self.unknown_events:
+            tally["unknown_event"] = len(self.unknown_events)
+        return tally
+
+    @property
+    def clean(self) -> bool:
+        return not self.items and not self.unknown_events
+
+    def torn_tail_bytes(self) -> int:
+        return sum(d.length for d in self.items if d.kind == "torn_tail")
+
+
+@dataclass
+class LogRead:
+    """The healthy entries of a log, in file order, and the damage skipped."""
+
+    entries: list[Entry]
+    damage: DamageReport
+    valid_end: int = 0
+    """Offset just past the last valid line: where a repair would cut."""
+
+
+def iter_log(
+    path: str | os.PathLike[str],
+    damage: DamageReport,
+    *,
+    known_events: frozenset[str] | None = KNOWN_EVENTS,
+    tail_info: list[int] | None = None,
+) -> Iterator[Entry]:
+    """Yield the healthy entries of the log at ``path``; never raises on damage.
+
+    Damaged lines, duplicate ``seq`` values and (when ``known_events`` is given)
+    unknown event types are skipped and recorded in ``damage``. A missing file
+    reads as empty. If ``tail_info`` is given, its first element is set to the
+    offset just past the last valid line.
+    """
+    seen: set[int] = set()
+    offset = 0
+    valid_end = 0
+    try:
+        handle = open(path, "rb")
+    except FileNotFoundError:
+        if tail_info is not None:
+            tail_info[:] = [0]
+        return
+    with handle:
+        for line_no, raw in enumerate(handle, start=1):
+            start = offset
+            offset += len(raw)
+            if not raw.endswith(b"\n"):
+                damage.add("torn_tail", start, raw, line_no)
+                break
+            decoded = decode_line(raw[:-1])
+            if isinstance(decoded, str):
+                damage.add(decoded, start, raw, line_no)
+                continue
+            valid_end = offset
+            seq = decoded["seq"]
+            if seq in seen:
+                damage.add("duplicate_seq", start, raw, line_no)
+                continue
+            seen.add(seq)
+            if known_events is not None and decoded.get("event") not in known_events:
+                damage.unknown_events.append(decoded)
+                continue
+            yield decoded
+    if tail_info is not None:
+        tail_info[:] = [valid_end]
+
+
+def read_log(
+    path: str | os.PathLike[str], *, known_events: frozenset[str] | None = KNOWN_EVENTS
+) -> LogRead:
+    """Read a whole log. Never raises on damage; see :func:`iter_log`."""
+    damage = DamageReport()
+    tail: list[int] = [0]
+    entries = list(iter_log(path, damage, known_events=known_events, tail_info=tail))
+    return LogRead(entries, damage, tail[0])
+
+
+@dataclass
+class OpenReport:
+    """What opening a log repaired."""
+
+    truncated_bytes: int = 0
+    pending_replayed: bool = False
+    pending_discarded: str | None = None
+    last_seq: int = 0
+    damage: DamageReport = field(default_factory=DamageReport)
+
+
+class EventLog:
+    """An open, append-only, fsynced event log for one session.
+
+    Use as a context manager, or call :meth:`close`. ``context`` fields (for
+    example ``{"session_id": ...}``) are written into every entry.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        context: Mapping[str, Any] | None = None,
+        *,
+        clock: Clock = utc_now_iso,
+    ) -> None:
+        self.path = Path(path)
+        self.pending_path = self.path.with_name(PENDING_NAME)
+        self._context = dict(context or {})
+        clash = _RESERVED_KEYS & self._context.keys()
+        if clash:
+            raise ValueError(f"context keys {sorted(clash)} are reserved by the log format")
+        check_plain_json(self._context, "context")
+        self._clock = clock
+        self._fd: int | None = None
+        self._pending_fd: int | None = None
+        self.report = self._open()
+        self._next_seq = self.report.last_seq + 1
+
+    @property
+    def last_seq(self) -> int:
+        """The ``seq`` of the newest durable entry (0 for an empty log)."""
+        return self._next_seq - 1
+
+    def _open(self) -> OpenReport:
+        report = OpenReport()
+        if not os.path.exists(self.path):
+            persistence.durable_create(self.path)
+        scan = _scan_for_repair(self.path, report.damage)
+        size = os.stat(self.path).st_size
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+        try:
+            if size > scan.valid_end:
+                os.ftruncate(fd, scan.valid_end)
+                persistence.fsync_fd(fd, self.path)
+                report.truncated_bytes = size - scan.valid_end
+            report.last_seq = scan.max_seq
+            replay = self._pending_to_replay(scan.seqs, report)
+            if replay is not None:
+                persistence.write_all(fd, replay[1])
+                persistence.fsync_fd(fd, self.path)
+                report.pending_replayed = True
+                report.last_seq = max(report.last_seq, replay[0])
+            pending_fd = os.open(self.pending_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError:
+            os.close(fd)
+            raise
+        self._fd = fd
+        self._pending_fd = pending_fd
+        return report
+
+    def _pending_to_replay(self, seqs: set[int], report: OpenReport) -> tuple[int, bytes] | None:
+        try:
+            raw = persistence.read_bytes(self.pending_path)
+        except FileNotFoundError:
+            return None
+        line, newline, _stale = raw.partition(b"\n")
+        if not newline:
+            report.pending_discarded = "torn" if raw else None
+            return None
+        decoded = decode_line(line)
+        if isinstance(decoded, str):
+            report.pending_discarded = decoded
+            return None
+        if decoded["seq"] in seqs:
+            report.pending_discarded = "already_logged"
+            return None
+        return decoded["seq"], line + b"\n"
+
+    def log(self, event: str, data: Mapping[str, Any] | None = None) -> int:
+        """Append one entry durably and return its ``seq``.
+
+        Returns only after the entry is fsynced. Raises TypeError for data that
+        is not plain JSON and EntryTooLargeError over ``MAX_ENTRY_BYTES``, both
+        before a byte is written. On an I/O failure the log is poisoned (the
+        entry was NOT acknowledged); reopen it to repair and continue.
+        """
+        if self._fd is None or self._pending_fd is None:
+            raise LogClosedError(f"event log {self.path} is closed; open a new EventLog")
+        if not isinstance(event, str) or not event:
+            raise TypeError("event must be a non-empty string")
+        payload: Mapping[str, Any] = {} if data is None else data
+        check_plain_json(payload)
+        body: dict[str, Any] = {"seq": self._next_seq}
+        body.update(self._context)
+        body["ts"] = self._clock()
+        body["event"] = event
+        body["data"] = payload
+        line = encode_entry(body)
+        if len(line) > MAX_ENTRY_BYTES:
+            raise EntryTooLargeError(
+                f"entry {event!r} is {len(line)} bytes, over the {MAX_ENTRY_BYTES}-byte limit; "
+                "keep large payloads out of the log"
+            )
+        try:
+            _pwrite_all(self._pending_fd, line)
+            persistence.fsync_fd(self._pending_fd, self.pending_path)
+            persistence.write_all(self._fd, line)
+            persistence.fsync_fd(self._fd, self.path)
+        except OSError as exc:
+            # A partial line may now sit at the tail: refuse further appends
+            # until a reopen has repaired it. A simulated kill (BaseException)
+            # is deliberately not caught: a killed process runs no cleanup.
+            self._poison()
+            if isinstance(exc, DurabilityError):
+                raise
+            raise DurabilityError(f"append to {self.path} failed: {exc}") from exc
+        self._next_seq += 1
+        return int(body["seq"])
+
+    def _poison(self) -> None:
+        for fd in (self._fd, self._pending_fd):
+            if fd is not None:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self._fd = self._pending_fd = None
+
+    def close(self) -> None:
+        """Close the log. Entries already returned by :meth:`log` are durable.
+
+        The pending file is removed; its removal need not be durable (see the
+        module docstring).
+        """
+        was_open = self._fd is not None
+        self._poison()
+        if was_open:
+            try:
+                os.unlink(self.pending_path)
+            except FileNotFoundError:
+                pass
+
+    @property
+    def closed(self) -> bool:
+        return self._fd is None
+
+    def __enter__(self) -> EventLog:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def _pwrite_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    offset = 0
+    while offset < len(data):
+        written = os.pwrite(fd, view[offset:], offset)
+        if written <= 0:
+            raise DurabilityError(f"pwrite returned {written}; the device accepted no bytes")
+        offset += written
+
+
+@dataclass
+class _RepairScan:
+    valid_end: int
+    max_seq: int
+    seqs: set[int]
+
+
+def _scan_for_repair(path: Path, damage: DamageReport) -> _RepairScan:
+    seqs: set[int] = set()
+    tail = [0]
+    for entry in iter_log(path, damage, known_events=None, tail_info=tail):
+        seqs.add(entry["seq"])
+    return _RepairScan(tail[0], max(seqs, default=0), seqs)

@@ -1,0 +1,36 @@
+"""The names of the events substrat writes to its logs.
+
+The full table, with each event's fields, is in ``docs/events.md``. A reader
+meeting a name that is not here (a newer version wrote it) skips the entry and
+reports it; it never fails on it.
+"""
+
+from __future__ import annotations
+
+SESSION_CREATED = "session.created"
+SESSION_RESTORED = "session.restored"
+SUSPEND_RESULT = "suspend.result"
+TURN_START = "turn.start"
+TURN_COMPLETE = "turn.complete"
+TURN_FAILED = "turn.failed"
+AGENT_CREATED = "agent.created"
+AGENT_TERMINATED = "agent.terminated"
+MESSAGE_ENQUEUED = "message.enqueued"
+MESSAGE_DELIVERED = "message.delivered"
+TOOL_REPAIRED = "tool.repaired"
+
+KNOWN_EVENTS: frozenset[str] = frozenset(
+    {
+        SESSION_CREATED,
+        SESSION_RESTORED,
+        SUSPEND_RESULT,
+        TURN_START,
+        TURN_COMPLETE,
+        TURN_FAILED,
+        AGENT_CREATED,
+        AGENT_TERMINATED,
+        MESSAGE_ENQUEUED,
+        MESSAGE_DELIVERED,
+        TOOL_REPAIRED,
+    }
+)

@@ -1,0 +1,139 @@
+"""Durable file operations: the only module in substrat that makes data durable.
+
+Everything that must survive a power loss goes through here, so the rules live
+in one place:
+
+* a write is a loop: ``os.write`` may write less than it was given;
+* data is durable only after ``fsync`` of the file;
+* a new, renamed or removed directory entry is durable only after ``fsync`` of
+  the directory that holds it;
+* after a failed ``fsync`` nothing is acknowledged and the fsync is not retried
+  as if the data were safe (Linux may already have dropped the dirty pages and
+  marked them clean), so :class:`~substrat.errors.DurabilityError` is raised and
+  the caller must treat the write as lost.
+
+All calls go through the ``os`` module attributes at call time, so a crash
+simulator that patches ``os`` (faultfs) sees every boundary.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from substrat.errors import DurabilityError
+
+_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
+_FILE_MODE = 0o600
+_DIR_MODE = 0o700
+TMP_SUFFIX = ".tmp"
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Write every byte of ``data`` to ``fd``, looping over short writes."""
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        if written <= 0:
+            raise DurabilityError(f"write returned {written}; the device accepted no bytes")
+        view = view[written:]
+
+
+def fsync_fd(fd: int, what: str | os.PathLike[str]) -> None:
+    """fsync ``fd``; on failure raise DurabilityError and never retry."""
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        raise DurabilityError(
+            f"fsync of {what} failed ({exc.strerror}); the unsynced data must be "
+            "treated as lost and was not acknowledged"
+        ) from exc
+
+
+def fsync_dir(path: str | os.PathLike[str]) -> None:
+    """Make the entries of directory ``path`` durable."""
+    fd = os.open(path, _DIR_FLAGS)
+    try:
+        fsync_fd(fd, path)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: str | os.PathLike[str], data: bytes) -> None:
+    """Replace ``path`` with ``data`` so a crash leaves the old or the new bytes.
+
+    Temp file in the same directory, full write, fsync, ``os.replace``, fsync of
+    the directory. A crash leaves at most a stale ``<name>.tmp`` next to the
+    target, which readers ignore and the next write replaces.
+    """
+    target = Path(path)
+    tmp = target.with_name(target.name + TMP_SUFFIX)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, _FILE_MODE)
+    try:
+        write_all(fd, data)
+        fsync_fd(fd, tmp)
+    finally:
+        os.close(fd)
+    os.replace(tmp, target)
+    fsync_dir(target.parent)
+
+
+def durable_mkdir(path: str | os.PathLike[str]) -> bool:
+    """Create directory ``path`` (and missing parents) durably.
+
+    Returns True when something was created. Each created level is made durable
+    by an fsync of its parent, from the top down, so a crash never leaves a
+    durable child under a parent entry that was lost.
+    """
+    target = Path(path)
+    missing: list[Path] = []
+    probe = target
+    while not os.path.isdir(probe):
+        missing.append(probe)
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    for level in reversed(missing):
+        try:
+            os.mkdir(level, _DIR_MODE)
+        except FileExistsError:
+            if not os.path.isdir(level):
+                raise
+        fsync_dir(level.parent)
+    return bool(missing)
+
+
+def durable_create(path: str | os.PathLike[str]) -> None:
+    """Create an empty file at ``path`` (if absent) and make its entry durable."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, _FILE_MODE)
+    try:
+        fsync_fd(fd, path)
+    finally:
+        os.close(fd)
+    fsync_dir(Path(path).parent)
+
+
+def durable_unlink(path: str | os.PathLike[str], *, missing_ok: bool = True) -> bool:
+    """Remove ``path`` and make the removal durable. Returns True if it existed."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        if not missing_ok:
+            raise
+        return False
+    fsync_dir(Path(path).parent)
+    return True
+
+
+def durable_rename(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
+    """Rename ``src`` to ``dst`` and make both directories' entries durable."""
+    os.replace(src, dst)
+    fsync_dir(Path(dst).parent)
+    if Path(src).parent != Path(dst).parent:
+        fsync_dir(Path(src).parent)
+
+
+def read_bytes(path: str | os.PathLike[str]) -> bytes:
+    """Read a whole file (through ``open`` so simulators see the read)."""
+    with open(path, "rb") as handle:
+        return handle.read()

@@ -1,0 +1,139 @@
+"""The session record: what one provider session is, and its lifecycle."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import enum
+import json
+import re
+import uuid
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from substrat.errors import CorruptRecordError, InvalidSessionIdError, InvalidTransitionError
+
+RECORD_VERSION = 1
+_SESSION_ID = re.compile(r"[0-9a-f]{32}")
+
+
+class SessionState(enum.Enum):
+    """CREATED -> ACTIVE <-> SUSPENDED -> TERMINATED (any live state may terminate)."""
+
+    CREATED = "created"
+    ACTIVE = "active"
+    SUSPENDED = "suspended"
+    TERMINATED = "terminated"
+
+
+_ALLOWED: dict[SessionState, frozenset[SessionState]] = {
+    SessionState.CREATED: frozenset({SessionState.ACTIVE, SessionState.TERMINATED}),
+    SessionState.ACTIVE: frozenset({SessionState.SUSPENDED, SessionState.TERMINATED}),
+    SessionState.SUSPENDED: frozenset({SessionState.ACTIVE, SessionState.TERMINATED}),
+    SessionState.TERMINATED: frozenset(),
+}
+
+
+def new_session_id() -> str:
+    return uuid.uuid4().hex
+
+
+def validate_session_id(value: object) -> str:
+    """Return ``value`` if it is a 32-character lowercase hex UUID, else raise."""
+    if not isinstance(value, str) or not _SESSION_ID.fullmatch(value):
+        raise InvalidSessionIdError(
+            f"{value!r} is not a session id (32 lowercase hex characters, a UUID's hex form)"
+        )
+    return value
+
+
+@dataclass
+class Session:
+    """One provider session, as recorded in ``agents/<id>/session.json``.
+
+    ``provider_state`` is the provider's opaque blob from its last suspend;
+    ``state_seq`` is the event-log ``seq`` the blob is current up to, so a blob
+    older than the log is recognised and the history is rebuilt from the log.
+    """
+
+    session_id: str
+    provider: str
+    model: str
+    state: SessionState = SessionState.CREATED
+    provider_state: bytes = b""
+    state_seq: int = 0
+    agent_id: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        validate_session_id(self.session_id)
+
+    def transition(self, target: SessionState) -> None:
+        """Move to ``target``; raise InvalidTransitionError if the lifecycle forbids it."""
+        if target not in _ALLOWED[self.state]:
+            raise InvalidTransitionError(
+                f"session {self.session_id}: {self.state.value} -> {target.value} is not "
+                "allowed (CREATED -> ACTIVE <-> SUSPENDED -> TERMINATED)"
+            )
+        self.state = target
+
+    def to_record(self) -> bytes:
+        body: dict[str, Any] = {
+            "version": RECORD_VERSION,
+            "session_id": self.session_id,
+            "agent_id": self.agent_id,
+            "provider": self.provider,
+            "model": self.model,
+            "state": self.state.value,
+            "state_seq": self.state_seq,
+            "provider_state": base64.b64encode(self.provider_state).decode("ascii"),
+            "extra": self.extra,
+        }
+        canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
+        body["crc"] = f"{zlib.crc32(canonical.encode()):08x}"
+        return (json.dumps(body, sort_keys=True, indent=1) + "\n").encode()
+
+    @classmethod
+    def from_record(cls, raw: bytes, expected_id: str | None = None) -> Session:
+        """Parse a record; raise CorruptRecordError with the reason on any damage."""
+        try:
+            body = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise CorruptRecordError(f"not valid JSON: {exc}") from None
+        if not isinstance(body, dict):
+            raise CorruptRecordError("record is not a JSON object")
+        version = body.get("version")
+        if version != RECORD_VERSION:
+            raise CorruptRecordError(
+                f"unknown record version {version!r} (this substrat reads {RECORD_VERSION})"
+            )
+        crc = body.pop("crc", None)
+        canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
+        if crc != f"{zlib.crc32(canonical.encode()):08x}":
+            raise CorruptRecordError("checksum mismatch")
+        try:
+            session = cls(
+                session_id=validate_session_id(body["session_id"]),
+                provider=_str(body, "provider"),
+                model=_str(body, "model"),
+                state=SessionState(body["state"]),
+                provider_state=base64.b64decode(body["provider_state"], validate=True),
+                state_seq=int(body["state_seq"]),
+                agent_id=_str(body, "agent_id"),
+                extra=dict(body.get("extra") or {}),
+            )
+        except (KeyError, ValueError, TypeError, binascii.Error, InvalidSessionIdError) as exc:
+            raise CorruptRecordError(f"invalid field: {exc}") from None
+        if expected_id is not None and session.session_id != expected_id:
+            raise CorruptRecordError(
+                f"record names session {session.session_id} but lives in {expected_id}/"
+            )
+        return session
+
+
+def _str(body: dict[str, Any], key: str) -> str:
+    value = body[key]
+    if not isinstance(value, str):
+        raise TypeError(f"{key} must be a string")
+    return value

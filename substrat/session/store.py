@@ -1,0 +1,177 @@
+"""The session store: session records under ``<root>/agents/<session-id>/``.
+
+A record is rewritten atomically on creation and on every state change. Loading
+never lets one bad record stop the others: a record that cannot be read is
+moved into ``<root>/quarantine/`` with a reason file, reported, and skipped.
+The agent's event log stays where it is, so recovery can still rebuild the
+agent from it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from substrat import persistence
+from substrat.errors import CorruptRecordError, SessionNotFoundError
+from substrat.session.model import Session, SessionState, validate_session_id
+
+AGENTS_DIR = "agents"
+QUARANTINE_DIR = "quarantine"
+RECORD_NAME = "session.json"
+LOG_NAME = "events.jsonl"
+MAX_RECORD_BYTES = 64 << 20
+
+
+@dataclass(frozen=True)
+class Quarantined:
+    """A record (or directory) that scan could not load, and why."""
+
+    name: str
+    reason: str
+    kind: str
+    moved_to: str | None = None
+
+
+@dataclass
+class ScanResult:
+    sessions: list[Session] = field(default_factory=list)
+    quarantined: list[Quarantined] = field(default_factory=list)
+    missing_records: list[str] = field(default_factory=list)
+    """Session directories with no ``session.json`` (recovery may rebuild them)."""
+
+
+class SessionStore:
+    """Session records under one root (``$SUBSTRAT_HOME``)."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+        self.agents_dir = self.root / AGENTS_DIR
+        self.quarantine_dir = self.root / QUARANTINE_DIR
+
+    def session_dir(self, session_id: str) -> Path:
+        return self.agents_dir / validate_session_id(session_id)
+
+    def log_path(self, session_id: str) -> Path:
+        return self.session_dir(session_id) / LOG_NAME
+
+    def record_path(self, session_id: str) -> Path:
+        return self.session_dir(session_id) / RECORD_NAME
+
+    def create_dir(self, session_id: str) -> Path:
+        """Create the session's directory durably (and the root's, if missing)."""
+        path = self.session_dir(session_id)
+        persistence.durable_mkdir(path)
+        return path
+
+    def save(self, session: Session) -> None:
+        """Write the record atomically; the directory is created if needed."""
+        if not os.path.isdir(self.session_dir(session.session_id)):
+            self.create_dir(session.session_id)
+        persistence.atomic_write(self.record_path(session.session_id), session.to_record())
+
+    def transition(self, session: Session, target: SessionState) -> None:
+        """Change state and persist; the in-memory state changes only if the write did."""
+        previous = session.state
+        session.transition(target)
+        try:
+            self.save(session)
+        except Exception:
+            session.state = previous
+            raise
+
+    def load(self, session_id: str) -> Session:
+        path = self.record_path(session_id)
+        try:
+            raw = persistence.read_bytes(path)
+        except FileNotFoundError:
+            raise SessionNotFoundError(f"no session record at {path}") from None
+        return Session.from_record(raw, expected_id=session_id)
+
+    def exists(self, session_id: str) -> bool:
+        return os.path.exists(self.record_path(session_id))
+
+    def list_dirs(self) -> tuple[list[str], list[str]]:
+        """(valid session ids, other names) under ``agents/``, sorted."""
+        try:
+            names = sorted(os.listdir(self.agents_dir))
+        except FileNotFoundError:
+            return [], []
+        good: list[str] = []
+        bad: list[str] = []
+        for name in names:
+            try:
+                validate_session_id(name)
+            except ValueError:
+                bad.append(name)
+            else:
+                good.append(name)
+        return good, bad
+
+    def scan(self, *, quarantine: bool = True) -> ScanResult:
+        """Load every record. Never fails on one bad record.
+
+        With ``quarantine=False`` nothing on disk changes (for read-only checks).
+        """
+        result = ScanResult()
+        good, bad = self.list_dirs()
+        for name in bad:
+            result.quarantined.append(
+                Quarantined(name, "directory name is not a session id; ignored", "bad_name")
+            )
+        for session_id in good:
+            path = self.record_path(session_id)
+            try:
+                raw = _read_limited(path)
+            except FileNotFoundError:
+                result.missing_records.append(session_id)
+                continue
+            except (OSError, CorruptRecordError) as exc:
+                result.quarantined.append(
+                    self._quarantine(session_id, f"unreadable: {exc}", "unreadable", quarantine)
+                )
+                continue
+            try:
+                result.sessions.append(Session.from_record(raw, expected_id=session_id))
+            except CorruptRecordError as exc:
+                result.quarantined.append(
+                    self._quarantine(session_id, str(exc), "corrupt", quarantine)
+                )
+        return result
+
+    def recover(self) -> ScanResult:
+        """Scan, flip every ACTIVE session to SUSPENDED on disk, and return the scan.
+
+        After a crash no provider session is live, so a record that says ACTIVE
+        is stale. Running this twice gives the same result.
+        """
+        result = self.scan()
+        for session in result.sessions:
+            if session.state is SessionState.ACTIVE:
+                self.transition(session, SessionState.SUSPENDED)
+        return result
+
+    def _quarantine(self, session_id: str, reason: str, kind: str, move: bool) -> Quarantined:
+        if not move:
+            return Quarantined(session_id, reason, kind)
+        persistence.durable_mkdir(self.quarantine_dir)
+        stem = f"{session_id}.{RECORD_NAME}"
+        index = 0
+        while os.path.exists(self.quarantine_dir / f"{stem}.{index}"):
+            index += 1
+        target = self.quarantine_dir / f"{stem}.{index}"
+        reason_blob = json.dumps({"session_id": session_id, "kind": kind, "reason": reason})
+        persistence.atomic_write(
+            self.quarantine_dir / f"{stem}.{index}.reason.json", reason_blob.encode()
+        )
+        persistence.durable_rename(self.record_path(session_id), target)
+        return Quarantined(session_id, reason, kind, str(target))
+
+
+def _read_limited(path: Path) -> bytes:
+    raw = persistence.read_bytes(path)
+    if len(raw) > MAX_RECORD_BYTES:
+        raise CorruptRecordError(f"record is {len(raw)} bytes, over {MAX_RECORD_BYTES}")
+    return raw

@@ -1,0 +1,112 @@
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+import pytest
+
+from substrat import persistence
+from substrat.errors import DurabilityError
+
+
+def test_write_all_loops_over_short_writes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real_write = os.write
+    calls: list[int] = []
+
+    def short_write(fd: int, data: bytes) -> int:
+        calls.append(len(data))
+        return real_write(fd, bytes(data[:3]))
+
+    path = tmp_path / "f"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT)
+    monkeypatch.setattr(os, "write", short_write)
+    persistence.write_all(fd, b"0123456789")
+    monkeypatch.undo()
+    os.close(fd)
+    assert path.read_bytes() == b"0123456789"
+    assert len(calls) == 4
+
+
+def test_write_all_refuses_zero_progress(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fd = os.open(tmp_path / "f", os.O_WRONLY | os.O_CREAT)
+    monkeypatch.setattr(os, "write", lambda fd, data: 0)
+    with pytest.raises(DurabilityError):
+        persistence.write_all(fd, b"abc")
+    monkeypatch.undo()
+    os.close(fd)
+
+
+def test_atomic_write_replaces_and_leaves_no_temp(tmp_path: Path) -> None:
+    target = tmp_path / "rec.json"
+    persistence.atomic_write(target, b"one")
+    persistence.atomic_write(target, b"two")
+    assert target.read_bytes() == b"two"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rec.json"]
+
+
+def test_atomic_write_fsyncs_file_before_replace_and_dir_after(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    order: list[str] = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd: int) -> None:
+        order.append("fsync-dir" if os.path.isdir(f"/proc/self/fd/{fd}") else "fsync-file")
+        real_fsync(fd)
+
+    def replace(src: object, dst: object) -> None:
+        order.append("replace")
+        real_replace(src, dst)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    persistence.atomic_write(tmp_path / "x", b"data")
+    assert order == ["fsync-file", "replace", "fsync-dir"]
+
+
+def test_failed_fsync_raises_durability_error_and_is_not_retried(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = 0
+
+    def failing(fd: int) -> None:
+        nonlocal calls
+        calls += 1
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(os, "fsync", failing)
+    with pytest.raises(DurabilityError, match="treated as lost"):
+        persistence.atomic_write(tmp_path / "x", b"data")
+    assert calls == 1
+    monkeypatch.undo()
+    assert not (tmp_path / "x").exists()
+
+
+def test_durable_mkdir_creates_parents_and_fsyncs_each_parent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    synced: list[str] = []
+    real = persistence.fsync_dir
+
+    def spy(path: str | os.PathLike[str]) -> None:
+        synced.append(os.fspath(path))
+        real(path)
+
+    monkeypatch.setattr(persistence, "fsync_dir", spy)
+    assert persistence.durable_mkdir(tmp_path / "a" / "b" / "c") is True
+    assert (tmp_path / "a" / "b" / "c").is_dir()
+    assert synced == [str(tmp_path), str(tmp_path / "a"), str(tmp_path / "a" / "b")]
+    assert persistence.durable_mkdir(tmp_path / "a" / "b" / "c") is False
+
+
+def test_durable_unlink_and_rename(tmp_path: Path) -> None:
+    (tmp_path / "f").write_bytes(b"x")
+    assert persistence.durable_unlink(tmp_path / "f") is True
+    assert persistence.durable_unlink(tmp_path / "f") is False
+    with pytest.raises(FileNotFoundError):
+        persistence.durable_unlink(tmp_path / "f", missing_ok=False)
+    (tmp_path / "g").write_bytes(b"y")
+    (tmp_path / "d").mkdir()
+    persistence.durable_rename(tmp_path / "g", tmp_path / "d" / "h")
+    assert (tmp_path / "d" / "h").read_bytes() == b"y"

@@ -1,0 +1,153 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from substrat.errors import InvalidSessionIdError, InvalidTransitionError, SessionNotFoundError
+from substrat.session import Session, SessionState, SessionStore, new_session_id
+
+
+def _session(**kw: object) -> Session:
+    return Session(session_id=new_session_id(), provider="scripted", model="echo", **kw)  # type: ignore[arg-type]
+
+
+def test_save_load_round_trip_with_blob(root: Path) -> None:
+    store = SessionStore(root)
+    session = _session(provider_state=b"\x00\xffblob", state_seq=7, agent_id="ab" * 16)
+    store.save(session)
+    loaded = store.load(session.session_id)
+    assert loaded == session
+    raw = store.record_path(session.session_id).read_text()
+    assert '"provider_state": "AP9ibG9i"' in raw  # base64 on disk
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        [SessionState.ACTIVE, SessionState.SUSPENDED, SessionState.ACTIVE, SessionState.TERMINATED],
+        [SessionState.TERMINATED],
+        [SessionState.ACTIVE, SessionState.TERMINATED],
+    ],
+)
+def test_valid_transitions_persist(root: Path, path: list[SessionState]) -> None:
+    store = SessionStore(root)
+    session = _session()
+    store.save(session)
+    for target in path:
+        store.transition(session, target)
+        assert store.load(session.session_id).state is target
+
+
+@pytest.mark.parametrize(
+    ("start", "target"),
+    [
+        (SessionState.CREATED, SessionState.SUSPENDED),
+        (SessionState.TERMINATED, SessionState.ACTIVE),
+        (SessionState.SUSPENDED, SessionState.CREATED),
+        (SessionState.ACTIVE, SessionState.ACTIVE),
+    ],
+)
+def test_invalid_transitions_raise_and_change_nothing(
+    root: Path, start: SessionState, target: SessionState
+) -> None:
+    store = SessionStore(root)
+    session = _session(state=start)
+    store.save(session)
+    with pytest.raises(InvalidTransitionError):
+        store.transition(session, target)
+    assert session.state is start
+    assert store.load(session.session_id).state is start
+
+
+@pytest.mark.parametrize("bad", ["../etc", "ABCDEF" * 6, "0" * 31, "g" * 32, "", 5])
+def test_session_ids_are_validated_before_becoming_paths(root: Path, bad: object) -> None:
+    with pytest.raises(InvalidSessionIdError):
+        SessionStore(root).session_dir(bad)  # type: ignore[arg-type]
+
+
+def test_load_missing_raises(root: Path) -> None:
+    with pytest.raises(SessionNotFoundError):
+        SessionStore(root).load(new_session_id())
+
+
+def test_corrupt_record_among_good_ones_is_quarantined_and_the_rest_load(root: Path) -> None:
+    store = SessionStore(root)
+    good = [_session() for _ in range(3)]
+    for session in good:
+        store.save(session)
+    corrupt, truncated, future, flipped = (_session() for _ in range(4))
+    for session in (corrupt, truncated, future, flipped):
+        store.save(session)
+    store.record_path(corrupt.session_id).write_bytes(b"{not json")
+    raw = store.record_path(truncated.session_id).read_bytes()
+    store.record_path(truncated.session_id).write_bytes(raw[: len(raw) // 2])
+    store.record_path(future.session_id).write_text(
+        store.record_path(future.session_id).read_text().replace('"version": 1', '"version": 99')
+    )
+    store.record_path(flipped.session_id).write_text(
+        store.record_path(flipped.session_id).read_text().replace('"echo"', '"ech0"')
+    )
+    (root / "agents" / "not-a-session").mkdir()
+    missing = _session()
+    store.create_dir(missing.session_id)
+
+    result = store.scan()
+    assert sorted(s.session_id for s in result.sessions) == sorted(s.session_id for s in good)
+    kinds = {q.name: (q.kind, q.reason) for q in result.quarantined}
+    assert kinds[corrupt.session_id][0] == "corrupt"
+    assert "version 99" in kinds[future.session_id][1]
+    assert "checksum" in kinds[flipped.session_id][1]
+    assert kinds[truncated.session_id][0] == "corrupt"
+    assert kinds["not-a-session"][0] == "bad_name"
+    assert result.missing_records == [missing.session_id]
+    # quarantined records were moved aside with a reason file, logs untouched
+    moved = sorted(p.name for p in (root / "quarantine").iterdir())
+    assert f"{corrupt.session_id}.session.json.0" in moved
+    assert f"{corrupt.session_id}.session.json.0.reason.json" in moved
+    assert not store.record_path(corrupt.session_id).exists()
+    # a second scan no longer sees them and does not fail
+    again = store.scan()
+    assert len(again.sessions) == 3
+    assert {q.kind for q in again.quarantined} == {"bad_name"}
+
+
+def test_scan_without_quarantine_changes_nothing(root: Path) -> None:
+    store = SessionStore(root)
+    session = _session()
+    store.save(session)
+    store.record_path(session.session_id).write_bytes(b"garbage")
+    result = store.scan(quarantine=False)
+    assert result.quarantined[0].moved_to is None
+    assert store.record_path(session.session_id).read_bytes() == b"garbage"
+    assert not (root / "quarantine").exists()
+
+
+def test_recover_flips_active_to_suspended_and_is_idempotent(root: Path) -> None:
+    store = SessionStore(root)
+    active, suspended, created = _session(), _session(), _session()
+    for session, state in (
+        (active, SessionState.ACTIVE),
+        (suspended, SessionState.SUSPENDED),
+        (created, SessionState.CREATED),
+    ):
+        session.state = state
+        store.save(session)
+    for _ in range(2):
+        result = store.recover()
+        states = {s.session_id: s.state for s in result.sessions}
+        assert states[active.session_id] is SessionState.SUSPENDED
+        assert states[suspended.session_id] is SessionState.SUSPENDED
+        assert states[created.session_id] is SessionState.CREATED
+    assert store.load(active.session_id).state is SessionState.SUSPENDED
+
+
+def test_stale_temp_file_is_ignored(root: Path) -> None:
+    store = SessionStore(root)
+    session = _session()
+    store.save(session)
+    tmp = store.record_path(session.session_id).with_name("session.json.tmp")
+    tmp.write_bytes(b"half a rec")
+    assert [s.session_id for s in store.scan().sessions] == [session.session_id]
+    store.save(session)
+    assert not tmp.exists()
