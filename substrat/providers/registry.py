@@ -1,0 +1,67 @@
+"""The provider registry: built-in providers plus third-party ones from entry points.
+
+Third-party packages register a provider under the entry-point group
+``substrat.providers``; the entry point names a zero-argument callable (or a
+class) returning a :class:`~substrat.providers.base.Provider`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from importlib.metadata import entry_points
+
+from substrat.errors import UnknownProviderError
+from substrat.providers.base import Provider
+
+ENTRY_POINT_GROUP = "substrat.providers"
+ProviderFactory = Callable[[], Provider]
+
+
+class ProviderRegistry:
+    """Provider factories by name; a provider is built once, on first use."""
+
+    def __init__(self) -> None:
+        self._factories: dict[str, ProviderFactory] = {}
+        self._built: dict[str, Provider] = {}
+        self.load_errors: dict[str, str] = {}
+
+    def register(self, name: str, factory: ProviderFactory | Provider) -> None:
+        """Register ``factory`` (or a ready provider) under ``name``, replacing any."""
+        if not isinstance(factory, type) and isinstance(factory, Provider):
+            provider = factory
+            self._factories[name] = lambda: provider
+        else:
+            self._factories[name] = factory
+        self._built.pop(name, None)
+
+    def get(self, name: str) -> Provider:
+        if name not in self._factories:
+            known = ", ".join(sorted(self._factories)) or "none"
+            hint = f" (failed to load: {self.load_errors[name]})" if name in self.load_errors else ""
+            raise UnknownProviderError(f"no provider named {name!r}{hint}; registered: {known}")
+        if name not in self._built:
+            self._built[name] = self._factories[name]()
+        return self._built[name]
+
+    def names(self) -> list[str]:
+        return sorted(self._factories)
+
+    def load_entry_points(self) -> None:
+        """Register providers advertised by installed packages; a broken one is reported."""
+        for ep in entry_points(group=ENTRY_POINT_GROUP):
+            try:
+                self.register(ep.name, ep.load())
+            except Exception as exc:  # a broken plugin must not stop the daemon
+                self.load_errors[ep.name] = f"{type(exc).__name__}: {exc}"
+
+
+def default_registry() -> ProviderRegistry:
+    """The built-in providers plus every installed ``substrat.providers`` entry point."""
+    from substrat.providers.fake import FakeProvider
+    from substrat.providers.scripted import ScriptedProvider
+
+    registry = ProviderRegistry()
+    registry.register("scripted", ScriptedProvider)
+    registry.register("fake", FakeProvider)
+    registry.load_entry_points()
+    return registry
