@@ -10,6 +10,10 @@ Profiles (chosen by ``HYPOTHESIS_PROFILE``):
   profile named ``ci`` on its own when the ``CI`` variable is set; registering
   ours under that name means ours is the one that runs.
 * ``nightly``: 5000 examples, 50 steps, no deadline.
+
+``default`` and ``nightly`` keep their corpus where :mod:`oracle.corpus` says
+(``.hypothesis/examples``, shared through Redis when ``HYPOTHESIS_REDIS_URL``
+is set). ``ci`` has none: Hypothesis ties ``derandomize=True`` to no database.
 """
 
 from __future__ import annotations
@@ -19,11 +23,16 @@ import os
 import pytest
 from hypothesis import HealthCheck, settings
 
+from oracle.corpus import example_database
+
 STRESS_MARK = "stress"
 _SKIP_REASON = "stress test: pass --run-stress to run the crash-recovery campaign"
 
+_CORPUS = example_database()
+
 settings.register_profile(
     "default",
+    database=_CORPUS,
     max_examples=200,
     stateful_step_count=30,
     deadline=None,
@@ -38,6 +47,7 @@ settings.register_profile(
 )
 settings.register_profile(
     "nightly",
+    database=_CORPUS,
     max_examples=5000,
     stateful_step_count=50,
     deadline=None,
