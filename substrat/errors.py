@@ -69,6 +69,35 @@ class UnknownProviderError(ProviderError, KeyError):
     """No provider by that name; `substrat providers` lists the registered ones."""
 
 
+class ProviderConfigError(ProviderError):
+    """A provider is not set up (no API key, no base URL, CLI binary or SDK missing).
+
+    The message names the setting or install step that fixes it; nothing was sent.
+    """
+
+
+class ProviderUnavailableError(ProviderError):
+    """The backend kept failing transiently (rate limits, 5xx, timeouts, dropped
+    connections) past the retry budget. Nothing of the turn was acknowledged;
+    send the prompt again later."""
+
+
+class ProviderRejectedError(ProviderError):
+    """The backend refused the request permanently (a 4xx other than 429).
+
+    Retrying the same request will fail again; the message carries the
+    backend's own explanation.
+    """
+
+
+class ContextOverflowError(ProviderRejectedError):
+    """The conversation no longer fits the model's context window.
+
+    Start a fresh agent (or one with a larger-context model) and hand it a
+    summary; this agent's conversation cannot grow further.
+    """
+
+
 class ToolError(SubstratError):
     """A tool call was refused; the message says why and goes back to the agent."""
 

@@ -18,6 +18,7 @@ AGENT_TERMINATED = "agent.terminated"
 MESSAGE_ENQUEUED = "message.enqueued"
 MESSAGE_DELIVERED = "message.delivered"
 TOOL_REPAIRED = "tool.repaired"
+PROVIDER_SESSION = "provider.session"
 
 KNOWN_EVENTS: frozenset[str] = frozenset(
     {
@@ -32,5 +33,6 @@ KNOWN_EVENTS: frozenset[str] = frozenset(
         MESSAGE_ENQUEUED,
         MESSAGE_DELIVERED,
         TOOL_REPAIRED,
+        PROVIDER_SESSION,
     }
 )
