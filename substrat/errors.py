@@ -104,3 +104,49 @@ class ToolError(SubstratError):
 
 class RootLockedError(SubstratError):
     """Another daemon holds the root's lock; stop it or use another root."""
+
+
+class RootPermissionError(SubstratError, PermissionError):
+    """The root is owned by another user or cannot be made private (mode 0700)."""
+
+
+class DaemonError(SubstratError):
+    """Talking to the daemon failed; `substrat daemon status` says whether it runs."""
+
+
+class DaemonNotRunningError(DaemonError):
+    """No daemon answers on the root's socket; start one with `substrat daemon start`."""
+
+
+class DaemonStartError(DaemonError):
+    """The daemon did not come up; its log (``<root>/daemon.log``) says why."""
+
+
+class DaemonDiedError(DaemonError):
+    """The daemon closed the connection before answering; it may have crashed.
+
+    The request may or may not have been applied: check with `substrat agent list`
+    or `substrat log` after `substrat daemon start` has recovered the root.
+    """
+
+
+class RequestTimeoutError(DaemonError, TimeoutError):
+    """The daemon did not answer in time; raise ``--timeout`` or check its log."""
+
+
+class SocketPathTooLongError(DaemonError, ValueError):
+    """The socket path does not fit a Unix socket address; use a shorter root path."""
+
+
+class RpcError(DaemonError):
+    """The daemon answered a request with a JSON-RPC error.
+
+    ``code`` is the JSON-RPC error code (docs/rpc.md lists them), ``data`` the
+    error's extra detail (``data["type"]`` names the daemon-side exception).
+    """
+
+    def __init__(self, code: int, message: str, data: object = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.data = data
