@@ -1,1 +1,42 @@
-"""faultfs: a crash-counter I/O shim with a page-cache model."""
+"""faultfs: a crash-counter I/O shim with a page-cache model.
+
+Run a program against a simulated file system, stop it at any write, fsync or
+rename boundary, and get back the disk a kill -9, a power loss, a torn write
+or a reordering file system would leave. See docs/faultfs.md.
+"""
+
+from faultfs._explore import ExploreReport, Failure, explore
+from faultfs._fs import DEFAULT_IMAGE_LIMIT, FaultFS, ImageOrigin, Snapshot
+from faultfs._images import MODES
+from faultfs._profiles import PROFILES, Profile
+from faultfs._trace import Op
+from faultfs.errors import (
+    ConfigError,
+    FaultFSError,
+    IOAfterCrash,
+    NondeterministicWorkload,
+    OutsideRootError,
+    SimulatedCrash,
+    UnsupportedOperation,
+)
+
+__all__ = [
+    "DEFAULT_IMAGE_LIMIT",
+    "MODES",
+    "PROFILES",
+    "ConfigError",
+    "ExploreReport",
+    "Failure",
+    "FaultFS",
+    "FaultFSError",
+    "IOAfterCrash",
+    "ImageOrigin",
+    "NondeterministicWorkload",
+    "Op",
+    "OutsideRootError",
+    "Profile",
+    "SimulatedCrash",
+    "Snapshot",
+    "UnsupportedOperation",
+    "explore",
+]

@@ -1,0 +1,167 @@
+"""builtins.open for simulated files: a raw file over the model, wrapped as io.open does.
+
+The buffered and text layers are the standard library's own, so buffering,
+newline translation, encodings, readline and iteration behave exactly as on a
+real file; data reaches the model (and passes boundaries) when a buffer
+flushes, as it reaches the kernel on a real system.
+"""
+
+from __future__ import annotations
+
+import errno
+import io
+import os
+from typing import Any
+
+from faultfs._syscalls import Syscalls, oserror
+
+_BUFFER_SIZE = io.DEFAULT_BUFFER_SIZE
+
+
+class FaultFileIO(io.RawIOBase):
+    """The raw layer (what io.FileIO is for real files) over a simulated descriptor."""
+
+    def __init__(self, fs: Syscalls, fd: int, name: Any, mode: str, closefd: bool) -> None:
+        super().__init__()
+        handle = fs._handle(fd)
+        self._fs = fs
+        self._fd = fd
+        self._readable = handle.readable
+        self._writable = handle.writable
+        self._closefd = closefd
+        self.name = name
+        self.mode = mode
+
+    def readable(self) -> bool:
+        return self._readable
+
+    def writable(self) -> bool:
+        return self._writable
+
+    def seekable(self) -> bool:
+        return True
+
+    def isatty(self) -> bool:
+        return False
+
+    def fileno(self) -> int:
+        if self.closed:
+            raise ValueError("I/O operation on closed file")
+        return self._fd
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        chunk = self._fs.read(self._fd, len(view))
+        view[: len(chunk)] = chunk
+        return len(chunk)
+
+    def readall(self) -> bytes:
+        return self._fs.read(self._fd, -1)
+
+    def write(self, data: Any) -> int:
+        return self._fs.write(self._fd, data)
+
+    def seek(self, pos: int, whence: int = os.SEEK_SET) -> int:
+        return self._fs.lseek(self._fd, pos, whence)
+
+    def tell(self) -> int:
+        return self._fs.lseek(self._fd, 0, os.SEEK_CUR)
+
+    def truncate(self, size: int | None = None) -> int:
+        if size is None:
+            size = self.tell()
+        self._fs.ftruncate(self._fd, size)
+        return size
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        try:
+            super().close()
+        finally:
+            if self._closefd:
+                self._fs.close(self._fd)
+
+    def __repr__(self) -> str:
+        return f"<FaultFileIO name={self.name!r} mode={self.mode!r}>"
+
+
+def _flags_for(mode: str) -> tuple[int, str]:
+    """os.open flags and the raw mode string for an open() mode, validated as open() does."""
+    chars = set(mode)
+    if len(chars) != len(mode) or not chars <= set("rwaxbt+"):
+        raise ValueError(f"invalid mode: {mode!r}")
+    kinds = chars & set("rwax")
+    if len(kinds) != 1:
+        raise ValueError("must have exactly one of create/read/write/append mode")
+    if "b" in chars and "t" in chars:
+        raise ValueError("can't have text and binary mode at once")
+    kind = kinds.pop()
+    plus = "+" in chars
+    flags = {
+        "r": os.O_RDONLY,
+        "w": os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
+        "a": os.O_WRONLY | os.O_CREAT | os.O_APPEND,
+        "x": os.O_WRONLY | os.O_CREAT | os.O_EXCL,
+    }[kind]
+    if plus:
+        flags = (flags & ~os.O_WRONLY) | os.O_RDWR
+    raw_mode = {"r": "rb", "w": "wb", "a": "ab", "x": "xb"}[kind] + ("+" if plus else "")
+    return flags | getattr(os, "O_CLOEXEC", 0), raw_mode
+
+
+def open_file(
+    fs: Syscalls,
+    file: Any,
+    path: str | None,
+    mode: str = "r",
+    buffering: int = -1,
+    encoding: str | None = None,
+    errors: str | None = None,
+    newline: str | None = None,
+    closefd: bool = True,
+    opener: Any = None,
+) -> Any:
+    """Open ``path`` (or wrap descriptor ``file`` when ``path`` is None) like io.open."""
+    flags, raw_mode = _flags_for(mode)
+    binary = "b" in mode
+    if binary and (encoding is not None or errors is not None or newline is not None):
+        raise ValueError("binary mode doesn't take an encoding, errors or newline argument")
+    if path is None:
+        fd = file
+    elif opener is not None:
+        fd = opener(path, flags)
+    else:
+        if not closefd:
+            raise ValueError("Cannot use closefd=False with file name")
+        fd = fs.open(path, flags, 0o666)
+    if fs._handle(fd).is_dir:
+        if path is not None:
+            fs.close(fd)
+        raise oserror(errno.EISDIR, path)
+    raw = FaultFileIO(fs, fd, file, raw_mode, closefd)
+    try:
+        if "a" in mode:
+            raw.seek(0, os.SEEK_END)
+        line_buffering = buffering == 1
+        if buffering in (1, -1):
+            buffering = _BUFFER_SIZE
+        if buffering == 0:
+            if binary:
+                return raw
+            raise ValueError("can't have unbuffered text I/O")
+        buffer: io.BufferedIOBase
+        if "+" in mode:
+            buffer = io.BufferedRandom(raw, buffering)
+        elif "r" in mode:
+            buffer = io.BufferedReader(raw, buffering)
+        else:
+            buffer = io.BufferedWriter(raw, buffering)
+        if binary:
+            return buffer
+        text = io.TextIOWrapper(buffer, encoding, errors, newline, line_buffering)
+        text.mode = mode  # type: ignore[misc]
+        return text
+    except BaseException:
+        raw.close()
+        raise

@@ -1,0 +1,354 @@
+"""FaultFS: the user-facing object (activation, crash counter, faults, images, snapshots)."""
+
+from __future__ import annotations
+
+import errno as errno_mod
+import itertools
+import os
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from faultfs import _intercept
+from faultfs._images import (
+    MODES,
+    ImageChoice,
+    durable_image,
+    fingerprint,
+    process_image,
+    reorder_choices,
+    sample_reorder,
+    torn_choices,
+)
+from faultfs._model import Model
+from faultfs._profiles import get_profile
+from faultfs._syscalls import Syscalls
+from faultfs._trace import Op
+from faultfs.errors import ConfigError
+
+DEFAULT_IMAGE_LIMIT = 64
+DEFAULT_BLOCK_SIZE = 4096
+# crash_images gives up after this many candidates per image it still owes:
+# many subsets of unsynced operations collapse to the same tree.
+CANDIDATES_PER_IMAGE = 8
+# crash_image(mode, seed) picks among at most this many torn variants.
+MAX_TORN_SAMPLE_POOL = 256
+OUTSIDE_POLICIES = ("passthrough", "refuse")
+
+
+@dataclass(frozen=True)
+class ImageOrigin:
+    """Where a crash image comes from: the crash point and the image's place in its mode."""
+
+    boundary: int | None  # None when the image was taken without a crash
+    phase: str  # "before" or "after" the operation, or "now"
+    op: Op | None
+    mode: str
+    index: int | None  # position in crash_images(mode, seed=seed); None when sampled
+    seed: int
+    detail: str
+
+    @property
+    def key(self) -> str:
+        """Reproduction key: boundary, mode and image (index or seed)."""
+        image = f"#{self.index}" if self.index is not None else "sampled"
+        return f"boundary={self.boundary} mode={self.mode} image={image} seed={self.seed}"
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A frozen copy of a FaultFS's disk and cache state (no descriptors, no counter)."""
+
+    root: str
+    profile: str
+    outside: str
+    block_size: int
+    model: Model
+    acked: tuple[Any, ...]
+
+
+def _check_root(root: Any) -> str:
+    path = os.fspath(root)
+    if isinstance(path, bytes):
+        path = os.fsdecode(path)
+    if not path.startswith("/"):
+        raise ConfigError(f"root must be an absolute path, got {path!r}")
+    path = os.path.normpath(path)
+    if path in ("/", "//"):
+        raise ConfigError("root must not be '/': choose a directory to simulate")
+    return path
+
+
+class FaultFS(Syscalls):
+    """A simulated file system mounted at ``root`` that can crash at any boundary.
+
+    ``with fs:`` routes os/io/pathlib/shutil calls on paths under ``root`` to
+    the model. ``arm(n)`` crashes at the n-th boundary from now (each mutating
+    call has one boundary before and one after it). After a crash,
+    ``crash_image(mode)`` returns a new FaultFS holding what the disk would
+    show; recovery runs on that.
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        profile: str = "posix",
+        outside: str = "passthrough",
+        *,
+        block_size: int = DEFAULT_BLOCK_SIZE,
+        record_trace: bool = True,
+    ) -> None:
+        if outside not in OUTSIDE_POLICIES:
+            raise ConfigError(f"outside must be one of {OUTSIDE_POLICIES}, got {outside!r}")
+        if not isinstance(block_size, int) or block_size <= 0:
+            raise ConfigError(f"block_size must be a positive number of bytes, got {block_size!r}")
+        super().__init__(_check_root(root), Model(get_profile(profile)), record_trace)
+        self.outside = outside
+        self.block_size = block_size
+        self.acked: list[Any] = []
+        self.origin: ImageOrigin | None = None
+
+    @property
+    def profile(self) -> str:
+        return self.model.profile.name
+
+    def __repr__(self) -> str:
+        state = "crashed" if self.crashed else f"{self.boundaries} boundaries"
+        return f"<FaultFS root={self.root!r} profile={self.profile} {state}>"
+
+    def path(self, *parts: str) -> str:
+        """An absolute path under the root (``fs.path("a", "b.json")``)."""
+        return os.path.join(self.root, *parts)
+
+    def _inside(self, path: str | os.PathLike[str]) -> str:
+        p = _check_root(path)
+        if p != self.root and not p.startswith(self._root_slash):
+            raise ConfigError(f"{p!r} is not under this FaultFS's root {self.root!r}")
+        return p
+
+    # ------------------------------------------------------------- activation
+
+    def __enter__(self) -> FaultFS:
+        _intercept.activate(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _intercept.deactivate(self)
+
+    @property
+    def active(self) -> bool:
+        return self in _intercept.active()
+
+    # ---------------------------------------------------------- crash counter
+
+    def arm(self, n: int) -> None:
+        """Crash at the ``n``-th boundary from now (1-based)."""
+        if not isinstance(n, int) or n < 1:
+            raise ConfigError(f"arm(n) needs n >= 1 (boundaries from now), got {n!r}")
+        if self.crashed:
+            raise ConfigError("this FaultFS already crashed; arm a crash image instead")
+        self._crash_at = self.boundaries + n
+
+    def disarm(self) -> None:
+        self._crash_at = None
+
+    @property
+    def armed(self) -> bool:
+        return self._crash_at is not None
+
+    def ack(self, item: Any) -> None:
+        """Record that the program acknowledged ``item``; images carry the list along."""
+        self.acked.append(item)
+
+    # ------------------------------------------------------------------ faults
+
+    def fail_next_fsync(
+        self, path: str | os.PathLike[str] | None = None, errno: int = errno_mod.EIO
+    ) -> None:
+        """Make the next fsync (of ``path``'s inode, or of anything) fail with ``errno``.
+
+        As on Linux, the failed fsync drops the file's dirty pages unwritten and
+        counts them clean: the process still reads the new data, but a later
+        fsync does not write it, and a power loss loses it.
+        """
+        ino = None
+        if path is not None:
+            with self._lock:
+                ino = self._existing(self._inside(path)).ino
+        self._fsync_faults.append((ino, errno))
+
+    def fail_writes_with(
+        self,
+        errno: int | None = errno_mod.ENOSPC,
+        after_bytes: int = 0,
+        path: str | os.PathLike[str] | None = None,
+    ) -> None:
+        """After ``after_bytes`` more bytes, writes fail with ``errno`` (None clears).
+
+        The write that crosses the limit is short: it writes what fits, as a
+        nearly full disk does.
+        """
+        if after_bytes < 0:
+            raise ConfigError(f"after_bytes must be >= 0, got {after_bytes}")
+        ino = None
+        if path is not None and errno is not None:
+            with self._lock:
+                ino = self._existing(self._inside(path)).ino
+        self._write_errno = errno
+        self._write_budget = after_bytes
+        self._write_fault_ino = ino
+
+    def short_writes(self, max_bytes: int | None) -> None:
+        """Every write accepts at most ``max_bytes`` bytes and reports the count (None clears)."""
+        if max_bytes is not None and max_bytes < 1:
+            raise ConfigError(f"max_bytes must be >= 1 or None, got {max_bytes}")
+        self._short_write_max = max_bytes
+
+    def clear_faults(self) -> None:
+        self._fsync_faults.clear()
+        self._write_errno = None
+        self._short_write_max = None
+
+    # ------------------------------------------------------------------ images
+
+    def _spawn(self, model: Model, mode: str, index: int | None, seed: int, detail: str) -> FaultFS:
+        image = FaultFS(
+            self.root,
+            model.profile.name,
+            self.outside,
+            block_size=self.block_size,
+            record_trace=self._record_trace,
+        )
+        image.model = model
+        image.acked = list(self.acked)
+        if self.crash_point is not None:
+            boundary, phase, op = self.crash_point
+            image.origin = ImageOrigin(boundary, phase, op, mode, index, seed, detail)
+        else:
+            image.origin = ImageOrigin(None, "now", None, mode, index, seed, detail)
+        return image
+
+    def crash_images(
+        self, mode: str, limit: int = DEFAULT_IMAGE_LIMIT, seed: int = 0
+    ) -> Iterator[FaultFS]:
+        """Every distinct image of this crash point in ``mode``, at most ``limit`` of them.
+
+        process and power have exactly one image. torn and reorder enumerate
+        their variants in a fixed order (seeded where the space is too large);
+        when nothing unsynced can be torn or reordered, their one image is the
+        power image.
+        """
+        if mode not in MODES:
+            raise ConfigError(f"unknown crash mode {mode!r}; choose one of {MODES}")
+        if limit < 1:
+            raise ConfigError(f"limit must be >= 1, got {limit}")
+        with self._lock:
+            if mode == "process":
+                yield self._spawn(process_image(self.model), mode, 0, seed, "page cache kept")
+                return
+            power = durable_image(self.model, ImageChoice())
+            if mode == "power":
+                yield self._spawn(power, mode, 0, seed, "durable state only")
+                return
+            if mode == "torn":
+                choices = torn_choices(self.model, self.block_size, seed)
+            else:
+                choices = reorder_choices(self.model, seed)
+            seen = set() if mode == "reorder" else {fingerprint(power)}
+            seen_choices: set[ImageChoice] = set()
+            produced = 0
+            for choice in itertools.islice(choices, limit * CANDIDATES_PER_IMAGE):
+                if choice in seen_choices:
+                    continue
+                seen_choices.add(choice)
+                model = durable_image(self.model, choice)
+                print_ = fingerprint(model)
+                if print_ in seen:
+                    continue
+                seen.add(print_)
+                yield self._spawn(model, mode, produced, seed, choice.detail)
+                produced += 1
+                if produced >= limit:
+                    return
+            if produced == 0:
+                yield self._spawn(power, mode, 0, seed, f"nothing unsynced to {mode}: power image")
+
+    def crash_image(self, mode: str, seed: int = 0, index: int | None = None) -> FaultFS:
+        """The ``index``-th image of crash_images(mode, seed=seed), else one sampled by seed."""
+        if index is not None:
+            if index < 0:
+                raise ConfigError(f"index must be >= 0, got {index}")
+            for image in self.crash_images(mode, limit=index + 1, seed=seed):
+                if image.origin is not None and image.origin.index == index:
+                    return image
+            raise ConfigError(f"crash point has fewer than {index + 1} {mode} images")
+        if mode in ("process", "power"):
+            return next(self.crash_images(mode, seed=seed))
+        if mode not in MODES:
+            raise ConfigError(f"unknown crash mode {mode!r}; choose one of {MODES}")
+        with self._lock:
+            if mode == "reorder":
+                choice = sample_reorder(self.model, seed)
+            else:
+                pool = list(
+                    itertools.islice(
+                        torn_choices(self.model, self.block_size, seed), MAX_TORN_SAMPLE_POOL
+                    )
+                )
+                choice = random.Random(seed).choice(pool) if pool else ImageChoice()
+            model = durable_image(self.model, choice)
+        return self._spawn(model, mode, None, seed, choice.detail or "power image")
+
+    # --------------------------------------------------------------- snapshots
+
+    def snapshot(self) -> Snapshot:
+        """A cheap frozen copy (file contents are shared until either side writes)."""
+        with self._lock:
+            return Snapshot(
+                self.root,
+                self.profile,
+                self.outside,
+                self.block_size,
+                self.model.clone(),
+                tuple(self.acked),
+            )
+
+    @classmethod
+    def from_snapshot(cls, snap: Snapshot, *, record_trace: bool = True) -> FaultFS:
+        """A fresh, unarmed FaultFS (no open descriptors) in the snapshot's state."""
+        fs = cls(
+            snap.root,
+            snap.profile,
+            snap.outside,
+            block_size=snap.block_size,
+            record_trace=record_trace,
+        )
+        fs.model = snap.model.clone()
+        fs.acked = list(snap.acked)
+        return fs
+
+    def sync_all(self) -> None:
+        """Make every change durable, as a clean shutdown and sync(1) would."""
+        with self._lock:
+            self.model.sync_all()
+
+    # ----------------------------------------------------------------- viewing
+
+    def tree(self, durable: bool = False) -> dict[str, bytes | None]:
+        """Relative path -> file bytes (None for a directory) of the visible or durable tree."""
+        with self._lock:
+            model = durable_image(self.model, ImageChoice()) if durable else self.model
+            return {
+                path.lstrip("/").rstrip("/"): data
+                for path, data in fingerprint(model)
+                if path != "/"
+            }
+
+    def read_file(self, relpath: str) -> bytes:
+        """The visible bytes of a file, read without interception (for assertions)."""
+        with self._lock:
+            node = self._existing(self._inside(self.path(relpath)))
+            if node.is_dir:
+                raise IsADirectoryError(relpath)
+            return bytes(node.data)

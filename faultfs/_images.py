@@ -1,0 +1,255 @@
+"""Crash images: the disk states a crash at this point may leave, per mode and profile.
+
+* process: everything the process saw (the page cache survives a kill -9).
+* power: only the durable layer.
+* torn: power, with one unsynced write of one file torn at block boundaries,
+  or its extension landed as zeros or garbage.
+* reorder: power plus a subset of the unsynced operations, closed under the
+  profile's ordering rules (a journal persists namespace changes in order;
+  auto_da_alloc forces a replaced file's data out with the rename).
+
+An image is a fresh Model in which visible and durable agree and nothing is
+pending: the state a rebooted machine would read.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from faultfs._model import ROOT_INO, WRITE, Inode, Model, apply_data_ops
+
+MODES = ("process", "power", "torn", "reorder")
+# Enumerating all subsets is exact below this many unsynced operations.
+MAX_EXHAUSTIVE_UNITS = 10
+# A write spanning many blocks is torn at no more than this many boundaries.
+MAX_CUTS_PER_WRITE = 4
+
+
+@dataclass(frozen=True)
+class ImageChoice:
+    """Which unsynced changes an image keeps on top of the durable layer."""
+
+    meta: frozenset[int] = frozenset()  # indexes into Model.meta_pending
+    data: frozenset[int] = frozenset()  # gseqs of pending data operations kept
+    tear: tuple[int, bytes] | None = None  # (inode, the torn file's whole content)
+    detail: str = field(default="", compare=False)
+
+
+def _build(
+    model: Model,
+    entries_of: Callable[[Inode], dict[str, int]],
+    content_of: Callable[[Inode], bytes],
+) -> Model:
+    """Walk the namespace from the root and copy what is reachable into a new Model."""
+    image = Model(model.profile)
+    image.inodes = {}
+    src = model.inodes
+    stack = [ROOT_INO]
+    seen_dirs: set[int] = set()
+    while stack:
+        ino = stack.pop()
+        node = src[ino]
+        twin = Inode(ino, node.is_dir, node.mode, node.mtime_ns)
+        image.inodes[ino] = twin
+        if not node.is_dir:
+            twin.data = twin.durable = content_of(node)
+            continue
+        seen_dirs.add(ino)
+        twin.nlink = 2 if ino == ROOT_INO else 1
+        entries: dict[str, int] = {}
+        for name, target in entries_of(node).items():
+            target_node = src[target]
+            if target_node.is_dir:
+                if target in seen_dirs or target in image.inodes:
+                    continue  # a directory reachable twice (torn renames): keep the first
+                stack.append(target)
+            elif target not in image.inodes and target not in stack:
+                stack.append(target)
+            entries[name] = target
+        twin.entries = entries
+        twin.durable_entries = dict(entries)
+    for node in image.inodes.values():
+        if node.is_dir:
+            for target in node.entries.values():
+                image.inodes[target].nlink += 1
+    image.next_ino = max(model.next_ino, max(image.inodes) + 1)
+    return image
+
+
+def process_image(model: Model) -> Model:
+    def content(node: Inode) -> bytes:
+        if type(node.data) is bytearray:
+            node.data = bytes(node.data)  # share, copy on the next write
+        return node.data  # type: ignore[return-value]
+
+    return _build(model, lambda node: node.entries, content)
+
+
+def durable_image(model: Model, choice: ImageChoice) -> Model:
+    """The durable layer plus the unsynced changes ``choice`` keeps."""
+    inodes = model.inodes
+    overlays: dict[int, dict[str, int]] = {}
+    kept = set(choice.data)
+    for index in sorted(choice.meta):
+        op = model.meta_pending[index]
+        for dir_ino, name, target in op.edits:
+            entries = overlays.get(dir_ino)
+            if entries is None:
+                entries = overlays[dir_ino] = dict(inodes[dir_ino].durable_entries)
+            if target is None:
+                entries.pop(name, None)
+            else:
+                entries[name] = target
+        if op.flush is not None:
+            ino, upto = op.flush
+            kept.update(g for g, *_ in inodes[ino].pending if g <= upto)
+    torn_ino, torn_bytes = choice.tear if choice.tear is not None else (None, b"")
+
+    def content(node: Inode) -> bytes:
+        if node.ino == torn_ino:
+            return torn_bytes
+        if kept and node.pending:
+            ops = [op for op in node.pending if op[0] in kept]
+            if ops:
+                return apply_data_ops(node.durable, ops)
+        return node.durable
+
+    return _build(model, lambda node: overlays.get(node.ino, node.durable_entries), content)
+
+
+def fingerprint(model: Model) -> tuple[tuple[str, bytes | None], ...]:
+    """A value equal for two models exactly when their trees hold the same content."""
+    out: list[tuple[str, bytes | None]] = []
+    stack = [("", ROOT_INO)]
+    while stack:
+        path, ino = stack.pop()
+        node = model.inodes[ino]
+        if node.is_dir:
+            out.append((path + "/", None))
+            stack.extend((f"{path}/{name}", target) for name, target in node.entries.items())
+        else:
+            out.append((path, bytes(node.data)))
+    out.sort(key=lambda item: item[0])
+    return tuple(out)
+
+
+def durable_files(model: Model) -> list[tuple[str, Inode]]:
+    """Files reachable through durable entries, by path (the power image's namespace)."""
+    found: list[tuple[str, Inode]] = []
+    stack = [("", ROOT_INO)]
+    seen: set[int] = set()
+    while stack:
+        path, ino = stack.pop()
+        if ino in seen:
+            continue
+        seen.add(ino)
+        node = model.inodes[ino]
+        if node.is_dir:
+            stack.extend((f"{path}/{n}", t) for n, t in node.durable_entries.items())
+        else:
+            found.append((path, node))
+    found.sort(key=lambda item: item[0])
+    return found
+
+
+# -------------------------------------------------------------------- torn
+
+
+def _tears(
+    prior: bytes, offset: int, payload: bytes, block_size: int, rng: random.Random
+) -> Iterator[tuple[str, bytes]]:
+    """The ways one write can be half-done on the disk, given the bytes before it."""
+    end = offset + len(payload)
+    size = len(prior)
+    if end > size:
+        yield "size extended, data zeros", prior + bytes(end - size)
+        yield "size extended, garbage", prior + rng.randbytes(end - size)
+    cuts = list(range((offset // block_size + 1) * block_size, end, block_size))
+    if len(cuts) > MAX_CUTS_PER_WRITE:
+        step = (len(cuts) - 1) / (MAX_CUTS_PER_WRITE - 1)
+        cuts = sorted({cuts[round(i * step)] for i in range(MAX_CUTS_PER_WRITE)})
+    blocks = len(cuts) + 1
+    for cut in cuts:
+        head = apply_data_ops(prior, [(0, WRITE, offset, payload[: cut - offset])])
+        yield f"first blocks up to byte {cut} of {blocks} blocks landed", head
+        if end > len(head):
+            yield f"first blocks up to byte {cut} landed, zero tail", head + bytes(end - len(head))
+        tail = apply_data_ops(prior, [(0, WRITE, cut, payload[cut - offset :])])
+        yield f"blocks from byte {cut} landed (hole before)", tail
+
+
+def torn_choices(model: Model, block_size: int, seed: int) -> Iterator[ImageChoice]:
+    rng = random.Random(seed)
+    for path, node in durable_files(model):
+        prior = node.durable
+        for index, op in enumerate(node.pending):
+            _gseq, kind, arg, payload = op
+            if kind == WRITE:
+                for detail, content in _tears(prior, arg, payload, block_size, rng):
+                    yield ImageChoice(
+                        tear=(node.ino, content),
+                        detail=f"{path}: unsynced write #{index} (off={arg} len={len(payload)}) "
+                        f"torn: {detail}",
+                    )
+            prior = apply_data_ops(prior, [op])
+
+
+# ----------------------------------------------------------------- reorder
+
+# One unsynced operation: ("meta", index into meta_pending) or ("data", gseq).
+Unit = tuple[str, int]
+
+
+def _units(model: Model) -> list[tuple[int, Unit, str]]:
+    units: list[tuple[int, Unit, str]] = []
+    for index, op in enumerate(model.meta_pending):
+        names = ", ".join(f"{n}{'' if t is not None else ' (removed)'}" for _, n, t in op.edits)
+        units.append((op.gseq, ("meta", index), f"{op.kind} {names}"))
+    for node in model.inodes.values():
+        for gseq, kind, arg, payload in node.pending if not node.is_dir else ():
+            what = f"write off={arg} len={len(payload)}" if kind == WRITE else f"truncate {arg}"
+            units.append((gseq, ("data", gseq), f"{what} (inode {node.ino})"))
+    units.sort()
+    return units
+
+
+def _close(model: Model, chosen: list[tuple[int, Unit, str]]) -> ImageChoice:
+    meta = {u[1] for _, u, _ in chosen if u[0] == "meta"}
+    data = {u[1] for _, u, _ in chosen if u[0] == "data"}
+    if model.profile.meta_journal and meta:
+        meta = set(range(max(meta) + 1))
+    detail = "keeps: " + ("; ".join(d for _, _, d in chosen) if chosen else "nothing unsynced")
+    return ImageChoice(meta=frozenset(meta), data=frozenset(data), detail=detail)
+
+
+def _subsets(n: int, rng: random.Random) -> Iterator[tuple[int, ...]]:
+    everything = tuple(range(n))
+    if n <= MAX_EXHAUSTIVE_UNITS:
+        for size in range(n + 1):
+            yield from itertools.combinations(everything, size)
+        return
+    # Too many to enumerate: the subsets that find most ordering bugs first
+    # (each operation alone, each one missing, every prefix), then random ones.
+    yield ()
+    yield from ((i,) for i in everything)
+    yield from (everything[:i] + everything[i + 1 :] for i in everything)
+    yield from (everything[:i] for i in range(2, n + 1))
+    while True:
+        yield tuple(i for i in everything if rng.random() < 0.5)
+
+
+def reorder_choices(model: Model, seed: int) -> Iterator[ImageChoice]:
+    """Choices in a fixed order (endless when the space is too big to enumerate)."""
+    units = _units(model)
+    rng = random.Random(seed)
+    for subset in _subsets(len(units), rng):
+        yield _close(model, [units[i] for i in subset])
+
+
+def sample_reorder(model: Model, seed: int) -> ImageChoice:
+    rng = random.Random(seed)
+    units = _units(model)
+    return _close(model, [u for u in units if rng.random() < 0.5])

@@ -1,0 +1,476 @@
+"""Interception: module attributes of os, io, builtins and fcntl routed to the model.
+
+While at least one FaultFS is active, the functions below replace their
+originals. A path under an active root goes to that FaultFS (the most recently
+activated one wins when roots nest); a simulated descriptor goes to the
+FaultFS that issued it; anything else reaches the real system, or is refused
+when the innermost FaultFS says ``outside="refuse"``.
+
+Code that bound a function before activation (``from os import fsync``) keeps
+the original; io.FileIO and the import system are not intercepted.
+"""
+
+from __future__ import annotations
+
+import builtins
+import errno
+import fcntl
+import io
+import os
+import shutil
+import threading
+from typing import TYPE_CHECKING, Any
+
+from faultfs._fileobj import open_file
+from faultfs._syscalls import FAKE_FD_BASE, FD_OWNERS, Syscalls, oserror
+from faultfs.errors import ConfigError, OutsideRootError, UnsupportedOperation
+
+if TYPE_CHECKING:
+    from faultfs._fs import FaultFS
+
+_stack: list[FaultFS] = []
+_saved: list[tuple[object, str, object]] = []
+_install_lock = threading.Lock()
+
+_OS_NAMES = (
+    *("open", "read", "pread", "write", "pwrite", "close", "fsync", "fdatasync", "ftruncate"),
+    *("truncate", "lseek", "fstat", "stat", "lstat", "replace", "rename", "unlink", "remove"),
+    *("mkdir", "rmdir", "listdir", "scandir", "link", "symlink", "readlink", "chmod", "fchmod"),
+    *("utime", "access", "isatty", "listxattr", "getxattr", "setxattr", "removexattr"),
+)
+_real: dict[str, Any] = {name: getattr(os, name) for name in _OS_NAMES if hasattr(os, name)}
+_real_open = builtins.open
+_real_flock = fcntl.flock
+_real_lockf = fcntl.lockf
+
+
+# ------------------------------------------------------------------ routing
+
+
+def _route(path: Any, dir_fd: int | None = None) -> tuple[FaultFS, str] | None:
+    """(file system, normalised absolute path) for a simulated path, else None."""
+    if type(path) is str:
+        p = path
+    elif isinstance(path, int):
+        return None
+    else:
+        p = os.fspath(path)
+        if isinstance(p, bytes):
+            p = os.fsdecode(p)
+    if not p.startswith("/"):
+        if dir_fd is not None:
+            owner = FD_OWNERS.get(dir_fd)
+            if owner is None:
+                return None
+            p = owner.fd_path(dir_fd) + "/" + p
+        else:
+            p = os.getcwd() + "/" + p
+    if "/." in p or "//" in p or (p.endswith("/") and len(p) > 1):
+        p = os.path.normpath(p)
+    for fs in reversed(_stack):
+        root = fs.root
+        if p.startswith(root) and (len(p) == len(root) or p[len(root)] == "/"):
+            return fs, p
+    if _stack and _stack[-1].outside == "refuse":
+        raise OutsideRootError(
+            f"{p!r} is outside the faultfs root {_stack[-1].root!r} and outside='refuse'"
+        )
+    return None
+
+
+def _owner(fd: Any) -> Syscalls | None:
+    if type(fd) is int and fd >= FAKE_FD_BASE:
+        return FD_OWNERS.get(fd)
+    return None
+
+
+def _fd_of(obj: Any) -> Any:
+    return obj if isinstance(obj, int) else obj.fileno()
+
+
+def _pair(src: Any, dst: Any, src_dir_fd: Any, dst_dir_fd: Any) -> tuple[Any, str, str] | None:
+    a = _route(src, src_dir_fd)
+    b = _route(dst, dst_dir_fd)
+    if a is None and b is None:
+        return None
+    if a is None or b is None or a[0] is not b[0]:
+        raise oserror(errno.EXDEV, os.fspath(src), os.fspath(dst))
+    return a[0], a[1], b[1]
+
+
+# ------------------------------------------------------------ os functions
+
+
+def _open(path: Any, flags: int, mode: int = 0o777, *, dir_fd: int | None = None) -> int:
+    r = _route(path, dir_fd)
+    if r is None:
+        return _real["open"](path, flags, mode, dir_fd=dir_fd)
+    return r[0].open(r[1], flags, mode)
+
+
+def _read(fd: int, n: int) -> bytes:
+    fs = _owner(fd)
+    return _real["read"](fd, n) if fs is None else fs.read(fd, n)
+
+
+def _pread(fd: int, n: int, offset: int) -> bytes:
+    fs = _owner(fd)
+    if fs is None:
+        return _real["pread"](fd, n, offset)
+    return fs.pread(fd, n, offset)
+
+
+def _write(fd: int, data: Any) -> int:
+    fs = _owner(fd)
+    return _real["write"](fd, data) if fs is None else fs.write(fd, data)
+
+
+def _pwrite(fd: int, data: Any, offset: int) -> int:
+    fs = _owner(fd)
+    if fs is None:
+        return _real["pwrite"](fd, data, offset)
+    return fs.pwrite(fd, data, offset)
+
+
+def _close(fd: int) -> None:
+    fs = _owner(fd)
+    if fs is None:
+        _real["close"](fd)
+    else:
+        fs.close(fd)
+
+
+def _fsync(fd: Any) -> None:
+    fd = _fd_of(fd)
+    fs = _owner(fd)
+    if fs is None:
+        _real["fsync"](fd)
+    else:
+        fs.fsync(fd)
+
+
+def _fdatasync(fd: Any) -> None:
+    fd = _fd_of(fd)
+    fs = _owner(fd)
+    if fs is None:
+        _real["fdatasync"](fd)
+    else:
+        fs.fsync(fd, "fdatasync")
+
+
+def _ftruncate(fd: int, length: int) -> None:
+    fs = _owner(fd)
+    if fs is None:
+        _real["ftruncate"](fd, length)
+    else:
+        fs.ftruncate(fd, length)
+
+
+def _truncate(path: Any, length: int) -> None:
+    fs = _owner(path)
+    if fs is not None:
+        fs.ftruncate(path, length)
+        return
+    r = _route(path)
+    if r is None:
+        _real["truncate"](path, length)
+    else:
+        r[0].truncate(r[1], length)
+
+
+def _lseek(fd: int, pos: int, how: int) -> int:
+    fs = _owner(fd)
+    return _real["lseek"](fd, pos, how) if fs is None else fs.lseek(fd, pos, how)
+
+
+def _fstat(fd: int) -> os.stat_result:
+    fs = _owner(fd)
+    return _real["fstat"](fd) if fs is None else fs.fstat(fd)
+
+
+def _stat(path: Any, *, dir_fd: int | None = None, follow_symlinks: bool = True) -> Any:
+    fs = _owner(path)
+    if fs is not None:
+        return fs.fstat(path)
+    r = _route(path, dir_fd)
+    if r is None:
+        return _real["stat"](path, dir_fd=dir_fd, follow_symlinks=follow_symlinks)
+    return r[0].stat(r[1])
+
+
+def _lstat(path: Any, *, dir_fd: int | None = None) -> Any:
+    r = _route(path, dir_fd)
+    return _real["lstat"](path, dir_fd=dir_fd) if r is None else r[0].stat(r[1])
+
+
+def _replace(src: Any, dst: Any, *, src_dir_fd: Any = None, dst_dir_fd: Any = None) -> None:
+    r = _pair(src, dst, src_dir_fd, dst_dir_fd)
+    if r is None:
+        _real["replace"](src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
+    else:
+        r[0].rename(r[1], r[2])
+
+
+def _rename(src: Any, dst: Any, *, src_dir_fd: Any = None, dst_dir_fd: Any = None) -> None:
+    r = _pair(src, dst, src_dir_fd, dst_dir_fd)
+    if r is None:
+        _real["rename"](src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
+    else:
+        r[0].rename(r[1], r[2])
+
+
+def _link(
+    src: Any,
+    dst: Any,
+    *,
+    src_dir_fd: Any = None,
+    dst_dir_fd: Any = None,
+    follow_symlinks: bool = True,
+) -> None:
+    r = _pair(src, dst, src_dir_fd, dst_dir_fd)
+    if r is None:
+        _real["link"](
+            src,
+            dst,
+            src_dir_fd=src_dir_fd,
+            dst_dir_fd=dst_dir_fd,
+            follow_symlinks=follow_symlinks,
+        )
+    else:
+        r[0].link(r[1], r[2])
+
+
+def _unlink(path: Any, *, dir_fd: int | None = None) -> None:
+    r = _route(path, dir_fd)
+    if r is None:
+        _real["unlink"](path, dir_fd=dir_fd)
+    else:
+        r[0].unlink(r[1])
+
+
+def _mkdir(path: Any, mode: int = 0o777, *, dir_fd: int | None = None) -> None:
+    r = _route(path, dir_fd)
+    if r is None:
+        _real["mkdir"](path, mode, dir_fd=dir_fd)
+    else:
+        r[0].mkdir(r[1], mode)
+
+
+def _rmdir(path: Any, *, dir_fd: int | None = None) -> None:
+    r = _route(path, dir_fd)
+    if r is None:
+        _real["rmdir"](path, dir_fd=dir_fd)
+    else:
+        r[0].rmdir(r[1])
+
+
+def _dir_target(path: Any) -> tuple[FaultFS | Syscalls, str] | None:
+    fs = _owner(path)
+    if fs is not None:
+        return fs, fs.fd_path(path)
+    return _route("." if path is None else path)
+
+
+def _listdir(path: Any = None) -> list[Any]:
+    r = _dir_target(path)
+    if r is None:
+        return _real["listdir"]("." if path is None else path)
+    names = r[0].listdir(r[1])
+    if isinstance(path, bytes):
+        return [os.fsencode(n) for n in names]
+    return names
+
+
+def _scandir(path: Any = None) -> Any:
+    r = _dir_target(path)
+    if r is None:
+        return _real["scandir"]("." if path is None else path)
+    prefix = "" if isinstance(path, int) else os.fsdecode(os.fspath("." if path is None else path))
+    return r[0].scandir(r[1], prefix)
+
+
+def _symlink(src: Any, dst: Any, target_is_directory: bool = False, **kw: Any) -> None:
+    if _route(dst, kw.get("dir_fd")) is not None:
+        raise UnsupportedOperation(
+            f"os.symlink({dst!r}): faultfs does not model symbolic links; "
+            "create them outside the root"
+        )
+    _real["symlink"](src, dst, target_is_directory, **kw)
+
+
+def _readlink(path: Any, *, dir_fd: int | None = None) -> Any:
+    r = _route(path, dir_fd)
+    if r is None:
+        return _real["readlink"](path, dir_fd=dir_fd)
+    r[0].stat(r[1])  # ENOENT for a missing path
+    raise oserror(errno.EINVAL, r[1])  # it exists and, having no symlinks, is not one
+
+
+def _chmod(
+    path: Any, mode: int, *, dir_fd: int | None = None, follow_symlinks: bool = True
+) -> None:
+    fs = _owner(path)
+    if fs is not None:
+        fs.fchmod(path, mode)
+        return
+    r = _route(path, dir_fd)
+    if r is None:
+        _real["chmod"](path, mode, dir_fd=dir_fd, follow_symlinks=follow_symlinks)
+    else:
+        r[0].chmod(r[1], mode)
+
+
+def _fchmod(fd: int, mode: int) -> None:
+    fs = _owner(fd)
+    if fs is None:
+        _real["fchmod"](fd, mode)
+    else:
+        fs.fchmod(fd, mode)
+
+
+def _utime(path: Any, times: Any = None, **kw: Any) -> None:
+    fs = _owner(path)
+    r = (fs, fs.fd_path(path)) if fs is not None else _route(path, kw.get("dir_fd"))
+    if r is None:
+        _real["utime"](path, times, **kw)
+        return
+    ns = kw.get("ns")
+    mtime_ns = ns[1] if ns is not None else None if times is None else int(times[1] * 1e9)
+    r[0].utime(r[1], mtime_ns)
+
+
+def _access(path: Any, mode: int, **kw: Any) -> bool:
+    r = _route(path, kw.get("dir_fd"))
+    if r is None:
+        return _real["access"](path, mode, **kw)
+    return r[0].exists(r[1])
+
+
+def _isatty(fd: int) -> bool:
+    return False if _owner(fd) is not None else _real["isatty"](fd)
+
+
+def _xattr(name: str) -> Any:
+    real = _real[name]
+
+    def xattr(path: Any, *args: Any, **kw: Any) -> Any:
+        if _owner(path) is not None or _route(path, kw.get("dir_fd")) is not None:
+            raise oserror(errno.ENOTSUP, str(path))  # shutil.copystat skips ENOTSUP
+        return real(path, *args, **kw)
+
+    xattr.__name__ = name
+    return xattr
+
+
+# ------------------------------------------------------- open, fcntl locks
+
+
+def _builtin_open(file: Any, mode: str = "r", buffering: int = -1, *args: Any, **kw: Any) -> Any:
+    fs = _owner(file)
+    if fs is not None:
+        return open_file(fs, file, None, mode, buffering, *args, **kw)
+    r = _route(file) if not isinstance(file, int) else None
+    if r is None:
+        return _real_open(file, mode, buffering, *args, **kw)
+    return open_file(r[0], file, r[1], mode, buffering, *args, **kw)
+
+
+def _flock(fd: Any, operation: int) -> None:
+    fd = _fd_of(fd)
+    fs = _owner(fd)
+    if fs is None:
+        _real_flock(fd, operation)
+    else:
+        fs.flock(fd, operation)
+
+
+def _lockf(fd: Any, cmd: int, *args: Any) -> Any:
+    fd = _fd_of(fd)
+    fs = _owner(fd)
+    if fs is None:
+        return _real_lockf(fd, cmd, *args)
+    fs.flock(fd, cmd)  # whole-file locks: byte ranges are not modelled
+    return None
+
+
+# --------------------------------------------------------------- install
+
+_OS_WRAPPERS: dict[str, Any] = {
+    "open": _open,
+    "read": _read,
+    "pread": _pread,
+    "write": _write,
+    "pwrite": _pwrite,
+    "close": _close,
+    "fsync": _fsync,
+    "fdatasync": _fdatasync,
+    "ftruncate": _ftruncate,
+    "truncate": _truncate,
+    "lseek": _lseek,
+    "fstat": _fstat,
+    "stat": _stat,
+    "lstat": _lstat,
+    "replace": _replace,
+    "rename": _rename,
+    "unlink": _unlink,
+    "remove": _unlink,
+    "mkdir": _mkdir,
+    "rmdir": _rmdir,
+    "listdir": _listdir,
+    "scandir": _scandir,
+    "link": _link,
+    "symlink": _symlink,
+    "readlink": _readlink,
+    "chmod": _chmod,
+    "fchmod": _fchmod,
+    "utime": _utime,
+    "access": _access,
+    "isatty": _isatty,
+}
+for _name in ("listxattr", "getxattr", "setxattr", "removexattr"):
+    if _name in _real:
+        _OS_WRAPPERS[_name] = _xattr(_name)
+
+
+def _patches() -> list[tuple[object, str, object]]:
+    patches: list[tuple[object, str, object]] = [
+        (os, name, fn) for name, fn in _OS_WRAPPERS.items() if name in _real
+    ]
+    patches += [
+        (builtins, "open", _builtin_open),
+        (io, "open", _builtin_open),
+        (fcntl, "flock", _flock),
+        (fcntl, "lockf", _lockf),
+        # shutil's descriptor-based rmtree and sendfile copy need calls the
+        # model does not offer; their portable fallbacks use plain os calls.
+        (shutil, "_use_fd_functions", False),
+        (shutil, "_USE_CP_SENDFILE", False),
+    ]
+    return patches
+
+
+def activate(fs: FaultFS) -> None:
+    with _install_lock:
+        if fs in _stack:
+            raise ConfigError(f"FaultFS at {fs.root!r} is already active")
+        if not _stack:
+            for module, name, replacement in _patches():
+                _saved.append((module, name, getattr(module, name)))
+                setattr(module, name, replacement)
+        _stack.append(fs)
+
+
+def deactivate(fs: FaultFS) -> None:
+    with _install_lock:
+        if fs not in _stack:
+            raise ConfigError(f"FaultFS at {fs.root!r} is not active")
+        _stack.remove(fs)
+        if not _stack:
+            while _saved:
+                module, name, original = _saved.pop()
+                setattr(module, name, original)
+
+
+def active() -> list[FaultFS]:
+    """The active file systems, innermost last."""
+    return list(_stack)

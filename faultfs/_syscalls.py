@@ -1,0 +1,596 @@
+"""The POSIX call surface over the model, with the crash counter at every boundary.
+
+Paths given to these methods are absolute, normalised and under the root (the
+interceptor guarantees it). Each mutating call passes two boundaries, one
+before it takes effect and one after; an armed counter raises SimulatedCrash
+at its boundary and freezes the file system.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import itertools
+import os
+import stat as stat_mod
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from faultfs._model import ROOT_INO, Inode, Model
+from faultfs._trace import Op, call_site
+from faultfs.errors import IOAfterCrash, SimulatedCrash
+
+# Simulated descriptors live far above any real one, so an int says which
+# world it belongs to without a lookup in the common (real) case.
+FAKE_FD_BASE = 1 << 30
+_fd_numbers = itertools.count(FAKE_FD_BASE)
+# Which file system owns each simulated descriptor (the interceptor routes by it).
+FD_OWNERS: dict[int, Syscalls] = {}
+
+_ACCMODE = os.O_RDONLY | os.O_WRONLY | os.O_RDWR
+# A fixed umask of 022: reading the real one means changing it, which races.
+_CREATE_MODE_MASK = 0o7777 & ~0o022
+_UID = os.getuid()
+_GID = os.getgid()
+
+
+def oserror(code: int, path: str | None = None, path2: str | None = None) -> OSError:
+    """An OSError of the right subclass (FileNotFoundError, ...) for ``code``."""
+    if path2 is not None:
+        return OSError(code, os.strerror(code), path, None, path2)
+    if path is not None:
+        return OSError(code, os.strerror(code), path)
+    return OSError(code, os.strerror(code))
+
+
+class Handle:
+    """An open file description: inode, offset and access mode."""
+
+    __slots__ = ("append", "fd", "ino", "is_dir", "lock", "path", "pos", "readable", "writable")
+
+    def __init__(self, fd: int, node: Inode, path: str, flags: int) -> None:
+        acc = flags & _ACCMODE
+        self.fd = fd
+        self.ino = node.ino
+        self.is_dir = node.is_dir
+        self.path = path
+        self.pos = 0
+        self.readable = acc in (os.O_RDONLY, os.O_RDWR)
+        self.writable = acc in (os.O_WRONLY, os.O_RDWR)
+        self.append = bool(flags & os.O_APPEND)
+        self.lock = 0
+
+
+class FaultDirEntry:
+    """What os.scandir yields for an entry of a simulated directory."""
+
+    __slots__ = ("_fs", "_ino", "_is_dir", "name", "path")
+
+    def __init__(self, fs: Syscalls, name: str, path: str, ino: int, is_dir: bool) -> None:
+        self._fs = fs
+        self.name = name
+        self.path = path
+        self._ino = ino
+        self._is_dir = is_dir
+
+    def inode(self) -> int:
+        return self._ino
+
+    def is_dir(self, *, follow_symlinks: bool = True) -> bool:
+        return self._is_dir
+
+    def is_file(self, *, follow_symlinks: bool = True) -> bool:
+        return not self._is_dir
+
+    def is_symlink(self) -> bool:
+        return False
+
+    def is_junction(self) -> bool:
+        return False
+
+    def stat(self, *, follow_symlinks: bool = True) -> os.stat_result:
+        return self._fs.stat(self.path)
+
+    def __fspath__(self) -> str:
+        return self.path
+
+    def __repr__(self) -> str:
+        return f"<FaultDirEntry {self.name!r}>"
+
+
+class ScandirIterator:
+    """A closable iterator over precomputed entries, like os.scandir's."""
+
+    def __init__(self, entries: list[FaultDirEntry]) -> None:
+        self._it: Iterator[FaultDirEntry] = iter(entries)
+
+    def __iter__(self) -> ScandirIterator:
+        return self
+
+    def __next__(self) -> FaultDirEntry:
+        return next(self._it)
+
+    def __enter__(self) -> ScandirIterator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._it = iter(())
+
+
+class Syscalls:
+    """Simulated system calls; FaultFS adds the user-facing API on top."""
+
+    root: str
+
+    def __init__(self, root: str, model: Model, record_trace: bool) -> None:
+        self.root = root
+        self._root_slash = root + "/"
+        self.model = model
+        self._fds: dict[int, Handle] = {}
+        self._lock = threading.RLock()
+        self._dev = hash(root) & 0xFFFF_FFFF
+        self._record_trace = record_trace
+        self.trace: list[Op] = []
+        self.boundaries = 0
+        self.crashed = False
+        self.crash_point: tuple[int, str, Op] | None = None
+        self.io_after_crash = 0
+        self._crash_at: int | None = None
+        # Injected faults (configured through FaultFS's public methods).
+        self._fsync_faults: list[tuple[int | None, int]] = []
+        self._write_errno: int | None = None
+        self._write_budget = 0
+        self._write_fault_ino: int | None = None
+        self._short_write_max: int | None = None
+
+    # --------------------------------------------------------------- boundaries
+
+    def _dead(self, what: str) -> IOAfterCrash:
+        self.io_after_crash += 1
+        return IOAfterCrash(what)
+
+    def _before(self, kind: str, path: str, args: tuple[object, ...]) -> Op:
+        op = Op(kind, path, args, call_site(3) if self._record_trace else "")
+        self.boundaries += 1
+        if self.boundaries == self._crash_at:
+            self._crash("before", op)
+        return op
+
+    def _after(self, op: Op) -> None:
+        if self._record_trace:
+            self.trace.append(op)
+        self.boundaries += 1
+        if self.boundaries == self._crash_at:
+            self._crash("after", op)
+
+    def _crash(self, phase: str, op: Op) -> None:
+        if not op.site:
+            op = op._replace(site=call_site(4))
+        self.crashed = True
+        self._crash_at = None
+        self.crash_point = (self.boundaries, phase, op)
+        raise SimulatedCrash(self.boundaries, phase, op)
+
+    # ------------------------------------------------------------------- paths
+
+    def _parts(self, path: str) -> list[str]:
+        assert path == self.root or path.startswith(self._root_slash), path
+        return [p for p in path[len(self.root) + 1 :].split("/") if p]
+
+    def _walk(self, path: str) -> tuple[Inode | None, str, Inode | None]:
+        """(parent directory, last name, inode or None) for ``path``."""
+        inodes = self.model.inodes
+        cur = inodes[ROOT_INO]
+        parts = self._parts(path)
+        if not parts:
+            return None, "", cur
+        for name in parts[:-1]:
+            ino = cur.entries.get(name)
+            if ino is None:
+                raise oserror(errno.ENOENT, path)
+            cur = inodes[ino]
+            if not cur.is_dir:
+                raise oserror(errno.ENOTDIR, path)
+        ino = cur.entries.get(parts[-1])
+        return cur, parts[-1], (None if ino is None else inodes[ino])
+
+    def _existing(self, path: str) -> Inode:
+        node = self._walk(path)[2]
+        if node is None:
+            raise oserror(errno.ENOENT, path)
+        return node
+
+    def _handle(self, fd: int) -> Handle:
+        handle = self._fds.get(fd)
+        if handle is None:
+            raise oserror(errno.EBADF)
+        return handle
+
+    def _stat_result(self, node: Inode) -> os.stat_result:
+        size = 4096 if node.is_dir else len(node.data)
+        kind = stat_mod.S_IFDIR if node.is_dir else stat_mod.S_IFREG
+        t_ns = node.mtime_ns
+        t_s = t_ns / 1e9
+        return os.stat_result(
+            (kind | node.mode, node.ino, self._dev, node.nlink, _UID, _GID, size)
+            + (t_ns // 1_000_000_000,) * 3,
+            {
+                "st_atime": t_s,
+                "st_mtime": t_s,
+                "st_ctime": t_s,
+                "st_atime_ns": t_ns,
+                "st_mtime_ns": t_ns,
+                "st_ctime_ns": t_ns,
+                "st_blksize": 4096,
+                "st_blocks": (size + 511) // 512,
+            },
+        )
+
+    # ------------------------------------------------------------ descriptors
+
+    def open(self, path: str, flags: int, mode: int = 0o777) -> int:
+        with self._lock:
+            if self.crashed:
+                raise self._dead(f"open({path!r})")
+            parent, name, node = self._walk(path)
+            if node is None:
+                if not flags & os.O_CREAT:
+                    raise oserror(errno.ENOENT, path)
+                assert parent is not None
+                op = self._before("create", path, ())
+                node = self.model.new_inode(False, mode & _CREATE_MODE_MASK, time.time_ns())
+                self.model.change_namespace("create", ((parent.ino, name, node.ino),))
+                self._after(op)
+            elif flags & os.O_CREAT and flags & os.O_EXCL:
+                raise oserror(errno.EEXIST, path)
+            elif node.is_dir:
+                if flags & _ACCMODE != os.O_RDONLY or flags & os.O_TRUNC:
+                    raise oserror(errno.EISDIR, path)
+            elif flags & getattr(os, "O_DIRECTORY", 0):
+                raise oserror(errno.ENOTDIR, path)
+            elif flags & os.O_TRUNC:
+                op = self._before("truncate", path, (0,))
+                self.model.truncate(node, 0, time.time_ns())
+                self._after(op)
+            fd = next(_fd_numbers)
+            self._fds[fd] = Handle(fd, node, path, flags)
+            FD_OWNERS[fd] = self
+            return fd
+
+    def close(self, fd: int) -> None:
+        with self._lock:
+            handle = self._fds.pop(fd, None)
+            if handle is None:
+                raise oserror(errno.EBADF)
+            FD_OWNERS.pop(fd, None)
+            # Closing is allowed after a crash: the kernel closes a dead
+            # process's descriptors, and nothing reaches the disk by it.
+
+    def read(self, fd: int, n: int) -> bytes:
+        with self._lock:
+            handle = self._readable(fd)
+            data = self.model.inodes[handle.ino].data
+            pos = handle.pos
+            chunk = bytes(data[pos : pos + n]) if n >= 0 else bytes(data[pos:])
+            handle.pos = pos + len(chunk)
+            return chunk
+
+    def pread(self, fd: int, n: int, offset: int) -> bytes:
+        with self._lock:
+            handle = self._readable(fd)
+            if offset < 0:
+                raise oserror(errno.EINVAL)
+            return bytes(self.model.inodes[handle.ino].data[offset : offset + n])
+
+    def _readable(self, fd: int) -> Handle:
+        if self.crashed:
+            raise self._dead("read")
+        handle = self._handle(fd)
+        if handle.is_dir:
+            raise oserror(errno.EISDIR)
+        if not handle.readable:
+            raise oserror(errno.EBADF)
+        return handle
+
+    def _writable(self, fd: int, what: str) -> Handle:
+        if self.crashed:
+            raise self._dead(what)
+        handle = self._handle(fd)
+        if handle.is_dir:
+            raise oserror(errno.EISDIR)
+        if not handle.writable:
+            raise oserror(errno.EBADF)
+        return handle
+
+    def _admit_write(self, ino: int, n: int) -> int:
+        """How many of ``n`` bytes the injected faults let through (may raise)."""
+        if self._short_write_max is not None and n > self._short_write_max:
+            n = self._short_write_max
+        code = self._write_errno
+        if code is not None and self._write_fault_ino in (None, ino):
+            if self._write_budget <= 0 and n > 0:
+                raise oserror(code)
+            n = min(n, self._write_budget)
+            self._write_budget -= n
+        return n
+
+    def write(self, fd: int, data: Any) -> int:
+        with self._lock:
+            handle = self._writable(fd, "write")
+            node = self.model.inodes[handle.ino]
+            view = memoryview(data).cast("B")
+            n = self._admit_write(node.ino, len(view))
+            offset = len(node.data) if handle.append else handle.pos
+            op = self._before("write", handle.path, (f"off={offset}", f"len={n}"))
+            self.model.write(node, offset, bytes(view[:n]), time.time_ns())
+            handle.pos = offset + n
+            self._after(op)
+            return n
+
+    def pwrite(self, fd: int, data: Any, offset: int) -> int:
+        with self._lock:
+            handle = self._writable(fd, "pwrite")
+            if offset < 0:
+                raise oserror(errno.EINVAL)
+            node = self.model.inodes[handle.ino]
+            view = memoryview(data).cast("B")
+            n = self._admit_write(node.ino, len(view))
+            # Linux ignores the offset of pwrite on an O_APPEND descriptor.
+            if handle.append:
+                offset = len(node.data)
+            op = self._before("write", handle.path, (f"off={offset}", f"len={n}"))
+            self.model.write(node, offset, bytes(view[:n]), time.time_ns())
+            self._after(op)
+            return n
+
+    def lseek(self, fd: int, pos: int, how: int) -> int:
+        with self._lock:
+            if self.crashed:
+                raise self._dead("lseek")
+            handle = self._handle(fd)
+            if how == os.SEEK_SET:
+                new = pos
+            elif how == os.SEEK_CUR:
+                new = handle.pos + pos
+            elif how == os.SEEK_END:
+                new = (0 if handle.is_dir else len(self.model.inodes[handle.ino].data)) + pos
+            else:
+                raise oserror(errno.EINVAL)
+            if new < 0:
+                raise oserror(errno.EINVAL)
+            handle.pos = new
+            return new
+
+    def ftruncate(self, fd: int, size: int) -> None:
+        with self._lock:
+            if self.crashed:
+                raise self._dead("ftruncate")
+            handle = self._handle(fd)
+            if handle.is_dir or not handle.writable or size < 0:
+                raise oserror(errno.EINVAL)
+            op = self._before("truncate", handle.path, (size,))
+            self.model.truncate(self.model.inodes[handle.ino], size, time.time_ns())
+            self._after(op)
+
+    def truncate(self, path: str, size: int) -> None:
+        with self._lock:
+            if self.crashed:
+                raise self._dead("truncate")
+            node = self._existing(path)
+            if node.is_dir:
+                raise oserror(errno.EISDIR, path)
+            if size < 0:
+                raise oserror(errno.EINVAL, path)
+            op = self._before("truncate", path, (size,))
+            self.model.truncate(node, size, time.time_ns())
+            self._after(op)
+
+    def fsync(self, fd: int, kind: str = "fsync") -> None:
+        with self._lock:
+            if self.crashed:
+                raise self._dead(kind)
+            handle = self._handle(fd)
+            node = self.model.inodes[handle.ino]
+            op = self._before(kind, handle.path, ())
+            code = self._take_fsync_fault(node.ino)
+            if code is not None:
+                if not node.is_dir:
+                    self.model.fail_fsync(node)
+                raise oserror(code, handle.path)
+            if node.is_dir:
+                self.model.fsync_dir(node)
+            else:
+                self.model.fsync_file(node)
+            self._after(op)
+
+    def _take_fsync_fault(self, ino: int) -> int | None:
+        for i, (target, code) in enumerate(self._fsync_faults):
+            if target is None or target == ino:
+                del self._fsync_faults[i]
+                return code
+        return None
+
+    def fstat(self, fd: int) -> os.stat_result:
+        with self._lock:
+            if self.crashed:
+                raise self._dead("fstat")
+            return self._stat_result(self.model.inodes[self._handle(fd).ino])
+
+    def flock(self, fd: int, operation: int) -> None:
+        """Advisory whole-file locks between open descriptions of this process."""
+        with self._lock:
+            if self.crashed:
+                raise self._dead("flock")
+            handle = self._handle(fd)
+            want = operation & (fcntl.LOCK_SH | fcntl.LOCK_EX | fcntl.LOCK_UN)
+            if want == fcntl.LOCK_UN:
+                handle.lock = 0
+                return
+            for other in self._fds.values():
+                if other is handle or other.ino != handle.ino or not other.lock:
+                    continue
+                if want == fcntl.LOCK_EX or other.lock == fcntl.LOCK_EX:
+                    if operation & fcntl.LOCK_NB:
+                        raise oserror(errno.EWOULDBLOCK)
+                    raise oserror(errno.EDEADLK)
+            handle.lock = want
+
+    def fd_path(self, fd: int) -> str:
+        return self._handle(fd).path
+
+    # -------------------------------------------------------------- namespace
+
+    def stat(self, path: str) -> os.stat_result:
+        with self._lock:
+            if self.crashed:
+                raise self._dead(f"stat({path!r})")
+            return self._stat_result(self._existing(path))
+
+    def listdir(self, path: str) -> list[str]:
+        with self._lock:
+            if self.crashed:
+                raise self._dead(f"listdir({path!r})")
+            node = self._existing(path)
+            if not node.is_dir:
+                raise oserror(errno.ENOTDIR, path)
+            return list(node.entries)
+
+    def scandir(self, path: str, prefix: str) -> ScandirIterator:
+        with self._lock:
+            if self.crashed:
+                raise self._dead(f"scandir({path!r})")
+            node = self._existing(path)
+            if not node.is_dir:
+                raise oserror(errno.ENOTDIR, path)
+            inodes = self.model.inodes
+            sep = "" if not prefix or prefix.endswith("/") else "/"
+            return ScandirIterator(
+                [
+                    FaultDirEntry(self, name, prefix + sep + name, ino, inodes[ino].is_dir)
+                    for name, ino in node.entries.items()
+                ]
+            )
+
+    def mkdir(self, path: str, mode: int = 0o777) -> None:
+        with self._lock:
+            if self.crashed:
+                raise self._dead(f"mkdir({path!r})")
+            parent, name, node = self._walk(path)
+            if node is not None:
+                raise oserror(errno.EEXIST, path)
+            assert parent is not None
+            op = self._before("mkdir", path, ())
+            child = self.model.new_inode(True, mode & _CREATE_MODE_MASK, time.time_ns())
+            child.nlink = 1  # "." (the parent's entry adds the second link)
+            self.model.change_namespace("mkdir", ((parent.ino, name, child.ino),))
+            self._after(op)
+
+    def rmdir(self, path: str) -> None:
+        with self._lock:
+            if self.crashed:
+                raise self._dead(f"rmdir({path!r})")
+            parent, name, node = self._walk(path)
+            if node is None:
+                raise oserror(errno.ENOENT, path)
+            if parent is None:
+                raise oserror(errno.EBUSY, path)
+            if not node.is_dir:
+                raise oserror(errno.ENOTDIR, path)
+            if node.entries:
+                raise oserror(errno.ENOTEMPTY, path)
+            op = self._before("rmdir", path, ())
+            self.model.change_namespace("rmdir", ((parent.ino, name, None),))
+            self._after(op)
+
+    def unlink(self, path: str) -> None:
+        with self._lock:
+            if self.crashed:
+                raise self._dead(f"unlink({path!r})")
+            parent, name, node = self._walk(path)
+            if node is None:
+                raise oserror(errno.ENOENT, path)
+            if node.is_dir:
+                raise oserror(errno.EISDIR, path)
+            assert parent is not None
+            op = self._before("unlink", path, ())
+            self.model.change_namespace("unlink", ((parent.ino, name, None),))
+            self._after(op)
+
+    def link(self, src: str, dst: str) -> None:
+        with self._lock:
+            if self.crashed:
+                raise self._dead(f"link({src!r})")
+            node = self._existing(src)
+            if node.is_dir:
+                raise oserror(errno.EPERM, src, dst)
+            parent, name, existing = self._walk(dst)
+            if existing is not None:
+                raise oserror(errno.EEXIST, src, dst)
+            assert parent is not None
+            op = self._before("link", dst, (src,))
+            self.model.change_namespace("link", ((parent.ino, name, node.ino),))
+            self._after(op)
+
+    def rename(self, src: str, dst: str) -> None:
+        with self._lock:
+            if self.crashed:
+                raise self._dead(f"rename({src!r})")
+            sparent, sname, node = self._walk(src)
+            if node is None:
+                raise oserror(errno.ENOENT, src, dst)
+            dparent, dname, target = self._walk(dst)
+            if sparent is None or dparent is None:
+                raise oserror(errno.EBUSY, src, dst)
+            if target is node:
+                return  # both names already refer to the same inode: POSIX does nothing
+            if node.is_dir and (dst + "/").startswith(src + "/"):
+                raise oserror(errno.EINVAL, src, dst)
+            if target is not None:
+                if target.is_dir and not node.is_dir:
+                    raise oserror(errno.EISDIR, src, dst)
+                if node.is_dir and not target.is_dir:
+                    raise oserror(errno.ENOTDIR, src, dst)
+                if target.is_dir and target.entries:
+                    raise oserror(errno.ENOTEMPTY, src, dst)
+            op = self._before("rename", src, (f"-> {dst}",))
+            model = self.model
+            flush = None
+            if target is not None and not node.is_dir:
+                flush = (node.ino, model.clock)
+            model.change_namespace(
+                "rename", ((dparent.ino, dname, node.ino), (sparent.ino, sname, None)), flush
+            )
+            self._after(op)
+
+    def chmod(self, path: str, mode: int) -> None:
+        with self._lock:
+            if self.crashed:
+                raise self._dead(f"chmod({path!r})")
+            self._existing(path).mode = mode & 0o7777
+
+    def fchmod(self, fd: int, mode: int) -> None:
+        with self._lock:
+            if self.crashed:
+                raise self._dead("fchmod")
+            self.model.inodes[self._handle(fd).ino].mode = mode & 0o7777
+
+    def utime(self, path: str, mtime_ns: int | None) -> None:
+        with self._lock:
+            if self.crashed:
+                raise self._dead(f"utime({path!r})")
+            node = self._existing(path)
+            node.mtime_ns = time.time_ns() if mtime_ns is None else mtime_ns
+
+    def exists(self, path: str) -> bool:
+        with self._lock:
+            if self.crashed:
+                raise self._dead(f"access({path!r})")
+            try:
+                return self._walk(path)[2] is not None
+            except OSError:
+                return False

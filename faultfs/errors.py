@@ -1,0 +1,81 @@
+"""Every exception a faultfs user can meet, each saying what to do about it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class SimulatedCrash(BaseException):
+    """The simulated process died at an armed boundary.
+
+    It derives from BaseException so that ``except Exception`` in the code under
+    test cannot swallow it: a real ``kill -9`` cannot be caught either. Catch it
+    in the harness, then take a crash image with ``fs.crash_image(mode)``.
+    """
+
+    def __init__(self, boundary: int, phase: str, op: Any) -> None:
+        super().__init__(f"simulated crash at boundary {boundary} ({phase} {op})")
+        self.boundary = boundary
+        self.phase = phase
+        self.op = op
+
+
+class IOAfterCrash(SimulatedCrash):
+    """Code kept doing file I/O on a file system whose process already crashed.
+
+    After a kill nothing runs, so cleanup code (``finally`` blocks, ``with``
+    exits that flush buffers) must not reach the disk. The I/O is refused and
+    not applied. It subclasses SimulatedCrash so that a ``with`` block unwinding
+    from the crash still surfaces as the crash; ``fs.io_after_crash`` counts
+    how often it happened.
+    """
+
+    def __init__(self, what: str) -> None:
+        BaseException.__init__(
+            self,
+            f"{what} after the simulated crash: the process is dead, its I/O is refused; "
+            "take a crash image (fs.crash_image(mode)) and run recovery on that",
+        )
+        self.boundary = -1
+        self.phase = "dead"
+        self.op = None
+
+
+class FaultFSError(Exception):
+    """Base class of faultfs's usage errors."""
+
+
+class ConfigError(FaultFSError, ValueError):
+    """A FaultFS or explore argument is invalid; the message names the accepted values."""
+
+
+class OutsideRootError(FaultFSError, PermissionError):
+    """A path outside the FaultFS root was used while ``outside="refuse"``.
+
+    Either move the path under the root, or create the FaultFS with
+    ``outside="passthrough"`` to let such calls reach the real file system.
+    """
+
+
+class UnsupportedOperation(FaultFSError, OSError):
+    """The call is valid Python but faultfs does not model it (e.g. symlinks).
+
+    The message names the call; run that part of the program outside the root.
+    """
+
+
+class NondeterministicWorkload(FaultFSError):
+    """A workload re-run under explore() did not reach the boundary it reached before.
+
+    explore() re-runs the workload once per boundary, so the workload must do
+    the same I/O every time: seed its randomness and reset its state on entry.
+    """
+
+
+class ExploreFailed(FaultFSError, AssertionError):
+    """explore() found crash images on which recovery or its check failed.
+
+    The message is the report: failures grouped by the call site of the
+    operation at the crash, each with its trace and reproduction key. Use
+    ``report.replay(failure, workload)`` to get the failing image back.
+    """
