@@ -8,7 +8,9 @@ Recovery contract: ``restore(blob, history, ...)`` receives the conversation
 rebuilt from the event log (every completed turn, in order). When ``blob`` is
 empty the provider MUST rebuild its state from ``history`` alone: the
 orchestrator passes an empty blob whenever the stored one is missing or older
-than the log, so a provider never resumes from a stale snapshot.
+than the log, so a provider never resumes from a stale snapshot. A provider
+that cannot use a non-empty blob raises; the orchestrator then retries with an
+empty blob and the full history from the log.
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+from substrat.errors import ProviderError
 from substrat.providers.base import AgentContext, ProviderSession, TurnRecord
 
 CHUNK_CHARS = 32
@@ -166,6 +167,7 @@ class ScriptedProvider:
         if blob:
             try:
                 turns = decode_blob(blob)
-            except (ValueError, KeyError, TypeError, IndexError):
-                turns = history  # a damaged blob is only a lost fast path
+            except (ValueError, KeyError, TypeError, IndexError) as exc:
+                # The orchestrator answers this by restoring from the log instead.
+                raise ProviderError(f"scripted blob is unreadable: {exc}") from exc
         return ScriptedSession(context, turns, self._script)

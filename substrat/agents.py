@@ -1,0 +1,303 @@
+"""Agents in memory: nodes, the tree, messages and inboxes.
+
+Nothing here touches the disk. The durable truth is the event log; these
+structures are what the orchestrator keeps while running and what recovery
+rebuilds from the logs.
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from substrat.errors import AgentNotFoundError, NameCollisionError
+
+USER = "user"
+"""The user's endpoint id: it sends prompts and has an inbox like any agent."""
+
+MAX_NAME_CHARS = 64
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+MESSAGE_KINDS = frozenset({"request", "reply", "notification", "broadcast", "result", "error"})
+
+
+class AgentState(enum.Enum):
+    IDLE = "idle"
+    BUSY = "busy"
+    WAITING = "waiting"
+    TERMINATED = "terminated"
+
+
+def validate_name(name: object) -> str:
+    """An agent name: 1-64 characters of letters, digits, ``_ . -``, not starting with a symbol."""
+    if not isinstance(name, str) or len(name) > MAX_NAME_CHARS or not _NAME.fullmatch(name):
+        raise ValueError(
+            f"invalid agent name {name!r}: use 1-{MAX_NAME_CHARS} letters, digits, '_', '.', '-', "
+            "starting with a letter or digit"
+        )
+    if name == USER:
+        raise ValueError(f"{USER!r} is reserved for the user's endpoint")
+    return name
+
+
+@dataclass
+class MessageEnvelope:
+    """One message between endpoints (agent ids, or ``"user"``)."""
+
+    message_id: str
+    sender: str
+    recipient: str
+    kind: str
+    payload: str
+    timestamp: str
+    reply_to: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        assert self.kind in MESSAGE_KINDS, self.kind
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "message_id": self.message_id,
+            "sender": self.sender,
+            "recipient": self.recipient,
+            "kind": self.kind,
+            "payload": self.payload,
+            "timestamp": self.timestamp,
+            "reply_to": self.reply_to,
+            "metadata": dict(self.metadata),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> MessageEnvelope:
+        return cls(
+            message_id=str(data["message_id"]),
+            sender=str(data["sender"]),
+            recipient=str(data["recipient"]),
+            kind=str(data["kind"]),
+            payload=str(data["payload"]),
+            timestamp=str(data["timestamp"]),
+            reply_to=data.get("reply_to"),
+            metadata=dict(data.get("metadata") or {}),
+        )
+
+
+class Inbox:
+    """Pending messages of one endpoint, in arrival order.
+
+    A turn *claims* messages when it reads them; they leave the inbox only when
+    the turn commits, and go back to pending if it fails.
+    """
+
+    def __init__(self) -> None:
+        self._messages: dict[str, tuple[int, MessageEnvelope]] = {}
+        self._claimed: dict[str, str] = {}
+
+    def deliver(self, message: MessageEnvelope, order: int) -> bool:
+        """Add a message; False if it is already here (re-delivery is a no-op)."""
+        if message.message_id in self._messages:
+            return False
+        self._messages[message.message_id] = (order, message)
+        return True
+
+    def pending(self) -> list[MessageEnvelope]:
+        """Unclaimed messages, oldest first."""
+        items = [v for k, v in self._messages.items() if k not in self._claimed]
+        return [m for _, m in sorted(items, key=lambda item: item[0])]
+
+    def all(self) -> list[MessageEnvelope]:
+        return [m for _, m in sorted(self._messages.values(), key=lambda item: item[0])]
+
+    def oldest_pending_order(self) -> int | None:
+        orders = [o for k, (o, _) in self._messages.items() if k not in self._claimed]
+        return min(orders) if orders else None
+
+    def claim(self, turn_id: str) -> list[MessageEnvelope]:
+        taken = self.pending()
+        for message in taken:
+            self._claimed[message.message_id] = turn_id
+        return taken
+
+    def release(self, turn_id: str) -> None:
+        for message_id in [k for k, t in self._claimed.items() if t == turn_id]:
+            del self._claimed[message_id]
+
+    def remove(self, message_ids: list[str]) -> None:
+        for message_id in message_ids:
+            self._messages.pop(message_id, None)
+            self._claimed.pop(message_id, None)
+
+    def __len__(self) -> int:
+        return len(self._messages)
+
+    def __contains__(self, message_id: object) -> bool:
+        return message_id in self._messages
+
+
+class InboxRegistry:
+    """One inbox per endpoint, plus the global arrival order across all of them."""
+
+    def __init__(self) -> None:
+        self._inboxes: dict[str, Inbox] = {}
+        self._order = itertools.count()
+
+    def inbox(self, endpoint: str) -> Inbox:
+        box = self._inboxes.get(endpoint)
+        if box is None:
+            box = self._inboxes[endpoint] = Inbox()
+        return box
+
+    def deliver(self, message: MessageEnvelope) -> bool:
+        return self.inbox(message.recipient).deliver(message, next(self._order))
+
+    def drop(self, endpoint: str) -> None:
+        self._inboxes.pop(endpoint, None)
+
+    def endpoints(self) -> list[str]:
+        return list(self._inboxes)
+
+
+@dataclass
+class AgentNode:
+    """One live agent: a name in the tree and one provider session."""
+
+    agent_id: str
+    session_id: str
+    name: str
+    parent_id: str | None
+    instructions: str
+    provider: str
+    model: str
+    state: AgentState = AgentState.IDLE
+    children: dict[str, str] = field(default_factory=dict)
+    waiting_on: dict[str, str] = field(default_factory=dict)
+    """Requests this agent sent and awaits a reply to: message id -> recipient id."""
+    lost_turn: dict[str, Any] | None = None
+    """The turn a crash cut short, told to the agent at its next turn."""
+
+
+class AgentTree:
+    """Live agents by id, with names unique among siblings (roots are siblings)."""
+
+    def __init__(self) -> None:
+        self._nodes: dict[str, AgentNode] = {}
+        self._roots: dict[str, str] = {}
+        self._by_session: dict[str, str] = {}
+
+    def add(self, node: AgentNode) -> None:
+        validate_name(node.name)
+        if node.agent_id in self._nodes:
+            raise ValueError(f"agent {node.agent_id} is already in the tree")
+        siblings = self._siblings_of(node.parent_id)
+        if node.name in siblings:
+            raise NameCollisionError(
+                f"an agent named {node.name!r} already exists here; pick another name"
+            )
+        siblings[node.name] = node.agent_id
+        self._nodes[node.agent_id] = node
+        self._by_session[node.session_id] = node.agent_id
+
+    def remove(self, agent_id: str) -> AgentNode:
+        node = self.get(agent_id)
+        assert not node.children, f"agent {agent_id} removed while it has children"
+        del self._siblings_of(node.parent_id)[node.name]
+        del self._nodes[agent_id]
+        del self._by_session[node.session_id]
+        return node
+
+    def _siblings_of(self, parent_id: str | None) -> dict[str, str]:
+        if parent_id is None:
+            return self._roots
+        return self.get(parent_id).children
+
+    def name_taken(self, parent_id: str | None, name: str) -> bool:
+        return name in self._siblings_of(parent_id)
+
+    def get(self, agent_id: str) -> AgentNode:
+        try:
+            return self._nodes[agent_id]
+        except KeyError:
+            raise AgentNotFoundError(f"no live agent {agent_id!r}") from None
+
+    def by_session(self, session_id: str) -> AgentNode | None:
+        agent_id = self._by_session.get(session_id)
+        return None if agent_id is None else self._nodes[agent_id]
+
+    def __contains__(self, agent_id: object) -> bool:
+        return agent_id in self._nodes
+
+    def __len__(self) -> int:
+        return len(self._nodes)
+
+    def resolve(self, ref: str) -> AgentNode:
+        """An agent by id or by path (``alpha/worker``)."""
+        if ref in self._nodes:
+            return self._nodes[ref]
+        parts = [p for p in ref.split("/") if p]
+        if not parts:
+            raise AgentNotFoundError(f"no live agent {ref!r}")
+        agent_id = self._roots.get(parts[0])
+        for part in parts[1:]:
+            if agent_id is None:
+                break
+            agent_id = self._nodes[agent_id].children.get(part)
+        if agent_id is None:
+            raise AgentNotFoundError(
+                f"no live agent {ref!r}; `substrat agent list` shows the live ones"
+            )
+        return self._nodes[agent_id]
+
+    def path(self, agent_id: str) -> str:
+        names: list[str] = []
+        node: AgentNode | None = self.get(agent_id)
+        while node is not None:
+            names.append(node.name)
+            node = None if node.parent_id is None else self._nodes[node.parent_id]
+        return "/".join(reversed(names))
+
+    def roots(self) -> list[AgentNode]:
+        return [self._nodes[i] for _, i in sorted(self._roots.items())]
+
+    def children(self, agent_id: str) -> list[AgentNode]:
+        return [self._nodes[i] for _, i in sorted(self.get(agent_id).children.items())]
+
+    def siblings(self, agent_id: str) -> list[AgentNode]:
+        node = self.get(agent_id)
+        group = self._siblings_of(node.parent_id)
+        return [self._nodes[i] for n, i in sorted(group.items()) if i != agent_id]
+
+    def walk(self) -> Iterator[AgentNode]:
+        """Every live agent, parents before children, siblings by name."""
+        stack = list(reversed(self.roots()))
+        while stack:
+            node = stack.pop()
+            yield node
+            stack.extend(reversed(self.children(node.agent_id)))
+
+    def subtree_leaves_first(self, agent_id: str) -> list[AgentNode]:
+        order: list[AgentNode] = []
+
+        def visit(node: AgentNode) -> None:
+            for child in self.children(node.agent_id):
+                visit(child)
+            order.append(node)
+
+        visit(self.get(agent_id))
+        return order
+
+    def check(self) -> None:
+        """Assert the tree's invariants (no dangling parents, indexes in sync)."""
+        for node in self._nodes.values():
+            if node.parent_id is not None:
+                parent = self._nodes[node.parent_id]
+                assert parent.children.get(node.name) == node.agent_id
+            else:
+                assert self._roots.get(node.name) == node.agent_id
+            for name, child_id in node.children.items():
+                assert self._nodes[child_id].parent_id == node.agent_id
+                assert self._nodes[child_id].name == name
+        assert len(self._by_session) == len(self._nodes)

@@ -1,0 +1,706 @@
+"""The orchestrator: trees of agents, their turns and their messages.
+
+Every operation is durable before it is acknowledged:
+
+* ``create_root``: the record is written, then ``session.created`` and
+  ``agent.created`` are logged; the latter is the commit point.
+* ``run_turn``: ``turn.start`` is logged before the provider is called;
+  ``turn.complete`` carries everything the turn's tool calls staged and is
+  the commit point; the effects (children, messages, terminations, consumed
+  messages) are applied after it, and recovery rolls them forward if a crash
+  cut that short.
+* ``terminate``: ``agent.terminated`` on the target (listing its subtree) is
+  the commit point; the subtree follows, leaves first.
+
+Recovery (``substrat.recovery``) rebuilds all of this from the logs when the
+orchestrator is opened.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from substrat import events, recovery
+from substrat.agents import (
+    USER,
+    AgentNode,
+    AgentState,
+    AgentTree,
+    InboxRegistry,
+    MessageEnvelope,
+    validate_name,
+)
+from substrat.errors import (
+    AgentBusyError,
+    AgentError,
+    HasChildrenError,
+    NameCollisionError,
+    ProviderError,
+)
+from substrat.eventlog import Clock, read_log, utc_now_iso
+from substrat.logs import LogPool
+from substrat.multiplexer import Multiplexer, stop_later
+from substrat.providers.base import ProviderSession, TurnRecord
+from substrat.providers.registry import ProviderRegistry, default_registry
+from substrat.scheduler import ChunkSink, TurnScheduler
+from substrat.session import Session, SessionState, SessionStore
+from substrat.tools import AgentToolContext, TurnEffects, render_messages
+
+MAX_PROMPT_CHARS = 256 * 1024
+MAX_WAKE_TURNS = 10_000
+DEFAULT_SLOTS = 8
+
+Listener = Callable[[str, dict[str, Any]], None]
+
+
+def uuid_hex() -> str:
+    return uuid.uuid4().hex
+
+
+@dataclass
+class AgentInfo:
+    agent_id: str
+    session_id: str
+    name: str
+    parent_id: str | None
+    path: str
+    state: AgentState
+    provider: str
+    model: str
+    instructions: str
+    children: list[str]
+    pending_messages: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "agent_id": self.agent_id,
+            "session_id": self.session_id,
+            "name": self.name,
+            "parent_id": self.parent_id,
+            "path": self.path,
+            "state": self.state.value,
+            "provider": self.provider,
+            "model": self.model,
+            "instructions": self.instructions,
+            "children": list(self.children),
+            "pending_messages": self.pending_messages,
+        }
+
+
+@dataclass
+class TurnResult:
+    agent_id: str
+    turn_id: str
+    response: str
+    spawned: list[str] = field(default_factory=list)
+    messages_sent: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "agent_id": self.agent_id,
+            "turn_id": self.turn_id,
+            "response": self.response,
+            "spawned": list(self.spawned),
+            "messages_sent": list(self.messages_sent),
+        }
+
+
+class Orchestrator:
+    """Runs a root of agents. Create it with :meth:`open`, which recovers first."""
+
+    def __init__(
+        self,
+        root: str | Path,
+        *,
+        registry: ProviderRegistry | None = None,
+        slots: int = DEFAULT_SLOTS,
+        clock: Clock | None = None,
+        new_id: Callable[[], str] | None = None,
+    ) -> None:
+        self.root = Path(root)
+        self.registry = registry if registry is not None else default_registry()
+        self.clock: Clock = clock or utc_now_iso
+        self.new_id: Callable[[], str] = new_id or uuid_hex
+        self.store = SessionStore(self.root)
+        self.logs = LogPool(self.store, clock=self.clock)
+        self.tree = AgentTree()
+        self.inboxes = InboxRegistry()
+        self.scheduler = TurnScheduler()
+        self.mux = Multiplexer(slots, self._load_session, self._save_session)
+        self.sessions: dict[str, Session] = {}
+        self.turn_counts: dict[str, int] = {}
+        self.last_complete_seq: dict[str, int] = {}
+        self._contexts: dict[str, AgentToolContext] = {}
+        self._listeners: list[Listener] = []
+        self.recovery_report: recovery.RecoveryReport | None = None
+        self.closed = False
+
+    @classmethod
+    async def open(cls, root: str | Path, **kwargs: Any) -> Orchestrator:
+        """Open a root: recover everything the logs hold, then serve."""
+        orch = cls(root, **kwargs)
+        orch.recovery_report = await recovery.recover(orch)
+        return orch
+
+    async def close(self) -> None:
+        """Clean shutdown: suspend live sessions (blobs saved) and close the logs."""
+        if self.closed:
+            return
+        await self.mux.suspend_all()
+        self.logs.close_all()
+        self.closed = True
+
+    # -- notifications -----------------------------------------------------
+
+    def subscribe(self, callback: Listener) -> Callable[[], None]:
+        self._listeners.append(callback)
+
+        def unsubscribe() -> None:
+            if callback in self._listeners:
+                self._listeners.remove(callback)
+
+        return unsubscribe
+
+    def emit(self, kind: str, payload: dict[str, Any]) -> None:
+        for listener in list(self._listeners):
+            try:
+                listener(kind, payload)
+            except Exception:  # a broken subscriber must not break a turn
+                pass
+
+    # -- queries -------------------------------------------------------------
+
+    def _info(self, node: AgentNode) -> AgentInfo:
+        return AgentInfo(
+            agent_id=node.agent_id,
+            session_id=node.session_id,
+            name=node.name,
+            parent_id=node.parent_id,
+            path=self.tree.path(node.agent_id),
+            state=node.state,
+            provider=node.provider,
+            model=node.model,
+            instructions=node.instructions,
+            children=[c.agent_id for c in self.tree.children(node.agent_id)],
+            pending_messages=len(self.inboxes.inbox(node.agent_id)),
+        )
+
+    def get(self, agent: str) -> AgentInfo:
+        return self._info(self.tree.resolve(agent))
+
+    def agents(self) -> list[AgentInfo]:
+        return [self._info(node) for node in self.tree.walk()]
+
+    def tree_view(self) -> list[dict[str, Any]]:
+        def branch(node: AgentNode) -> dict[str, Any]:
+            return {
+                "agent": self._info(node).to_dict(),
+                "children": [branch(c) for c in self.tree.children(node.agent_id)],
+            }
+
+        return [branch(root) for root in self.tree.roots()]
+
+    def inspect(self, agent: str, *, recent_turns: int = 5) -> dict[str, Any]:
+        node = self.tree.resolve(agent)
+        history = self.history(node.agent_id)
+        return {
+            "agent": self._info(node).to_dict(),
+            "inbox": [m.to_dict() for m in self.inboxes.inbox(node.agent_id).all()],
+            "turns": len(history),
+            "recent_turns": [
+                {"turn_id": t.turn_id, "prompt": t.prompt, "response": t.response}
+                for t in history[-recent_turns:]
+            ],
+            "lost_turn": node.lost_turn,
+            "waiting_on": dict(node.waiting_on),
+            "live": self.mux.is_live(node.agent_id),
+        }
+
+    def history(self, agent: str) -> list[TurnRecord]:
+        """The agent's conversation, rebuilt from its log (completed turns only)."""
+        node = self.tree.resolve(agent)
+        return conversation_from_log(self.logs.path(node.session_id))
+
+    def describe_endpoint(self, endpoint: str) -> str:
+        if endpoint == USER:
+            return USER
+        if endpoint in self.tree:
+            return self.tree.path(endpoint)
+        return endpoint
+
+    @property
+    def busy_turns(self) -> int:
+        return self.scheduler.busy_count
+
+    # -- the user's inbox -----------------------------------------------------
+
+    def user_inbox(self) -> list[MessageEnvelope]:
+        """Messages for the user, oldest first (not removed: see :meth:`ack_user_messages`)."""
+        return self.inboxes.inbox(USER).all()
+
+    def ack_user_messages(self, message_ids: list[str]) -> list[str]:
+        """Mark messages the user has received as delivered (one durable entry)."""
+        inbox = self.inboxes.inbox(USER)
+        present = [m for m in message_ids if m in inbox]
+        if present:
+            self.logs.get(USER).log(events.MESSAGE_DELIVERED, {"message_ids": present})
+            inbox.remove(present)
+            self.emit("message.delivered", {"recipient": USER, "message_ids": present})
+        return present
+
+    async def collect_user_inbox(self) -> list[MessageEnvelope]:
+        """Read and acknowledge the user's messages in one go (in-process callers)."""
+        messages = self.user_inbox()
+        self.ack_user_messages([m.message_id for m in messages])
+        return messages
+
+    # -- creating agents --------------------------------------------------------
+
+    async def create_root(
+        self,
+        name: str,
+        instructions: str = "",
+        *,
+        provider: str = "scripted",
+        model: str | None = None,
+    ) -> AgentInfo:
+        validate_name(name)
+        if self.tree.name_taken(None, name):
+            raise NameCollisionError(f"a root agent named {name!r} exists; pick another name")
+        backend = self.registry.get(provider)
+        model = model or backend.default_model
+        node = AgentNode(
+            agent_id=self.new_id(),
+            session_id=self.new_id(),
+            name=name,
+            parent_id=None,
+            instructions=instructions,
+            provider=provider,
+            model=model,
+        )
+        context = self._context(node)
+        live = await backend.create(model, instructions, context)
+        session = Session(node.session_id, provider, model, agent_id=node.agent_id)
+        self.store.save(session)
+        self.sessions[node.session_id] = session
+        self._log_creation(node, parent_session_id=None)
+        self.tree.add(node)
+        self.turn_counts[node.agent_id] = 0
+        await self.mux.admit(node, live)
+        self.store.transition(session, SessionState.ACTIVE)
+        self.emit("agent.created", self._info(node).to_dict())
+        return self._info(node)
+
+    def _log_creation(self, node: AgentNode, parent_session_id: str | None) -> None:
+        log = self.logs.get(node.session_id)
+        log.log(
+            events.SESSION_CREATED,
+            {"provider": node.provider, "model": node.model, "system_prompt": node.instructions},
+        )
+        log.log(
+            events.AGENT_CREATED,
+            {
+                "agent_id": node.agent_id,
+                "name": node.name,
+                "parent_session_id": parent_session_id,
+                "instructions": node.instructions,
+            },
+        )
+
+    def materialize_child(self, spawn: dict[str, Any], parent: AgentNode) -> AgentNode | None:
+        """Create a child staged by a committed turn; a no-op if it exists already."""
+        if spawn["agent_id"] in self.tree:
+            return None
+        node = AgentNode(
+            agent_id=spawn["agent_id"],
+            session_id=spawn["session_id"],
+            name=spawn["name"],
+            parent_id=parent.agent_id,
+            instructions=spawn["instructions"],
+            provider=spawn["provider"],
+            model=spawn["model"],
+        )
+        session = self.sessions.get(node.session_id)
+        if session is None:
+            session = Session(node.session_id, node.provider, node.model, agent_id=node.agent_id)
+            self.store.save(session)
+            self.sessions[node.session_id] = session
+        self._log_creation(node, parent_session_id=parent.session_id)
+        self.tree.add(node)
+        self.turn_counts[node.agent_id] = 0
+        self.emit("agent.created", self._info(node).to_dict())
+        return node
+
+    def _context(self, node: AgentNode) -> AgentToolContext:
+        context = self._contexts.get(node.agent_id)
+        if context is None:
+            context = self._contexts[node.agent_id] = AgentToolContext(self, node)
+        return context
+
+    def log_provider_note(self, node: AgentNode, event: str, data: dict[str, Any]) -> None:
+        self.logs.get(node.session_id).log(event, data)
+
+    # -- sessions: restore and suspend (called by the multiplexer) ----------------
+
+    async def _load_session(self, node: AgentNode) -> ProviderSession:
+        session = self.sessions[node.session_id]
+        backend = self.registry.get(node.provider)
+        context = self._context(node)
+        current = session.state_seq >= self.last_complete_seq.get(node.agent_id, 0)
+        blob = session.provider_state if current else b""
+        source = "blob" if blob else "log"
+        live: ProviderSession | None = None
+        if blob:
+            try:
+                live = await backend.restore(
+                    blob, [], model=node.model, system_prompt=node.instructions, context=context
+                )
+            except Exception:
+                source, live = "log", None
+        if live is None:
+            history = conversation_from_log(self.logs.path(node.session_id))
+            if not history and session.state is SessionState.CREATED:
+                source = "new"
+                live = await backend.create(node.model, node.instructions, context)
+            else:
+                live = await backend.restore(
+                    b"",
+                    history,
+                    model=node.model,
+                    system_prompt=node.instructions,
+                    context=context,
+                )
+        self.logs.get(node.session_id).log(
+            events.SESSION_RESTORED,
+            {"provider": node.provider, "model": node.model, "source": source},
+        )
+        self.store.transition(session, SessionState.ACTIVE)
+        return live
+
+    async def _save_session(self, node: AgentNode, live: ProviderSession) -> None:
+        session = self.sessions[node.session_id]
+        log = self.logs.get(node.session_id)
+        try:
+            blob = await live.suspend()
+            error = None
+        except Exception as exc:  # the blob is only a fast path: the log has it all
+            blob, error = b"", f"{type(exc).__name__}: {exc}"
+        session.provider_state = blob
+        session.state_seq = log.last_seq
+        self.store.transition(session, SessionState.SUSPENDED)
+        data: dict[str, Any] = {"state_size": len(blob)}
+        if error:
+            data["error"] = error
+        log.log(events.SUSPEND_RESULT, data)
+        try:
+            await live.stop()
+        except Exception:
+            pass
+
+    async def evict(self, agent: str) -> bool:
+        """Suspend the agent's live session now (as an LRU eviction would)."""
+        return await self.mux.evict(self.tree.resolve(agent))
+
+    # -- turns ----------------------------------------------------------------
+
+    async def run_turn(
+        self, agent: str, prompt: str, *, on_chunk: ChunkSink | None = None
+    ) -> TurnResult:
+        """Run one turn of ``agent`` with ``prompt``; returns once it is committed."""
+        if not isinstance(prompt, str):
+            raise TypeError("prompt must be a string")
+        if len(prompt) > MAX_PROMPT_CHARS:
+            raise ValueError(f"prompt is over {MAX_PROMPT_CHARS} characters")
+        node = self.tree.resolve(agent)
+        return await self._turn(node, prompt, [], on_chunk)
+
+    async def _turn(
+        self,
+        node: AgentNode,
+        prompt: str,
+        consumed: list[MessageEnvelope],
+        on_chunk: ChunkSink | None,
+    ) -> TurnResult:
+        if node.state is AgentState.TERMINATED:
+            raise AgentError(f"agent {node.name} is terminated")
+        self.scheduler.claim(node.session_id)
+        previous_state = node.state
+        node.state = AgentState.BUSY
+        number = self.turn_counts.get(node.agent_id, 0) + 1
+        self.turn_counts[node.agent_id] = number
+        effects = TurnEffects(turn_id=f"t{number}")
+        effects.consumed.extend(consumed)
+        effects.delivered.extend(m.message_id for m in consumed)
+        if node.lost_turn is not None:
+            prompt = recovery.lost_turn_notice(node.lost_turn) + prompt
+        context = self._context(node)
+        inbox = self.inboxes.inbox(node.agent_id)
+        self.emit("turn.started", {"agent_id": node.agent_id, "turn_id": effects.turn_id})
+        try:
+            live = await self.mux.acquire(node)
+        except BaseException:
+            self.scheduler.release(node.session_id)
+            node.state = previous_state
+            inbox.release(effects.turn_id)
+            raise
+        context.effects = effects
+        try:
+            outcome = await self.scheduler.run(
+                self.logs.get(node.session_id),
+                live,
+                effects.turn_id,
+                prompt,
+                commit=lambda response, _t: self._stage_commit(node, effects, response),
+                on_chunk=on_chunk,
+            )
+        except Exception as exc:
+            self.mux.discard(node)
+            inbox.release(effects.turn_id)
+            node.state = AgentState.WAITING if node.waiting_on else AgentState.IDLE
+            self.emit(
+                "turn.failed",
+                {"agent_id": node.agent_id, "turn_id": effects.turn_id, "error": str(exc)},
+            )
+            raise
+        finally:
+            context.effects = None
+            self.scheduler.release(node.session_id)
+            self.mux.release(node)
+        self.last_complete_seq[node.agent_id] = outcome.complete_seq
+        node.lost_turn = None
+        self.apply_effects(node, effects.to_dict())
+        self.emit(
+            "turn.completed",
+            {"agent_id": node.agent_id, "turn_id": effects.turn_id, "response": outcome.response},
+        )
+        return TurnResult(
+            agent_id=node.agent_id,
+            turn_id=effects.turn_id,
+            response=outcome.response,
+            spawned=[s["agent_id"] for s in effects.spawns],
+            messages_sent=[m["message_id"] for m in effects.messages],
+        )
+
+    def _stage_commit(self, node: AgentNode, effects: TurnEffects, response: str) -> dict[str, Any]:
+        """Add replies to consumed requests; returns the effects for ``turn.complete``."""
+        if node.state is AgentState.TERMINATED:
+            raise AgentError(f"agent {node.name} was terminated during its turn")
+        for message in effects.consumed:
+            if message.kind == "request" and (
+                message.sender == USER or message.sender in self.tree
+            ):
+                effects.messages.append(
+                    MessageEnvelope(
+                        message_id=self.new_id(),
+                        sender=node.agent_id,
+                        recipient=message.sender,
+                        kind="reply",
+                        payload=response,
+                        timestamp=self.clock(),
+                        reply_to=message.message_id,
+                        metadata={"turn_id": effects.turn_id},
+                    ).to_dict()
+                )
+        return {"effects": effects.to_dict()}
+
+    def apply_effects(self, node: AgentNode, effects: dict[str, Any]) -> None:
+        """Apply a committed turn's effects; each step is a no-op if already done."""
+        for spawn in effects.get("spawns", []):
+            self.materialize_child(spawn, node)
+        for data in effects.get("messages", []):
+            self.enqueue(MessageEnvelope.from_dict(data))
+        delivered = list(effects.get("delivered", []))
+        if delivered:
+            inbox = self.inboxes.inbox(node.agent_id)
+            still_here = [m for m in delivered if m in inbox]
+            if still_here:
+                self.logs.get(node.session_id).log(
+                    events.MESSAGE_DELIVERED, {"message_ids": still_here}
+                )
+                inbox.remove(still_here)
+                self.emit(
+                    "message.delivered", {"recipient": node.agent_id, "message_ids": still_here}
+                )
+        if node.agent_id in self.tree:
+            for data in effects.get("messages", []):
+                if (
+                    data["kind"] == "request"
+                    and data["recipient"] in self.tree
+                    and not self._reply_arrived(node, data["message_id"])
+                ):
+                    node.waiting_on[data["message_id"]] = data["recipient"]
+        for agent_id in effects.get("terminations", []):
+            if agent_id in self.tree:
+                self.terminate_now(agent_id)
+        if node.state is not AgentState.TERMINATED and node.agent_id in self.tree:
+            node.state = AgentState.WAITING if node.waiting_on else AgentState.IDLE
+
+    def _reply_arrived(self, node: AgentNode, request_id: str) -> bool:
+        return any(m.reply_to == request_id for m in self.inboxes.inbox(node.agent_id).all())
+
+    def enqueue(self, message: MessageEnvelope) -> bool:
+        """Log a message to its recipient's log, then deliver it; False if dropped."""
+        recipient = message.recipient
+        if recipient != USER and recipient not in self.tree:
+            return False  # the recipient was terminated: nobody left to read it
+        inbox = self.inboxes.inbox(recipient)
+        if message.message_id in inbox:
+            return True
+        session_id = USER if recipient == USER else self.tree.get(recipient).session_id
+        self.logs.get(session_id).log(events.MESSAGE_ENQUEUED, message.to_dict())
+        self.inboxes.deliver(message)
+        if message.kind == "reply" and recipient != USER and message.reply_to:
+            waiter = self.tree.get(recipient)
+            waiter.waiting_on.pop(message.reply_to, None)
+            if not waiter.waiting_on and waiter.state is AgentState.WAITING:
+                waiter.state = AgentState.IDLE
+        self.emit("message.enqueued", message.to_dict())
+        return True
+
+    # -- the wake loop ------------------------------------------------------------
+
+    def next_to_wake(self) -> AgentNode | None:
+        """The idle agent holding the oldest pending message, if any."""
+        best: tuple[int, AgentNode] | None = None
+        for endpoint in self.inboxes.endpoints():
+            if endpoint == USER or endpoint not in self.tree:
+                continue
+            node = self.tree.get(endpoint)
+            if node.state in (AgentState.BUSY, AgentState.TERMINATED):
+                continue
+            order = self.inboxes.inbox(endpoint).oldest_pending_order()
+            if order is not None and (best is None or order < best[0]):
+                best = (order, node)
+        return None if best is None else best[1]
+
+    async def wake(self, node: AgentNode) -> TurnResult | None:
+        """Run one turn of ``node`` on everything in its inbox."""
+        inbox = self.inboxes.inbox(node.agent_id)
+        messages = inbox.pending()
+        if not messages:
+            return None
+        claim_id = f"wake-{self.turn_counts.get(node.agent_id, 0) + 1}"
+        inbox.claim(claim_id)
+        try:
+            return await self._turn(node, render_messages(self, messages), messages, None)
+        finally:
+            inbox.release(claim_id)
+
+    async def run_pending(self, *, max_turns: int = 100) -> int:
+        """Run agents that have pending messages until none do, or ``max_turns``."""
+        if not 0 <= max_turns <= MAX_WAKE_TURNS:
+            raise ValueError(f"max_turns must be between 0 and {MAX_WAKE_TURNS}")
+        turns = 0
+        while turns < max_turns:
+            node = self.next_to_wake()
+            if node is None:
+                break
+            try:
+                await self.wake(node)
+            except ProviderError as exc:
+                self._report_failure(node, exc)
+            turns += 1
+        return turns
+
+    def _report_failure(self, node: AgentNode, exc: Exception) -> None:
+        """A woken agent's turn failed: tell its parent (or the user)."""
+        target = node.parent_id or USER
+        self.enqueue(
+            MessageEnvelope(
+                message_id=self.new_id(),
+                sender=node.agent_id,
+                recipient=target,
+                kind="error",
+                payload=f"agent {self.tree.path(node.agent_id)} failed a turn: {exc}",
+                timestamp=self.clock(),
+            )
+        )
+
+    async def resume_roots(self) -> list[TurnResult]:
+        """Give every root agent that lost a turn in a crash a turn to pick up again."""
+        results = []
+        for node in self.tree.roots():
+            if node.lost_turn is not None and node.state is not AgentState.BUSY:
+                results.append(await self._turn(node, recovery.RESUME_PROMPT, [], None))
+        return results
+
+    # -- termination ---------------------------------------------------------------
+
+    async def terminate(self, agent: str, *, cascade: bool = False) -> list[str]:
+        """Terminate an agent. One with live children needs ``cascade=True``.
+
+        Returns the terminated agent ids, leaves first.
+        """
+        node = self.tree.resolve(agent)
+        if node.children and not cascade:
+            raise HasChildrenError(
+                f"agent {node.name} has {len(node.children)} live children; terminate them "
+                "first or pass cascade=True"
+            )
+        for member in self.tree.subtree_leaves_first(node.agent_id):
+            if member.state is AgentState.BUSY:
+                raise AgentBusyError(f"agent {member.name} is running a turn; retry when idle")
+        return self.terminate_now(node.agent_id)
+
+    def terminate_now(self, agent_id: str) -> list[str]:
+        order = self.tree.subtree_leaves_first(agent_id)
+        top = order[-1]
+        descendants = [n.agent_id for n in order[:-1]]
+        self.logs.get(top.session_id).log(
+            events.AGENT_TERMINATED, {"agent_id": top.agent_id, "cascade": descendants}
+        )
+        for node in order:
+            if node is not top:
+                self.logs.get(node.session_id).log(
+                    events.AGENT_TERMINATED, {"agent_id": node.agent_id, "by": top.agent_id}
+                )
+            self.forget(node)
+        return [n.agent_id for n in order]
+
+    def forget(self, node: AgentNode) -> None:
+        """Drop a terminated agent from memory and mark its record TERMINATED."""
+        live = self.mux.discard(node)
+        node.state = AgentState.TERMINATED
+        self.tree.remove(node.agent_id)
+        session = self.sessions.pop(node.session_id, None)
+        if session is not None and session.state is not SessionState.TERMINATED:
+            self.store.transition(session, SessionState.TERMINATED)
+        self.inboxes.drop(node.agent_id)
+        self.logs.close(node.session_id)
+        self._contexts.pop(node.agent_id, None)
+        if live is not None:
+            stop_later(live)
+        for other in self.tree.walk():
+            stale = [m for m, r in other.waiting_on.items() if r == node.agent_id]
+            for message_id in stale:
+                del other.waiting_on[message_id]
+            if stale and not other.waiting_on and other.state is AgentState.WAITING:
+                other.state = AgentState.IDLE
+        self.emit("agent.terminated", {"agent_id": node.agent_id, "name": node.name})
+
+
+def conversation_from_log(path: Path) -> list[TurnRecord]:
+    """Completed turns, in order, from an agent's log (damage is skipped)."""
+    read = read_log(path)
+    starts: dict[str, str] = {}
+    turns: list[TurnRecord] = []
+    for entry in read.entries:
+        event, data = entry.get("event"), entry.get("data") or {}
+        if event == events.TURN_START:
+            starts[str(data.get("turn_id"))] = str(data.get("prompt", ""))
+        elif event == events.TURN_COMPLETE:
+            turn_id = str(data.get("turn_id"))
+            if turn_id in starts:
+                turns.append(
+                    TurnRecord(
+                        turn_id,
+                        starts.pop(turn_id),
+                        str(data.get("response", "")),
+                        list(data.get("transcript") or []),
+                    )
+                )
+    return turns

@@ -1,0 +1,98 @@
+"""The turn scheduler: one turn at a time per session, logged around the provider call.
+
+``turn.start`` is durable before the provider is called. ``turn.complete``
+(the commit record, carrying the turn's staged effects) is written only after
+the provider answered in full. A provider that raises, or a stream cut
+halfway, is logged as ``turn.failed`` and never as complete.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from substrat import events
+from substrat.errors import AgentBusyError, ProviderError
+from substrat.eventlog import EventLog
+from substrat.providers.base import ProviderSession
+
+MAX_RESPONSE_CHARS = 4 * 1024 * 1024
+MAX_ERROR_CHARS = 2000
+
+ChunkSink = Callable[[str], Awaitable[None] | None]
+
+
+@dataclass
+class TurnOutcome:
+    response: str
+    transcript: list[dict[str, Any]]
+    complete_seq: int
+
+
+class TurnScheduler:
+    """Runs turns; the lock per session makes a second concurrent turn fail fast."""
+
+    def __init__(self) -> None:
+        self._busy: set[str] = set()
+
+    def is_busy(self, session_id: str) -> bool:
+        return session_id in self._busy
+
+    @property
+    def busy_count(self) -> int:
+        return len(self._busy)
+
+    def claim(self, session_id: str) -> None:
+        if session_id in self._busy:
+            raise AgentBusyError(f"session {session_id} is already running a turn")
+        self._busy.add(session_id)
+
+    def release(self, session_id: str) -> None:
+        self._busy.discard(session_id)
+
+    async def run(
+        self,
+        log: EventLog,
+        session: ProviderSession,
+        turn_id: str,
+        prompt: str,
+        *,
+        commit: Callable[[str, list[dict[str, Any]]], dict[str, Any]],
+        on_chunk: ChunkSink | None = None,
+    ) -> TurnOutcome:
+        """Run one turn on a claimed session.
+
+        ``commit(response, transcript)`` returns the extra fields of the
+        ``turn.complete`` entry (the staged effects); it runs after the
+        provider answered and before the entry is written.
+        """
+        log.log(events.TURN_START, {"turn_id": turn_id, "prompt": prompt})
+        chunks: list[str] = []
+        size = 0
+        try:
+            async for chunk in session.send(prompt):
+                if not isinstance(chunk, str):
+                    raise ProviderError(f"provider streamed {type(chunk).__name__}, not text")
+                size += len(chunk)
+                if size > MAX_RESPONSE_CHARS:
+                    raise ProviderError(f"response over {MAX_RESPONSE_CHARS} characters")
+                chunks.append(chunk)
+                if on_chunk is not None:
+                    maybe = on_chunk(chunk)
+                    if maybe is not None:
+                        await maybe
+            transcript = session.last_transcript()
+        except (Exception, asyncio.CancelledError) as exc:
+            reason = f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]
+            if not log.closed:
+                log.log(events.TURN_FAILED, {"turn_id": turn_id, "error": reason})
+            if isinstance(exc, ProviderError | asyncio.CancelledError):
+                raise
+            raise ProviderError(f"turn {turn_id} failed: {reason}") from exc
+        response = "".join(chunks)
+        data = {"turn_id": turn_id, "response": response, "transcript": transcript}
+        data.update(commit(response, transcript))
+        seq = log.log(events.TURN_COMPLETE, data)
+        return TurnOutcome(response, transcript, seq)

@@ -1,0 +1,311 @@
+"""Agent tools, and the effects a turn stages for its commit.
+
+A tool call never writes to disk. It stages an effect (a child to spawn, a
+message to send, a child to terminate, inbox messages consumed) on the turn's
+:class:`TurnEffects`; the orchestrator writes them all in the turn's
+``turn.complete`` entry (the commit point) and only then applies them. So a
+turn is all or nothing: a crash before the commit leaves no trace of its tool
+calls, and a crash after it is rolled forward by recovery.
+
+Every call carries an idempotency key (the provider's tool-call id, or a hash
+of caller, tool and arguments): a call repeated within a turn returns the
+first call's result and stages nothing new.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from substrat.agents import USER, AgentNode, AgentState, MessageEnvelope, validate_name
+from substrat.errors import AgentNotFoundError
+from substrat.providers.base import ToolSpec
+
+if TYPE_CHECKING:
+    from substrat.orchestrator import Orchestrator
+
+MAX_PAYLOAD_CHARS = 64 * 1024
+MAX_CHILDREN_PER_AGENT = 64
+MAX_CALLS_PER_TURN = 256
+MAX_INSTRUCTIONS_CHARS = 16 * 1024
+
+
+@dataclass
+class TurnEffects:
+    """What one turn will do when it commits (plain JSON once serialised)."""
+
+    turn_id: str
+    spawns: list[dict[str, Any]] = field(default_factory=list)
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    terminations: list[str] = field(default_factory=list)
+    delivered: list[str] = field(default_factory=list)
+    results: dict[str, str] = field(default_factory=dict)
+    consumed: list[MessageEnvelope] = field(default_factory=list)
+    calls: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "spawns": self.spawns,
+            "messages": self.messages,
+            "terminations": self.terminations,
+            "delivered": self.delivered,
+            "keys": sorted(self.results),
+        }
+
+
+TOOL_SPECS: list[ToolSpec] = [
+    ToolSpec(
+        "spawn_agent",
+        "Create a child agent. It starts after your turn ends.",
+        {
+            "type": "object",
+            "properties": {
+                "name": {"type": "string", "description": "unique among your children"},
+                "instructions": {"type": "string", "description": "the child's system prompt"},
+            },
+            "required": ["name"],
+        },
+    ),
+    ToolSpec(
+        "send_message",
+        "Send a message to 'user', 'parent', a child, a sibling, a path or an agent id. "
+        "With expect_reply the recipient's answer comes back to you as a message.",
+        {
+            "type": "object",
+            "properties": {
+                "recipient": {"type": "string"},
+                "text": {"type": "string"},
+                "expect_reply": {"type": "boolean"},
+            },
+            "required": ["recipient", "text"],
+        },
+    ),
+    ToolSpec(
+        "broadcast",
+        "Send a message to all your siblings (a root agent: to all its children).",
+        {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
+    ),
+    ToolSpec("check_inbox", "Read the messages waiting for you.", {"type": "object"}),
+    ToolSpec(
+        "inspect_agent",
+        "Show an agent's state, children and pending messages.",
+        {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]},
+    ),
+    ToolSpec("list_children", "List your children and their states.", {"type": "object"}),
+    ToolSpec(
+        "complete",
+        "Report your result to your parent (a root agent: to the user).",
+        {"type": "object", "properties": {"result": {"type": "string"}}, "required": ["result"]},
+    ),
+    ToolSpec(
+        "terminate",
+        "Terminate one of your children (and its whole subtree) after your turn ends.",
+        {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]},
+    ),
+]
+
+
+def idempotency_key(caller: str, tool: str, arguments: dict[str, Any], call_id: str) -> str:
+    if call_id:
+        return call_id
+    blob = json.dumps([caller, tool, arguments], sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:24]
+
+
+def render_messages(orch: Orchestrator, messages: list[MessageEnvelope]) -> str:
+    """Messages as prompt text: a header line each, then the payload."""
+    parts = []
+    for message in messages:
+        sender = orch.describe_endpoint(message.sender)
+        header = f"[{message.kind} {message.message_id} from {sender}"
+        if message.reply_to:
+            header += f", replying to {message.reply_to}"
+        parts.append(header + "]\n" + message.payload)
+    return "\n".join(parts)
+
+
+class ToolError(Exception):
+    """A refused call; its text goes back to the model as the tool result."""
+
+
+class AgentToolContext:
+    """The :class:`~substrat.providers.base.AgentContext` of one agent.
+
+    Stable for the agent's lifetime (providers keep it); ``effects`` is swapped
+    in for each turn.
+    """
+
+    def __init__(self, orch: Orchestrator, node: AgentNode) -> None:
+        self._orch = orch
+        self._node = node
+        self.effects: TurnEffects | None = None
+
+    @property
+    def session_id(self) -> str:
+        return self._node.session_id
+
+    @property
+    def agent_name(self) -> str:
+        return self._node.name
+
+    def tool_specs(self) -> list[ToolSpec]:
+        return list(TOOL_SPECS)
+
+    def note(self, event: str, data: dict[str, Any]) -> None:
+        self._orch.log_provider_note(self._node, event, data)
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], call_id: str) -> str:
+        effects = self.effects
+        if effects is None:
+            return "error: tools can only be called during a turn"
+        key = idempotency_key(self._node.agent_id, name, arguments, call_id)
+        if key in effects.results:
+            return effects.results[key]
+        if effects.calls >= MAX_CALLS_PER_TURN:
+            return f"error: more than {MAX_CALLS_PER_TURN} tool calls in one turn"
+        effects.calls += 1
+        handler = getattr(self, f"_tool_{name}", None)
+        if handler is None:
+            result = f"error: unknown tool {name!r}"
+        else:
+            try:
+                result = handler(effects, **arguments)
+            except TypeError as exc:
+                result = f"error: bad arguments for {name}: {exc}"
+            except (ToolError, ValueError, AgentNotFoundError) as exc:
+                result = f"error: {exc}"
+        effects.results[key] = result
+        return result
+
+    # -- helpers ---------------------------------------------------------
+
+    def _resolve(self, effects: TurnEffects, ref: str) -> str:
+        """An endpoint id for ``ref``, relative to this agent; children staged this turn count."""
+        orch, node = self._orch, self._node
+        if ref == USER:
+            return USER
+        if ref == "parent":
+            return node.parent_id or USER
+        for spawn in effects.spawns:
+            if spawn["name"] == ref:
+                return str(spawn["agent_id"])
+        if ref in node.children:
+            return node.children[ref]
+        if node.parent_id is not None:
+            parent = orch.tree.get(node.parent_id)
+            if ref in parent.children:
+                return parent.children[ref]
+        return orch.tree.resolve(ref).agent_id
+
+    def _text(self, text: object) -> str:
+        if not isinstance(text, str):
+            raise ToolError("text must be a string")
+        if len(text) > MAX_PAYLOAD_CHARS:
+            raise ToolError(f"message is over {MAX_PAYLOAD_CHARS} characters")
+        return text
+
+    def _stage_message(
+        self,
+        effects: TurnEffects,
+        recipient: str,
+        kind: str,
+        text: str,
+        reply_to: str | None = None,
+    ) -> str:
+        if recipient == self._node.agent_id:
+            raise ToolError("an agent cannot message itself")
+        message = MessageEnvelope(
+            message_id=self._orch.new_id(),
+            sender=self._node.agent_id,
+            recipient=recipient,
+            kind=kind,
+            payload=text,
+            timestamp=self._orch.clock(),
+            reply_to=reply_to,
+            metadata={"turn_id": effects.turn_id},
+        )
+        effects.messages.append(message.to_dict())
+        return message.message_id
+
+    # -- tools -----------------------------------------------------------
+
+    def _tool_spawn_agent(self, effects: TurnEffects, name: str, instructions: str = "") -> str:
+        validate_name(name)
+        if not isinstance(instructions, str) or len(instructions) > MAX_INSTRUCTIONS_CHARS:
+            raise ToolError(f"instructions must be a string of at most {MAX_INSTRUCTIONS_CHARS}")
+        node = self._node
+        staged = {s["name"] for s in effects.spawns}
+        if name in node.children or name in staged:
+            raise ToolError(f"you already have a child named {name!r}")
+        if len(node.children) + len(staged) >= MAX_CHILDREN_PER_AGENT:
+            raise ToolError(f"at most {MAX_CHILDREN_PER_AGENT} children per agent")
+        agent_id = self._orch.new_id()
+        effects.spawns.append(
+            {
+                "agent_id": agent_id,
+                "session_id": self._orch.new_id(),
+                "name": name,
+                "instructions": instructions,
+                "provider": node.provider,
+                "model": node.model,
+            }
+        )
+        return f"spawned {name} ({agent_id}); it starts when this turn ends"
+
+    def _tool_send_message(
+        self, effects: TurnEffects, recipient: str, text: str, expect_reply: bool = False
+    ) -> str:
+        target = self._resolve(effects, recipient)
+        kind = "request" if expect_reply else "notification"
+        message_id = self._stage_message(effects, target, kind, self._text(text))
+        suffix = "; the reply will come to your inbox" if expect_reply else ""
+        return f"sent {message_id} to {self._orch.describe_endpoint(target)}{suffix}"
+
+    def _tool_broadcast(self, effects: TurnEffects, text: str) -> str:
+        node, tree = self._node, self._orch.tree
+        if node.parent_id is None:
+            targets = [c.agent_id for c in tree.children(node.agent_id)]
+        else:
+            targets = [s.agent_id for s in tree.siblings(node.agent_id)]
+        payload = self._text(text)
+        for target in targets:
+            self._stage_message(effects, target, "broadcast", payload)
+        return f"broadcast to {len(targets)} agents"
+
+    def _tool_check_inbox(self, effects: TurnEffects) -> str:
+        taken = self._orch.inboxes.inbox(self._node.agent_id).claim(effects.turn_id)
+        effects.consumed.extend(taken)
+        effects.delivered.extend(m.message_id for m in taken)
+        if not taken:
+            return "inbox empty"
+        return render_messages(self._orch, taken)
+
+    def _tool_inspect_agent(self, effects: TurnEffects, name: str) -> str:
+        target = self._resolve(effects, name)
+        if target == USER:
+            return "user: the human operator"
+        return json.dumps(self._orch.get(target).to_dict(), sort_keys=True)
+
+    def _tool_list_children(self, effects: TurnEffects) -> str:
+        children = self._orch.tree.children(self._node.agent_id)
+        listed = [f"{c.name} ({c.state.value})" for c in children]
+        listed += [f"{s['name']} (starting)" for s in effects.spawns]
+        return ", ".join(listed) if listed else "no children"
+
+    def _tool_complete(self, effects: TurnEffects, result: str) -> str:
+        target = self._node.parent_id or USER
+        message_id = self._stage_message(effects, target, "result", self._text(result))
+        return f"result {message_id} sent to {self._orch.describe_endpoint(target)}"
+
+    def _tool_terminate(self, effects: TurnEffects, name: str) -> str:
+        child_id = self._node.children.get(name)
+        if child_id is None:
+            raise ToolError(f"you have no live child named {name!r}")
+        if child_id in effects.terminations:
+            raise ToolError(f"{name} is already being terminated")
+        if self._orch.tree.get(child_id).state is AgentState.BUSY:
+            raise ToolError(f"{name} is running a turn; try again later")
+        effects.terminations.append(child_id)
+        return f"{name} will be terminated when this turn ends"
