@@ -44,6 +44,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 
+from faultfs.errors import FaultFSError
+
 LAZYFS_BIN_ENV = "LAZYFS_BIN"
 LAZYFS_PROGRAM = "lazyfs"
 FUSE_DEVICE = "/dev/fuse"
@@ -96,7 +98,7 @@ _LOG_CRASH_ACCEPTED = "received: VALID crash fault"
 _LOG_CRASH_REJECTED = "received: INVALID crash fault"
 
 
-class LazyFSError(Exception):
+class LazyFSError(FaultFSError):
     """LazyFS was found but did not do what was asked (mount, command, unmount)."""
 
 

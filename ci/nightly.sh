@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# Nightly fuzzing campaign: random seeds, the `nightly` profile, one shard of the stress suite.
+#
+# The corpus lives in .hypothesis/ (restored from the CI cache by the workflow, so
+# each night starts with everything earlier nights found) and, when
+# HYPOTHESIS_REDIS_URL is set, is shared with every other shard through Redis.
+#
+#   SHARD_INDEX             this shard, 0-based (default: 0)
+#   SHARD_COUNT             number of shards (default: 1 = everything)
+#   NIGHTLY_WORKERS         pytest-xdist workers (default: auto)
+#   NIGHTLY_TEST_TIMEOUT_S  per-test cap enforced by pytest-timeout (default: 3000)
+#   NIGHTLY_LOG_DIR         where the log and failure report go (default: nightly-logs)
+#   extra arguments are passed to pytest
+#
+# Sharding: the stress tests are collected once, in pytest's stable order, and
+# shard i takes every SHARD_COUNT-th test starting at i. On failure a markdown
+# report with the failing tests, the reproduction command and Hypothesis's
+# falsifying examples is written next to the log (the workflow files it as an issue).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+export HYPOTHESIS_PROFILE="${HYPOTHESIS_PROFILE:-nightly}"
+shard_index="${SHARD_INDEX:-0}"
+shard_count="${SHARD_COUNT:-1}"
+workers="${NIGHTLY_WORKERS:-auto}"
+timeout_s="${NIGHTLY_TEST_TIMEOUT_S:-3000}"
+log_dir="${NIGHTLY_LOG_DIR:-nightly-logs}"
+
+is_count() { [[ "$1" =~ ^[0-9]+$ ]]; }
+if ! is_count "$shard_index" || ! is_count "$shard_count" || [ "$shard_count" -lt 1 ] \
+    || [ "$shard_index" -ge "$shard_count" ]; then
+    echo "nightly: need 0 <= SHARD_INDEX < SHARD_COUNT, got SHARD_INDEX=$shard_index" \
+        "SHARD_COUNT=$shard_count" >&2
+    exit 2
+fi
+if ! is_count "$timeout_s" || [ "$timeout_s" -lt 1 ]; then
+    echo "nightly: NIGHTLY_TEST_TIMEOUT_S must be a positive number of seconds" >&2
+    exit 2
+fi
+
+mkdir -p "$log_dir"
+log="$log_dir/shard-$shard_index.log"
+report="$log_dir/report-shard-$shard_index.md"
+rm -f "$report"
+
+collected="$log_dir/collected-$shard_index.txt"
+collect_status=0
+python -m pytest tests/stress --run-stress --collect-only -q -p no:randomly >"$collected" \
+    || collect_status=$?
+if [ "$collect_status" -ne 0 ] && [ "$collect_status" -ne 5 ]; then
+    cat "$collected" >&2
+    echo "nightly: collecting tests/stress failed (pytest exit $collect_status)" >&2
+    exit "$collect_status"
+fi
+
+mapfile -t mine < <(grep '::' "$collected" \
+    | awk -v i="$shard_index" -v n="$shard_count" '(NR - 1) % n == i')
+total=$(grep -c '::' "$collected" || true)
+echo "nightly: profile=$HYPOTHESIS_PROFILE shard $shard_index/$shard_count runs ${#mine[@]}" \
+    "of $total stress tests; workers=$workers per-test timeout=${timeout_s}s"
+if [ "${#mine[@]}" -eq 0 ]; then
+    echo "nightly: nothing for this shard to run"
+    exit 0
+fi
+printf '%s\n' "${mine[@]}" >"$log_dir/shard-$shard_index.tests"
+
+status=0
+python -m pytest --run-stress -n "$workers" --timeout "$timeout_s" -rfEs "$@" "${mine[@]}" \
+    2>&1 | tee "$log" || status=${PIPESTATUS[0]}
+
+if [ "$status" -ne 0 ]; then
+    {
+        echo "## Nightly fuzzing failure: shard $shard_index of $shard_count"
+        echo
+        echo "- profile: \`$HYPOTHESIS_PROFILE\`, pytest exit status $status"
+        echo "- commit: \`$(git rev-parse HEAD 2>/dev/null || echo unknown)\`"
+        echo "- date (UTC): $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+        echo
+        echo "### Failed tests"
+        echo
+        grep -E '^(FAILED|ERROR) ' "$log" | sed -e 's/^/- /' || echo "- (see the log)"
+        echo
+        echo "### Reproduce"
+        echo
+        echo "With this run's .hypothesis/ corpus (the nightly cache), Hypothesis replays the"
+        echo "failing example first:"
+        echo
+        echo '```'
+        grep -E '^(FAILED|ERROR) ' "$log" | awk '{print $2}' | sort -u \
+            | sed -e "s/^/HYPOTHESIS_PROFILE=$HYPOTHESIS_PROFILE python -m pytest --run-stress '/" \
+                  -e "s/\$/'/" || true
+        echo '```'
+        echo
+        echo "### Falsifying examples"
+        echo
+        echo '```'
+        # Hypothesis attaches the example to the exception, so pytest prints it as "E   ..."
+        # lines; keep each block from "Falsifying example" to the end of those lines.
+        awk '
+            /Falsifying (explicit )?example/ { inblock = 1 }
+            /reproduce_failure/ { print; next }
+            inblock && !/^E / && !/Falsifying/ { inblock = 0; print "" }
+            inblock { print }
+        ' "$log" | head -c 50000
+        echo '```'
+    } >"$report"
+    echo "nightly: failure report written to $report"
+fi
+exit "$status"

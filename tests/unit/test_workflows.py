@@ -1,0 +1,276 @@
+"""The GitHub workflows parse, follow the Actions schema, and call ci/ scripts that exist.
+
+Also runs the ci/ scripts the workflows call on a throw-away project tree, to
+show that nightly sharding partitions the stress tests and that a failure
+leaves a report with the reproduction.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+WORKFLOWS_DIR = REPO / ".github" / "workflows"
+# A ci/ script named as a command word, e.g. `ci/tests.sh` or `./ci/nightly.sh --x`.
+CI_SCRIPT_REF = re.compile(r"(?<![\w./-])(?:\./)?(ci/[A-Za-z0-9_.-]+(?:/[A-Za-z0-9_.-]+)*)")
+SCRIPT_TIMEOUT_S = 120
+
+
+def _workflow_files() -> list[Path]:
+    return sorted([*WORKFLOWS_DIR.glob("*.yml"), *WORKFLOWS_DIR.glob("*.yaml")])
+
+
+def _load(path: Path) -> dict[str, Any]:
+    doc = yaml.safe_load(path.read_text())
+    assert isinstance(doc, dict), f"{path.name} is not a mapping"
+    return doc
+
+
+def _triggers(doc: dict[str, Any]) -> Any:
+    # YAML 1.1 (PyYAML) reads a bare `on` key as the boolean True.
+    return doc["on"] if "on" in doc else doc.get(True)
+
+
+def _steps(doc: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    for job_name, job in doc["jobs"].items():
+        for step in job.get("steps", []):
+            yield job_name, step
+
+
+def _runs(doc: dict[str, Any]) -> list[str]:
+    return [step["run"] for _, step in _steps(doc) if "run" in step]
+
+
+def test_workflows_exist_and_parse() -> None:
+    names = {path.name for path in _workflow_files()}
+    assert {"pr.yml", "nightly.yml"} <= names
+    for path in _workflow_files():
+        doc = _load(path)
+        assert _triggers(doc), f"{path.name} has no triggers"
+        assert doc.get("jobs"), f"{path.name} has no jobs"
+        for job_name, job in doc["jobs"].items():
+            assert "runs-on" in job, f"{path.name}: job {job_name} has no runs-on"
+            assert job.get("timeout-minutes"), f"{path.name}: job {job_name} is unbounded"
+            for step in job["steps"]:
+                assert ("run" in step) != ("uses" in step), f"{path.name}: {step}"
+
+
+def test_every_ci_script_a_workflow_calls_exists_and_is_executable() -> None:
+    referenced: set[str] = set()
+    for path in _workflow_files():
+        for run in _runs(_load(path)):
+            referenced.update(CI_SCRIPT_REF.findall(run))
+    assert {"ci/tests.sh", "ci/stress.sh", "ci/nightly.sh"} <= referenced
+    for script in sorted(referenced):
+        target = REPO / script
+        assert target.is_file(), f"a workflow runs {script}, which does not exist"
+        assert os.access(target, os.X_OK), f"{script} is not executable"
+        assert target.read_text().startswith("#!"), f"{script} has no shebang"
+
+
+def test_the_script_reference_pattern_finds_commands_not_lookalikes() -> None:
+    run = (
+        "ci/tests.sh\nbash ./ci/stress.sh -x\nHYPOTHESIS_PROFILE=ci ci/nightly.sh\necho magic/ci/x"
+    )
+    assert CI_SCRIPT_REF.findall(run) == ["ci/tests.sh", "ci/stress.sh", "ci/nightly.sh"]
+
+
+def test_every_ci_script_is_valid_bash() -> None:
+    scripts = sorted((REPO / "ci").glob("*.sh"))
+    assert scripts
+    for script in scripts:
+        result = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+        assert result.returncode == 0, f"{script.name}: {result.stderr}"
+
+
+def test_pr_gate_runs_the_tests_then_the_stress_suite_under_the_ci_profile() -> None:
+    doc = _load(WORKFLOWS_DIR / "pr.yml")
+    triggers = _triggers(doc)
+    assert "push" in triggers and "pull_request" in triggers
+    steps = [step for _, step in _steps(doc)]
+    runs = [step.get("run", "") for step in steps]
+    tests_at = next(i for i, run in enumerate(runs) if "ci/tests.sh" in run)
+    stress_at = next(i for i, run in enumerate(runs) if "ci/stress.sh" in run)
+    assert tests_at < stress_at
+    assert steps[stress_at]["env"]["HYPOTHESIS_PROFILE"] == "ci"
+
+
+def test_nightly_is_scheduled_sharded_cached_and_files_issues() -> None:
+    doc = _load(WORKFLOWS_DIR / "nightly.yml")
+    triggers = _triggers(doc)
+    assert triggers["schedule"][0]["cron"]
+    assert "workflow_dispatch" in triggers
+    assert doc["env"]["HYPOTHESIS_PROFILE"] == "nightly"
+
+    fuzz = doc["jobs"]["fuzz"]
+    shards = fuzz["strategy"]["matrix"]["shard"]
+    assert len(shards) > 1
+    assert shards == list(range(int(doc["env"]["SHARD_COUNT"])))
+    assert fuzz["strategy"]["fail-fast"] is False
+
+    steps = fuzz["steps"]
+    restore = next(s for s in steps if s.get("uses", "").startswith("actions/cache/restore"))
+    assert restore["with"]["path"] == ".hypothesis"
+    assert "github.ref_name" in restore["with"]["key"]
+    assert "steps.date.outputs.date" in restore["with"]["key"]
+    assert "hypothesis-${{ github.ref_name }}-" in restore["with"]["restore-keys"]
+    run = next(s for s in steps if "ci/nightly.sh" in s.get("run", ""))
+    assert run["env"]["SHARD_INDEX"] == "${{ matrix.shard }}"
+    assert "HYPOTHESIS_REDIS_URL" in run["env"]
+
+    corpus = doc["jobs"]["corpus"]
+    assert corpus["needs"] == "fuzz" and corpus["if"] == "always()"
+    save = next(s for s in corpus["steps"] if s.get("uses", "").startswith("actions/cache/save"))
+    assert save["with"]["key"] == restore["with"]["key"]
+
+    report = doc["jobs"]["report"]
+    assert report["if"] == "failure()"
+    assert report["permissions"]["issues"] == "write"
+    script = next(s for s in report["steps"] if "github-script" in s.get("uses", ""))
+    body = script["with"]["script"]
+    assert "issues.create(" in body and "issues.createComment(" in body
+    assert "report-shard-" in body
+
+
+def test_workflows_match_the_github_actions_schema() -> None:
+    if importlib.util.find_spec("check_jsonschema") is None:
+        pytest.skip("check-jsonschema is not installed (pip install -e '.[dev]' brings it)")
+    result = subprocess.run(
+        [sys.executable, "-m", "check_jsonschema", "--builtin-schema", "vendor.github-workflows"]
+        + [str(path) for path in _workflow_files()],
+        capture_output=True,
+        text=True,
+        timeout=SCRIPT_TIMEOUT_S,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_actionlint_accepts_the_workflows() -> None:
+    actionlint = shutil.which("actionlint")
+    if actionlint is None:
+        pytest.skip(
+            "actionlint is not on PATH (it is a Go program: go install "
+            "github.com/rhysd/actionlint/cmd/actionlint@latest); the schema test still runs"
+        )
+    result = subprocess.run(
+        [actionlint, "-no-color", *map(str, _workflow_files())],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=SCRIPT_TIMEOUT_S,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_shellcheck_accepts_the_ci_scripts() -> None:
+    shellcheck = shutil.which("shellcheck")
+    if shellcheck is None:
+        pytest.skip("shellcheck is not installed (Debian: apt-get install shellcheck)")
+    scripts = [str(p) for p in sorted((REPO / "ci").glob("*.sh"))] + [str(REPO / ".ci" / "run")]
+    result = subprocess.run([shellcheck, *scripts], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout
+
+
+# -- the scripts themselves, on a throw-away project ------------------------------
+
+FAKE_STRESS_TESTS = """
+import pytest
+from hypothesis import given, strategies as st
+
+pytestmark = pytest.mark.stress
+
+
+@pytest.mark.parametrize("i", range(5))
+def test_passes(i):
+    pass
+
+
+@given(st.integers(min_value=0, max_value=1000))
+def test_finds_a_bug(n):
+    assert n < 500
+"""
+
+
+def _fake_project(root: Path, tests: str | None) -> Path:
+    (root / "ci").mkdir(parents=True)
+    for script in ("nightly.sh", "stress.sh"):
+        shutil.copy2(REPO / "ci" / script, root / "ci" / script)
+    (root / "tests" / "stress").mkdir(parents=True)
+    if tests is not None:
+        (root / "tests" / "stress" / "test_fake.py").write_text(tests)
+    return root
+
+
+def _run_script(root: Path, script: str, **env: str) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "HYPOTHESIS_"))}
+    base.update({"NIGHTLY_WORKERS": "0", "STRESS_WORKERS": "0", "HYPOTHESIS_PROFILE": "default"})
+    base.update(env)
+    return subprocess.run(
+        ["bash", str(root / "ci" / script)],
+        cwd=root,
+        env=base,
+        capture_output=True,
+        text=True,
+        timeout=SCRIPT_TIMEOUT_S,
+    )
+
+
+def test_nightly_shards_partition_the_stress_tests_and_report_failures(tmp_path: Path) -> None:
+    root = _fake_project(tmp_path / "project", FAKE_STRESS_TESTS)
+    results = {
+        i: _run_script(root, "nightly.sh", SHARD_INDEX=str(i), SHARD_COUNT="2") for i in (0, 1)
+    }
+    logs = root / "nightly-logs"
+    picked = {i: (logs / f"shard-{i}.tests").read_text().split() for i in results}
+    everything = (logs / "collected-0.txt").read_text()
+    all_ids = [line for line in everything.split() if "::" in line]
+    assert len(all_ids) == 6
+    assert sorted(picked[0] + picked[1]) == sorted(all_ids)
+    assert not set(picked[0]) & set(picked[1])
+
+    failing = "tests/stress/test_fake.py::test_finds_a_bug"
+    bad = next(i for i in picked if failing in picked[i])
+    good = 1 - bad
+    assert results[good].returncode == 0, results[good].stdout
+    assert not (logs / f"report-shard-{good}.md").exists()
+    assert results[bad].returncode == 1, results[bad].stdout
+    report = (logs / f"report-shard-{bad}.md").read_text()
+    assert f"shard {bad} of 2" in report
+    assert f"python -m pytest --run-stress '{failing}'" in report
+    assert "Falsifying example" in report and "n=500" in report
+
+
+def test_nightly_refuses_bad_shard_settings(tmp_path: Path) -> None:
+    root = _fake_project(tmp_path / "project", FAKE_STRESS_TESTS)
+    for index, count in (("2", "2"), ("-1", "2"), ("0", "0"), ("x", "3")):
+        result = _run_script(root, "nightly.sh", SHARD_INDEX=index, SHARD_COUNT=count)
+        assert result.returncode == 2
+        assert "0 <= SHARD_INDEX < SHARD_COUNT" in result.stderr
+
+
+def test_a_nightly_shard_with_nothing_to_run_succeeds(tmp_path: Path) -> None:
+    root = _fake_project(tmp_path / "project", FAKE_STRESS_TESTS)
+    result = _run_script(root, "nightly.sh", SHARD_INDEX="7", SHARD_COUNT="8")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "runs 0 of 6 stress tests" in result.stdout
+    assert "nothing for this shard to run" in result.stdout
+
+
+def test_stress_gate_uses_the_ci_profile_and_fails_when_it_ran_nothing(tmp_path: Path) -> None:
+    empty = _fake_project(tmp_path / "empty", None)
+    env = {"HYPOTHESIS_PROFILE": ""}  # unset: the script must choose `ci` itself
+    result = _run_script(empty, "stress.sh", **env)
+    assert result.returncode == 5
+    assert "no stress tests were collected" in result.stderr
+    assert "hypothesis profile=ci" in result.stdout
