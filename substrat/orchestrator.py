@@ -98,6 +98,10 @@ class TurnResult:
     response: str
     spawned: list[str] = field(default_factory=list)
     messages_sent: list[str] = field(default_factory=list)
+    prompt: str = ""
+    """The prompt as logged (a lost-turn notice may precede the caller's text)."""
+    effects: dict[str, Any] = field(default_factory=dict)
+    """What the turn committed: spawns, messages, terminations, delivered ids."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -106,6 +110,8 @@ class TurnResult:
             "response": self.response,
             "spawned": list(self.spawned),
             "messages_sent": list(self.messages_sent),
+            "prompt": self.prompt,
+            "effects": self.effects,
         }
 
 
@@ -472,18 +478,19 @@ class Orchestrator:
             self.mux.release(node)
         self.last_complete_seq[node.agent_id] = outcome.complete_seq
         node.lost_turn = None
-        self.apply_effects(node, effects.to_dict())
-        self.emit(
-            "turn.completed",
-            {"agent_id": node.agent_id, "turn_id": effects.turn_id, "response": outcome.response},
-        )
-        return TurnResult(
+        committed = effects.to_dict()
+        self.apply_effects(node, committed)
+        result = TurnResult(
             agent_id=node.agent_id,
             turn_id=effects.turn_id,
             response=outcome.response,
             spawned=[s["agent_id"] for s in effects.spawns],
             messages_sent=[m["message_id"] for m in effects.messages],
+            prompt=prompt,
+            effects=committed,
         )
+        self.emit("turn.completed", result.to_dict())
+        return result
 
     def _stage_commit(self, node: AgentNode, effects: TurnEffects, response: str) -> dict[str, Any]:
         """Add replies to consumed requests; returns the effects for ``turn.complete``."""
