@@ -1,0 +1,256 @@
+"""Crash images per mode and profile, on the sequences behind the classic bugs."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+import pytest
+
+from faultfs import FaultFS
+from faultfs.errors import ConfigError
+
+ROOT = "/faultfs-images"
+Tree = dict[str, bytes | None]
+
+
+def run(profile: str, steps: Callable[[FaultFS], None], block_size: int = 4096) -> FaultFS:
+    fs = FaultFS(ROOT, profile, block_size=block_size)
+    with fs:
+        steps(fs)
+    return fs
+
+
+def trees(fs: FaultFS, mode: str, limit: int = 64) -> list[Tree]:
+    return [img.tree() for img in fs.crash_images(mode, limit=limit)]
+
+
+def fsync_path(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    os.fsync(fd)
+    os.close(fd)
+
+
+def write(path: str, data: bytes, *, sync: bool = False, flags: int = os.O_TRUNC) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | flags)
+    os.write(fd, data)
+    if sync:
+        os.fsync(fd)
+    os.close(fd)
+
+
+def durable_base(fs: FaultFS) -> None:
+    write(fs.path("cfg"), b"old", sync=True)
+    fsync_path(fs.root)
+
+
+# ------------------------------------------------------------------ power
+
+
+@pytest.mark.parametrize(
+    ("profile", "expected"),
+    [("posix", {}), ("ext4-ordered", {"f": b"data"}), ("lazyfs", {"f": b"data"})],
+)
+def test_created_and_fsynced_file_without_directory_fsync(profile: str, expected: Tree) -> None:
+    fs = run(profile, lambda fs: write(fs.path("f"), b"data", sync=True))
+    assert trees(fs, "power") == [expected]
+    assert trees(fs, "process") == [{"f": b"data"}]
+
+
+@pytest.mark.parametrize(
+    ("profile", "expected"),
+    [
+        ("posix", {"cfg": b"old"}),
+        # The temp file's fsync committed its creation, not the later rename.
+        ("ext4-ordered", {"cfg": b"old", "cfg.tmp": b"new"}),
+        ("lazyfs", {"cfg": b"new"}),
+    ],
+)
+def test_replace_without_directory_fsync(profile: str, expected: Tree) -> None:
+    def steps(fs: FaultFS) -> None:
+        durable_base(fs)
+        write(fs.path("cfg.tmp"), b"new", sync=True)
+        os.replace(fs.path("cfg.tmp"), fs.path("cfg"))
+
+    assert trees(run(profile, steps), "power") == [expected]
+
+
+@pytest.mark.parametrize(
+    ("profile", "expected"),
+    [("posix", {"cfg": b""}), ("ext4-ordered", {"cfg": b"new"}), ("lazyfs", {"cfg": b""})],
+)
+def test_replace_without_file_fsync_then_directory_fsync(profile: str, expected: Tree) -> None:
+    """The rename is durable; whether the data is depends on auto_da_alloc."""
+
+    def steps(fs: FaultFS) -> None:
+        durable_base(fs)
+        write(fs.path("cfg.tmp"), b"new")
+        os.replace(fs.path("cfg.tmp"), fs.path("cfg"))
+        fsync_path(fs.root)
+
+    assert trees(run(profile, steps), "power") == [expected]
+
+
+def test_posix_directory_fsync_covers_only_its_own_entries() -> None:
+    def steps(fs: FaultFS) -> None:
+        os.mkdir(fs.path("d"))
+        fsync_path(fs.root)
+        write(fs.path("d", "f"), b"x", sync=True)
+        write(fs.path("top"), b"y", sync=True)
+        fsync_path(fs.path("d"))
+
+    assert trees(run("posix", steps), "power") == [{"d": None, "d/f": b"x"}]
+
+
+def test_new_directory_needs_its_parent_fsynced() -> None:
+    def steps(fs: FaultFS) -> None:
+        os.mkdir(fs.path("d"))
+        write(fs.path("d", "f"), b"x", sync=True)
+        fsync_path(fs.path("d"))
+
+    assert trees(run("posix", steps), "power") == [{}]
+
+
+def test_unlink_and_link_durability() -> None:
+    def steps(fs: FaultFS) -> None:
+        durable_base(fs)
+        os.link(fs.path("cfg"), fs.path("alias"))
+        fsync_path(fs.root)
+        os.unlink(fs.path("cfg"))
+
+    fs = run("posix", steps)
+    assert trees(fs, "power") == [{"alias": b"old", "cfg": b"old"}]
+    assert trees(fs, "process") == [{"alias": b"old"}]
+
+
+# ------------------------------------------------------------------- torn
+
+
+def test_torn_small_append_extends_with_zeros_or_garbage() -> None:
+    def steps(fs: FaultFS) -> None:
+        write(fs.path("log"), b"rec0\n", sync=True)
+        fsync_path(fs.root)
+        write(fs.path("log"), b"rec1\n", flags=os.O_APPEND)
+
+    images = trees(run("posix", steps), "torn")
+    assert images[0] == {"log": b"rec0\n\0\0\0\0\0"}
+    garbage = images[1]["log"]
+    assert garbage is not None and garbage[:5] == b"rec0\n" and len(garbage) == 10
+    assert garbage[5:] != b"rec1\n"
+    assert len(images) == 2
+
+
+def test_torn_multi_block_write_lands_block_aligned_parts() -> None:
+    def steps(fs: FaultFS) -> None:
+        write(fs.path("f"), b"a" * 8, sync=True)
+        fsync_path(fs.root)
+        write(fs.path("f"), b"b" * 8, flags=0)  # overwrite in place: two 4-byte blocks
+
+    images = trees(run("posix", steps, block_size=4), "torn")
+    assert {"f": b"bbbbaaaa"} in images  # the first block landed
+    assert {"f": b"aaaabbbb"} in images  # only the second did
+    assert {"f": b"a" * 8} not in images and {"f": b"b" * 8} not in images
+
+
+def test_torn_image_of_a_fully_synced_state_is_the_power_image() -> None:
+    fs = run("posix", durable_base)
+    images = list(fs.crash_images("torn"))
+    assert [img.tree() for img in images] == [{"cfg": b"old"}]
+    assert images[0].origin is not None and "power image" in images[0].origin.detail
+
+
+# ---------------------------------------------------------------- reorder
+
+
+def unsynced_pair(fs: FaultFS) -> None:
+    durable_base(fs)
+    write(fs.path("a"), b"A")
+    write(fs.path("b"), b"B")
+
+
+def test_posix_reorder_keeps_any_subset() -> None:
+    images = trees(run("posix", unsynced_pair), "reorder")
+    # Each entry and each file's data may be lost independently.
+    assert {"cfg": b"old", "b": b"B"} in images
+    assert {"cfg": b"old", "a": b""} in images
+    assert {"cfg": b"old", "a": b"A", "b": b"B"} in images
+    assert images[0] == {"cfg": b"old"}  # the empty subset (power) comes first
+
+
+def test_ext4_reorder_keeps_namespace_changes_in_order() -> None:
+    images = trees(run("ext4-ordered", unsynced_pair), "reorder")
+    assert all(not ("b" in tree and "a" not in tree) for tree in images)
+    assert {"cfg": b"old", "a": b"", "b": b""} in images
+
+
+def test_lazyfs_reorder_only_varies_data() -> None:
+    images = trees(run("lazyfs", unsynced_pair), "reorder")
+    assert all({"a", "b"} <= set(tree) for tree in images)
+    assert {"cfg": b"old", "a": b"A", "b": b""} in images
+
+
+def test_ext4_reorder_never_keeps_a_replace_without_the_data_it_replaced_with() -> None:
+    def steps(fs: FaultFS) -> None:
+        durable_base(fs)
+        write(fs.path("cfg.tmp"), b"new")
+        os.replace(fs.path("cfg.tmp"), fs.path("cfg"))
+
+    for tree in trees(run("ext4-ordered", steps), "reorder"):
+        assert tree.get("cfg") in (b"old", b"new")
+    assert {"cfg": b""} in trees(run("posix", steps), "reorder")
+
+
+# ------------------------------------------------------- enumeration API
+
+
+def test_limit_seed_index_and_dedupe() -> None:
+    def steps(fs: FaultFS) -> None:
+        durable_base(fs)
+        for i in range(14):  # past exhaustive enumeration: seeded subsets
+            write(fs.path(f"f{i}"), b"x")
+
+    fs = run("posix", steps)
+    images = list(fs.crash_images("reorder", limit=20, seed=5))
+    assert len(images) == 20
+    assert len({tuple(sorted(img.tree().items())) for img in images}) == 20
+    again = [img.tree() for img in fs.crash_images("reorder", limit=20, seed=5)]
+    assert again == [img.tree() for img in images]
+    assert fs.crash_image("reorder", seed=5, index=7).tree() == images[7].tree()
+    assert fs.crash_image("reorder", seed=3).tree() == fs.crash_image("reorder", seed=3).tree()
+    with pytest.raises(ConfigError, match="mode"):
+        fs.crash_image("meteor")
+
+
+def test_images_are_independent_of_each_other_and_of_the_source() -> None:
+    fs = run("posix", durable_base)
+    image = fs.crash_image("power")
+    with image:
+        write(image.path("cfg"), b"changed", sync=True)
+    assert fs.tree() == {"cfg": b"old"}
+    assert fs.crash_image("power").tree() == {"cfg": b"old"}
+    # Rewriting an existing file needs only its own fsync to be durable.
+    assert image.tree(durable=True) == {"cfg": b"changed"}
+
+
+def test_image_state_is_fully_durable_and_carries_acks() -> None:
+    def steps(fs: FaultFS) -> None:
+        write(fs.path("f"), b"x")
+        fs.ack("first")
+
+    fs = run("posix", steps)
+    image = fs.crash_image("process")
+    assert image.acked == ["first"]
+    assert image.tree(durable=True) == image.tree() == {"f": b"x"}
+    assert image.origin is not None and image.origin.phase == "now"
+
+
+def test_snapshot_round_trip_is_copy_on_write() -> None:
+    fs = run("posix", durable_base)
+    snap = fs.snapshot()
+    with fs:
+        write(fs.path("cfg"), b"later")
+    copy = FaultFS.from_snapshot(snap)
+    assert copy.tree() == {"cfg": b"old"} and fs.tree() == {"cfg": b"later"}
+    with copy:
+        write(copy.path("other"), b"o")
+    assert FaultFS.from_snapshot(snap).tree() == {"cfg": b"old"}

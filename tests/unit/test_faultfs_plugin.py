@@ -1,0 +1,71 @@
+"""The pytest plugin: the faultfs fixture, its marker options and faultfs_explore."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from faultfs import FaultFS
+from faultfs.errors import ExploreFailed
+
+
+def test_fixture_is_active_under_a_virtual_root(faultfs: FaultFS, tmp_path: Path) -> None:
+    assert faultfs.active and faultfs.profile == "posix" and faultfs.outside == "passthrough"
+    assert faultfs.root == str(tmp_path / "faultfs")
+    with open(faultfs.path("f"), "w") as handle:
+        handle.write("x")
+    assert faultfs.tree() == {"f": b"x"}
+    faultfs.__exit__()  # look at the real disk: nothing is there
+    try:
+        assert not (tmp_path / "faultfs").exists()
+    finally:
+        faultfs.__enter__()
+
+
+@pytest.mark.faultfs(profile="lazyfs", block_size=512, root="/faultfs-plugin-root")
+def test_marker_options(faultfs: FaultFS) -> None:
+    assert (faultfs.profile, faultfs.block_size, faultfs.root) == (
+        "lazyfs",
+        512,
+        "/faultfs-plugin-root",
+    )
+
+
+@pytest.mark.faultfs(outside="refuse")
+def test_marker_refuse(faultfs: FaultFS, tmp_path: Path) -> None:
+    with pytest.raises(PermissionError):
+        os.listdir(tmp_path)
+
+
+def unsynced_write(fs: FaultFS) -> None:
+    with open(fs.path("f"), "w") as handle:
+        handle.write("x")
+    fs.ack("f")
+
+
+def synced_write(fs: FaultFS) -> None:
+    fd = os.open(fs.path("f"), os.O_WRONLY | os.O_CREAT)
+    os.write(fd, b"x")
+    os.fsync(fd)
+    os.close(fd)
+    dfd = os.open(fs.root, os.O_RDONLY)
+    os.fsync(dfd)
+    os.close(dfd)
+    fs.ack("f")
+
+
+def check(img: FaultFS) -> None:
+    if img.acked:
+        with open(img.path("f")) as handle:
+            assert handle.read() == "x"
+
+
+def test_explore_helper(faultfs_explore: Any) -> None:
+    assert faultfs_explore(synced_write, check).ok
+    report = faultfs_explore(unsynced_write, check, expect_failures=True)
+    assert "power" in report.modes_failed()
+    with pytest.raises(ExploreFailed, match="failures at"):
+        faultfs_explore(unsynced_write, check)
