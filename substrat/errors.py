@@ -150,3 +150,7 @@ class RpcError(DaemonError):
         self.code = code
         self.message = message
         self.data = data
+
+
+class FsckError(SubstratError):
+    """fsck could not run on this root (no root there, a daemon holds it, an I/O error)."""

@@ -1,0 +1,476 @@
+"""A blocking client for the daemon, and starting/stopping the daemon process.
+
+Every wait has a timeout; nothing here hangs silently:
+
+* no daemon: :class:`DaemonNotRunningError` (or one is started, when asked);
+* the daemon dies mid-request: :class:`DaemonDiedError`, saying whether it
+  crashed or shut down and that the request may or may not have applied;
+* the daemon is silent for ``timeout_s``: :class:`RequestTimeoutError`.
+  Streamed chunks and notifications count as signs of life, so a long turn
+  that keeps streaming does not time out.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import itertools
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from substrat.errors import (
+    DaemonDiedError,
+    DaemonError,
+    DaemonNotRunningError,
+    DaemonStartError,
+    RequestTimeoutError,
+    RpcError,
+)
+from substrat.rpc import lock, protocol
+from substrat.rpc.transport import connect, prepare_root, socket_path
+
+DEFAULT_TIMEOUT_S = 30.0
+CONNECT_TIMEOUT_S = 5.0
+START_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 30.0
+MAX_MESSAGE_BYTES = 256 << 20
+LOG_NAME = "daemon.log"
+_POLL_S = 0.05
+
+Notification = tuple[str, dict[str, Any]]
+NotificationHandler = Callable[[str, dict[str, Any]], None]
+
+
+def default_root() -> Path:
+    """``$SUBSTRAT_HOME``, else ``~/.substrat``."""
+    return Path(os.environ.get("SUBSTRAT_HOME") or "~/.substrat").expanduser()
+
+
+class Client:
+    """One connection to the daemon. Use as a context manager."""
+
+    def __init__(self, root: str | os.PathLike[str], *, timeout_s: float = DEFAULT_TIMEOUT_S):
+        self.root = Path(root).expanduser().absolute()
+        self.socket_path = socket_path(self.root)
+        self.timeout_s = timeout_s
+        self._sock: socket.socket | None = None
+        self._buffer = bytearray()
+        self._ids = itertools.count(1)
+        self._queued: deque[Notification] = deque()
+        self.daemon_stopping = False
+        """Set when the daemon announced a clean shutdown on this connection."""
+
+    # -- connection ----------------------------------------------------------
+
+    def connect(self, timeout_s: float = CONNECT_TIMEOUT_S) -> Client:
+        try:
+            self._sock = connect(self.socket_path, timeout_s)
+        except (FileNotFoundError, ConnectionRefusedError) as exc:
+            raise DaemonNotRunningError(
+                f"no daemon is running for root {self.root} ({exc.strerror}); start one with "
+                f"`substrat daemon start --root {self.root}`"
+            ) from None
+        except PermissionError:
+            raise DaemonError(
+                f"permission denied on {self.socket_path}: the root belongs to another user"
+            ) from None
+        except TimeoutError:
+            raise RequestTimeoutError(
+                f"the daemon at {self.socket_path} did not accept a connection within "
+                f"{timeout_s:g}s; it may be overloaded (see {self.root / LOG_NAME})"
+            ) from None
+        return self
+
+    def close(self) -> None:
+        if self._sock is not None:
+            with contextlib.suppress(OSError):
+                self._sock.close()
+            self._sock = None
+
+    def __enter__(self) -> Client:
+        if self._sock is None:
+            self.connect()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- calls ---------------------------------------------------------------
+
+    def call(
+        self,
+        method: str,
+        params: dict[str, Any] | None = None,
+        *,
+        timeout_s: float | None = None,
+        on_notification: NotificationHandler | None = None,
+    ) -> Any:
+        """Send one request and return its result; raise RpcError on an error answer.
+
+        Notifications that arrive meanwhile go to ``on_notification`` or are kept
+        for :meth:`next_notification`.
+        """
+        request_id = next(self._ids)
+        self._send(protocol.request(method, params, request_id))
+        limit = self.timeout_s if timeout_s is None else timeout_s
+        while True:
+            message = self._receive(limit, method)
+            if "method" in message and "id" not in message:
+                self._on_notification(message, on_notification)
+                continue
+            if message.get("id") == request_id:
+                return _result_of(message)
+            if message.get("id") is None and "error" in message:
+                # The daemon refused the connection or the line itself.
+                return _result_of(message)
+
+    def send_raw(self, data: bytes) -> None:
+        """Write bytes as they are (for tests that speak malformed protocol)."""
+        self._require_socket().sendall(data)
+
+    def read_message(self, timeout_s: float | None = None) -> dict[str, Any]:
+        """The next message of any kind (for tests and low-level use)."""
+        return self._receive(self.timeout_s if timeout_s is None else timeout_s, "read")
+
+    def next_notification(self, timeout_s: float) -> Notification | None:
+        """The next notification, or None after ``timeout_s`` of silence."""
+        if self._queued:
+            return self._queued.popleft()
+        try:
+            message = self._receive(timeout_s, "events")
+        except RequestTimeoutError:
+            return None
+        if "method" in message and "id" not in message:
+            self._on_notification(message, None)
+            return self._queued.popleft() if self._queued else None
+        return None
+
+    def iter_notifications(self, idle_timeout_s: float) -> Iterator[Notification | None]:
+        """Notifications as they come; None after each ``idle_timeout_s`` of silence."""
+        while True:
+            yield self.next_notification(idle_timeout_s)
+
+    def _on_notification(
+        self, message: dict[str, Any], handler: NotificationHandler | None
+    ) -> None:
+        method = str(message["method"])
+        params = message.get("params")
+        params = params if isinstance(params, dict) else {"params": params}
+        if method == "daemon.stopping":
+            self.daemon_stopping = True
+        if handler is not None:
+            handler(method, params)
+        else:
+            self._queued.append((method, params))
+
+    # -- wire ----------------------------------------------------------------
+
+    def _require_socket(self) -> socket.socket:
+        if self._sock is None:
+            self.connect()
+        assert self._sock is not None
+        return self._sock
+
+    def _send(self, message: dict[str, Any]) -> None:
+        sock = self._require_socket()
+        try:
+            sock.sendall(protocol.encode(message))
+        except (BrokenPipeError, ConnectionResetError):
+            raise self._died(str(message.get("method"))) from None
+
+    def _receive(self, timeout_s: float, what: str) -> dict[str, Any]:
+        sock = self._require_socket()
+        deadline = time.monotonic() + timeout_s
+        while True:
+            newline = self._buffer.find(b"\n")
+            if newline >= 0:
+                line = bytes(self._buffer[:newline])
+                del self._buffer[: newline + 1]
+                if not line.strip():
+                    continue
+                try:
+                    message = protocol.loads(line)
+                except ValueError as exc:
+                    raise DaemonError(f"the daemon sent a line that is not JSON: {exc}") from None
+                if isinstance(message, list):  # a batch answer: hand back the first
+                    message = message[0] if message else {}
+                if not isinstance(message, dict):
+                    raise DaemonError("the daemon sent a message that is not a JSON object")
+                return message
+            if len(self._buffer) > MAX_MESSAGE_BYTES:
+                raise DaemonError(f"the daemon sent a message over {MAX_MESSAGE_BYTES} bytes")
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise RequestTimeoutError(
+                    f"no answer to {what} from the daemon within {timeout_s:g}s; it may be "
+                    f"stuck (see {self.root / LOG_NAME}) or the turn may be slow (--timeout)"
+                )
+            sock.settimeout(remaining)
+            try:
+                data = sock.recv(1 << 16)
+            except TimeoutError:
+                continue
+            except (ConnectionResetError, BrokenPipeError):
+                data = b""
+            if not data:
+                raise self._died(what)
+            self._buffer += data
+
+    def _died(self, what: str) -> DaemonDiedError:
+        self.close()
+        info = lock.read_info(self.root)
+        pid = f" (pid {info.pid})" if info is not None and info.pid is not None else ""
+        if self.daemon_stopping:
+            cause = f"the daemon{pid} shut down"
+        else:
+            # Give the kernel a moment to release a dead daemon's lock.
+            gone = _wait_until(lambda: not lock.is_held(self.root), 0.5)
+            cause = (
+                f"the daemon{pid} died (crashed or was killed)"
+                if gone
+                else f"the daemon{pid} closed the connection"
+            )
+        return DaemonDiedError(
+            f"{cause} before answering {what}; the request may or may not have been applied. "
+            f"Run `substrat daemon start --root {self.root}` to recover, then check with "
+            "`substrat agent list` / `substrat log`."
+        )
+
+
+def _result_of(message: dict[str, Any]) -> Any:
+    if "error" in message:
+        err = message["error"] if isinstance(message["error"], dict) else {}
+        raise RpcError(
+            int(err.get("code", protocol.INTERNAL_ERROR)),
+            str(err.get("message", "unknown error")),
+            err.get("data"),
+        )
+    return message.get("result")
+
+
+def _wait_until(condition: Callable[[], bool], timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if condition():
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(_POLL_S)
+
+
+# -- the daemon process -------------------------------------------------------
+
+
+def ping(root: str | os.PathLike[str], timeout_s: float = 2.0) -> dict[str, Any] | None:
+    """The daemon's ``ping`` answer, or None if none answers within ``timeout_s``."""
+    try:
+        with Client(root, timeout_s=timeout_s).connect(timeout_s) as client:
+            result = client.call("ping")
+    except (DaemonError, OSError):
+        return None
+    return result if isinstance(result, dict) else None
+
+
+class DaemonProcess:
+    """A daemon child process: start it, wait until it answers, kill or stop it.
+
+    ``substrat daemon start`` uses it and lets go; tests keep it to SIGKILL the
+    daemon at will. Output is appended to ``log_path`` (default
+    ``<root>/daemon.log``). As a context manager it never leaves the process
+    behind.
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        *,
+        daemon_args: list[str] | None = None,
+        log_path: str | os.PathLike[str] | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.root = Path(root).expanduser().absolute()
+        self.daemon_args = list(daemon_args or [])
+        self.log_path = Path(log_path) if log_path is not None else self.root / LOG_NAME
+        self.env = env
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None, "not started"
+        return self.proc.pid
+
+    def start(self, timeout_s: float = START_TIMEOUT_S) -> DaemonProcess:
+        """Spawn the daemon and return once it answers ``ping`` (DaemonStartError if not)."""
+        prepare_root(self.root)
+        command = [sys.executable, "-m", "substrat.daemon", "--root", str(self.root)]
+        with open(self.log_path, "ab") as out:
+            self.proc = subprocess.Popen(
+                command + self.daemon_args,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=out,
+                start_new_session=True,
+                close_fds=True,
+                env=self.env,
+            )
+        if _wait_for_ping(self.root, timeout_s, self.proc) is None:
+            code = self.proc.poll()
+            if code is None:
+                self.kill()
+                state = f"did not answer within {timeout_s:g}s and was killed"
+            else:
+                state = f"exited with status {code}"
+            raise DaemonStartError(
+                f"the daemon for {self.root} {state}. Last lines of {self.log_path}:\n"
+                f"{_tail(self.log_path)}"
+            )
+        return self
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL: no cleanup runs in the daemon, as in a crash or an OOM kill."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+        if self.proc is not None:
+            self.proc.wait()
+
+    def terminate(self, timeout_s: float = STOP_TIMEOUT_S) -> int:
+        """SIGTERM and wait: the clean shutdown. Returns the exit status."""
+        assert self.proc is not None, "not started"
+        if self.proc.poll() is None:
+            self.proc.terminate()
+        try:
+            return self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise DaemonError(
+                f"daemon pid {self.proc.pid} ignored SIGTERM for {timeout_s:g}s; killed it"
+            ) from None
+
+    def wait(self, timeout_s: float) -> int:
+        assert self.proc is not None, "not started"
+        return self.proc.wait(timeout=timeout_s)
+
+    def __enter__(self) -> DaemonProcess:
+        if self.proc is None:
+            self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.kill()
+
+
+def start_daemon(
+    root: str | os.PathLike[str],
+    *,
+    timeout_s: float = START_TIMEOUT_S,
+    daemon_args: list[str] | None = None,
+) -> tuple[int, bool]:
+    """Start a daemon in the background and wait until it answers ``ping``.
+
+    Returns ``(pid, started)``: ``started`` is False when one was already
+    running. Its output goes to ``<root>/daemon.log``. Raises DaemonStartError
+    (with the log's tail) if it exits or stays silent.
+    """
+    root_path = prepare_root(root)
+    answer = ping(root_path)
+    if answer is not None:
+        return int(answer["pid"]), False
+    if lock.is_held(root_path):
+        # A daemon is starting (recovery can take a while) or stopping: wait for it.
+        answer = _wait_for_ping(root_path, timeout_s, None)
+        if answer is not None:
+            return int(answer["pid"]), False
+    process = DaemonProcess(root_path, daemon_args=daemon_args).start(timeout_s)
+    return process.pid, True
+
+
+def _wait_for_ping(
+    root: Path, timeout_s: float, proc: subprocess.Popen[bytes] | None
+) -> dict[str, Any] | None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        answer = ping(root, timeout_s=min(2.0, max(0.1, deadline - time.monotonic())))
+        # With a child to watch, only its own answer counts (another daemon may hold the root).
+        if answer is not None and (proc is None or answer.get("pid") == proc.pid):
+            return answer
+        if proc is not None and proc.poll() is not None:
+            return None
+        time.sleep(_POLL_S)
+    return None
+
+
+def _tail(path: Path, lines: int = 20) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return "(no log)"
+    return "\n".join(text.splitlines()[-lines:]) or "(empty log)"
+
+
+def stop_daemon(root: str | os.PathLike[str], *, timeout_s: float = STOP_TIMEOUT_S) -> int | None:
+    """Stop the root's daemon cleanly; returns its pid, or None if none was running.
+
+    Asks over RPC first, then sends SIGTERM to the pid the lock file names.
+    Sessions are suspended (blobs saved) by the daemon before it exits.
+    """
+    root_path = Path(root).expanduser().absolute()
+    if not lock.is_held(root_path):
+        return None
+    info = lock.read_info(root_path)
+    pid = info.pid if info is not None else None
+    try:
+        with Client(root_path, timeout_s=5.0).connect(2.0) as client:
+            pid = int(client.call("daemon.shutdown")["pid"])
+    except (DaemonError, OSError, KeyError, TypeError, ValueError):
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+    if _wait_until(lambda: not lock.is_held(root_path), timeout_s):
+        return pid
+    raise DaemonError(
+        f"the daemon (pid {pid}) did not stop within {timeout_s:g}s; see "
+        f"{root_path / LOG_NAME}, or kill it (`kill -9 {pid}`; nothing acknowledged is lost)"
+    )
+
+
+def connect_or_start(
+    root: str | os.PathLike[str],
+    *,
+    autostart: bool = True,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    on_start: Callable[[int], None] | None = None,
+) -> Client:
+    """A connected client; starts the daemon first when none runs and ``autostart``."""
+    client = Client(root, timeout_s=timeout_s)
+    try:
+        return client.connect()
+    except DaemonNotRunningError:
+        if not autostart:
+            raise
+    pid, started = start_daemon(root)
+    if started and on_start is not None:
+        on_start(pid)
+    return client.connect()
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except OSError as exc:
+        return exc.errno != errno.ESRCH
+    return True

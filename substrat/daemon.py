@@ -1,0 +1,381 @@
+"""The substrat daemon: one process per root, serving JSON-RPC on a Unix socket.
+
+Run it with ``python -m substrat.daemon --root R`` (foreground) or
+``substrat daemon start`` (background, output in ``R/daemon.log``).
+
+Life of a daemon:
+
+1. make the root private (0700) and take its lock (a second daemon is refused
+   with a message naming the first);
+2. read the lock file's clean-shutdown marker: ``running`` means the previous
+   daemon died without shutting down;
+3. open the orchestrator, which recovers the root from its logs, and log a
+   summary; the report is kept for ``daemon.status`` and sent as a
+   ``daemon.recovered`` notification to every subscriber that connects;
+4. bind ``R/daemon.sock`` (0600; peers of another uid are refused) and serve;
+5. on SIGTERM/SIGINT (or ``daemon.shutdown``): stop taking work, let running
+   turns finish (up to ``grace_s``), suspend every session (blobs saved), mark
+   the lock file ``stopped`` and exit 0.
+
+SIGKILL at any moment loses nothing that was acknowledged: an answer is sent
+only after the orchestrator made the operation durable.
+
+Exit codes: 0 clean stop, 1 failed to start (see the log), 2 bad arguments,
+3 the root is locked by another daemon.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from substrat import __version__
+from substrat.errors import AgentBusyError, RootLockedError, SubstratError
+from substrat.eventlog import utc_now_iso
+from substrat.rpc.lock import RootLock
+from substrat.rpc.methods import build_methods
+from substrat.rpc.server import Limits, RpcServer
+from substrat.rpc.transport import bind_private, prepare_root, socket_path
+
+if TYPE_CHECKING:
+    from substrat.orchestrator import Orchestrator
+    from substrat.providers.registry import ProviderRegistry
+
+log = logging.getLogger("substrat.daemon")
+
+HEARTBEAT_S = 5.0
+GRACE_S = 10.0
+DEFAULT_SLOTS = 8
+WAKE_BACKOFF_MAX_S = 5.0
+NOTABLE_RECOVERY_KEYS = (
+    "lost_turns",
+    "redelivered",
+    "reconciled",
+    "quarantined",
+    "orphans_terminated",
+    "cascaded",
+    "unrecoverable",
+    "detached",
+    "records_rebuilt",
+    "log_repairs",
+    "log_damage",
+)
+"""A report with any of these is published even after a clean shutdown."""
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_LOCKED = 3
+
+
+@dataclass
+class DaemonConfig:
+    root: Path
+    heartbeat_s: float = HEARTBEAT_S
+    grace_s: float = GRACE_S
+    slots: int = DEFAULT_SLOTS
+    limits: Limits = field(default_factory=Limits)
+    wake: bool = True
+    """Run agents that have pending messages (the wake loop) in the background."""
+
+
+def build_registry() -> ProviderRegistry:
+    """The default providers plus ``paced`` (scripted with a delay per chunk, for demos)."""
+    from substrat.demo import PacedProvider
+    from substrat.providers.registry import default_registry
+
+    registry = default_registry()
+    registry.register("paced", PacedProvider)
+    return registry
+
+
+class Daemon:
+    """One running daemon. ``await Daemon(config).run()`` returns the exit code."""
+
+    def __init__(self, config: DaemonConfig) -> None:
+        self.config = config
+        self.root = config.root
+        self.heartbeat_s = config.heartbeat_s
+        self.pid = os.getpid()
+        self.started_at = utc_now_iso()
+        self._started_mono = time.monotonic()
+        self.orch: Orchestrator
+        self.server = RpcServer(build_methods(self), limits=config.limits)
+        self.previous_shutdown = "none"
+        self._notice: dict[str, Any] | None = None
+        self._stop = asyncio.Event()
+        self._wake = asyncio.Event()
+        self._stop_reason = ""
+        self._failures_seen = 0
+
+    # -- what the RPC methods see ----------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        orch = getattr(self, "orch", None)
+        agents = orch.agents() if orch is not None else []
+        return {
+            "pid": self.pid,
+            "version": __version__,
+            "root": str(self.root),
+            "socket": str(socket_path(self.root)),
+            "started_at": self.started_at,
+            "uptime_s": round(time.monotonic() - self._started_mono, 3),
+            "agents": len(agents),
+            "roots": sum(1 for a in agents if a.parent_id is None),
+            "busy_turns": orch.busy_turns if orch is not None else 0,
+            "rpc_turns": self.server.active_turns,
+            "connections": len(self.server.connections),
+            "subscribers": self.server.subscribers,
+            "refused_connections": self.server.refused_connections,
+            "heartbeat_s": self.heartbeat_s,
+            "limits": self.server.limits.to_dict(),
+            "previous_shutdown": self.previous_shutdown,
+            "last_recovery": self._notice,
+            "stopping": self._stop.is_set(),
+        }
+
+    def recovery_notice(self) -> dict[str, Any] | None:
+        return self._notice
+
+    def request_stop(self, reason: str) -> None:
+        if not self._stop.is_set():
+            self._stop_reason = reason
+            self._stop.set()
+
+    # -- life cycle ---------------------------------------------------------------
+
+    async def run(self) -> int:
+        from substrat.orchestrator import Orchestrator
+
+        lock = RootLock.acquire(self.root)  # RootLockedError propagates to main()
+        try:
+            self.previous_shutdown = lock.previous_shutdown
+            lock.write(
+                pid=self.pid,
+                started_at=self.started_at,
+                state="running",
+                socket=str(socket_path(self.root)),
+            )
+            log.info(
+                "substrat %s daemon pid %d on %s (previous shutdown: %s)",
+                __version__,
+                self.pid,
+                self.root,
+                self.previous_shutdown,
+            )
+            self.orch = await Orchestrator.open(
+                self.root, registry=build_registry(), slots=self.config.slots
+            )
+            self._record_recovery()
+            return await self._serve(lock)
+        finally:
+            lock.release()
+
+    async def _serve(self, lock: RootLock) -> int:
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, self.request_stop, signal.Signals(signum).name)
+        unsubscribe = self.orch.subscribe(self._on_event)
+        path = socket_path(self.root)
+        sock = bind_private(path)
+        listener = await asyncio.start_unix_server(self.server.handle, sock=sock)
+        tasks = [asyncio.create_task(self._heartbeat_loop())]
+        if self.config.wake:
+            tasks.append(asyncio.create_task(self._wake_loop()))
+            self._wake.set()  # messages redelivered by recovery may be waiting
+        log.info("ready: listening on %s", path)
+        try:
+            await self._stop.wait()
+        finally:
+            log.info("stopping (%s)", self._stop_reason or "shutdown")
+            listener.close()
+            self.server.stopping = True
+            self._wake.set()
+            await self._finish_tasks(tasks)
+            unsubscribe()
+            await self.server.close_connections({"reason": self._stop_reason or "shutdown"})
+            with contextlib.suppress(Exception):
+                await listener.wait_closed()
+            await self.orch.close()
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+        lock.write(
+            pid=self.pid, started_at=self.started_at, state="stopped", stopped_at=utc_now_iso()
+        )
+        log.info("stopped cleanly: sessions suspended")
+        return EXIT_OK
+
+    async def _finish_tasks(self, tasks: list[asyncio.Task[None]]) -> None:
+        """Give running turns ``grace_s`` to finish; what is left is cancelled (and lost)."""
+        wake = tasks[1] if len(tasks) > 1 else None
+        tasks[0].cancel()
+        waiting: list[asyncio.Task[Any]] = [wake] if wake is not None else []
+        deadline = time.monotonic() + self.config.grace_s
+        if waiting:
+            await asyncio.wait(waiting, timeout=self.config.grace_s)
+        left = max(0.0, deadline - time.monotonic())
+        cut = await self.server.drain(left)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if cut:
+            log.warning(
+                "%d request(s) still running after %.1fs were cancelled", cut, self.config.grace_s
+            )
+
+    def _record_recovery(self) -> None:
+        report = self.orch.recovery_report
+        data: dict[str, Any] = report.to_dict() if report is not None else {}
+        log.info("recovery: %s", summarize_recovery(data))
+        notable = any(data.get(key) for key in NOTABLE_RECOVERY_KEYS)
+        if self.previous_shutdown == "unclean" or notable:
+            self._notice = {
+                "pid": self.pid,
+                "at": self.started_at,
+                "previous_shutdown": self.previous_shutdown,
+                "report": data,
+            }
+
+    def _on_event(self, kind: str, payload: dict[str, Any]) -> None:
+        self.server.publish(kind, payload)
+        if kind == "turn.failed":
+            self._failures_seen += 1
+        if kind in ("turn.completed", "turn.failed", "agent.terminated") or (
+            kind == "message.enqueued" and payload.get("recipient") != "user"
+        ):
+            self._wake.set()
+
+    async def _heartbeat_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.heartbeat_s)
+            status = self.status()
+            self.server.publish(
+                "daemon.heartbeat",
+                {key: status[key] for key in ("pid", "uptime_s", "agents", "busy_turns")}
+                | {"time": utc_now_iso()},
+            )
+
+    async def _wake_loop(self) -> None:
+        """Run agents with pending messages, one turn at a time, until none are left."""
+        backoff = 0.0
+        while not self._stop.is_set():
+            await self._wake.wait()
+            self._wake.clear()
+            while not self._stop.is_set():
+                failures = self._failures_seen
+                try:
+                    ran = await self.orch.run_pending(max_turns=1)
+                except AgentBusyError:
+                    ran = 0  # the agent is in a user's turn; its completion wakes us again
+                except SubstratError as exc:
+                    log.warning("wake turn refused: %s", exc)
+                    ran, failures = 1, -1
+                except Exception:
+                    log.exception("wake turn failed")
+                    ran, failures = 1, -1
+                if self._failures_seen > failures:
+                    # A failing agent keeps its messages; back off instead of spinning on it.
+                    backoff = min(WAKE_BACKOFF_MAX_S, max(0.1, backoff * 2))
+                    await asyncio.sleep(backoff)
+                else:
+                    backoff = 0.0
+                if ran == 0:
+                    break
+
+
+def summarize_recovery(data: dict[str, Any]) -> str:
+    """A one-line summary of a recovery report (for the log and the CLI)."""
+    parts = [f"{data.get('agents', 0)} agents"]
+    for key, label in (
+        ("lost_turns", "turns lost in flight"),
+        ("redelivered", "messages redelivered"),
+        ("reconciled", "effects reconciled"),
+        ("orphans_terminated", "orphans terminated"),
+        ("cascaded", "cut-short cascades finished"),
+        ("unrecoverable", "sessions unrecoverable"),
+        ("detached", "agents detached"),
+        ("quarantined", "records quarantined"),
+        ("records_rebuilt", "records rebuilt"),
+    ):
+        value = data.get(key)
+        if value:
+            parts.append(f"{len(value)} {label}")
+    damage = data.get("log_damage") or {}
+    if damage:
+        total = sum(sum(kinds.values()) for kinds in damage.values())
+        parts.append(f"{total} damaged log lines skipped in {len(damage)} logs")
+    return ", ".join(parts)
+
+
+def parse_args(argv: list[str] | None) -> DaemonConfig:
+    parser = argparse.ArgumentParser(
+        prog="python -m substrat.daemon", description="Run the substrat daemon in the foreground."
+    )
+    parser.add_argument("--root", default=os.environ.get("SUBSTRAT_HOME") or "~/.substrat")
+    parser.add_argument("--heartbeat-s", type=float, default=HEARTBEAT_S)
+    parser.add_argument("--grace-s", type=float, default=GRACE_S)
+    parser.add_argument("--slots", type=int, default=DEFAULT_SLOTS)
+    parser.add_argument("--max-connections", type=int, default=Limits.max_connections)
+    parser.add_argument("--max-turns", type=int, default=Limits.max_concurrent_turns)
+    parser.add_argument("--max-request-bytes", type=int, default=Limits.max_request_bytes)
+    parser.add_argument("--no-wake", action="store_true", help="do not run the wake loop")
+    parser.add_argument("--log-level", default="INFO")
+    args = parser.parse_args(argv)
+    for name in (
+        "heartbeat_s",
+        "grace_s",
+        "slots",
+        "max_connections",
+        "max_turns",
+        "max_request_bytes",
+    ):
+        if getattr(args, name) <= 0:
+            parser.error(f"--{name.replace('_', '-')} must be positive")
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    return DaemonConfig(
+        root=Path(args.root).expanduser().absolute(),
+        heartbeat_s=args.heartbeat_s,
+        grace_s=args.grace_s,
+        slots=args.slots,
+        limits=Limits(
+            max_request_bytes=args.max_request_bytes,
+            max_connections=args.max_connections,
+            max_concurrent_turns=args.max_turns,
+        ),
+        wake=not args.no_wake,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        config = parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code) if isinstance(exc.code, int) else EXIT_USAGE
+    try:
+        config.root = prepare_root(config.root)
+        return asyncio.run(Daemon(config).run())
+    except RootLockedError as exc:
+        log.error("%s", exc)
+        return EXIT_LOCKED
+    except SubstratError as exc:
+        log.error("cannot start: %s", exc)
+        return EXIT_FAILED
+    except Exception:
+        log.exception("daemon failed")
+        return EXIT_FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

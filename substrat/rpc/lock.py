@@ -1,0 +1,170 @@
+"""The root's lock: one daemon (or offline repair) per root at a time.
+
+``<root>/daemon.lock`` is held with ``flock(LOCK_EX)`` for the daemon's whole
+life; the kernel drops it when the process dies, however it dies. The file's
+content names the holder and doubles as the clean-shutdown marker::
+
+    {"pid": 4242, "started_at": "...", "state": "running", "socket": "..."}
+
+A daemon rewrites ``state`` to ``"stopped"`` as the last step of a clean
+shutdown. A new daemon that finds ``"running"`` in a file it could lock knows
+the previous one died without shutting down (kill -9, OOM, power loss) and
+says so to its subscribers. The file is rewritten in place (never renamed):
+the lock belongs to the inode, and a rename would hand a second daemon a fresh,
+unlocked inode.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from substrat import persistence
+from substrat.errors import RootLockedError
+
+LOCK_NAME = "daemon.lock"
+MAX_LOCK_BYTES = 4096
+LOCK_RETRY_S = 1.0
+"""How long a starting daemon retries: a status probe may hold the lock for a moment."""
+
+
+def lock_path(root: str | os.PathLike[str]) -> Path:
+    return Path(root) / LOCK_NAME
+
+
+@dataclass(frozen=True)
+class LockInfo:
+    """What the lock file says about its (last) holder."""
+
+    pid: int | None
+    started_at: str | None
+    state: str
+    socket: str | None = None
+    stopped_at: str | None = None
+
+    @classmethod
+    def parse(cls, raw: bytes) -> LockInfo:
+        """Parse lock-file bytes; an unreadable file reads as state ``"unknown"``."""
+        try:
+            body = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            return cls(None, None, "unknown")
+        if not isinstance(body, dict):
+            return cls(None, None, "unknown")
+        pid = body.get("pid")
+        return cls(
+            pid=pid if isinstance(pid, int) and not isinstance(pid, bool) else None,
+            started_at=_opt_str(body.get("started_at")),
+            state=str(body.get("state") or "unknown"),
+            socket=_opt_str(body.get("socket")),
+            stopped_at=_opt_str(body.get("stopped_at")),
+        )
+
+    def describe(self) -> str:
+        if self.state == "running" and self.pid is not None:
+            return f"daemon pid {self.pid} (started {self.started_at})"
+        return "another substrat process (fsck, recover or a starting daemon)"
+
+
+def _opt_str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def read_info(root: str | os.PathLike[str]) -> LockInfo | None:
+    """The lock file's content, or None if there is none (or it is empty)."""
+    try:
+        with open(lock_path(root), "rb") as handle:
+            raw = handle.read(MAX_LOCK_BYTES)
+    except FileNotFoundError:
+        return None
+    return LockInfo.parse(raw) if raw else None
+
+
+def is_held(root: str | os.PathLike[str]) -> bool:
+    """True if some process holds the root's lock right now (a live daemon, or fsck)."""
+    try:
+        fd = os.open(lock_path(root), os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            return True
+        raise
+    finally:
+        os.close(fd)  # closing drops our probe lock, if we got it
+    return False
+
+
+class RootLock:
+    """An exclusive hold on a root. Use :meth:`acquire`; release with :meth:`release`."""
+
+    def __init__(self, root: Path, fd: int, previous: LockInfo | None) -> None:
+        self.root = root
+        self._fd: int | None = fd
+        self.previous = previous
+        """What the file said before we took it (None: no earlier daemon on this root)."""
+
+    @classmethod
+    def acquire(cls, root: str | os.PathLike[str], *, retry_s: float = LOCK_RETRY_S) -> RootLock:
+        """Take the lock or raise RootLockedError naming the holder."""
+        path = lock_path(root)
+        existed = path.exists()
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            if not existed:
+                persistence.fsync_dir(path.parent)
+            deadline = time.monotonic() + retry_s
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except OSError as exc:
+                    if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                        raise
+                    if time.monotonic() >= deadline:
+                        info = read_info(root) or LockInfo(None, None, "unknown")
+                        raise RootLockedError(
+                            f"root {root} is in use by {info.describe()}; stop it with "
+                            f"`substrat daemon stop --root {root}` or use another root"
+                        ) from None
+                    time.sleep(0.05)
+            raw = os.pread(fd, MAX_LOCK_BYTES, 0)
+        except BaseException:
+            os.close(fd)
+            raise
+        previous = LockInfo.parse(raw) if raw else None
+        return cls(Path(root), fd, previous)
+
+    @property
+    def previous_shutdown(self) -> str:
+        """``"clean"``, ``"unclean"`` (the last daemon died), or ``"none"`` (first start)."""
+        if self.previous is None:
+            return "none"
+        return "clean" if self.previous.state == "stopped" else "unclean"
+
+    def write(self, **fields: Any) -> None:
+        """Replace the file's content in place and fsync it."""
+        assert self._fd is not None, "lock already released"
+        data = json.dumps(fields, sort_keys=True).encode() + b"\n"
+        assert len(data) <= MAX_LOCK_BYTES
+        os.ftruncate(self._fd, 0)
+        os.lseek(self._fd, 0, os.SEEK_SET)
+        persistence.write_all(self._fd, data)
+        persistence.fsync_fd(self._fd, lock_path(self.root))
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing the last descriptor drops the flock
+            self._fd = None
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None

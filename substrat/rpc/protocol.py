@@ -1,0 +1,263 @@
+"""JSON-RPC 2.0 over newline-delimited JSON: framing, parsing, error codes.
+
+One message per line, UTF-8, no embedded newlines (``json.dumps`` never emits
+one). A line is a request, a notification (a request without ``id``), or a
+batch (a JSON array of them). Everything here is pure: no sockets, no asyncio,
+so the parser can be fuzzed on its own.
+
+Parsing never raises on input: each problem becomes an error response that the
+server sends back (with ``id`` null when the id could not be read), and the
+connection carries on with the next line.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from substrat import errors
+
+JSONRPC_VERSION = "2.0"
+
+MAX_REQUEST_BYTES = 2 << 20
+"""Longest request line the daemon reads (a prompt may be up to the 1 MiB log entry)."""
+MAX_BATCH_ITEMS = 64
+MAX_METHOD_CHARS = 128
+MAX_ID_CHARS = 256
+
+# Codes fixed by the JSON-RPC 2.0 specification.
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
+
+# Server-defined codes (the -32000..-32099 range); docs/rpc.md lists them.
+SUBSTRAT_ERROR = -32000
+AGENT_NOT_FOUND = -32001
+AGENT_BUSY = -32002
+NAME_COLLISION = -32003
+TOO_MANY_TURNS = -32004
+TOO_MANY_CONNECTIONS = -32005
+REQUEST_TOO_LARGE = -32006
+PERMISSION_DENIED = -32007
+SHUTTING_DOWN = -32008
+PROVIDER_FAILED = -32009
+HAS_CHILDREN = -32010
+DURABILITY_FAILED = -32011
+UNKNOWN_PROVIDER = -32012
+AGENT_REFUSED = -32013
+TOO_MANY_PENDING = -32014
+
+# Most specific first: the first isinstance match wins.
+_EXCEPTION_CODES: tuple[tuple[type[BaseException], int], ...] = (
+    (errors.AgentNotFoundError, AGENT_NOT_FOUND),
+    (errors.AgentBusyError, AGENT_BUSY),
+    (errors.NameCollisionError, NAME_COLLISION),
+    (errors.HasChildrenError, HAS_CHILDREN),
+    (errors.AgentError, AGENT_REFUSED),
+    (errors.UnknownProviderError, UNKNOWN_PROVIDER),
+    (errors.ProviderError, PROVIDER_FAILED),
+    (errors.DurabilityError, DURABILITY_FAILED),
+    (errors.EntryTooLargeError, INVALID_PARAMS),
+    (errors.SubstratError, SUBSTRAT_ERROR),
+    # Validation in the orchestrator (names, sizes, models) raises ValueError.
+    (ValueError, INVALID_PARAMS),
+)
+
+RequestId = str | int | None
+
+
+class RequestError(Exception):
+    """Raised by a method handler to answer with a specific JSON-RPC error."""
+
+    def __init__(self, code: int, message: str, data: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.data = data
+
+
+def error_for_exception(exc: BaseException) -> tuple[int, str, dict[str, Any]]:
+    """The (code, message, data) that reports ``exc`` to a client."""
+    if isinstance(exc, RequestError):
+        return exc.code, exc.message, dict(exc.data or {})
+    data: dict[str, Any] = {"type": type(exc).__name__}
+    message = str(exc) or type(exc).__name__
+    for kind, code in _EXCEPTION_CODES:
+        if isinstance(exc, kind):
+            return code, message, data
+    return INTERNAL_ERROR, f"internal error: {message}", data
+
+
+@dataclass(frozen=True)
+class Request:
+    """One parsed call. ``is_notification`` means no response is wanted."""
+
+    method: str
+    params: dict[str, Any] | list[Any]
+    id: RequestId = None
+    is_notification: bool = False
+
+
+Parsed = Request | dict[str, Any]
+"""A request, or the error response its line earned."""
+
+
+def encode(message: dict[str, Any] | list[dict[str, Any]]) -> bytes:
+    """Serialise one message (or batch) to a line."""
+    text = json.dumps(message, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return text.encode("utf-8") + b"\n"
+
+
+def response(request_id: RequestId, result: Any) -> dict[str, Any]:
+    return {"jsonrpc": JSONRPC_VERSION, "id": request_id, "result": result}
+
+
+def error_response(
+    request_id: RequestId, code: int, message: str, data: Any = None
+) -> dict[str, Any]:
+    err: dict[str, Any] = {"code": code, "message": message}
+    if data is not None:
+        err["data"] = data
+    return {"jsonrpc": JSONRPC_VERSION, "id": request_id, "error": err}
+
+
+def notification(method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"jsonrpc": JSONRPC_VERSION, "method": method, "params": params or {}}
+
+
+def request(method: str, params: dict[str, Any] | None, request_id: RequestId) -> dict[str, Any]:
+    message: dict[str, Any] = {"jsonrpc": JSONRPC_VERSION, "method": method}
+    if params is not None:
+        message["params"] = params
+    message["id"] = request_id
+    return message
+
+
+def _reject_constant(name: str) -> float:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def loads(data: bytes) -> Any:
+    """Strict JSON: UTF-8 only, no NaN/Infinity. Raises ValueError on anything else."""
+    text = data.decode("utf-8")  # UnicodeDecodeError is a ValueError
+    try:
+        return json.loads(text, parse_constant=_reject_constant)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+
+
+def parse_line(line: bytes) -> tuple[list[Parsed], bool]:
+    """Parse one line into requests and/or error responses.
+
+    Returns ``(items, is_batch)``. For a batch the responses must be sent back
+    as one array (JSON-RPC 2.0 section 6); a batch of only notifications gets no
+    response at all.
+    """
+    try:
+        message = loads(line)
+    except ValueError as exc:
+        return [error_response(None, PARSE_ERROR, f"parse error: {_short(exc)}")], False
+    if isinstance(message, list):
+        if not message:
+            return [error_response(None, INVALID_REQUEST, "empty batch")], False
+        if len(message) > MAX_BATCH_ITEMS:
+            return [
+                error_response(
+                    None,
+                    INVALID_REQUEST,
+                    f"batch of {len(message)} calls is over the limit of {MAX_BATCH_ITEMS}",
+                )
+            ], False
+        return [parse_message(item) for item in message], True
+    return [parse_message(message)], False
+
+
+def parse_message(message: Any) -> Parsed:
+    """Validate one decoded request object."""
+    if not isinstance(message, dict):
+        return error_response(None, INVALID_REQUEST, "a request must be a JSON object")
+    has_id = "id" in message
+    raw_id = message.get("id")
+    if has_id and not _valid_id(raw_id):
+        return error_response(
+            None, INVALID_REQUEST, "id must be a string, an integer or null (short)"
+        )
+    request_id: RequestId = raw_id if has_id else None
+    if message.get("jsonrpc") != JSONRPC_VERSION:
+        return error_response(request_id, INVALID_REQUEST, 'jsonrpc must be exactly "2.0"')
+    method = message.get("method")
+    if not isinstance(method, str) or not method or len(method) > MAX_METHOD_CHARS:
+        return error_response(request_id, INVALID_REQUEST, "method must be a non-empty string")
+    params = message.get("params", {})
+    if not isinstance(params, (dict, list)):
+        return error_response(
+            request_id, INVALID_REQUEST, "params must be an object or an array when present"
+        )
+    return Request(method, params, request_id, is_notification=not has_id)
+
+
+def _valid_id(value: Any) -> bool:
+    if value is None:
+        return True
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return abs(value) < 2**63
+    if isinstance(value, float):
+        return math.isfinite(value) and value.is_integer() and abs(value) < 2**53
+    return isinstance(value, str) and len(value) <= MAX_ID_CHARS
+
+
+def _short(exc: BaseException, limit: int = 200) -> str:
+    text = str(exc)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+class LineFramer:
+    """Splits a byte stream into lines, with a hard limit on a line's length.
+
+    ``feed`` yields complete lines (without the newline) and, for every line
+    that went over ``max_line_bytes``, the sentinel ``None`` once: the
+    oversized line is dropped as it streams in, never held in memory.
+    """
+
+    def __init__(self, max_line_bytes: int = MAX_REQUEST_BYTES) -> None:
+        assert max_line_bytes > 0
+        self.max_line_bytes = max_line_bytes
+        self._buffer = bytearray()
+        self._discarding = False
+
+    def feed(self, data: bytes) -> Iterator[bytes | None]:
+        start = 0
+        while start < len(data):
+            newline = data.find(b"\n", start)
+            end = len(data) if newline < 0 else newline
+            piece = data[start:end]
+            if self._discarding:
+                pass
+            elif len(self._buffer) + len(piece) > self.max_line_bytes:
+                self._buffer.clear()
+                self._discarding = True
+                yield None
+            else:
+                self._buffer += piece
+            if newline < 0:
+                return
+            start = newline + 1
+            if self._discarding:
+                self._discarding = False
+                continue
+            line = bytes(self._buffer)
+            self._buffer.clear()
+            if line.strip():
+                yield line
+
+    @property
+    def partial_bytes(self) -> int:
+        """Bytes of an unfinished line held so far (for half-closed connections)."""
+        return len(self._buffer)
