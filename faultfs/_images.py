@@ -162,6 +162,8 @@ def _tears(
     prior: bytes, offset: int, payload: bytes, block_size: int, rng: random.Random
 ) -> Iterator[tuple[str, bytes]]:
     """The ways one write can be half-done on the disk, given the bytes before it."""
+    if not payload:
+        return
     end = offset + len(payload)
     size = len(prior)
     if end > size:

@@ -103,6 +103,8 @@ def apply_data_ops(base: bytes, ops: Iterable[DataOp]) -> bytes:
     buf = bytearray(base)
     for _gseq, kind, arg, payload in ops:
         if kind == WRITE:
+            if not payload:
+                continue  # a zero-length write never changes the size
             if arg > len(buf):
                 buf.extend(bytes(arg - len(buf)))
             buf[arg : arg + len(payload)] = payload
@@ -192,7 +194,7 @@ class Model:
         if not isinstance(data, bytearray):
             data = node.data = bytearray(data)
         size = len(data)
-        if offset > size:
+        if offset > size and payload:
             data.extend(bytes(offset - size))
         data[offset : offset + len(payload)] = payload
         self.clock += 1
