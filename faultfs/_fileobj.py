@@ -13,7 +13,8 @@ import io
 import os
 from typing import Any
 
-from faultfs._syscalls import Syscalls, oserror
+from faultfs._fdtable import oserror
+from faultfs._syscalls import Syscalls
 
 _BUFFER_SIZE = io.DEFAULT_BUFFER_SIZE
 

@@ -21,8 +21,9 @@ import shutil
 import threading
 from typing import TYPE_CHECKING, Any
 
+from faultfs._fdtable import FAKE_FD_BASE, FD_OWNERS, oserror
 from faultfs._fileobj import open_file
-from faultfs._syscalls import FAKE_FD_BASE, FD_OWNERS, Syscalls, oserror
+from faultfs._syscalls import Syscalls
 from faultfs.errors import ConfigError, OutsideRootError, UnsupportedOperation
 
 if TYPE_CHECKING:

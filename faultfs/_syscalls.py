@@ -10,116 +10,29 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import itertools
 import os
 import stat as stat_mod
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
+from faultfs._fdtable import (
+    ACCMODE,
+    FD_OWNERS,
+    FaultDirEntry,
+    Handle,
+    ScandirIterator,
+    next_fd,
+    oserror,
+)
 from faultfs._model import ROOT_INO, Inode, Model
 from faultfs._trace import Op, call_site
 from faultfs.errors import IOAfterCrash, SimulatedCrash
 
-# Simulated descriptors live far above any real one, so an int says which
-# world it belongs to without a lookup in the common (real) case.
-FAKE_FD_BASE = 1 << 30
-_fd_numbers = itertools.count(FAKE_FD_BASE)
-# Which file system owns each simulated descriptor (the interceptor routes by it).
-FD_OWNERS: dict[int, Syscalls] = {}
-
-_ACCMODE = os.O_RDONLY | os.O_WRONLY | os.O_RDWR
 # A fixed umask of 022: reading the real one means changing it, which races.
 _CREATE_MODE_MASK = 0o7777 & ~0o022
 _UID = os.getuid()
 _GID = os.getgid()
-
-
-def oserror(code: int, path: str | None = None, path2: str | None = None) -> OSError:
-    """An OSError of the right subclass (FileNotFoundError, ...) for ``code``."""
-    if path2 is not None:
-        return OSError(code, os.strerror(code), path, None, path2)
-    if path is not None:
-        return OSError(code, os.strerror(code), path)
-    return OSError(code, os.strerror(code))
-
-
-class Handle:
-    """An open file description: inode, offset and access mode."""
-
-    __slots__ = ("append", "fd", "ino", "is_dir", "lock", "path", "pos", "readable", "writable")
-
-    def __init__(self, fd: int, node: Inode, path: str, flags: int) -> None:
-        acc = flags & _ACCMODE
-        self.fd = fd
-        self.ino = node.ino
-        self.is_dir = node.is_dir
-        self.path = path
-        self.pos = 0
-        self.readable = acc in (os.O_RDONLY, os.O_RDWR)
-        self.writable = acc in (os.O_WRONLY, os.O_RDWR)
-        self.append = bool(flags & os.O_APPEND)
-        self.lock = 0
-
-
-class FaultDirEntry:
-    """What os.scandir yields for an entry of a simulated directory."""
-
-    __slots__ = ("_fs", "_ino", "_is_dir", "name", "path")
-
-    def __init__(self, fs: Syscalls, name: str, path: str, ino: int, is_dir: bool) -> None:
-        self._fs = fs
-        self.name = name
-        self.path = path
-        self._ino = ino
-        self._is_dir = is_dir
-
-    def inode(self) -> int:
-        return self._ino
-
-    def is_dir(self, *, follow_symlinks: bool = True) -> bool:
-        return self._is_dir
-
-    def is_file(self, *, follow_symlinks: bool = True) -> bool:
-        return not self._is_dir
-
-    def is_symlink(self) -> bool:
-        return False
-
-    def is_junction(self) -> bool:
-        return False
-
-    def stat(self, *, follow_symlinks: bool = True) -> os.stat_result:
-        return self._fs.stat(self.path)
-
-    def __fspath__(self) -> str:
-        return self.path
-
-    def __repr__(self) -> str:
-        return f"<FaultDirEntry {self.name!r}>"
-
-
-class ScandirIterator:
-    """A closable iterator over precomputed entries, like os.scandir's."""
-
-    def __init__(self, entries: list[FaultDirEntry]) -> None:
-        self._it: Iterator[FaultDirEntry] = iter(entries)
-
-    def __iter__(self) -> ScandirIterator:
-        return self
-
-    def __next__(self) -> FaultDirEntry:
-        return next(self._it)
-
-    def __enter__(self) -> ScandirIterator:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        self._it = iter(())
 
 
 class Syscalls:
@@ -150,9 +63,11 @@ class Syscalls:
 
     # --------------------------------------------------------------- boundaries
 
-    def _dead(self, what: str) -> IOAfterCrash:
-        self.io_after_crash += 1
-        return IOAfterCrash(what)
+    def _alive(self, what: str) -> None:
+        """Refuse I/O from a crashed process (it is dead; its cleanup must not run)."""
+        if self.crashed:
+            self.io_after_crash += 1
+            raise IOAfterCrash(what)
 
     def _before(self, kind: str, path: str, args: tuple[object, ...]) -> Op:
         op = Op(kind, path, args, call_site(3) if self._record_trace else "")
@@ -235,8 +150,7 @@ class Syscalls:
 
     def open(self, path: str, flags: int, mode: int = 0o777) -> int:
         with self._lock:
-            if self.crashed:
-                raise self._dead(f"open({path!r})")
+            self._alive(f"open({path!r})")
             parent, name, node = self._walk(path)
             if node is None:
                 if not flags & os.O_CREAT:
@@ -249,7 +163,7 @@ class Syscalls:
             elif flags & os.O_CREAT and flags & os.O_EXCL:
                 raise oserror(errno.EEXIST, path)
             elif node.is_dir:
-                if flags & _ACCMODE != os.O_RDONLY or flags & os.O_TRUNC:
+                if flags & ACCMODE != os.O_RDONLY or flags & os.O_TRUNC:
                     raise oserror(errno.EISDIR, path)
             elif flags & getattr(os, "O_DIRECTORY", 0):
                 raise oserror(errno.ENOTDIR, path)
@@ -257,7 +171,7 @@ class Syscalls:
                 op = self._before("truncate", path, (0,))
                 self.model.truncate(node, 0, time.time_ns())
                 self._after(op)
-            fd = next(_fd_numbers)
+            fd = next_fd()
             self._fds[fd] = Handle(fd, node, path, flags)
             FD_OWNERS[fd] = self
             return fd
@@ -288,8 +202,7 @@ class Syscalls:
             return bytes(self.model.inodes[handle.ino].data[offset : offset + n])
 
     def _readable(self, fd: int) -> Handle:
-        if self.crashed:
-            raise self._dead("read")
+        self._alive("read")
         handle = self._handle(fd)
         if handle.is_dir:
             raise oserror(errno.EISDIR)
@@ -298,8 +211,7 @@ class Syscalls:
         return handle
 
     def _writable(self, fd: int, what: str) -> Handle:
-        if self.crashed:
-            raise self._dead(what)
+        self._alive(what)
         handle = self._handle(fd)
         if handle.is_dir:
             raise oserror(errno.EISDIR)
@@ -350,8 +262,7 @@ class Syscalls:
 
     def lseek(self, fd: int, pos: int, how: int) -> int:
         with self._lock:
-            if self.crashed:
-                raise self._dead("lseek")
+            self._alive("lseek")
             handle = self._handle(fd)
             if how == os.SEEK_SET:
                 new = pos
@@ -368,8 +279,7 @@ class Syscalls:
 
     def ftruncate(self, fd: int, size: int) -> None:
         with self._lock:
-            if self.crashed:
-                raise self._dead("ftruncate")
+            self._alive("ftruncate")
             handle = self._handle(fd)
             if handle.is_dir or not handle.writable or size < 0:
                 raise oserror(errno.EINVAL)
@@ -379,8 +289,7 @@ class Syscalls:
 
     def truncate(self, path: str, size: int) -> None:
         with self._lock:
-            if self.crashed:
-                raise self._dead("truncate")
+            self._alive("truncate")
             node = self._existing(path)
             if node.is_dir:
                 raise oserror(errno.EISDIR, path)
@@ -392,8 +301,7 @@ class Syscalls:
 
     def fsync(self, fd: int, kind: str = "fsync") -> None:
         with self._lock:
-            if self.crashed:
-                raise self._dead(kind)
+            self._alive(kind)
             handle = self._handle(fd)
             node = self.model.inodes[handle.ino]
             op = self._before(kind, handle.path, ())
@@ -417,15 +325,13 @@ class Syscalls:
 
     def fstat(self, fd: int) -> os.stat_result:
         with self._lock:
-            if self.crashed:
-                raise self._dead("fstat")
+            self._alive("fstat")
             return self._stat_result(self.model.inodes[self._handle(fd).ino])
 
     def flock(self, fd: int, operation: int) -> None:
         """Advisory whole-file locks between open descriptions of this process."""
         with self._lock:
-            if self.crashed:
-                raise self._dead("flock")
+            self._alive("flock")
             handle = self._handle(fd)
             want = operation & (fcntl.LOCK_SH | fcntl.LOCK_EX | fcntl.LOCK_UN)
             if want == fcntl.LOCK_UN:
@@ -447,14 +353,12 @@ class Syscalls:
 
     def stat(self, path: str) -> os.stat_result:
         with self._lock:
-            if self.crashed:
-                raise self._dead(f"stat({path!r})")
+            self._alive(f"stat({path!r})")
             return self._stat_result(self._existing(path))
 
     def listdir(self, path: str) -> list[str]:
         with self._lock:
-            if self.crashed:
-                raise self._dead(f"listdir({path!r})")
+            self._alive(f"listdir({path!r})")
             node = self._existing(path)
             if not node.is_dir:
                 raise oserror(errno.ENOTDIR, path)
@@ -462,8 +366,7 @@ class Syscalls:
 
     def scandir(self, path: str, prefix: str) -> ScandirIterator:
         with self._lock:
-            if self.crashed:
-                raise self._dead(f"scandir({path!r})")
+            self._alive(f"scandir({path!r})")
             node = self._existing(path)
             if not node.is_dir:
                 raise oserror(errno.ENOTDIR, path)
@@ -478,8 +381,7 @@ class Syscalls:
 
     def mkdir(self, path: str, mode: int = 0o777) -> None:
         with self._lock:
-            if self.crashed:
-                raise self._dead(f"mkdir({path!r})")
+            self._alive(f"mkdir({path!r})")
             parent, name, node = self._walk(path)
             if node is not None:
                 raise oserror(errno.EEXIST, path)
@@ -492,8 +394,7 @@ class Syscalls:
 
     def rmdir(self, path: str) -> None:
         with self._lock:
-            if self.crashed:
-                raise self._dead(f"rmdir({path!r})")
+            self._alive(f"rmdir({path!r})")
             parent, name, node = self._walk(path)
             if node is None:
                 raise oserror(errno.ENOENT, path)
@@ -509,8 +410,7 @@ class Syscalls:
 
     def unlink(self, path: str) -> None:
         with self._lock:
-            if self.crashed:
-                raise self._dead(f"unlink({path!r})")
+            self._alive(f"unlink({path!r})")
             parent, name, node = self._walk(path)
             if node is None:
                 raise oserror(errno.ENOENT, path)
@@ -523,8 +423,7 @@ class Syscalls:
 
     def link(self, src: str, dst: str) -> None:
         with self._lock:
-            if self.crashed:
-                raise self._dead(f"link({src!r})")
+            self._alive(f"link({src!r})")
             node = self._existing(src)
             if node.is_dir:
                 raise oserror(errno.EPERM, src, dst)
@@ -538,8 +437,7 @@ class Syscalls:
 
     def rename(self, src: str, dst: str) -> None:
         with self._lock:
-            if self.crashed:
-                raise self._dead(f"rename({src!r})")
+            self._alive(f"rename({src!r})")
             sparent, sname, node = self._walk(src)
             if node is None:
                 raise oserror(errno.ENOENT, src, dst)
@@ -569,27 +467,23 @@ class Syscalls:
 
     def chmod(self, path: str, mode: int) -> None:
         with self._lock:
-            if self.crashed:
-                raise self._dead(f"chmod({path!r})")
+            self._alive(f"chmod({path!r})")
             self._existing(path).mode = mode & 0o7777
 
     def fchmod(self, fd: int, mode: int) -> None:
         with self._lock:
-            if self.crashed:
-                raise self._dead("fchmod")
+            self._alive("fchmod")
             self.model.inodes[self._handle(fd).ino].mode = mode & 0o7777
 
     def utime(self, path: str, mtime_ns: int | None) -> None:
         with self._lock:
-            if self.crashed:
-                raise self._dead(f"utime({path!r})")
+            self._alive(f"utime({path!r})")
             node = self._existing(path)
             node.mtime_ns = time.time_ns() if mtime_ns is None else mtime_ns
 
     def exists(self, path: str) -> bool:
         with self._lock:
-            if self.crashed:
-                raise self._dead(f"access({path!r})")
+            self._alive(f"access({path!r})")
             try:
                 return self._walk(path)[2] is not None
             except OSError:

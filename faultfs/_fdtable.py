@@ -1,0 +1,114 @@
+"""What the simulated calls hand out: descriptors, directory entries, errors."""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from faultfs._model import Inode
+    from faultfs._syscalls import Syscalls
+
+# Simulated descriptors live far above any real one, so an int says which
+# world it belongs to without a lookup in the common (real) case.
+FAKE_FD_BASE = 1 << 30
+_fd_numbers = itertools.count(FAKE_FD_BASE)
+
+
+def next_fd() -> int:
+    """A simulated descriptor number never handed out before in this process."""
+    return next(_fd_numbers)
+
+
+# Which file system owns each simulated descriptor (the interceptor routes by it).
+FD_OWNERS: dict[int, Syscalls] = {}
+
+ACCMODE = os.O_RDONLY | os.O_WRONLY | os.O_RDWR
+
+
+def oserror(code: int, path: str | None = None, path2: str | None = None) -> OSError:
+    """An OSError of the right subclass (FileNotFoundError, ...) for ``code``."""
+    if path2 is not None:
+        return OSError(code, os.strerror(code), path, None, path2)
+    if path is not None:
+        return OSError(code, os.strerror(code), path)
+    return OSError(code, os.strerror(code))
+
+
+class Handle:
+    """An open file description: inode, offset and access mode."""
+
+    __slots__ = ("append", "fd", "ino", "is_dir", "lock", "path", "pos", "readable", "writable")
+
+    def __init__(self, fd: int, node: Inode, path: str, flags: int) -> None:
+        acc = flags & ACCMODE
+        self.fd = fd
+        self.ino = node.ino
+        self.is_dir = node.is_dir
+        self.path = path
+        self.pos = 0
+        self.readable = acc in (os.O_RDONLY, os.O_RDWR)
+        self.writable = acc in (os.O_WRONLY, os.O_RDWR)
+        self.append = bool(flags & os.O_APPEND)
+        self.lock = 0
+
+
+class FaultDirEntry:
+    """What os.scandir yields for an entry of a simulated directory."""
+
+    __slots__ = ("_fs", "_ino", "_is_dir", "name", "path")
+
+    def __init__(self, fs: Syscalls, name: str, path: str, ino: int, is_dir: bool) -> None:
+        self._fs = fs
+        self.name = name
+        self.path = path
+        self._ino = ino
+        self._is_dir = is_dir
+
+    def inode(self) -> int:
+        return self._ino
+
+    def is_dir(self, *, follow_symlinks: bool = True) -> bool:
+        return self._is_dir
+
+    def is_file(self, *, follow_symlinks: bool = True) -> bool:
+        return not self._is_dir
+
+    def is_symlink(self) -> bool:
+        return False
+
+    def is_junction(self) -> bool:
+        return False
+
+    def stat(self, *, follow_symlinks: bool = True) -> os.stat_result:
+        return self._fs.stat(self.path)
+
+    def __fspath__(self) -> str:
+        return self.path
+
+    def __repr__(self) -> str:
+        return f"<FaultDirEntry {self.name!r}>"
+
+
+class ScandirIterator:
+    """A closable iterator over precomputed entries, like os.scandir's."""
+
+    def __init__(self, entries: list[FaultDirEntry]) -> None:
+        self._it: Iterator[FaultDirEntry] = iter(entries)
+
+    def __iter__(self) -> ScandirIterator:
+        return self
+
+    def __next__(self) -> FaultDirEntry:
+        return next(self._it)
+
+    def __enter__(self) -> ScandirIterator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._it = iter(())
