@@ -243,36 +243,39 @@ class FaultFS(Syscalls):
             raise ConfigError(f"unknown crash mode {mode!r}; choose one of {MODES}")
         if limit < 1:
             raise ConfigError(f"limit must be >= 1, got {limit}")
+        # Built under the lock, handed out after: a consumer that stops early
+        # must not leave the file system locked.
         with self._lock:
-            if mode == "process":
-                yield self._spawn(process_image(self.model), mode, 0, seed, "page cache kept")
-                return
-            power = durable_image(self.model, ImageChoice())
-            if mode == "power":
-                yield self._spawn(power, mode, 0, seed, "durable state only")
-                return
-            if mode == "torn":
-                choices = torn_choices(self.model, self.block_size, seed)
-            else:
-                choices = reorder_choices(self.model, seed)
-            seen = set() if mode == "reorder" else {fingerprint(power)}
-            seen_choices: set[ImageChoice] = set()
-            produced = 0
-            for choice in itertools.islice(choices, limit * CANDIDATES_PER_IMAGE):
-                if choice in seen_choices:
-                    continue
-                seen_choices.add(choice)
-                model = durable_image(self.model, choice)
-                print_ = fingerprint(model)
-                if print_ in seen:
-                    continue
-                seen.add(print_)
-                yield self._spawn(model, mode, produced, seed, choice.detail)
-                produced += 1
-                if produced >= limit:
-                    return
-            if produced == 0:
-                yield self._spawn(power, mode, 0, seed, f"nothing unsynced to {mode}: power image")
+            found = self._image_models(mode, limit, seed)
+        for model, index, detail in found:
+            yield self._spawn(model, mode, index, seed, detail)
+
+    def _image_models(self, mode: str, limit: int, seed: int) -> list[tuple[Model, int, str]]:
+        if mode == "process":
+            return [(process_image(self.model), 0, "page cache kept")]
+        power = durable_image(self.model, ImageChoice())
+        if mode == "power":
+            return [(power, 0, "durable state only")]
+        if mode == "torn":
+            choices = torn_choices(self.model, self.block_size, seed)
+        else:
+            choices = reorder_choices(self.model, seed)
+        seen = set() if mode == "reorder" else {fingerprint(power)}
+        seen_choices: set[ImageChoice] = set()
+        found: list[tuple[Model, int, str]] = []
+        for choice in itertools.islice(choices, limit * CANDIDATES_PER_IMAGE):
+            if choice in seen_choices:
+                continue
+            seen_choices.add(choice)
+            model = durable_image(self.model, choice)
+            print_ = fingerprint(model)
+            if print_ in seen:
+                continue
+            seen.add(print_)
+            found.append((model, len(found), choice.detail))
+            if len(found) >= limit:
+                break
+        return found or [(power, 0, f"nothing unsynced to {mode}: power image")]
 
     def crash_image(self, mode: str, seed: int = 0, index: int | None = None) -> FaultFS:
         """The ``index``-th image of crash_images(mode, seed=seed), else one sampled by seed."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable
 
 import pytest
@@ -254,3 +255,14 @@ def test_snapshot_round_trip_is_copy_on_write() -> None:
     with copy:
         write(copy.path("other"), b"o")
     assert FaultFS.from_snapshot(snap).tree() == {"cfg": b"old"}
+
+
+def test_an_abandoned_enumeration_does_not_lock_the_file_system() -> None:
+    fs = run("posix", unsynced_pair)
+    first = next(fs.crash_images("reorder"))
+    assert first.tree() == {"cfg": b"old"}
+    seen: list[bool] = []
+    worker = threading.Thread(target=lambda: seen.append(fs.snapshot() is not None))
+    worker.start()
+    worker.join(timeout=5)
+    assert seen == [True]
