@@ -1,0 +1,181 @@
+"""``substrat agent create|send|list|tree|show|rm`` and ``substrat inbox``."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from substrat.cli import render
+from substrat.cli.common import Opts, daemon_command, emit_json, esc
+
+SEND_TIMEOUT_S = 600.0
+
+
+@click.group("agent")
+def agent_group() -> None:
+    """Create agents, send them turns, look at them, remove them.
+
+    AGENT is an agent id or its path (``lead/worker``).
+    """
+
+
+@agent_group.command("create")
+@daemon_command()
+@click.argument("name")
+@click.option("-i", "--instructions", default="", help="The agent's system prompt.")
+@click.option("--provider", default="scripted", show_default=True)
+@click.option("--model", default=None, help="Model (default: the provider's).")
+def create(opts: Opts, name: str, instructions: str, provider: str, model: str | None) -> None:
+    """Create a root agent called NAME."""
+    info = opts.call(
+        "agent.create",
+        {"name": name, "instructions": instructions, "provider": provider, "model": model},
+    )
+    if opts.json:
+        emit_json(info)
+    else:
+        opts.out.print(
+            f"created [bold]{esc(info['path'])}[/] ({info['agent_id']}) "
+            f"with {esc(info['provider'])}/{esc(info['model'])}"
+        )
+
+
+@agent_group.command("send")
+@daemon_command(SEND_TIMEOUT_S)
+@click.argument("agent")
+@click.argument("prompt")
+@click.option("--no-stream", is_flag=True, help="Print the response only when it is complete.")
+def send(opts: Opts, agent: str, prompt: str, no_stream: bool) -> None:
+    """Send PROMPT to AGENT and print its response as it streams ('-' reads stdin).
+
+    The answer is printed only after the turn is durable: if the daemon dies
+    first, the command says so and exits 3.
+    """
+    if prompt == "-":
+        prompt = sys.stdin.read()
+    stream = not (no_stream or opts.json)
+    streamed: list[str] = []
+
+    def on_chunk(method: str, params: dict[str, Any]) -> None:
+        if method == "turn.chunk":
+            streamed.append(params.get("text", ""))
+            click.echo(params.get("text", ""), nl=False)
+            sys.stdout.flush()
+
+    result = opts.call(
+        "agent.send",
+        {"agent": agent, "prompt": prompt, "stream": stream},
+        on_notification=on_chunk if stream else None,
+    )
+    if opts.json:
+        emit_json(result)
+        return
+    if not stream:
+        click.echo(result["response"], nl=False)
+    click.echo()
+    extras = []
+    if result.get("spawned"):
+        extras.append(f"spawned {len(result['spawned'])}")
+    if result.get("messages_sent"):
+        extras.append(f"sent {len(result['messages_sent'])} messages")
+    tail = f" · {', '.join(extras)}" if extras else ""
+    opts.err.print(f"[dim]turn {esc(result['turn_id'])} committed{esc(tail)}[/]")
+
+
+@agent_group.command("list")
+@daemon_command()
+def list_agents(opts: Opts) -> None:
+    """List the live agents."""
+    agents = opts.call("agent.list")
+    if opts.json:
+        emit_json(agents)
+    elif not agents:
+        opts.out.print("no agents yet: [bold]substrat agent create NAME[/]")
+    else:
+        opts.out.print(render.agents_table(agents))
+
+
+@agent_group.command("tree")
+@daemon_command()
+def tree(opts: Opts) -> None:
+    """Show the agents as a tree."""
+    branches = opts.call("agent.tree")
+    if opts.json:
+        emit_json(branches)
+    else:
+        opts.out.print(render.agent_tree(branches))
+
+
+@agent_group.command("show")
+@daemon_command()
+@click.argument("agent")
+def show(opts: Opts, agent: str) -> None:
+    """Everything about AGENT: state, inbox, recent turns, a turn lost in a crash."""
+    with opts.connect() as conn:
+        info = conn.call("agent.show", {"agent": agent})
+        names = render.names_of(conn.call("agent.list"))
+    if opts.json:
+        emit_json(info)
+        return
+    out = opts.out
+    a = info["agent"]
+    out.print(f"[bold]{esc(a['path'])}[/]  {a['agent_id']}  {render.state(a['state'])}")
+    out.print(f"  session {a['session_id']}  provider {esc(a['provider'])}/{esc(a['model'])}")
+    if a.get("instructions"):
+        out.print(f"  instructions: {esc(render.excerpt(a['instructions']))}")
+    parent = render.endpoint(a["parent_id"], names) if a.get("parent_id") else "-"
+    children = ", ".join(render.endpoint(c, names) for c in a.get("children", [])) or "-"
+    out.print(f"  parent {esc(parent)}  children {esc(children)}")
+    out.print(f"  turns {info['turns']}  live session: {'yes' if info.get('live') else 'no'}")
+    if info.get("waiting_on"):
+        out.print(f"  [cyan]waiting on {len(info['waiting_on'])} repl(ies)[/]")
+    if info.get("lost_turn"):
+        lost = info["lost_turn"]
+        out.print(
+            f"  [red]lost in a crash:[/] turn {esc(lost.get('turn_id'))} "
+            f"({esc(render.excerpt(lost.get('prompt', ''), 50))}); it is told at its next turn"
+        )
+    if info.get("inbox"):
+        out.print("[bold]inbox[/]")
+        out.print(render.messages_table(info["inbox"], names))
+    for turn in info.get("recent_turns", []):
+        render.print_turn(out, turn)
+
+
+@agent_group.command("rm")
+@daemon_command()
+@click.argument("agent")
+@click.option("--cascade", is_flag=True, help="Also terminate its children (leaves first).")
+def rm(opts: Opts, agent: str, cascade: bool) -> None:
+    """Terminate AGENT (durably; its log is kept)."""
+    result = opts.call("agent.terminate", {"agent": agent, "cascade": cascade})
+    if opts.json:
+        emit_json(result)
+    else:
+        ids = result["terminated"]
+        opts.out.print(f"terminated {len(ids)} agent(s): {', '.join(render.short(i) for i in ids)}")
+
+
+@click.command("inbox")
+@daemon_command()
+@click.option("--collect", is_flag=True, help="Mark the shown messages as read (removes them).")
+def inbox(opts: Opts, collect: bool) -> None:
+    """Messages agents sent to you (replies, results, errors)."""
+    with opts.connect() as conn:
+        messages = conn.call("inbox.list")["messages"]
+        names = render.names_of(conn.call("agent.list"))
+        acked: list[str] = []
+        if collect and messages:
+            ids = [m["message_id"] for m in messages]
+            acked = conn.call("inbox.ack", {"message_ids": ids})["acknowledged"]
+    if opts.json:
+        emit_json({"messages": messages, "acknowledged": acked})
+        return
+    if not messages:
+        opts.out.print("inbox empty")
+        return
+    opts.out.print(render.messages_table(messages, names))
+    if collect:
+        opts.out.print(f"[dim]{len(acked)} message(s) marked as read[/]")

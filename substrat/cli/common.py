@@ -1,0 +1,185 @@
+"""What every command shares: options, connecting, output, errors and exit codes.
+
+Exit codes of every command (docs/daemon.md):
+
+* 0: done;
+* 1: the daemon refused the request (unknown agent, busy, ...), or fsck found damage;
+* 2: usage error, unusable root, or fsck could not run;
+* 3: no daemon to talk to: not running (with ``--no-autostart``), failed to
+  start, died mid-request, or silent past ``--timeout``.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+from rich.console import Console
+
+from substrat import client as client_mod
+from substrat.errors import (
+    DaemonError,
+    FsckError,
+    RootLockedError,
+    RootPermissionError,
+    RpcError,
+    SocketPathTooLongError,
+    SubstratError,
+)
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_UNAVAILABLE = 3
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass
+class Opts:
+    """The common options of one invocation."""
+
+    root: Path
+    json: bool = False
+    timeout_s: float = client_mod.DEFAULT_TIMEOUT_S
+    autostart: bool = True
+
+    @property
+    def out(self) -> Console:
+        return Console(highlight=False, soft_wrap=True)
+
+    @property
+    def err(self) -> Console:
+        return Console(stderr=True, highlight=False, soft_wrap=True)
+
+    def connect(self) -> client_mod.Client:
+        """A connected client; starts the daemon if none runs (unless --no-autostart)."""
+
+        def started(pid: int) -> None:
+            if not self.json:
+                self.err.print(f"[dim]substrat: started the daemon (pid {pid}) for {self.root}[/]")
+
+        return client_mod.connect_or_start(
+            self.root, autostart=self.autostart, timeout_s=self.timeout_s, on_start=started
+        )
+
+    def call(self, method: str, params: dict[str, Any] | None = None, **kw: Any) -> Any:
+        with self.connect() as conn:
+            return conn.call(method, params, **kw)
+
+
+def _root_option(func: F) -> F:
+    return click.option(
+        "--root",
+        type=click.Path(file_okay=False, path_type=Path),
+        envvar="SUBSTRAT_HOME",
+        default=None,
+        help="Substrat root (default: $SUBSTRAT_HOME or ~/.substrat).",
+    )(func)
+
+
+def _json_option(func: F) -> F:
+    return click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON output.")(
+        func
+    )
+
+
+def offline_command(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Adds --root and --json; the command receives ``opts`` first."""
+
+    @_root_option
+    @_json_option
+    @functools.wraps(func)
+    def wrapper(root: Path | None, as_json: bool, **kwargs: Any) -> Any:
+        opts = Opts(root=_resolve(root), json=as_json)
+        return guarded(opts, func, **kwargs)
+
+    return wrapper
+
+
+def daemon_command(
+    default_timeout_s: float = client_mod.DEFAULT_TIMEOUT_S,
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Adds --root, --json, --timeout and --no-autostart; the command receives ``opts``."""
+
+    def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
+        @_root_option
+        @_json_option
+        @click.option(
+            "--timeout",
+            "timeout_s",
+            type=click.FloatRange(min=0.1),
+            default=default_timeout_s,
+            show_default=True,
+            help="Seconds of daemon silence before giving up.",
+        )
+        @click.option(
+            "--no-autostart",
+            is_flag=True,
+            envvar="SUBSTRAT_NO_AUTOSTART",
+            help="Fail instead of starting the daemon when none runs.",
+        )
+        @functools.wraps(func)
+        def wrapper(
+            root: Path | None, as_json: bool, timeout_s: float, no_autostart: bool, **kwargs: Any
+        ) -> Any:
+            opts = Opts(_resolve(root), as_json, timeout_s, not no_autostart)
+            return guarded(opts, func, **kwargs)
+
+        return wrapper
+
+    return decorate
+
+
+def _resolve(root: Path | None) -> Path:
+    return (root if root is not None else client_mod.default_root()).expanduser().absolute()
+
+
+def guarded(opts: Opts, func: Callable[..., Any], **kwargs: Any) -> Any:
+    """Run a command body; turn substrat errors into a message and an exit code."""
+    try:
+        return func(opts, **kwargs)
+    except RpcError as exc:
+        fail(opts, exc, EXIT_FAILED, code=exc.code)
+    except (RootPermissionError, SocketPathTooLongError, FsckError) as exc:
+        fail(opts, exc, EXIT_USAGE)
+    except (DaemonError, RootLockedError) as exc:
+        fail(opts, exc, EXIT_UNAVAILABLE)
+    except SubstratError as exc:
+        fail(opts, exc, EXIT_FAILED)
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+def fail(opts: Opts, exc: BaseException, exit_code: int, *, code: int | None = None) -> None:
+    """Report an error on stderr (JSON with --json) and exit."""
+    message = str(exc)
+    if opts.json:
+        body: dict[str, Any] = {"type": type(exc).__name__, "message": message}
+        if code is not None:
+            body["code"] = code
+        click.echo(json.dumps({"error": body}), err=True)
+    else:
+        opts.err.print(f"[bold red]error:[/] {_escape(message)}")
+    sys.exit(exit_code)
+
+
+def emit_json(value: Any) -> None:
+    click.echo(json.dumps(value, ensure_ascii=False))
+
+
+def _escape(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)
+
+
+def esc(text: object) -> str:
+    """Escape text for rich markup."""
+    return _escape(str(text))

@@ -1,0 +1,196 @@
+"""``substrat daemon start|stop|status|restart``."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from substrat import client as client_mod
+from substrat.cli import render
+from substrat.cli.common import (
+    EXIT_UNAVAILABLE,
+    Opts,
+    emit_json,
+    esc,
+    offline_command,
+)
+from substrat.errors import DaemonNotRunningError
+from substrat.rpc import lock
+
+
+@click.group("daemon")
+def daemon_group() -> None:
+    """Start, stop and inspect the daemon of a root."""
+
+
+def _daemon_args(heartbeat_s: float | None, grace_s: float | None) -> list[str]:
+    args: list[str] = []
+    if heartbeat_s is not None:
+        args += ["--heartbeat-s", str(heartbeat_s)]
+    if grace_s is not None:
+        args += ["--grace-s", str(grace_s)]
+    return args
+
+
+_heartbeat = click.option(
+    "--heartbeat-s",
+    type=click.FloatRange(min=0.05),
+    default=None,
+    help="Seconds between heartbeat notifications (default 5).",
+)
+_grace = click.option(
+    "--grace-s",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="On stop, seconds running turns get to finish (default 10).",
+)
+_start_timeout = click.option(
+    "--timeout",
+    "timeout_s",
+    type=click.FloatRange(min=0.1),
+    default=client_mod.START_TIMEOUT_S,
+    show_default=True,
+    help="Seconds to wait for the daemon to answer.",
+)
+
+
+@daemon_group.command("start")
+@offline_command
+@click.option("--foreground", is_flag=True, help="Run in this terminal (logs to stderr).")
+@_start_timeout
+@_heartbeat
+@_grace
+def start(
+    opts: Opts,
+    foreground: bool,
+    timeout_s: float,
+    heartbeat_s: float | None,
+    grace_s: float | None,
+) -> None:
+    """Start the daemon (in the background unless --foreground)."""
+    extra = _daemon_args(heartbeat_s, grace_s)
+    if foreground:
+        from substrat import daemon
+
+        sys.exit(daemon.main(["--root", str(opts.root), *extra]))
+    pid, started = client_mod.start_daemon(opts.root, timeout_s=timeout_s, daemon_args=extra)
+    status = _status(opts)
+    if opts.json:
+        emit_json({"pid": pid, "started": started, "root": str(opts.root), "status": status})
+        return
+    verb = "started" if started else "already running"
+    opts.out.print(f"daemon {verb} [bold](pid {pid})[/] on {esc(opts.root)}")
+    notice = (status or {}).get("last_recovery")
+    if started and notice:
+        for line in render.recovery_lines(notice):
+            opts.out.print(f"  {line}")
+
+
+def _status(opts: Opts) -> dict[str, Any] | None:
+    try:
+        with client_mod.Client(opts.root, timeout_s=opts.timeout_s).connect() as conn:
+            result = conn.call("daemon.status")
+    except DaemonNotRunningError:
+        return None
+    return result if isinstance(result, dict) else None
+
+
+@daemon_group.command("stop")
+@offline_command
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=click.FloatRange(min=0.1),
+    default=client_mod.STOP_TIMEOUT_S,
+    show_default=True,
+    help="Seconds to wait for the daemon to exit.",
+)
+def stop(opts: Opts, timeout_s: float) -> None:
+    """Stop the daemon cleanly: running turns finish, sessions are suspended."""
+    pid = client_mod.stop_daemon(opts.root, timeout_s=timeout_s)
+    if opts.json:
+        emit_json({"stopped": pid is not None, "pid": pid, "root": str(opts.root)})
+    elif pid is None:
+        opts.out.print(f"no daemon running on {esc(opts.root)}")
+    else:
+        opts.out.print(f"daemon stopped [bold](pid {pid})[/]")
+
+
+@daemon_group.command("restart")
+@offline_command
+@_start_timeout
+@_heartbeat
+@_grace
+def restart(opts: Opts, timeout_s: float, heartbeat_s: float | None, grace_s: float | None) -> None:
+    """Stop the daemon (if it runs) and start it again."""
+    old = client_mod.stop_daemon(opts.root, timeout_s=client_mod.STOP_TIMEOUT_S)
+    extra = _daemon_args(heartbeat_s, grace_s)
+    pid, _started = client_mod.start_daemon(opts.root, timeout_s=timeout_s, daemon_args=extra)
+    if opts.json:
+        emit_json({"stopped": old, "pid": pid, "root": str(opts.root)})
+    else:
+        before = f"stopped pid {old}, " if old is not None else ""
+        opts.out.print(f"daemon restarted: {before}running as [bold]pid {pid}[/]")
+
+
+@daemon_group.command("status")
+@offline_command
+@click.option("--pid", "only_pid", is_flag=True, help="Print only the pid (for kill, scripts).")
+@click.option(
+    "--timeout", "timeout_s", type=click.FloatRange(min=0.1), default=10.0, show_default=True
+)
+def status(opts: Opts, only_pid: bool, timeout_s: float) -> None:
+    """Is the daemon running? Uptime, load, and what its last recovery found.
+
+    Exits 3 when no daemon runs (it never starts one).
+    """
+    opts.timeout_s = timeout_s
+    answer = _status(opts)
+    if answer is None:
+        info = lock.read_info(opts.root)
+        last = (
+            None
+            if info is None
+            else {
+                "pid": info.pid,
+                "state": info.state,
+                "started_at": info.started_at,
+                "stopped_at": info.stopped_at,
+            }
+        )
+        if opts.json:
+            emit_json({"running": False, "root": str(opts.root), "last_daemon": last})
+        elif not only_pid:
+            opts.out.print(f"[red]no daemon running[/] on {esc(opts.root)}")
+            if info is not None and info.state == "stopped":
+                opts.out.print(
+                    f"  last daemon (pid {info.pid}) stopped cleanly at {info.stopped_at}"
+                )
+            elif info is not None:
+                opts.out.print(
+                    f"  [yellow]last daemon (pid {info.pid}) did not shut down cleanly[/]; "
+                    "the next start recovers the root"
+                )
+        sys.exit(EXIT_UNAVAILABLE)
+    if only_pid:
+        click.echo(str(answer["pid"]))
+        return
+    if opts.json:
+        emit_json({"running": True, **answer})
+        return
+    out = opts.out
+    out.print(f"[green]running[/] [bold]pid {answer['pid']}[/] on {esc(answer['root'])}")
+    out.print(f"  up {answer['uptime_s']:.1f}s since {answer['started_at']} (v{answer['version']})")
+    out.print(
+        f"  agents {answer['agents']} ({answer['roots']} roots), turns running "
+        f"{answer['busy_turns']}, connections {answer['connections']}, "
+        f"subscribers {answer['subscribers']}"
+    )
+    out.print(f"  previous shutdown: {answer['previous_shutdown']}")
+    notice = answer.get("last_recovery")
+    if notice:
+        out.print("  [bold]last recovery:[/]")
+        for line in render.recovery_lines(notice):
+            out.print(f"    {line}")
