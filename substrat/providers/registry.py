@@ -37,7 +37,9 @@ class ProviderRegistry:
     def get(self, name: str) -> Provider:
         if name not in self._factories:
             known = ", ".join(sorted(self._factories)) or "none"
-            hint = f" (failed to load: {self.load_errors[name]})" if name in self.load_errors else ""
+            hint = (
+                f" (failed to load: {self.load_errors[name]})" if name in self.load_errors else ""
+            )
             raise UnknownProviderError(f"no provider named {name!r}{hint}; registered: {known}")
         if name not in self._built:
             self._built[name] = self._factories[name]()
@@ -55,6 +57,19 @@ class ProviderRegistry:
                 self.load_errors[ep.name] = f"{type(exc).__name__}: {exc}"
 
 
+def _openai() -> Provider:
+    # Imported on first use: the openai SDK is an optional dependency.
+    from substrat.providers.openai_chat import OpenAIProvider
+
+    return OpenAIProvider()
+
+
+def _claude_code() -> Provider:
+    from substrat.providers.claude_code import ClaudeCodeProvider
+
+    return ClaudeCodeProvider()
+
+
 def default_registry() -> ProviderRegistry:
     """The built-in providers plus every installed ``substrat.providers`` entry point."""
     from substrat.providers.fake import FakeProvider
@@ -63,5 +78,7 @@ def default_registry() -> ProviderRegistry:
     registry = ProviderRegistry()
     registry.register("scripted", ScriptedProvider)
     registry.register("fake", FakeProvider)
+    registry.register("openai", _openai)
+    registry.register("claude-code", _claude_code)
     registry.load_entry_points()
     return registry

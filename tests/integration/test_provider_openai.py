@@ -582,3 +582,24 @@ def test_the_transcript_is_plain_json(server: ChatServer) -> None:
 
     transcript = run(main())
     assert json.loads(json.dumps(transcript)) == transcript
+
+
+def test_the_default_registry_offers_both_real_providers_without_importing_the_sdk() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from substrat.providers.registry import default_registry\n"
+        "registry = default_registry()\n"
+        "assert {'openai', 'claude-code'} <= set(registry.names()), registry.names()\n"
+        "assert 'openai' not in sys.modules\n"
+        "provider = registry.get('openai')\n"
+        "assert provider.name == 'openai' and 'openai' not in sys.modules\n"
+        "assert registry.get('claude-code').name == 'claude-code'\n"
+    )
+    env = {"PATH": "/usr/bin:/bin", "SUBSTRAT_OPENAI_MODEL": "m"}
+    completed = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False
+    )
+    assert completed.returncode == 0, completed.stderr
