@@ -228,16 +228,15 @@ class Client:
         self.close()
         info = lock.read_info(self.root)
         pid = f" (pid {info.pid})" if info is not None and info.pid is not None else ""
-        if self.daemon_stopping:
+        # Give the kernel a moment to release a dead daemon's lock.
+        gone = _wait_until(lambda: not lock.is_held(self.root), 0.5)
+        after = lock.read_info(self.root)
+        if self.daemon_stopping or (gone and after is not None and after.state == "stopped"):
             cause = f"the daemon{pid} shut down"
+        elif gone:
+            cause = f"the daemon{pid} died (crashed or was killed)"
         else:
-            # Give the kernel a moment to release a dead daemon's lock.
-            gone = _wait_until(lambda: not lock.is_held(self.root), 0.5)
-            cause = (
-                f"the daemon{pid} died (crashed or was killed)"
-                if gone
-                else f"the daemon{pid} closed the connection"
-            )
+            cause = f"the daemon{pid} closed the connection"
         return DaemonDiedError(
             f"{cause} before answering {what}; the request may or may not have been applied. "
             f"Run `substrat daemon start --root {self.root}` to recover, then check with "

@@ -167,6 +167,7 @@ class Connection:
     pending: int = 0
     dropped_notifications: int = 0
     closed: bool = False
+    writer_task: asyncio.Task[None] | None = None
     idle: asyncio.Event = field(default_factory=asyncio.Event)
     """Set while no request of this connection is in progress."""
     _outbox: asyncio.Queue[tuple[bytes, bool] | None] = field(default_factory=asyncio.Queue)
@@ -263,7 +264,7 @@ class RpcServer:
         if current is not None:
             self._handlers.add(current)
             current.add_done_callback(self._handlers.discard)
-        writer_task = asyncio.create_task(conn.write_loop())
+        writer_task = conn.writer_task = asyncio.create_task(conn.write_loop())
         try:
             refusal = self._refusal(conn)
             if refusal is not None:
@@ -445,10 +446,14 @@ class RpcServer:
         return len(pending)
 
     async def close_connections(self, farewell: dict[str, Any] | None = None) -> None:
+        """Say goodbye to every client (``daemon.stopping``), flush, and hang up."""
         for conn in list(self.connections):
-            if farewell is not None and conn.subscription is not None:
+            if farewell is not None:
                 conn.notify("daemon.stopping", farewell)
             conn.finish()
+        writers = [c.writer_task for c in self.connections if c.writer_task is not None]
+        if writers:
+            await asyncio.wait(writers, timeout=2.0)
         for conn in list(self.connections):
             with contextlib.suppress(Exception):
                 conn.writer.close()

@@ -1,0 +1,317 @@
+"""The daemon as a real process: lock, permissions, peer uid, signals, recovery notice."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import socket
+import stat
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from substrat.client import Client, DaemonProcess
+from substrat.errors import DaemonDiedError, RootPermissionError, RpcError
+from substrat.rpc import lock, protocol
+from substrat.rpc.transport import MAX_SUN_PATH_BYTES, prepare_root, socket_path
+from substrat.session import SessionState, SessionStore
+
+Start = Callable[..., DaemonProcess]
+OTHER_UID = 65534  # "nobody"
+
+
+@pytest.fixture
+def start(tmp_path: Path) -> Iterator[Start]:
+    """Start daemons as child processes; every one is killed at teardown."""
+    started: list[DaemonProcess] = []
+
+    def _start(root: Path | None = None, *args: str) -> DaemonProcess:
+        daemon = DaemonProcess(root or tmp_path / "root", daemon_args=list(args))
+        started.append(daemon)
+        return daemon.start(timeout_s=30)
+
+    yield _start
+    for daemon in started:
+        daemon.kill()
+
+
+def test_second_daemon_on_the_same_root_is_refused(start: Start, tmp_path: Path) -> None:
+    first = start()
+    second = subprocess.run(
+        [sys.executable, "-m", "substrat.daemon", "--root", str(tmp_path / "root")],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert second.returncode == 3
+    assert f"in use by daemon pid {first.pid}" in second.stderr
+    assert first.alive()
+    with Client(tmp_path / "root") as client:
+        assert client.call("ping")["pid"] == first.pid
+
+
+def test_root_and_socket_permissions(start: Start, tmp_path: Path) -> None:
+    root = tmp_path / "loose"
+    root.mkdir(mode=0o755)
+    os.chmod(root, 0o755)
+    start(root)
+    assert stat.S_IMODE(os.stat(root).st_mode) == 0o700
+    sock = socket_path(root)
+    assert stat.S_ISSOCK(os.lstat(sock).st_mode)
+    assert stat.S_IMODE(os.lstat(sock).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(lock.lock_path(root)).st_mode) == 0o600
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="needs root to chown a directory to another uid")
+def test_root_owned_by_another_user_is_refused(tmp_path: Path) -> None:
+    root = tmp_path / "theirs"
+    root.mkdir()
+    os.chown(root, OTHER_UID, OTHER_UID)
+    with pytest.raises(RootPermissionError, match="belongs to uid 65534"):
+        prepare_root(root)
+    proc = subprocess.run(
+        [sys.executable, "-m", "substrat.daemon", "--root", str(root)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode == 1
+    assert "belongs to uid 65534" in proc.stderr
+
+
+def _connect_as(uid: int, path: Path) -> dict[str, Any]:
+    """Fork, drop to ``uid``, connect and report what happened (no exec: /root is private)."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child
+        result: dict[str, Any]
+        try:
+            os.close(read_end)
+            os.setgid(uid)
+            os.setuid(uid)
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.settimeout(10)
+            try:
+                sock.connect(str(path))
+            except OSError as exc:
+                result = {"connect_error": exc.errno}
+            else:
+                sock.sendall(b'{"jsonrpc":"2.0","method":"ping","id":1}\n')
+                data = b""
+                while True:
+                    chunk = sock.recv(4096)
+                    if not chunk:
+                        break
+                    data += chunk
+                result = {"lines": data.decode().splitlines(), "closed": True}
+            os.write(write_end, json.dumps(result).encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as pipe:
+        raw = pipe.read()
+    os.waitpid(pid, 0)
+    return json.loads(raw)
+
+
+@pytest.mark.skipif(
+    os.getuid() != 0, reason="acting as another uid needs root (setuid in a forked child)"
+)
+def test_connection_from_another_uid_is_refused(start: Start, tmp_path: Path) -> None:
+    root = Path(f"/tmp/substrat-uid-{os.getpid()}")  # short: the child connects by real path
+    try:
+        start(root)
+        sock = socket_path(root)
+        # 1. As deployed, the private root and socket keep other users out at connect().
+        assert _connect_as(OTHER_UID, sock) == {"connect_error": errno.EACCES}
+        # 2. With the permissions opened on purpose, the peer-uid check still refuses.
+        os.chmod(root, 0o755)
+        os.chmod(sock, 0o777)
+        outcome = _connect_as(OTHER_UID, sock)
+        assert outcome["closed"] is True
+        assert len(outcome["lines"]) == 1
+        refusal = json.loads(outcome["lines"][0])
+        assert refusal["error"]["code"] == protocol.PERMISSION_DENIED
+        assert "connection from uid 65534" in refusal["error"]["message"]
+        with Client(root) as client:  # the owner is still served
+            assert client.call("daemon.status")["refused_connections"] == 1
+    finally:
+        subprocess.run(["rm", "-rf", str(root)], check=False)
+
+
+def test_long_root_path_is_reached_through_a_short_alias(start: Start, tmp_path: Path) -> None:
+    root = tmp_path / ("deep-" * 30) / "root"
+    assert len(os.fsencode(socket_path(root))) > MAX_SUN_PATH_BYTES
+    daemon = start(root)
+    with Client(root) as client:
+        assert client.call("ping")["pid"] == daemon.pid
+
+
+def test_sigterm_suspends_sessions_and_exits_cleanly(start: Start, tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    daemon = start(root)
+    with Client(root) as client:
+        info = client.call("agent.create", {"name": "alpha"})
+        client.call("agent.send", {"agent": "alpha", "prompt": "hello"})
+        assert client.call("agent.show", {"agent": "alpha"})["live"] is True
+    assert daemon.terminate() == 0
+    record = SessionStore(root).load(info["session_id"])
+    assert record.state is SessionState.SUSPENDED
+    assert record.provider_state, "the provider blob was saved on the way out"
+    assert lock.read_info(root).state == "stopped"  # type: ignore[union-attr]
+    assert not os.path.lexists(socket_path(root))
+    again = start(root)
+    with Client(root) as client:
+        status = client.call("daemon.status")
+        assert status["previous_shutdown"] == "clean"
+        assert status["last_recovery"] is None
+        assert client.call("agent.history", {"agent": "alpha"})["total"] == 1
+    assert again.terminate() == 0
+
+
+def test_sigkill_mid_turn_is_reported_to_client_and_subscribers(
+    start: Start, tmp_path: Path
+) -> None:
+    root = tmp_path / "root"
+    daemon = start(root)
+    with Client(root) as client:
+        client.call("agent.create", {"name": "slow", "provider": "paced", "model": "2000ms"})
+        acked = client.call("agent.send", {"agent": "slow", "prompt": "@send user first"})
+    # paced 2000ms: the second turn is surely in flight when the kill lands.
+    outcome: dict[str, Any] = {}
+
+    def second_turn() -> None:
+        try:
+            with Client(root, timeout_s=30) as client:
+                client.call("agent.send", {"agent": "slow", "prompt": "lost one"})
+        except DaemonDiedError as exc:
+            outcome["error"] = str(exc)
+
+    worker = threading.Thread(target=second_turn)
+    worker.start()
+    _wait_for(lambda: _busy(root), 10)
+    time.sleep(0.2)
+    daemon.kill()
+    worker.join(30)
+    assert "died (crashed or was killed)" in outcome["error"]
+    assert "may or may not have been applied" in outcome["error"]
+    assert lock.read_info(root).state == "running"  # type: ignore[union-attr]
+    assert os.path.lexists(socket_path(root))  # a stale socket is left behind...
+    restarted = start(root)  # ...and replaced
+    with Client(root) as client:
+        client.call("events.subscribe", {"events": ["daemon.recovered"]})
+        method, notice = client.next_notification(5.0) or ("none", {})
+        assert method == "daemon.recovered"
+        assert notice["previous_shutdown"] == "unclean"
+        assert notice["pid"] == restarted.pid
+        lost = notice["report"]["lost_turns"]
+        assert [(t["turn_id"], t["prompt"]) for t in lost] == [("t2", "lost one")]
+        assert client.call("daemon.status")["last_recovery"] == notice
+        history = client.call("agent.history", {"agent": "slow"})["turns"]
+        assert [(t["turn_id"], t["response"]) for t in history] == [
+            (acked["turn_id"], acked["response"])
+        ]
+        assert [m["payload"] for m in client.call("inbox.list")["messages"]] == ["first"]
+
+
+def _busy(root: Path) -> bool:
+    with Client(root) as client:
+        return bool(client.call("daemon.status")["busy_turns"])
+
+
+def _wait_for(condition: Callable[[], bool], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.02)
+
+
+def test_heartbeats_reach_subscribers(start: Start, tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    daemon = start(root, "--heartbeat-s", "0.1")
+    with Client(root) as client:
+        answer = client.call("events.subscribe", {"events": ["daemon.heartbeat"]})
+        assert answer["heartbeat_s"] == 0.1
+        beats = [client.next_notification(2.0) for _ in range(3)]
+    assert all(b is not None and b[0] == "daemon.heartbeat" for b in beats)
+    assert {b[1]["pid"] for b in beats if b is not None} == {daemon.pid}
+
+
+def test_concurrent_turn_limit_over_rpc(start: Start, tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    start(root, "--max-turns", "1")
+    with Client(root) as client:
+        for name in ("a", "b"):
+            client.call("agent.create", {"name": name, "provider": "paced", "model": "1500ms"})
+    results: dict[str, Any] = {}
+
+    def turn() -> None:
+        with Client(root, timeout_s=30) as client:
+            results["a"] = client.call("agent.send", {"agent": "a", "prompt": "x"})
+
+    worker = threading.Thread(target=turn)
+    worker.start()
+    _wait_for(lambda: _busy(root), 10)
+    with Client(root) as client, pytest.raises(RpcError) as refused:
+        client.call("agent.send", {"agent": "b", "prompt": "y"})
+    worker.join(30)
+    assert refused.value.code == protocol.TOO_MANY_TURNS
+    assert results["a"]["turn_id"] == "t1"
+
+
+def test_agents_events_and_inbox_over_rpc(start: Start, tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    start(root)
+    with Client(root) as watcher, Client(root) as client:
+        watcher.call("events.subscribe", {"events": ["agent.created", "turn.completed"]})
+        lead = client.call("agent.create", {"name": "lead", "instructions": "lead"})
+        chunks: list[str] = []
+        result = client.call(
+            "agent.send",
+            {"agent": "lead", "prompt": "@spawn kid help\n@send user hi there", "stream": True},
+            on_notification=lambda m, p: chunks.append(p["text"]),
+        )
+        assert "".join(chunks) == result["response"]
+        assert len(result["spawned"]) == 1
+        kid = result["spawned"][0]
+        seen = [watcher.next_notification(5.0) for _ in range(3)]
+        assert [s[0] for s in seen if s] == ["agent.created", "agent.created", "turn.completed"]
+        tree = client.call("agent.tree")
+        assert tree[0]["agent"]["agent_id"] == lead["agent_id"]
+        assert tree[0]["children"][0]["agent"]["path"] == "lead/kid"
+        assert client.call("agent.show", {"agent": "lead/kid"})["agent"]["agent_id"] == kid
+        inbox = client.call("inbox.list")["messages"]
+        assert [(m["sender"], m["payload"]) for m in inbox] == [(lead["agent_id"], "hi there")]
+        acked = client.call("inbox.ack", {"message_ids": [inbox[0]["message_id"]]})
+        assert acked["acknowledged"] == [inbox[0]["message_id"]]
+        assert client.call("inbox.list")["messages"] == []
+        with pytest.raises(RpcError) as busy_parent:
+            client.call("agent.terminate", {"agent": "lead"})
+        assert busy_parent.value.code == protocol.HAS_CHILDREN
+        gone = client.call("agent.terminate", {"agent": "lead", "cascade": True})
+        assert gone["terminated"] == [kid, lead["agent_id"]]
+        with pytest.raises(RpcError) as missing:
+            client.call("agent.show", {"agent": "lead"})
+        assert missing.value.code == protocol.AGENT_NOT_FOUND
+        with pytest.raises(RpcError) as bad_name:
+            client.call("agent.create", {"name": "no spaces allowed"})
+        assert bad_name.value.code == protocol.INVALID_PARAMS
+
+
+def test_shutdown_request_stops_the_daemon(start: Start, tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    daemon = start(root)
+    with Client(root) as client:
+        client.call("events.subscribe", {"events": ["daemon.stopping"]})
+        assert client.call("daemon.shutdown")["pid"] == daemon.pid
+        note = client.next_notification(5.0)
+        assert note is not None and note[0] == "daemon.stopping"
+    assert daemon.wait(30) == 0
+    assert lock.read_info(root).state == "stopped"  # type: ignore[union-attr]
