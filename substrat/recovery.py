@@ -261,9 +261,12 @@ async def recover(orch: Orchestrator) -> RecoveryReport:
         and records[sid].state is not SessionState.TERMINATED
     }
     _build_tree(orch, live, records, facts, report)
-    user_facts = read_facts(USER, orch.logs.path(USER))
+    user_log = orch.logs.path(USER)
+    if os.path.exists(user_log.parent):
+        orch.logs.get(USER)  # repair and replay before reading, like every other log
+    user_facts = read_facts(USER, user_log)
     report.events_read += user_facts.entries
-    _roll_forward(orch, live, facts, user_facts, report)
+    _roll_forward(orch, live, facts, records, user_facts, report)
     _rebuild_inboxes(orch, live, user_facts, report)
     for node in orch.tree.walk():
         f = live.get(node.session_id)
@@ -368,6 +371,7 @@ def _roll_forward(
     orch: Orchestrator,
     live: dict[str, AgentFacts],
     facts: dict[str, AgentFacts],
+    records: dict[str, Session],
     user_facts: AgentFacts,
     report: RecoveryReport,
 ) -> None:
@@ -381,8 +385,11 @@ def _roll_forward(
         for effects in _committed(live, node):
             for spawn in effects.get("spawns", []):
                 child_facts = facts.get(spawn["session_id"])
-                if child_facts is not None and child_facts.terminated:
-                    continue
+                record = records.get(spawn["session_id"])
+                if (child_facts is not None and child_facts.terminated) or (
+                    record is not None and record.state is SessionState.TERMINATED
+                ):
+                    continue  # spawned, lived and was terminated since
                 if orch.materialize_child(spawn, node) is not None:
                     report.reconciled.append(f"spawn:{spawn['agent_id']}")
                     child = child_facts or AgentFacts(spawn["session_id"])
