@@ -41,6 +41,7 @@ class Reply:
     drop: str | None = None  # "before_headers" | "mid_stream"
     drop_after_chunks: int = 1
     hang: bool = False  # hold the request until release() or stop()
+    stall_after_chunks: int | None = None  # stream that many events, then hang likewise
     chunk_chars: int = 5
     finish: bool = True  # False: end the stream cleanly but without a finish reason
 
@@ -199,8 +200,14 @@ class ChatServer:
             self._script.extend(replies)
 
     def release(self) -> None:
-        """Let every hanging request go (they then drop their connection)."""
+        """Let every hanging request go (they then drop their connection).
+
+        Later hangs pass at once too, until :meth:`hold` re-arms them.
+        """
         self._released.set()
+
+    def hold(self) -> None:
+        self._released.clear()
 
     @property
     def pending_script(self) -> int:
@@ -317,6 +324,12 @@ class _Handler(BaseHTTPRequestHandler):
         sent = 0
         try:
             for event in _events(body, reply):
+                if reply.stall_after_chunks is not None and sent >= reply.stall_after_chunks:
+                    self.wfile.flush()
+                    self.owner._released.wait()
+                    record.status = -1
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return
                 if reply.drop == "mid_stream" and sent >= reply.drop_after_chunks:
                     record.status = -1
                     self.wfile.flush()

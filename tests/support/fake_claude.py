@@ -197,6 +197,8 @@ def main(argv: list[str]) -> int:
     session["prompts"].append(prompt)
     session["system"] = args.options.get("--append-system-prompt", "")
     save(path, session)
+    with open(home / "running.pids", "a") as pids:
+        pids.write(f"{os.getpid()}\n")  # tests reap strays left by a killed daemon
 
     results = []
     for line in prompt.splitlines():
