@@ -1,0 +1,41 @@
+"""50 SIGKILL-and-restart cycles of the real daemon under load (``--run-stress``).
+
+The campaign (workload, ledger, checks) lives in
+tests/integration/test_daemon_sigkill.py, whose short run is in the default
+tests; this is the long one.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+CYCLES = 50
+
+
+def _campaign() -> ModuleType:
+    path = Path(__file__).parents[1] / "integration" / "test_daemon_sigkill.py"
+    spec = importlib.util.spec_from_file_location("substrat_sigkill_campaign", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while it loads
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.stress
+@pytest.mark.timeout(1800)
+def test_fifty_sigkills_under_load(tmp_path: Path) -> None:
+    seed = int(os.environ.get("SUBSTRAT_SIGKILL_SEED", "20261125"))
+    stats = _campaign().run_campaign(
+        tmp_path / "root", cycles=CYCLES, workers=3, seed=seed, max_run_s=1.0
+    )
+    print(f"sigkill stress (seed {seed}): {stats}")
+    assert stats.problems == []
+    assert stats.failed_starts == 0
+    assert stats.cycles == CYCLES
