@@ -1,0 +1,157 @@
+"""An openai tool-call turn crashed at every I/O boundary (faultfs), in every crash mode.
+
+The orchestrator runs on a faultfs disk; the endpoint is the real loopback
+server. The turn under test has three requests and three tool calls (a
+spawn, a message to the user, a listing). For each of its I/O boundaries the
+run is crashed there, the crash image is taken in each mode, a fresh
+orchestrator recovers on it and sends the agent a new prompt. The request
+that reaches the server must be accepted (the server rejects orphan tool
+calls, as real endpoints do) and must equal the conversation the recovered log
+holds; and that log must be the acknowledged conversation, plus the cut turn
+only if its commit record reached the disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from faultfs import FaultFS, SimulatedCrash
+from substrat.orchestrator import Orchestrator
+from substrat.providers.chat_history import rebuild
+from substrat.providers.openai_chat import OpenAIConfig, OpenAIProvider
+from substrat.providers.registry import ProviderRegistry
+from tests.support.chat_server import ChatServer, Reply, echo, text, tool_call, tools
+
+ROOT = "/substrat-openai-sweep/root"
+SYSTEM = "You lead."
+WORK = "Hire a helper, greet the user, list your children."
+FAST_MODES = ("process", "power")
+ALL_MODES = ("process", "power", "torn", "reorder")
+STRESS_SEEDS = range(4)
+
+
+def responder(body: dict[str, Any]) -> Reply:
+    messages = body["messages"]
+    users = [i for i, m in enumerate(messages) if m["role"] == "user"]
+    if not messages[users[-1]]["content"].endswith(WORK):
+        return echo(body)
+    rounds = sum(1 for m in messages[users[-1] :] if m.get("tool_calls"))
+    if rounds == 0:
+        return tools(
+            tool_call("spawn_agent", {"name": "helper"}),
+            tool_call("send_message", {"recipient": "user", "text": "hi"}),
+            say="On it.",
+        )
+    if rounds == 1:
+        return tools(tool_call("list_children", {}))
+    return text("Done.")
+
+
+class Run:
+    """One orchestrator on one faultfs disk, with deterministic ids."""
+
+    def __init__(self, server: ChatServer, fs: FaultFS) -> None:
+        self.fs = fs
+        self.loop = asyncio.new_event_loop()
+        config = OpenAIConfig(base_url=server.base_url, api_key="k", request_timeout_s=5.0)
+        registry = ProviderRegistry()
+        registry.register("openai", OpenAIProvider(config))
+        ids = itertools.count(1)
+        self.orch = self.within(
+            Orchestrator.open(ROOT, registry=registry, new_id=lambda: f"{next(ids):032x}")
+        )
+
+    def within(self, coro: Any) -> Any:
+        with self.fs:
+            return self.loop.run_until_complete(coro)
+
+    def history(self) -> list[Any]:
+        with self.fs:
+            return self.orch.history("lead")
+
+    def close(self) -> None:
+        # Finish abandoned streams (network only; a crashed disk refuses any write).
+        self.within(self.loop.shutdown_asyncgens())
+        self.loop.close()
+
+
+def boundaries_of_the_turn(server: ChatServer) -> int:
+    fs = FaultFS(ROOT)
+    run = Run(server, fs)
+    try:
+        run.within(run.orch.create_root("lead", SYSTEM, provider="openai", model="m"))
+        run.within(run.orch.run_turn("lead", "warm up"))
+        start = fs.boundaries
+        run.within(run.orch.run_turn("lead", WORK))
+        return fs.boundaries - start
+    finally:
+        run.within(run.orch.close())
+        run.close()
+
+
+def crash_points() -> Iterator[int]:
+    with ChatServer(responder) as server:
+        count = boundaries_of_the_turn(server)
+    assert count >= 6, f"the turn has only {count} I/O boundaries"
+    yield from range(1, count + 1)
+
+
+POINTS = list(crash_points())
+
+
+@pytest.mark.parametrize("boundary", POINTS)
+def test_every_boundary_of_a_tool_round_recovers_to_an_accepted_logged_conversation(
+    boundary: int,
+) -> None:
+    committed = sweep(boundary, [(mode, 0) for mode in FAST_MODES])
+    if boundary == POINTS[0]:
+        assert committed == {"process": False, "power": False}  # cut before turn.start
+    if boundary == POINTS[-1]:
+        assert committed["process"]  # the commit record was written by then
+
+
+@pytest.mark.stress
+@pytest.mark.parametrize("boundary", POINTS)
+def test_every_boundary_in_every_crash_mode_and_seed(boundary: int) -> None:
+    sweep(boundary, [(mode, seed) for mode in ALL_MODES for seed in STRESS_SEEDS])
+
+
+def sweep(boundary: int, images: list[tuple[str, int]]) -> dict[str, bool]:
+    """Crash the WORK turn at ``boundary``; recover and check every image; which committed."""
+    committed: dict[str, bool] = {}
+    with ChatServer(responder) as server:
+        fs = FaultFS(ROOT)
+        run = Run(server, fs)
+        run.within(run.orch.create_root("lead", SYSTEM, provider="openai", model="m"))
+        run.within(run.orch.run_turn("lead", "warm up"))
+        acknowledged = run.history()
+        fs.arm(boundary)
+        with pytest.raises(SimulatedCrash):
+            run.within(run.orch.run_turn("lead", WORK))
+        fs.disarm()
+        run.close()
+        for mode, seed in images:
+            image = fs.crash_image(mode, seed=seed)
+            recovered = Run(server, image)
+            try:
+                history = recovered.history()
+                # The acknowledged conversation survives; the cut turn is all or nothing.
+                assert history[: len(acknowledged)] == acknowledged, mode
+                assert len(history) in (len(acknowledged), len(acknowledged) + 1), mode
+                committed[mode] = len(history) > len(acknowledged)
+                before = len(server.requests)
+                recovered.within(recovered.orch.run_turn("lead", "go on"))
+                sent = server.requests[before:]
+                after = recovered.history()
+            finally:
+                recovered.within(recovered.orch.close())
+                recovered.close()
+            assert [r.status for r in sent] == [200], (mode, [r.problem for r in sent])
+            assert sent[0].messages == rebuild(SYSTEM, after[:-1]) + [after[-1].transcript[0]]
+            assert after[:-1] == history, mode
+    return committed
