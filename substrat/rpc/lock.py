@@ -30,7 +30,7 @@ from substrat.errors import RootLockedError
 
 LOCK_NAME = "daemon.lock"
 MAX_LOCK_BYTES = 4096
-LOCK_RETRY_S = 1.0
+LOCK_RETRY_S = 0.3
 """How long a starting daemon retries: a status probe may hold the lock for a moment."""
 
 

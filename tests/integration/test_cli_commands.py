@@ -1,0 +1,252 @@
+"""The ``substrat`` command line, run as a real process against a real daemon."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from substrat.client import Client, stop_daemon
+from substrat.rpc import lock
+
+SUBSTRAT = shutil.which("substrat") or ""
+pytestmark = pytest.mark.skipif(not SUBSTRAT, reason="the substrat console script is not installed")
+
+
+def run(
+    root: Path, *args: str, timeout_s: float = 60, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "SUBSTRAT_HOME": str(root), "COLUMNS": "200"}
+    env.pop("SUBSTRAT_NO_AUTOSTART", None)
+    return subprocess.run(
+        [SUBSTRAT, *args], capture_output=True, text=True, timeout=timeout_s, env=env, input=stdin
+    )
+
+
+def spawn(root: Path, *args: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "SUBSTRAT_HOME": str(root), "COLUMNS": "200"}
+    return subprocess.Popen(
+        [SUBSTRAT, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+
+
+def as_json(proc: subprocess.CompletedProcess[str]) -> Any:
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def kill_daemon(root: Path) -> None:
+    info = lock.read_info(root)
+    assert info is not None and info.pid is not None
+    os.kill(info.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while lock.is_held(root):
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Iterator[Path]:
+    path = tmp_path / "root"
+    yield path
+    try:
+        stop_daemon(path, timeout_s=10)
+    except Exception:
+        info = lock.read_info(path)
+        if info is not None and info.pid is not None and lock.is_held(path):
+            os.kill(info.pid, signal.SIGKILL)
+
+
+def test_commands_start_the_daemon_on_demand_unless_told_not_to(root: Path) -> None:
+    refused = run(root, "agent", "list", "--no-autostart")
+    assert refused.returncode == 3
+    assert "no daemon is running" in refused.stderr
+    assert not lock.is_held(root)
+    created = run(root, "agent", "create", "lead", "-i", "lead the way")
+    assert created.returncode == 0, created.stderr
+    assert "started the daemon" in created.stderr
+    assert "created lead" in created.stdout
+    assert lock.is_held(root)
+
+
+def test_daemon_lifecycle_commands(root: Path) -> None:
+    down = run(root, "daemon", "status")
+    assert down.returncode == 3 and "no daemon running" in down.stdout
+    started = as_json(run(root, "daemon", "start", "--json"))
+    assert started["started"] is True and started["status"]["pid"] == started["pid"]
+    again = as_json(run(root, "daemon", "start", "--json"))
+    assert again == {**again, "started": False, "pid": started["pid"]}
+    status = as_json(run(root, "daemon", "status", "--json"))
+    assert status["running"] is True and status["pid"] == started["pid"]
+    assert run(root, "daemon", "status", "--pid").stdout.strip() == str(started["pid"])
+    human = run(root, "daemon", "status")
+    assert f"pid {started['pid']}" in human.stdout and "previous shutdown: none" in human.stdout
+    restarted = as_json(run(root, "daemon", "restart", "--json"))
+    assert restarted["stopped"] == started["pid"] and restarted["pid"] != started["pid"]
+    stopped = as_json(run(root, "daemon", "stop", "--json"))
+    assert stopped == {"stopped": True, "pid": restarted["pid"], "root": str(root)}
+    gone = as_json(run(root, "daemon", "stop", "--json"))
+    assert gone["stopped"] is False
+    after = run(root, "daemon", "status", "--json")
+    assert after.returncode == 3
+    assert json.loads(after.stdout)["last_daemon"]["state"] == "stopped"
+
+
+def test_agent_commands_human_and_json(root: Path) -> None:
+    lead = as_json(run(root, "agent", "create", "lead", "--json"))
+    sent = run(root, "agent", "send", "lead", "plan\n@spawn kid helper\n@send user hi there")
+    assert sent.returncode == 0, sent.stderr
+    assert sent.stdout.startswith("#1 ") and "spawned kid" in sent.stdout
+    assert "turn t1 committed" in sent.stderr
+    piped = as_json(run(root, "agent", "send", "lead", "-", "--json", stdin="from stdin"))
+    assert piped["turn_id"] == "t2" and piped["prompt"] == "from stdin"
+    listed = as_json(run(root, "agent", "list", "--json"))
+    assert {a["path"] for a in listed} == {"lead", "lead/kid"}
+    table = run(root, "agent", "list").stdout
+    assert "lead/kid" in table and "PATH" in table
+    tree = as_json(run(root, "agent", "tree", "--json"))
+    assert tree[0]["agent"]["agent_id"] == lead["agent_id"]
+    assert "kid" in run(root, "agent", "tree").stdout
+    shown = as_json(run(root, "agent", "show", "lead", "--json"))
+    assert shown["turns"] == 2
+    assert "turn t2" in run(root, "agent", "show", "lead").stdout
+    history = as_json(run(root, "log", "lead", "--json"))
+    assert [t["prompt"] for t in history["turns"]][1] == "from stdin"
+    assert "── turn t1 (#1)" in run(root, "log", "lead").stdout
+    inbox = as_json(run(root, "inbox", "--json"))
+    assert [m["payload"] for m in inbox["messages"]] == ["hi there"]
+    assert "hi there" in run(root, "inbox").stdout
+    collected = as_json(run(root, "inbox", "--collect", "--json"))
+    assert collected["acknowledged"] == [inbox["messages"][0]["message_id"]]
+    assert as_json(run(root, "inbox", "--json"))["messages"] == []
+    refused = run(root, "agent", "rm", "lead")
+    assert refused.returncode == 1 and "has 1 live children" in refused.stderr
+    removed = as_json(run(root, "agent", "rm", "lead", "--cascade", "--json"))
+    assert removed["terminated"][-1] == lead["agent_id"] and len(removed["terminated"]) == 2
+    missing = run(root, "agent", "send", "lead", "hello?", "--json")
+    assert missing.returncode == 1
+    error = json.loads(missing.stderr)["error"]
+    assert error["type"] == "RpcError" and error["code"] == -32001
+
+
+def test_daemon_dying_mid_request_is_reported(root: Path) -> None:
+    run(root, "agent", "create", "slow", "--provider", "paced", "--model", "3000ms")
+    pending = spawn(root, "agent", "send", "slow", "take your time")
+    with Client(root) as client:
+        deadline = time.monotonic() + 10
+        while not client.call("daemon.status")["busy_turns"]:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+    kill_daemon(root)
+    _out, err = pending.communicate(timeout=30)
+    assert pending.returncode == 3
+    assert "died (crashed or was killed)" in err
+    assert "may or may not have been applied" in err
+
+
+def test_timeouts_are_reported_not_hung(root: Path) -> None:
+    run(root, "agent", "create", "slow", "--provider", "paced", "--model", "1500ms")
+    began = time.monotonic()
+    late = run(root, "agent", "send", "slow", "hurry", "--timeout", "0.3")
+    assert late.returncode == 3
+    assert "within 0.3s" in late.stderr
+    assert time.monotonic() - began < 1.4
+
+
+def test_log_follow_prints_new_turns_and_stops_when_the_agent_goes(root: Path) -> None:
+    run(root, "agent", "create", "lead")
+    run(root, "agent", "send", "lead", "first")
+    follower = spawn(root, "log", "lead", "--follow", "--json")
+    time.sleep(0.5)  # let it subscribe
+    run(root, "agent", "send", "lead", "second")
+    run(root, "agent", "rm", "lead")
+    out, err = follower.communicate(timeout=30)
+    assert follower.returncode == 0, err
+    events = [json.loads(line) for line in out.splitlines()]
+    assert [(e["event"], e["prompt"]) for e in events] == [("turn", "first"), ("turn", "second")]
+
+
+def test_watch_reconnects_across_a_crash_and_shows_the_recovery(root: Path) -> None:
+    run(root, "daemon", "start", "--heartbeat-s", "0.2")
+    run(root, "agent", "create", "lead")
+    watcher = spawn(root, "watch", "--json", "-e", "turn.completed")
+    time.sleep(0.6)
+    run(root, "agent", "send", "lead", "before the crash")
+    kill_daemon(root)
+    run(root, "daemon", "start")
+    run(root, "agent", "send", "lead", "after the crash")
+    time.sleep(1.0)
+    watcher.send_signal(signal.SIGINT)
+    out, _err = watcher.communicate(timeout=30)
+    seen = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    names = [e["event"] for e in seen]
+    assert names[0] == "turn.completed"
+    assert seen[0]["params"]["prompt"] == "before the crash"
+    lost_at = names.index("connection.lost")
+    assert names[lost_at + 1 :][:2] == ["connection.restored", "daemon.recovered"]
+    recovered = seen[lost_at + 2]["params"]
+    assert recovered["previous_shutdown"] == "unclean"
+    assert seen[-1]["event"] == "turn.completed"
+    assert seen[-1]["params"]["prompt"] == "after the crash"
+
+
+def test_watch_count_exits_and_filters(root: Path) -> None:
+    run(root, "agent", "create", "lead")
+    watcher = spawn(
+        root, "watch", "--json", "--count", "2", "-e", "turn.started", "-e", "turn.completed"
+    )
+    time.sleep(0.5)
+    run(root, "agent", "send", "lead", "hello")
+    out, err = watcher.communicate(timeout=30)
+    assert watcher.returncode == 0, err
+    assert [json.loads(line)["event"] for line in out.splitlines()] == [
+        "turn.started",
+        "turn.completed",
+    ]
+
+
+def test_fsck_and_recover_exit_codes(root: Path, tmp_path: Path) -> None:
+    missing = run(tmp_path / "nowhere", "fsck")
+    assert missing.returncode == 2 and "not a directory" in missing.stderr
+    run(root, "agent", "create", "slow", "--provider", "paced", "--model", "3000ms")
+    busy = run(root, "fsck")
+    assert busy.returncode == 2 and "substrat daemon stop" in busy.stderr
+    pending = spawn(root, "agent", "send", "slow", "doomed turn")
+    time.sleep(0.8)
+    kill_daemon(root)
+    pending.communicate(timeout=30)
+    plan = as_json(run(root, "recover", "--dry-run", "--json"))
+    (agent,) = plan["agents"]
+    assert agent["name"] == "slow" and agent["lost_turn"]["prompt"] == "doomed turn"
+    human_plan = run(root, "recover", "--dry-run")
+    assert "LOST IN FLIGHT" in human_plan.stdout and "doomed turn" in human_plan.stdout
+    dirty = run(root, "fsck", "--json")
+    assert dirty.returncode == 1
+    kinds = {f["kind"] for f in json.loads(dirty.stdout)["findings"]}
+    assert {"stale_socket", "stale_pending", "unclean_shutdown"} <= kinds
+    fixed = run(root, "fsck", "--repair")
+    assert fixed.returncode == 1 and "repaired" in fixed.stdout
+    clean = run(root, "fsck")
+    assert clean.returncode == 0 and "clean" in clean.stdout
+    recovered = as_json(run(root, "recover", "--json"))
+    assert recovered["agents"] == 1
+
+
+def test_second_foreground_daemon_is_refused(root: Path) -> None:
+    first = as_json(run(root, "daemon", "start", "--json"))
+    second = run(root, "daemon", "start", "--foreground")
+    assert second.returncode == 3
+    assert f"in use by daemon pid {first['pid']}" in second.stderr
+
+
+def test_bad_usage_exits_2(root: Path) -> None:
+    assert run(root, "agent", "send").returncode == 2
+    assert run(root, "watch", "-e", "no.such.event").returncode == 2
