@@ -384,7 +384,9 @@ class Orchestrator:
             events.SESSION_RESTORED,
             {"provider": node.provider, "model": node.model, "source": source},
         )
-        self.store.transition(session, SessionState.ACTIVE)
+        # A session discarded after a failed turn was never suspended: still ACTIVE.
+        if session.state is not SessionState.ACTIVE:
+            self.store.transition(session, SessionState.ACTIVE)
         return live
 
     async def _save_session(self, node: AgentNode, live: ProviderSession) -> None:

@@ -1,0 +1,610 @@
+"""The orchestrator's public API on real files: creation, turns, termination, the user inbox,
+notifications, failures, eviction and clean restarts."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from substrat import events
+from substrat.agents import USER, AgentState
+from substrat.errors import (
+    AgentBusyError,
+    AgentNotFoundError,
+    HasChildrenError,
+    NameCollisionError,
+    ProviderError,
+    UnknownProviderError,
+)
+from substrat.eventlog import read_log
+from substrat.orchestrator import MAX_PROMPT_CHARS, Orchestrator
+from substrat.providers.base import AgentContext, TurnRecord
+from substrat.providers.fake import FakeProvider
+from substrat.providers.registry import ProviderRegistry
+from substrat.providers.scripted import ScriptedProvider, parse_directives
+from substrat.session import SessionState, SessionStore
+
+T = TypeVar("T")
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(coro)
+
+
+def registry(**providers: Any) -> ProviderRegistry:
+    reg = ProviderRegistry()
+    reg.register("scripted", ScriptedProvider)
+    for name, provider in providers.items():
+        reg.register(name, provider)
+    return reg
+
+
+def log_events(orch: Orchestrator, agent: str) -> list[tuple[str, dict[str, Any]]]:
+    path = orch.logs.path(orch.get(agent).session_id)
+    return [(e["event"], e["data"]) for e in read_log(path).entries]
+
+
+def record_state(orch: Orchestrator, session_id: str) -> SessionState:
+    return SessionStore(orch.root).load(session_id).state
+
+
+class Gate:
+    """A script that runs directives like the built-in one, but parks a turn whose
+    prompt mentions ``park`` (and is not itself a directive) until released, to hold an
+    agent BUSY."""
+
+    def __init__(self) -> None:
+        self.entered = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def __call__(self, prompt: str, turns: list[TurnRecord], ctx: AgentContext) -> str:
+        if "park" in prompt and not prompt.startswith("@"):  # not the sender's own turn
+            self.entered.set()
+            await self.release.wait()
+        lines = [f"done {prompt}"]
+        for index, (tool, args) in enumerate(parse_directives(prompt)):
+            lines.append(await ctx.call_tool(tool, args, f"g{len(turns)}c{index}"))
+        return "\n".join(lines)
+
+
+# -- creating roots --------------------------------------------------------------
+
+
+def test_create_root_is_logged_and_recorded(root: Path) -> None:
+    async def go() -> None:
+        orch = await Orchestrator.open(root)
+        info = await orch.create_root("alpha", "be brief")
+        assert (info.name, info.path, info.parent_id, info.state) == (
+            "alpha",
+            "alpha",
+            None,
+            AgentState.IDLE,
+        )
+        assert (info.provider, info.model, info.instructions) == (
+            "scripted",
+            "directives",
+            "be brief",
+        )
+        assert orch.get("alpha") == orch.get(info.agent_id) == info
+        logged = log_events(orch, "alpha")
+        assert [e for e, _ in logged] == [events.SESSION_CREATED, events.AGENT_CREATED]
+        assert logged[0][1] == {
+            "provider": "scripted",
+            "model": "directives",
+            "system_prompt": "be brief",
+        }
+        assert logged[1][1] == {
+            "agent_id": info.agent_id,
+            "name": "alpha",
+            "parent_session_id": None,
+            "instructions": "be brief",
+        }
+        assert record_state(orch, info.session_id) is SessionState.ACTIVE
+        await orch.close()
+        assert record_state(orch, info.session_id) is SessionState.SUSPENDED
+
+    run(go())
+
+
+@pytest.mark.parametrize("name", ["", "a/b", "-x", "user", "x" * 65, "has space"])
+def test_create_root_refuses_bad_names_and_writes_nothing(root: Path, name: str) -> None:
+    async def go() -> None:
+        orch = await Orchestrator.open(root)
+        with pytest.raises(ValueError, match=r"agent name|reserved"):
+            await orch.create_root(name)
+        assert orch.agents() == []
+        assert not (root / "agents").exists() or not list((root / "agents").iterdir())
+        await orch.close()
+
+    run(go())
+
+
+def test_create_root_refuses_a_taken_name_and_an_unknown_provider(root: Path) -> None:
+    async def go() -> None:
+        orch = await Orchestrator.open(root, registry=registry())
+        await orch.create_root("alpha")
+        with pytest.raises(NameCollisionError, match="pick another name"):
+            await orch.create_root("alpha")
+        with pytest.raises(UnknownProviderError, match="registered: scripted"):
+            await orch.create_root("beta", provider="nope")
+        assert [i.path for i in orch.agents()] == ["alpha"]
+        assert len(list((root / "agents").iterdir())) == 1
+        await orch.close()
+
+    run(go())
+
+
+# -- turns -------------------------------------------------------------------------
+
+
+def test_run_turn_by_path_or_id_streams_chunks_and_builds_history(root: Path) -> None:
+    async def go() -> None:
+        orch = await Orchestrator.open(root)
+        info = await orch.create_root("alpha")
+        chunks: list[str] = []
+        first = await orch.run_turn("alpha", "hello\n@children\n@children", on_chunk=chunks.append)
+        assert "".join(chunks) == first.response and len(chunks) > 1
+
+        async def async_sink(text: str) -> None:
+            chunks.append(text)
+
+        second = await orch.run_turn(info.agent_id, "again", on_chunk=async_sink)
+        assert (first.turn_id, second.turn_id) == ("t1", "t2")
+        assert first.response.startswith("#1 ") and second.response.startswith("#2 ")
+        history = orch.history("alpha")
+        assert [(t.turn_id, t.prompt, t.response) for t in history] == [
+            ("t1", "hello\n@children\n@children", first.response),
+            ("t2", "again", second.response),
+        ]
+        assert history[1].transcript == [
+            {"role": "user", "content": "again"},
+            {"role": "assistant", "content": second.response},
+        ]
+        await orch.close()
+
+    run(go())
+
+
+def test_run_turn_refuses_bad_prompts_and_unknown_agents(root: Path) -> None:
+    async def go() -> None:
+        orch = await Orchestrator.open(root)
+        await orch.create_root("alpha")
+        with pytest.raises(TypeError):
+            await orch.run_turn("alpha", 42)  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="characters"):
+            await orch.run_turn("alpha", "x" * (MAX_PROMPT_CHARS + 1))
+        with pytest.raises(AgentNotFoundError, match="agent list"):
+            await orch.run_turn("alpha/ghost", "hi")
+        assert orch.history("alpha") == []
+        assert [e for e, _ in log_events(orch, "alpha")] == [
+            events.SESSION_CREATED,
+            events.AGENT_CREATED,
+        ]
+        await orch.close()
+
+    run(go())
+
+
+def test_turn_effects_are_applied_after_the_commit(root: Path) -> None:
+    async def go() -> None:
+        orch = await Orchestrator.open(root)
+        boss = await orch.create_root("boss")
+        result = await orch.run_turn(
+            "boss", "@spawn a worker one\n@send a welcome\n@complete all set"
+        )
+        a = orch.get("boss/a")
+        assert result.spawned == [a.agent_id]
+        assert len(result.messages_sent) == 2
+        assert (a.parent_id, a.instructions, a.path) == (boss.agent_id, "worker one", "boss/a")
+        assert orch.get("boss").children == [a.agent_id]
+        (note,) = orch.inspect("boss/a")["inbox"]
+        assert (note["sender"], note["kind"], note["payload"]) == (
+            boss.agent_id,
+            "notification",
+            "welcome",
+        )
+        (mail,) = orch.user_inbox()
+        assert (mail.sender, mail.kind, mail.payload) == (boss.agent_id, "result", "all set")
+        complete = next(d for e, d in log_events(orch, "boss") if e == events.TURN_COMPLETE)
+        effects = complete["effects"]
+        assert [s["name"] for s in effects["spawns"]] == ["a"]
+        assert [m["message_id"] for m in effects["messages"]] == result.messages_sent
+        assert effects["terminations"] == [] and effects["delivered"] == []
+        child_log = log_events(orch, "boss/a")
+        assert child_log[1] == (
+            events.AGENT_CREATED,
+            {
+                "agent_id": a.agent_id,
+                "name": "a",
+                "parent_session_id": boss.session_id,
+                "instructions": "worker one",
+            },
+        )
+        assert child_log[2][0] == events.MESSAGE_ENQUEUED
+        assert record_state(orch, a.session_id) is SessionState.CREATED  # not run yet
+        await orch.close()
+
+    run(go())
+
+
+def test_spawn_with_a_taken_name_is_refused_to_the_agent(root: Path) -> None:
+    async def go() -> None:
+        orch = await Orchestrator.open(root)
+        await orch.create_root("boss")
+        await orch.run_turn("boss", "@spawn a")
+        result = await orch.run_turn("boss", "@spawn a\n@spawn b\n@spawn b")
+        assert "already have a child named 'a'" in result.response
+        assert "already have a child named 'b'" in result.response
+        assert [orch.get(i).name for i in result.spawned] == ["b"]
+        assert [i.path for i in orch.agents()] == ["boss", "boss/a", "boss/b"]
+        await orch.close()
+
+    run(go())
+
+
+def test_concurrent_turn_on_the_same_agent_is_refused(root: Path) -> None:
+    gate = Gate()
+
+    async def go() -> None:
+        orch = await Orchestrator.open(root, registry=registry(slow=ScriptedProvider(gate)))
+        await orch.create_root("alpha", provider="slow")
+        first = asyncio.create_task(orch.run_turn("alpha", "park one"))
+        await gate.entered.wait()
+        assert orch.get("alpha").state is AgentState.BUSY and orch.busy_turns == 1
+        with pytest.raises(AgentBusyError, match="already running a turn"):
+            await orch.run_turn("alpha", "two")
+        gate.release.set()
+        assert (await first).response.endswith("done park one")
+        assert orch.get("alpha").state is AgentState.IDLE and orch.busy_turns == 0
+        assert [t.prompt for t in orch.history("alpha")] == ["park one"]
+        await orch.close()
+
+    run(go())
+
+
+# -- failures ------------------------------------------------------------------------
+
+
+def test_failed_turn_is_logged_and_the_agent_keeps_working(root: Path) -> None:
+    fake = FakeProvider()
+
+    async def go() -> None:
+        orch = await Orchestrator.open(root, registry=registry(fake=fake))
+        await orch.create_root("alpha", provider="fake")
+        fake.fail_send = 1
+        with pytest.raises(ProviderError, match="send failed"):
+            await orch.run_turn("alpha", "@spawn never")
+        fake.cut_after_chunks = 0
+        with pytest.raises(ProviderError, match="stream cut"):
+            await orch.run_turn("alpha", "@spawn never")
+        assert orch.get("alpha").state is AgentState.IDLE and orch.get("alpha").children == []
+        ok = await orch.run_turn("alpha", "third time")
+        assert ok.turn_id == "t3" and ok.response.startswith("#1 ")  # the failures left no trace
+        logged = [(e, d.get("turn_id")) for e, d in log_events(orch, "alpha")]
+        assert logged[2:] == [
+            (events.TURN_START, "t1"),
+            (events.TURN_FAILED, "t1"),
+            (events.SESSION_RESTORED, None),
+            (events.TURN_START, "t2"),
+            (events.TURN_FAILED, "t2"),
+            (events.SESSION_RESTORED, None),
+            (events.TURN_START, "t3"),
+            (events.TURN_COMPLETE, "t3"),
+        ]
+        assert [t.turn_id for t in orch.history("alpha")] == ["t3"]
+        await orch.close()
+
+    run(go())
+
+
+def test_failed_wake_keeps_the_messages_and_tells_the_parent(root: Path) -> None:
+    fake = FakeProvider()
+
+    async def go() -> None:
+        orch = await Orchestrator.open(root, registry=registry(fake=fake))
+        boss = await orch.create_root("boss", provider="fake")
+        await orch.run_turn("boss", "@spawn a\n@send a job one")
+        fake.fail_send = 1
+        assert await orch.run_pending(max_turns=1) == 1
+        a = orch.get("boss/a")
+        assert a.state is AgentState.IDLE and a.pending_messages == 1
+        (error,) = orch.inboxes.inbox(boss.agent_id).all()
+        assert error.kind == "error" and "boss/a failed a turn" in error.payload
+        assert await orch.run_pending() == 2  # a retries its message, boss reads the error
+        assert orch.get("boss/a").pending_messages == 0
+        assert "job one" in orch.history("boss/a")[-1].prompt
+        await orch.close()
+
+    run(go())
+
+
+# -- termination ---------------------------------------------------------------------------
+
+
+def test_terminate_refuses_a_parent_without_cascade(root: Path) -> None:
+    async def go() -> None:
+        orch = await Orchestrator.open(root)
+        await orch.create_root("boss")
+        await orch.run_turn("boss", "@spawn a\n@send a @spawn a1")
+        await orch.run_pending()
+        with pytest.raises(HasChildrenError, match="cascade=True"):
+            await orch.terminate("boss")
+        with pytest.raises(HasChildrenError):
+            await orch.terminate("boss/a")
+        assert [i.path for i in orch.agents()] == ["boss", "boss/a", "boss/a/a1"]
+        for info in orch.agents():
+            assert events.AGENT_TERMINATED not in [e for e, _ in log_events(orch, info.path)]
+        await orch.close()
+
+    run(go())
+
+
+def test_cascade_commits_on_the_target_then_goes_leaves_first(root: Path) -> None:
+    async def go() -> None:
+        orch = await Orchestrator.open(root)
+        await orch.create_root("boss")
+        await orch.create_root("other")
+        await orch.run_turn("boss", "@spawn a\n@spawn b\n@send a @spawn a1")
+        await orch.run_pending()
+        ids = {i.path: i.agent_id for i in orch.agents()}
+        sessions = {i.path: i.session_id for i in orch.agents()}
+        seen: list[str] = []
+        orch.subscribe(
+            lambda kind, data: seen.append(data["agent_id"]) if kind == "agent.terminated" else None
+        )
+        gone = await orch.terminate("boss", cascade=True)
+        assert gone == [ids["boss/a/a1"], ids["boss/a"], ids["boss/b"], ids["boss"]]
+        assert seen == gone
+        assert [i.path for i in orch.agents()] == ["other"]
+        store = SessionStore(root)
+        top = [
+            e["data"]
+            for e in read_log(store.log_path(sessions["boss"])).entries
+            if e["event"] == events.AGENT_TERMINATED
+        ]
+        assert top == [{"agent_id": ids["boss"], "cascade": gone[:-1]}]
+        for path in ("boss/a/a1", "boss/a", "boss/b"):
+            (entry,) = [
+                e["data"]
+                for e in read_log(store.log_path(sessions[path])).entries
+                if e["event"] == events.AGENT_TERMINATED
+            ]
+            assert entry == {"agent_id": ids[path], "by": ids["boss"]}
+        assert all(
+            store.load(s).state is SessionState.TERMINATED
+            for p, s in sessions.items()
+            if p != "other"
+        )
+        await orch.close()
+
+    run(go())
+
+
+def test_terminate_refuses_while_a_subtree_member_is_busy(root: Path) -> None:
+    gate = Gate()
+
+    async def go() -> None:
+        orch = await Orchestrator.open(root, registry=registry(slow=ScriptedProvider(gate)))
+        await orch.create_root("boss", provider="slow")
+        await orch.run_turn("boss", "@spawn a")  # a inherits the provider
+        node = orch.tree.resolve("boss/a")
+        await orch.run_turn("boss", "@send a park here")
+        wake = asyncio.create_task(orch.run_pending(max_turns=1))
+        await gate.entered.wait()
+        with pytest.raises(AgentBusyError, match="retry when idle"):
+            await orch.terminate("boss", cascade=True)
+        with pytest.raises(AgentBusyError):
+            await orch.terminate("boss/a")
+        gate.release.set()
+        assert await wake == 1
+        assert await orch.terminate("boss/a") == [node.agent_id]
+        await orch.close()
+
+    run(go())
+
+
+def test_messages_to_a_terminated_agent_are_refused(root: Path) -> None:
+    async def go() -> None:
+        orch = await Orchestrator.open(root)
+        await orch.create_root("boss")
+        await orch.run_turn("boss", "@spawn a\n@spawn b\n@ask b hold on")
+        b = orch.get("boss/b").agent_id
+        assert orch.get("boss").state is AgentState.WAITING
+        await orch.terminate("boss/b")
+        assert orch.get("boss").state is AgentState.IDLE  # nobody left to reply
+        result = await orch.run_turn("boss", f"@send {b} anyone?\n@send boss/b anyone?")
+        assert result.messages_sent == []
+        assert result.response.count("no live agent") == 2
+        await orch.close()
+
+    run(go())
+
+
+# -- the user's inbox ---------------------------------------------------------------------
+
+
+def test_user_inbox_is_peek_then_ack_and_durable(root: Path) -> None:
+    async def go() -> None:
+        orch = await Orchestrator.open(root)
+        boss = await orch.create_root("boss")
+        await orch.run_turn("boss", "@complete one\n@send user two\n@send parent three")
+        first = orch.user_inbox()
+        assert [(m.kind, m.payload, m.sender, m.recipient) for m in first] == [
+            ("result", "one", boss.agent_id, USER),
+            ("notification", "two", boss.agent_id, USER),
+            ("notification", "three", boss.agent_id, USER),
+        ]
+        assert orch.user_inbox() == first  # peeking removes nothing
+        assert orch.ack_user_messages([first[1].message_id, "not-a-message"]) == [
+            first[1].message_id
+        ]
+        assert orch.ack_user_messages([first[1].message_id]) == []  # twice is a no-op
+        await orch.close()
+
+        orch = await Orchestrator.open(root)
+        assert [m.message_id for m in orch.user_inbox()] == [
+            first[0].message_id,
+            first[2].message_id,
+        ]
+        assert [m.payload for m in await orch.collect_user_inbox()] == ["one", "three"]
+        assert orch.user_inbox() == []
+        await orch.close()
+
+        orch = await Orchestrator.open(root)
+        assert orch.user_inbox() == []
+        user_log = read_log(root / "user" / "events.jsonl").entries
+        assert [e["event"] for e in user_log] == [events.MESSAGE_ENQUEUED] * 3 + [
+            events.MESSAGE_DELIVERED
+        ] * 2
+        assert all(e["endpoint"] == USER for e in user_log)
+        await orch.close()
+
+    run(go())
+
+
+# -- notifications ---------------------------------------------------------------------
+
+
+def test_subscribers_see_a_turn_and_a_broken_one_breaks_nothing(root: Path) -> None:
+    async def go() -> None:
+        orch = await Orchestrator.open(root)
+        seen: list[str] = []
+        unsubscribe = orch.subscribe(lambda kind, data: seen.append(kind))
+
+        def broken(kind: str, data: dict[str, Any]) -> None:
+            raise RuntimeError("subscriber bug")
+
+        orch.subscribe(broken)
+        await orch.create_root("boss")
+        await orch.run_turn("boss", "@spawn a\n@send a hi")
+        assert seen == [
+            "agent.created",
+            "turn.started",
+            "agent.created",
+            "message.enqueued",
+            "turn.completed",
+        ]
+        unsubscribe()
+        await orch.run_turn("boss", "quiet")
+        assert len(seen) == 5
+        await orch.close()
+
+    run(go())
+
+
+# -- eviction and restarts -----------------------------------------------------------------
+
+
+def test_evict_saves_a_blob_and_the_next_turn_restores_it(root: Path) -> None:
+    async def go() -> None:
+        orch = await Orchestrator.open(root)
+        info = await orch.create_root("alpha")
+        await orch.run_turn("alpha", "one")
+        assert await orch.evict("alpha") is True
+        assert await orch.evict("alpha") is False
+        record = SessionStore(root).load(info.session_id)
+        assert record.state is SessionState.SUSPENDED and record.provider_state
+        second = await orch.run_turn("alpha", "two")
+        assert second.response.startswith("#2 ")
+        restored = [d for e, d in log_events(orch, "alpha") if e == events.SESSION_RESTORED]
+        assert restored == [{"provider": "scripted", "model": "directives", "source": "blob"}]
+        suspended = [d for e, d in log_events(orch, "alpha") if e == events.SUSPEND_RESULT]
+        assert suspended == [{"state_size": len(record.provider_state)}]
+        await orch.close()
+
+    run(go())
+
+
+def test_unreadable_blob_falls_back_to_the_log(root: Path) -> None:
+    fake = FakeProvider()
+
+    async def go() -> None:
+        orch = await Orchestrator.open(root, registry=registry(fake=fake))
+        info = await orch.create_root("alpha", provider="fake")
+        reference = await orch.run_turn("alpha", "one")
+        await orch.evict("alpha")
+        fake.fail_restore = 1
+        fake.calls.clear()
+        second = await orch.run_turn("alpha", "two")
+        assert second.response.startswith("#2 ")
+        assert [c for c in fake.calls if c[0] == "restore"] == [
+            ("restore", "blob"),
+            ("restore", "history"),
+        ]
+        restored = [d for e, d in log_events(orch, "alpha") if e == events.SESSION_RESTORED]
+        assert restored[-1]["source"] == "log"
+        assert orch.history(info.agent_id)[0].response == reference.response
+        await orch.close()
+
+    run(go())
+
+
+def test_suspend_failure_is_logged_and_the_log_restores_the_session(root: Path) -> None:
+    fake = FakeProvider()
+
+    async def go() -> None:
+        orch = await Orchestrator.open(root, registry=registry(fake=fake))
+        await orch.create_root("alpha", provider="fake")
+        await orch.run_turn("alpha", "one")
+        fake.fail_suspend = 1
+        assert await orch.evict("alpha") is True
+        suspended = [d for e, d in log_events(orch, "alpha") if e == events.SUSPEND_RESULT]
+        assert suspended[-1]["state_size"] == 0 and "suspend failed" in suspended[-1]["error"]
+        assert (await orch.run_turn("alpha", "two")).response.startswith("#2 ")
+        await orch.close()
+
+    run(go())
+
+
+def test_clean_close_and_reopen_keeps_everything(root: Path) -> None:
+    async def go() -> None:
+        orch = await Orchestrator.open(root, slots=2)
+        await orch.create_root("boss")
+        await orch.run_turn("boss", "@spawn a\n@spawn b\n@ask a sum\n@send b note")
+        await orch.run_turn("boss", "@complete status")
+        before = [(i.to_dict(), orch.history(i.agent_id)) for i in orch.agents()]
+        inboxes = {i.path: orch.inspect(i.path)["inbox"] for i in orch.agents()}
+        user = orch.user_inbox()
+        tree = orch.tree_view()
+        await orch.close()
+
+        orch = await Orchestrator.open(root, slots=2)
+        report = orch.recovery_report
+        assert report is not None
+        assert (report.agents, report.roots, report.lost_turns, report.reconciled) == (3, 1, [], [])
+        assert [(i.to_dict(), orch.history(i.agent_id)) for i in orch.agents()] == before
+        assert {i.path: orch.inspect(i.path)["inbox"] for i in orch.agents()} == inboxes
+        assert orch.user_inbox() == user
+        assert orch.tree_view() == tree
+        assert [c["agent"]["path"] for c in tree[0]["children"]] == ["boss/a", "boss/b"]
+        states = {s.state for s in SessionStore(root).scan(quarantine=False).sessions}
+        assert SessionState.ACTIVE not in states
+        # the boss still waits for a's reply, and gets it
+        assert orch.get("boss").state is AgentState.WAITING
+        assert await orch.run_pending() == 3
+        assert orch.get("boss").state is AgentState.IDLE
+        await orch.close()
+
+    run(go())
+
+
+def test_run_pending_bounds(root: Path) -> None:
+    async def go() -> None:
+        orch = await Orchestrator.open(root)
+        with pytest.raises(ValueError, match="max_turns"):
+            await orch.run_pending(max_turns=-1)
+        await orch.create_root("boss")
+        await orch.run_turn("boss", "@spawn a\n@spawn b\n@broadcast nobody yet")
+        assert await orch.run_pending() == 0  # children staged in the same turn miss it
+        await orch.run_turn("boss", "@broadcast go")
+        assert await orch.run_pending(max_turns=0) == 0
+        assert await orch.run_pending(max_turns=1) == 1
+        assert await orch.run_pending() == 1
+        assert await orch.run_pending() == 0
+        await orch.close()
+
+    run(go())
