@@ -18,6 +18,7 @@ orchestrator is opened.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -465,7 +466,9 @@ class Orchestrator:
                 commit=lambda response, _t: self._stage_commit(node, effects, response),
                 on_chunk=on_chunk,
             )
-        except Exception as exc:
+        except (Exception, asyncio.CancelledError) as exc:
+            # A cancelled turn (a caller's timeout) is a failed turn too: without this
+            # the agent stayed BUSY, so the wake loop skipped it for good.
             self.mux.discard(node)
             inbox.release(effects.turn_id)
             node.state = AgentState.WAITING if node.waiting_on else AgentState.IDLE

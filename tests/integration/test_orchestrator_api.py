@@ -322,6 +322,30 @@ def test_failed_wake_keeps_the_messages_and_tells_the_parent(root: Path) -> None
     run(go())
 
 
+def test_cancelled_turn_leaves_the_agent_idle_and_wakeable(root: Path) -> None:
+    gate = Gate()
+
+    async def go() -> None:
+        reg = registry(slow=ScriptedProvider(gate))
+        orch = await Orchestrator.open(root, registry=reg)
+        await orch.create_root("boss")
+        await orch.run_turn("boss", "@spawn a")
+        await orch.create_root("slowpoke", provider="slow")
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(orch.run_turn("slowpoke", "park forever"), 0.05)
+        node = orch.tree.resolve("slowpoke")
+        assert node.state is AgentState.IDLE and orch.busy_turns == 0
+        assert [e for e, _ in log_events(orch, "slowpoke")][-1] == events.TURN_FAILED
+        # messages reach it again, and the wake loop does not skip it
+        await orch.run_turn("boss", "@send slowpoke hello there")
+        gate.release.set()
+        assert await orch.run_pending() == 1
+        assert "hello there" in orch.history("slowpoke")[-1].prompt
+        await orch.close()
+
+    run(go())
+
+
 # -- termination ---------------------------------------------------------------------------
 
 
