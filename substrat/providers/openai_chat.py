@@ -20,12 +20,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import random
-import re
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from substrat import events
@@ -45,91 +43,21 @@ from substrat.providers.chat_history import (
     repair_orphans,
     turn_messages,
 )
+from substrat.providers.openai_config import (
+    BrokenStream,
+    OpenAIConfig,
+    classify,
+    describe,
+    sdk,
+)
 
 BLOB_VERSION = 1
-DEFAULT_MODEL = "gpt-4o-mini"
 # Local servers (Ollama, vLLM, llama.cpp) ignore the key, but the SDK wants one.
 PLACEHOLDER_API_KEY = "no-key-needed"
 TOOL_LIMIT_TEXT = (
     "[not run: this turn reached its limit of {limit} tool rounds; answer with what you have]"
 )
-_OVERFLOW_PATTERN = re.compile(
-    r"context[ _](length|window)|maximum context|too many tokens|prompt is too long"
-    r"|reduce the length|exceeds? the (model'?s? )?(max|context)",
-    re.IGNORECASE,
-)
-_TRANSIENT_STATUSES = frozenset({408, 409, 425, 429})
-
 Sleep = Callable[[float], Awaitable[None]]
-
-
-@dataclass(frozen=True)
-class OpenAIConfig:
-    """Where the endpoint is and how hard to try. Every limit carries its unit."""
-
-    base_url: str | None = None
-    api_key: str | None = None
-    default_model: str = DEFAULT_MODEL
-    max_retries: int = 5  # extra attempts per request after the first
-    backoff_base_s: float = 0.5
-    backoff_cap_s: float = 20.0
-    request_timeout_s: float = 120.0  # per read of the response, not the whole stream
-    connect_timeout_s: float = 10.0
-    max_tool_rounds_per_turn: int = 16
-
-    def __post_init__(self) -> None:
-        if self.max_retries < 0 or self.max_tool_rounds_per_turn < 1:
-            raise ProviderConfigError(
-                "openai: max_retries must be >= 0 and max_tool_rounds_per_turn >= 1"
-            )
-        if min(self.backoff_base_s, self.backoff_cap_s) < 0 or self.request_timeout_s <= 0:
-            raise ProviderConfigError("openai: backoff and timeout settings must be positive")
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> OpenAIConfig:
-        """Settings from the environment; ``SUBSTRAT_OPENAI_*`` beats ``OPENAI_*``."""
-        env = os.environ if env is None else env
-
-        def pick(*names: str) -> str | None:
-            for name in names:
-                if env.get(name):
-                    return env[name]
-            return None
-
-        def number(name: str, kind: type[int] | type[float], default: Any) -> Any:
-            raw = env.get(name)
-            if not raw:
-                return default
-            try:
-                return kind(raw)
-            except ValueError:
-                raise ProviderConfigError(
-                    f"openai: {name}={raw!r} is not a valid {kind.__name__}; fix or unset it"
-                ) from None
-
-        base = cls()
-        values: dict[str, Any] = {
-            "base_url": pick("SUBSTRAT_OPENAI_BASE_URL", "OPENAI_BASE_URL"),
-            "api_key": pick("SUBSTRAT_OPENAI_API_KEY", "OPENAI_API_KEY"),
-            "default_model": pick("SUBSTRAT_OPENAI_MODEL") or base.default_model,
-            "max_retries": number("SUBSTRAT_OPENAI_MAX_RETRIES", int, base.max_retries),
-            "request_timeout_s": number("SUBSTRAT_OPENAI_TIMEOUT_S", float, base.request_timeout_s),
-            "max_tool_rounds_per_turn": number(
-                "SUBSTRAT_OPENAI_MAX_TOOL_ROUNDS", int, base.max_tool_rounds_per_turn
-            ),
-        }
-        values.update(overrides)
-        return cls(**values)
-
-
-def _sdk() -> Any:
-    try:
-        import openai
-    except ImportError as exc:
-        raise ProviderConfigError(
-            "openai provider: the openai SDK is not installed; run `pip install 'substrat[openai]'`"
-        ) from exc
-    return openai
 
 
 def tool_param(spec: ToolSpec) -> dict[str, Any]:
@@ -202,47 +130,6 @@ def _unique_call_ids(message: Message, earlier: list[Message]) -> None:
         seen.add(call["id"])
 
 
-class _BrokenStream(Exception):
-    """The stream ended without a finish reason: the connection was cut."""
-
-
-def classify(exc: BaseException) -> tuple[str, float | None]:
-    """``("transient" | "overflow" | "permanent" | "unknown", retry_after_s)`` for an error."""
-    openai = _sdk()
-    if isinstance(exc, _BrokenStream):
-        return "transient", None
-    if isinstance(exc, openai.APIStatusError):
-        status = exc.status_code
-        text = f"{exc.message} {exc.body}"
-        if status in _TRANSIENT_STATUSES or status >= 500:
-            return "transient", _retry_after_s(exc.response.headers)
-        if status == 413 or (status == 400 and _OVERFLOW_PATTERN.search(text)):
-            return "overflow", None
-        return "permanent", None
-    if isinstance(exc, openai.APIConnectionError):  # timeouts included
-        return "transient", None
-    if isinstance(exc, openai.APIError):  # an error event inside the stream
-        return ("overflow" if _OVERFLOW_PATTERN.search(str(exc)) else "transient"), None
-    return "unknown", None
-
-
-def _retry_after_s(headers: Mapping[str, str]) -> float | None:
-    for name, divisor in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
-        raw = headers.get(name)
-        if raw:
-            try:
-                return max(0.0, float(raw) / divisor)
-            except ValueError:
-                return None
-    return None
-
-
-def _describe(exc: BaseException) -> str:
-    status = getattr(exc, "status_code", None)
-    prefix = f"HTTP {status}: " if status else f"{type(exc).__name__}: "
-    return prefix + (getattr(exc, "message", None) or str(exc) or "no detail")
-
-
 class OpenAISession:
     """One conversation with a chat-completions endpoint; its state is the message list."""
 
@@ -273,7 +160,7 @@ class OpenAISession:
 
     def _get_client(self) -> Any:
         if self._client is None:
-            openai = _sdk()
+            openai = sdk()
             config = self._config
             self._client = openai.AsyncOpenAI(
                 base_url=config.base_url,
@@ -377,7 +264,7 @@ class OpenAISession:
                 finally:
                     await stream.close()
                 if acc.finish_reason is None:
-                    raise _BrokenStream("the stream ended without a finish reason")
+                    raise BrokenStream("the stream ended without a finish reason")
                 self._check_prefix(emitted, acc.content)
                 return
             except ProviderError:
@@ -390,18 +277,18 @@ class OpenAISession:
                 if kind == "overflow":
                     raise ContextOverflowError(
                         f"{where}: the conversation no longer fits the context window "
-                        f"({_describe(exc)}); start a fresh agent with a summary"
+                        f"({describe(exc)}); start a fresh agent with a summary"
                     ) from exc
                 if kind == "permanent":
                     raise ProviderRejectedError(
-                        f"{where} rejected the request ({_describe(exc)}); "
+                        f"{where} rejected the request ({describe(exc)}); "
                         "check the model name, API key and base URL"
                     ) from exc
                 attempt += 1
                 if attempt > config.max_retries:
                     raise ProviderUnavailableError(
                         f"{where} still failing after {config.max_retries} retries "
-                        f"({_describe(exc)}); nothing of this turn was kept, send it again later"
+                        f"({describe(exc)}); nothing of this turn was kept, send it again later"
                     ) from exc
                 await self._provider.sleep(self._provider.backoff_s(attempt, retry_after_s))
 
@@ -450,9 +337,6 @@ class OpenAIProvider:
         self.sleep: Sleep = sleep or asyncio.sleep
         self._rng = rng or random.Random()
 
-    def with_config(self, **changes: Any) -> OpenAIProvider:
-        return OpenAIProvider(replace(self.config, **changes), sleep=self.sleep, rng=self._rng)
-
     def models(self) -> list[str]:
         return [self.default_model]
 
@@ -465,7 +349,7 @@ class OpenAIProvider:
         return delay
 
     def _check_ready(self) -> None:
-        _sdk()
+        sdk()
         if not self.config.api_key and not self.config.base_url:
             raise ProviderConfigError(
                 "openai provider: no API key; set SUBSTRAT_OPENAI_API_KEY (or OPENAI_API_KEY), "

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from substrat.errors import InvalidTransitionError, ProviderRejectedError
+from substrat.errors import ProviderRejectedError
 from substrat.orchestrator import Orchestrator
 from substrat.providers.base import AgentContext, ProviderSession, ToolSpec, TurnRecord
 from substrat.providers.chat_history import rebuild
@@ -230,12 +230,6 @@ def test_an_evicted_openai_agent_comes_back_from_its_blob(root: Path) -> None:
     assert last.messages == rebuild(SYSTEM, history[:1]) + [{"role": "user", "content": "two"}]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=InvalidTransitionError,
-    reason="orchestrator bug: after a failed turn the discarded session's record stays ACTIVE, "
-    "so reloading it tries ACTIVE -> ACTIVE (reported to the lead)",
-)
 def test_a_rejected_turn_is_reported_and_the_agent_keeps_working(root: Path) -> None:
     async def main(server: ChatServer) -> list[TurnRecord]:
         orch = await Orchestrator.open(root, registry=registry_for(server))

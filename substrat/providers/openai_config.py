@@ -1,0 +1,134 @@
+"""Settings and error classification for the ``openai`` provider.
+
+Kept apart from the session code: this is what a user configures (the
+environment variables and their limits) and how a failed request is judged
+(retry it, report an overflow, or give up).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from substrat.errors import ProviderConfigError
+
+DEFAULT_MODEL = "gpt-4o-mini"
+_OVERFLOW_PATTERN = re.compile(
+    r"context[ _](length|window)|maximum context|too many tokens|prompt is too long"
+    r"|reduce the length|exceeds? the (model'?s? )?(max|context)",
+    re.IGNORECASE,
+)
+_TRANSIENT_STATUSES = frozenset({408, 409, 425, 429})
+
+
+@dataclass(frozen=True)
+class OpenAIConfig:
+    """Where the endpoint is and how hard to try. Every limit carries its unit."""
+
+    base_url: str | None = None
+    api_key: str | None = None
+    default_model: str = DEFAULT_MODEL
+    max_retries: int = 5  # extra attempts per request after the first
+    backoff_base_s: float = 0.5
+    backoff_cap_s: float = 20.0
+    request_timeout_s: float = 120.0  # per read of the response, not the whole stream
+    connect_timeout_s: float = 10.0
+    max_tool_rounds_per_turn: int = 16
+
+    def __post_init__(self) -> None:
+        if self.max_retries < 0 or self.max_tool_rounds_per_turn < 1:
+            raise ProviderConfigError(
+                "openai: max_retries must be >= 0 and max_tool_rounds_per_turn >= 1"
+            )
+        if min(self.backoff_base_s, self.backoff_cap_s) < 0 or self.request_timeout_s <= 0:
+            raise ProviderConfigError("openai: backoff and timeout settings must be positive")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> OpenAIConfig:
+        """Settings from the environment; ``SUBSTRAT_OPENAI_*`` beats ``OPENAI_*``."""
+        env = os.environ if env is None else env
+
+        def pick(*names: str) -> str | None:
+            for name in names:
+                if env.get(name):
+                    return env[name]
+            return None
+
+        def number(name: str, kind: type[int] | type[float], default: Any) -> Any:
+            raw = env.get(name)
+            if not raw:
+                return default
+            try:
+                return kind(raw)
+            except ValueError:
+                raise ProviderConfigError(
+                    f"openai: {name}={raw!r} is not a valid {kind.__name__}; fix or unset it"
+                ) from None
+
+        base = cls()
+        values: dict[str, Any] = {
+            "base_url": pick("SUBSTRAT_OPENAI_BASE_URL", "OPENAI_BASE_URL"),
+            "api_key": pick("SUBSTRAT_OPENAI_API_KEY", "OPENAI_API_KEY"),
+            "default_model": pick("SUBSTRAT_OPENAI_MODEL") or base.default_model,
+            "max_retries": number("SUBSTRAT_OPENAI_MAX_RETRIES", int, base.max_retries),
+            "request_timeout_s": number("SUBSTRAT_OPENAI_TIMEOUT_S", float, base.request_timeout_s),
+            "max_tool_rounds_per_turn": number(
+                "SUBSTRAT_OPENAI_MAX_TOOL_ROUNDS", int, base.max_tool_rounds_per_turn
+            ),
+        }
+        values.update(overrides)
+        return cls(**values)
+
+
+def sdk() -> Any:
+    try:
+        import openai
+    except ImportError as exc:
+        raise ProviderConfigError(
+            "openai provider: the openai SDK is not installed; run `pip install 'substrat[openai]'`"
+        ) from exc
+    return openai
+
+
+class BrokenStream(Exception):
+    """The stream ended without a finish reason: the connection was cut."""
+
+
+def classify(exc: BaseException) -> tuple[str, float | None]:
+    """``("transient" | "overflow" | "permanent" | "unknown", retry_after_s)`` for an error."""
+    openai = sdk()
+    if isinstance(exc, BrokenStream):
+        return "transient", None
+    if isinstance(exc, openai.APIStatusError):
+        status = exc.status_code
+        text = f"{exc.message} {exc.body}"
+        if status in _TRANSIENT_STATUSES or status >= 500:
+            return "transient", retry_after_s(exc.response.headers)
+        if status == 413 or (status == 400 and _OVERFLOW_PATTERN.search(text)):
+            return "overflow", None
+        return "permanent", None
+    if isinstance(exc, openai.APIConnectionError):  # timeouts included
+        return "transient", None
+    if isinstance(exc, openai.APIError):  # an error event inside the stream
+        return ("overflow" if _OVERFLOW_PATTERN.search(str(exc)) else "transient"), None
+    return "unknown", None
+
+
+def retry_after_s(headers: Mapping[str, str]) -> float | None:
+    for name, divisor in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
+        raw = headers.get(name)
+        if raw:
+            try:
+                return max(0.0, float(raw) / divisor)
+            except ValueError:
+                return None
+    return None
+
+
+def describe(exc: BaseException) -> str:
+    status = getattr(exc, "status_code", None)
+    prefix = f"HTTP {status}: " if status else f"{type(exc).__name__}: "
+    return prefix + (getattr(exc, "message", None) or str(exc) or "no detail")
