@@ -84,7 +84,9 @@ def start(
     opts.out.print(f"daemon {verb} [bold](pid {pid})[/] on {esc(opts.root)}")
     notice = (status or {}).get("last_recovery")
     if started and notice:
-        for line in render.recovery_lines(notice):
+        with client_mod.Client(opts.root, timeout_s=opts.timeout_s).connect() as conn:
+            names = render.names_of(conn.call("agent.list"))
+        for line in render.recovery_lines(notice, names):
             opts.out.print(f"  {line}")
 
 
@@ -191,6 +193,8 @@ def status(opts: Opts, only_pid: bool, timeout_s: float) -> None:
     out.print(f"  previous shutdown: {answer['previous_shutdown']}")
     notice = answer.get("last_recovery")
     if notice:
+        with client_mod.Client(opts.root, timeout_s=opts.timeout_s).connect() as conn:
+            names = render.names_of(conn.call("agent.list"))
         out.print("  [bold]last recovery:[/]")
-        for line in render.recovery_lines(notice):
+        for line in render.recovery_lines(notice, names):
             out.print(f"    {line}")

@@ -1,0 +1,106 @@
+"""Runs every command of the README guide, in order, in one shell, on a fresh root.
+
+A command's exit status must be 0 unless the README marks it ``# exits N``;
+lines ending in ``&`` run in the background, as they would for a reader. The
+test then checks that the output says what the guide says it does.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from substrat.client import stop_daemon
+from substrat.rpc import lock
+
+README = Path(__file__).parents[2] / "README.md"
+BLOCK = re.compile(r"```sh\n(.*?)```", re.DOTALL)
+EXITS = re.compile(r"#\s*exits\s+(\d+)")
+SUBSTRAT = shutil.which("substrat")
+
+
+def guide_commands() -> list[tuple[str, int]]:
+    text = README.read_text()
+    section = text[text.index("<!-- guide:start -->") : text.index("<!-- guide:end -->")]
+    commands: list[tuple[str, int]] = []
+    for block in BLOCK.findall(section):
+        for line in block.splitlines():
+            if not line.strip() or line.lstrip().startswith("#"):
+                continue
+            marked = EXITS.search(line)
+            command = line[: line.index("#")].rstrip() if marked else line.rstrip()
+            commands.append((command, int(marked.group(1)) if marked else 0))
+    return commands
+
+
+def guide_script(commands: list[tuple[str, int]]) -> str:
+    lines = ["set -u"]
+    for index, (command, expected) in enumerate(commands):
+        lines.append(f"echo {shlex.quote(f'$ {command}')}")
+        lines.append(command)
+        if not command.endswith("&"):
+            lines.append(
+                f'code=$?; if [ "$code" -ne {expected} ]; then echo "guide step {index}: '
+                f'exit $code, expected {expected}: {shlex.quote(command)}" >&2; exit 97; fi'
+            )
+    return "\n".join(lines) + "\nwait\n"
+
+
+@pytest.fixture
+def guide_root(tmp_path: Path) -> Iterator[Path]:
+    root = tmp_path / "home"
+    yield root
+    try:
+        stop_daemon(root, timeout_s=10)
+    except Exception:
+        info = lock.read_info(root)
+        if info is not None and info.pid is not None and lock.is_held(root):
+            os.kill(info.pid, signal.SIGKILL)
+
+
+def test_guide_has_the_walkthrough_commands() -> None:
+    commands = [c for c, _ in guide_commands()]
+    for needed in (
+        "substrat daemon start",
+        "substrat agent create lead",
+        "substrat agent send",
+        'kill -9 "$(substrat daemon status --pid)"',
+        "substrat recover --dry-run",
+        "substrat fsck",
+        "substrat watch &",
+        "substrat daemon stop",
+    ):
+        assert any(c.startswith(needed) for c in commands), needed
+
+
+@pytest.mark.skipif(SUBSTRAT is None, reason="the substrat console script is not installed")
+def test_every_guide_command_runs_as_documented(guide_root: Path) -> None:
+    script = guide_script(guide_commands())
+    env = {**os.environ, "SUBSTRAT_HOME": str(guide_root), "COLUMNS": "160"}
+    env.pop("SUBSTRAT_NO_AUTOSTART", None)
+    done = subprocess.run(
+        ["bash", "-c", script], capture_output=True, text=True, timeout=120, env=env
+    )
+    out, err = done.stdout, done.stderr
+    assert done.returncode == 0, f"stdout:\n{out}\nstderr:\n{err}"
+    # What the prose promises:
+    assert "daemon started" in out
+    assert "spawned scout" in out
+    assert "lead/scout" in out
+    assert "Report: the river is mapped." in out
+    assert "died (crashed or was killed)" in err  # the send that was in flight
+    assert "connection.lost" in out and "connection.restored" in out  # watch reconnected
+    assert "daemon.recovered" in out
+    assert "LOST IN FLIGHT" in out and "Take your time." in out  # recover --dry-run
+    assert "lost in flight: slowpoke turn t1" in out  # daemon start after the crash
+    assert "lost in a crash:" in out  # agent show slowpoke
+    assert "daemon stopped" in out
+    assert out.rstrip().endswith("$ kill %1") or "clean" in out.split("$ substrat daemon stop")[-1]
