@@ -184,6 +184,8 @@ class AgentToolContext:
     def _resolve(self, effects: TurnEffects, ref: str) -> str:
         """An endpoint id for ``ref``, relative to this agent; children staged this turn count."""
         orch, node = self._orch, self._node
+        if not isinstance(ref, str):  # a model's bad JSON must not fail the whole turn
+            raise ToolError(f"an agent reference must be a string, not {type(ref).__name__}")
         if ref == USER:
             return USER
         if ref == "parent":
