@@ -1,0 +1,131 @@
+"""End to end on real files with one multiplexer slot.
+
+A root spawns two children; they exchange a request/reply (parent to child and
+child to child) and broadcasts; with a single slot every wake evicts the last
+session and restores the next one. At the end every conversation, every inbox
+(the user's too) and every waiting flag must be exactly right, the provider's
+own state must have followed every eviction (the scripted provider's digest
+chains every prompt it was given), and a restart must change none of it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+from substrat import events
+from substrat.agents import AgentState
+from substrat.eventlog import read_log
+from substrat.orchestrator import Orchestrator
+from substrat.providers.scripted import chain_digest
+from substrat.session import SessionState, SessionStore
+
+T = TypeVar("T")
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(coro)
+
+
+def assert_conversation_continuous(orch: Orchestrator, agent: str) -> None:
+    """Each response names its turn number and the digest of every prompt so far."""
+    digest = ""
+    for number, turn in enumerate(orch.history(agent), start=1):
+        digest = chain_digest(digest, turn.prompt)
+        assert turn.response.startswith(f"#{number} {digest}"), (agent, number)
+
+
+def logged(orch: Orchestrator, agent: str, event: str) -> list[dict[str, Any]]:
+    path = orch.logs.path(orch.get(agent).session_id)
+    return [e["data"] for e in read_log(path).entries if e["event"] == event]
+
+
+def test_root_and_two_children_talk_through_evictions(root: Path) -> None:
+    async def go() -> None:
+        orch = await Orchestrator.open(root, slots=1)
+        await orch.create_root("lead", "coordinate")
+        spawn = await orch.run_turn("lead", "@spawn alice adder\n@spawn bob multiplier")
+        alice, bob = (orch.get(p) for p in ("lead/alice", "lead/bob"))
+        lead = orch.get("lead")
+        assert spawn.spawned == [alice.agent_id, bob.agent_id]
+
+        # lead asks alice; alice's request carries a directive: she asks bob in turn
+        kickoff = await orch.run_turn(
+            "lead", "@ask alice @ask bob what is six times seven\n@broadcast kickoff"
+        )
+        ask_alice, bcast_alice, bcast_bob = kickoff.messages_sent
+        assert orch.get("lead").state is AgentState.WAITING
+        assert [m["message_id"] for m in orch.inspect("lead/alice")["inbox"]] == [
+            ask_alice,
+            bcast_alice,
+        ]
+        assert [m["message_id"] for m in orch.inspect("lead/bob")["inbox"]] == [bcast_bob]
+
+        # alice (request + broadcast), bob (broadcast + alice's request), lead, alice
+        assert await orch.run_pending() == 4
+        a_turns, b_turns, l_turns = (orch.history(x) for x in ("lead/alice", "lead/bob", "lead"))
+        assert len(a_turns) == 2 and len(b_turns) == 1 and len(l_turns) == 3
+        assert ask_alice in a_turns[0].prompt and bcast_alice in a_turns[0].prompt
+        (a_complete,) = logged(orch, "lead/alice", events.TURN_COMPLETE)[:1]
+        ask_bob, reply_to_lead = a_complete["effects"]["messages"]
+        assert (ask_bob["recipient"], ask_bob["kind"]) == (bob.agent_id, "request")
+        assert (reply_to_lead["recipient"], reply_to_lead["reply_to"]) == (lead.agent_id, ask_alice)
+        assert reply_to_lead["payload"] == a_turns[0].response
+        assert sorted(a_complete["effects"]["delivered"]) == sorted([ask_alice, bcast_alice])
+        assert bcast_bob in b_turns[0].prompt and ask_bob["message_id"] in b_turns[0].prompt
+        (b_complete,) = logged(orch, "lead/bob", events.TURN_COMPLETE)
+        (reply_to_alice,) = b_complete["effects"]["messages"]
+        assert reply_to_alice["reply_to"] == ask_bob["message_id"]
+        assert reply_to_alice["payload"] == b_turns[0].response
+        assert reply_to_lead["message_id"] in l_turns[2].prompt
+        assert reply_to_alice["message_id"] in a_turns[1].prompt
+
+        # bob broadcasts to his sibling; lead reports to the user
+        await orch.run_turn("lead", "@send bob @broadcast hello siblings\n@complete phase one")
+        assert await orch.run_pending() == 2  # bob, then alice
+        (bob_bcast,) = logged(orch, "lead/bob", events.TURN_COMPLETE)[1]["effects"]["messages"]
+        assert (bob_bcast["kind"], bob_bcast["recipient"]) == ("broadcast", alice.agent_id)
+        assert "hello siblings" in orch.history("lead/alice")[-1].prompt
+
+        # every inbox drained, nobody waiting, the user holds the one result
+        for info in orch.agents():
+            assert info.pending_messages == 0 and info.state is AgentState.IDLE, info.path
+            assert orch.tree.get(info.agent_id).waiting_on == {}
+            assert_conversation_continuous(orch, info.agent_id)
+        assert [(m.kind, m.payload) for m in orch.user_inbox()] == [("result", "phase one")]
+
+        # one slot: sessions really were evicted and restored, from their blobs
+        assert orch.mux.evictions == 7 and orch.mux.live_count() == 1
+        sources = {
+            path: [d["source"] for d in logged(orch, path, events.SESSION_RESTORED)]
+            for path in ("lead", "lead/alice", "lead/bob")
+        }
+        assert sources == {
+            "lead": ["blob", "blob"],  # created live, then evicted twice
+            "lead/alice": ["new", "blob", "blob"],  # a child starts on its first wake
+            "lead/bob": ["new", "blob"],
+        }
+        suspends = {path: len(logged(orch, path, events.SUSPEND_RESULT)) for path in sources}
+        assert suspends == {"lead": 3, "lead/alice": 2, "lead/bob": 2}  # alice is the live one
+        expected = {
+            info.path: (info.to_dict(), orch.history(info.agent_id)) for info in orch.agents()
+        }
+        user = orch.user_inbox()
+        await orch.close()
+
+        # a clean restart keeps all of it, and every agent goes on where it was
+        orch = await Orchestrator.open(root, slots=1)
+        assert {i.path: (i.to_dict(), orch.history(i.agent_id)) for i in orch.agents()} == expected
+        assert orch.user_inbox() == user
+        states = {s.state for s in SessionStore(root).scan(quarantine=False).sessions}
+        assert states == {SessionState.SUSPENDED}
+        for info in orch.agents():
+            turns = len(orch.history(info.agent_id))
+            result = await orch.run_turn(info.agent_id, "are you still there?")
+            assert result.response.startswith(f"#{turns + 1} ")
+            assert_conversation_continuous(orch, info.agent_id)
+        await orch.close()
+
+    run(go())
