@@ -80,17 +80,45 @@ class CrashHarness:
         with self.fs:
             return self.loop.run_until_complete(coro)
 
-    def _open(self) -> tuple[Orchestrator, Driver]:
-        orch = self._within_fs(
-            Orchestrator.open(
-                self.root,
-                registry=scripted_registry(),
-                slots=self.slots,
-                clock=self._clock,
-                new_id=self._new_id,
+    def _orchestrator_on(self, image: FaultFS) -> Orchestrator:
+        with image:
+            return self.loop.run_until_complete(
+                Orchestrator.open(
+                    self.root,
+                    registry=scripted_registry(),
+                    slots=self.slots,
+                    clock=self._clock,
+                    new_id=self._new_id,
+                )
             )
-        )
+
+    def _open(self) -> tuple[Orchestrator, Driver]:
+        orch = self._orchestrator_on(self.fs)
         return orch, Driver(orch, self.model, self.tokens)
+
+    def run_steps(self, steps: list[Step], *, crash_at: int | None = None) -> int | None:
+        """Run steps in order with one crash armed across them; the crashed step's index."""
+        if crash_at is not None:
+            self.fs.arm(crash_at)
+        index = 0
+        try:
+            for index, step in enumerate(steps):
+                self._within_fs(self.driver.perform(step))
+        except SimulatedCrash:
+            return index
+        finally:
+            self.fs.disarm()
+        return None
+
+    def check_image(self, image: FaultFS, model: Model) -> None:
+        """Recover a fresh orchestrator on ``image`` and check it against ``model``.
+
+        Leaves this harness (its disk, orchestrator and model) untouched, so
+        every image of one crash point can be checked in turn.
+        """
+        orch = self._orchestrator_on(image)
+        with image:
+            model.settle(check_recovery(model, orch))
 
     def close(self) -> None:
         self.loop.close()

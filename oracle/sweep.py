@@ -1,0 +1,242 @@
+"""The exhaustive sweep: named scenarios crashed at every boundary, in every mode.
+
+For a scenario (a fixed list of workload steps) the sweep first counts its
+I/O boundaries, then for each boundary re-runs the scenario on a fresh disk
+with a crash armed there, and checks every crash image of that point (bounded
+per mode) by recovering a fresh orchestrator on it and comparing it with the
+model. Optionally it also crashes recovery itself at each of its boundaries,
+on the power image. Everything is deterministic: ids and clocks are counters.
+
+Run it with ``python -m oracle.sweep`` (a table of states checked per
+scenario) or through ``tests/stress/test_sweep.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import sys
+import time
+from dataclasses import dataclass, field
+
+from faultfs import MODES, SimulatedCrash
+from oracle.errors import OracleViolation
+from oracle.harness import CrashHarness
+from oracle.workload import Step
+
+DEFAULT_IMAGES_PER_MODE = 4
+MAX_RECOVERY_BOUNDARIES = 48
+RECOVERY_CRASH_EVERY = 3
+"""Recovery itself is crashed at every boundary of every third crash point: the
+recovery code is the same at each point, what differs is the disk it starts from."""
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    steps: tuple[Step, ...]
+    slots: int = 2
+
+
+def _s(*parts: str) -> Step:
+    return Step(*parts)
+
+
+SCENARIOS: dict[str, Scenario] = {
+    s.name: s
+    for s in (
+        Scenario("roots", (_s("create_root", "ada"), _s("create_root", "bob"), _s("turn", "ada"))),
+        Scenario(
+            "children",
+            (
+                _s("create_root", "ada"),
+                _s("spawn", "ada", "bob"),
+                _s("spawn", "ada/bob", "cy"),
+                _s("turn", "ada/bob/cy"),
+            ),
+        ),
+        Scenario(
+            "messages both ways",
+            (
+                _s("create_root", "ada"),
+                _s("spawn", "ada", "bob"),
+                _s("send", "ada", "bob"),
+                _s("pending"),
+                _s("complete", "ada/bob"),
+                _s("inbox", "ada"),
+                _s("send", "ada", "user"),
+                _s("user_inbox"),
+            ),
+        ),
+        Scenario(
+            "stranded reply",
+            (
+                _s("create_root", "ada"),
+                _s("spawn", "ada", "bob"),
+                _s("ask", "ada", "bob"),
+                _s("pending"),
+            ),
+        ),
+        Scenario(
+            "broadcast",
+            (
+                _s("create_root", "ada"),
+                _s("spawn", "ada", "bob"),
+                _s("spawn", "ada", "cy"),
+                _s("broadcast", "ada/bob"),
+                _s("pending"),
+            ),
+        ),
+        Scenario(
+            "evictions",
+            (
+                _s("create_root", "ada"),
+                _s("turn", "ada"),
+                _s("create_root", "bob"),
+                _s("turn", "bob"),
+                _s("turn", "ada"),
+                _s("evict", "ada"),
+                _s("turn", "ada"),
+            ),
+            slots=1,
+        ),
+        Scenario(
+            "terminations",
+            (
+                _s("create_root", "ada"),
+                _s("spawn", "ada", "bob"),
+                _s("spawn", "ada/bob", "cy"),
+                _s("send", "ada", "ada/bob/cy"),
+                _s("terminate_by_parent", "ada", "bob"),
+                _s("create_root", "dee"),
+                _s("terminate", "dee"),
+            ),
+        ),
+    )
+}
+
+
+@dataclass
+class SweepResult:
+    scenario: str
+    profile: str
+    boundaries: int = 0
+    states: int = 0
+    recovery_states: int = 0
+    seconds: float = 0.0
+    failures: list[str] = field(default_factory=list)
+
+    @property
+    def rate(self) -> float:
+        return (self.states + self.recovery_states) / self.seconds if self.seconds else 0.0
+
+
+def count_boundaries(scenario: Scenario, profile: str) -> int:
+    harness = CrashHarness(profile=profile, slots=scenario.slots)
+    start = harness.fs.boundaries
+    harness.run_steps(list(scenario.steps))
+    harness.close()
+    return harness.fs.boundaries - start
+
+
+def sweep(
+    scenario: Scenario,
+    *,
+    profile: str = "posix",
+    modes: tuple[str, ...] = MODES,
+    images_per_mode: int = DEFAULT_IMAGES_PER_MODE,
+    recovery_crashes: bool = True,
+    max_failures: int = 5,
+) -> SweepResult:
+    """Crash ``scenario`` at every boundary and check every image (bounded per mode)."""
+    result = SweepResult(scenario.name, profile)
+    started = time.perf_counter()
+    result.boundaries = count_boundaries(scenario, profile)
+    for boundary in range(1, result.boundaries + 1):
+        harness = CrashHarness(profile=profile, slots=scenario.slots)
+        crashed_in = harness.run_steps(list(scenario.steps), crash_at=boundary)
+        assert crashed_in is not None, f"boundary {boundary} of {result.boundaries} never hit"
+        harness.model.crashed()
+        for mode in modes:
+            for index, image in enumerate(harness.fs.crash_images(mode, limit=images_per_mode)):
+                key = f"boundary={boundary} mode={mode} image=#{index} step={scenario.steps[crashed_in]}"
+                try:
+                    harness.check_image(image, copy.deepcopy(harness.model))
+                except OracleViolation as exc:
+                    result.failures.append(f"{key}\n{exc}")
+                result.states += 1
+        if recovery_crashes and boundary % RECOVERY_CRASH_EVERY == 0:
+            _sweep_recovery(harness, boundary, result)
+        harness.close()
+        if len(result.failures) >= max_failures:
+            break
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def _sweep_recovery(harness: CrashHarness, boundary: int, result: SweepResult) -> None:
+    """Crash recovery itself at each of its boundaries (power image), then recover again."""
+    power = harness.fs.crash_image("power")
+    for recovery_boundary in range(1, MAX_RECOVERY_BOUNDARIES + 1):
+        image = power.crash_image("process")  # a fresh copy of the same disk
+        image.arm(recovery_boundary)
+        try:
+            harness.check_image(image, copy.deepcopy(harness.model))
+        except SimulatedCrash:
+            pass
+        except OracleViolation as exc:
+            result.failures.append(f"boundary={boundary} (recovery ran unarmed)\n{exc}")
+            return
+        else:
+            return  # recovery has fewer boundaries than this: all of them were tried
+        for mode in ("process", "power"):
+            second = image.crash_image(mode)
+            key = f"boundary={boundary} recovery-crash={recovery_boundary} then mode={mode}"
+            try:
+                harness.check_image(second, copy.deepcopy(harness.model))
+            except OracleViolation as exc:
+                result.failures.append(f"{key}\n{exc}")
+            result.recovery_states += 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--scenario", action="append", choices=sorted(SCENARIOS))
+    parser.add_argument("--profile", action="append", choices=("posix", "ext4-ordered", "lazyfs"))
+    parser.add_argument("--images-per-mode", type=int, default=DEFAULT_IMAGES_PER_MODE)
+    parser.add_argument("--no-recovery-crashes", action="store_true")
+    args = parser.parse_args(argv)
+    names = args.scenario or sorted(SCENARIOS)
+    profiles = args.profile or ["posix", "ext4-ordered", "lazyfs"]
+    total_states = 0
+    total_seconds = 0.0
+    failed = False
+    print(
+        f"{'scenario':<22}{'profile':<14}{'boundaries':>10}{'states':>9}{'rec.':>7}{'s':>8}{'/s':>9}"
+    )
+    for profile in profiles:
+        for name in names:
+            r = sweep(
+                SCENARIOS[name],
+                profile=profile,
+                images_per_mode=args.images_per_mode,
+                recovery_crashes=not args.no_recovery_crashes,
+            )
+            total_states += r.states + r.recovery_states
+            total_seconds += r.seconds
+            print(
+                f"{r.scenario:<22}{r.profile:<14}{r.boundaries:>10}{r.states:>9}"
+                f"{r.recovery_states:>7}{r.seconds:>8.2f}{r.rate:>9.0f}"
+            )
+            for failure in r.failures:
+                failed = True
+                print("  FAIL " + failure.replace("\n", "\n       "))
+    print(
+        f"total: {total_states} crash states in {total_seconds:.1f} s "
+        f"({total_states / total_seconds if total_seconds else 0:.0f} states/s)"
+    )
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
