@@ -100,12 +100,13 @@ class CrashHarness:
         """Run steps in order with one crash armed across them; the crashed step's index."""
         if crash_at is not None:
             self.fs.arm(crash_at)
-        index = 0
+        done = 0
         try:
-            for index, step in enumerate(steps):
+            for step in steps:
                 self._within_fs(self.driver.perform(step))
+                done += 1
         except SimulatedCrash:
-            return index
+            return done
         finally:
             self.fs.disarm()
         return None

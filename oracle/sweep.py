@@ -159,7 +159,8 @@ def sweep(
         harness.model.crashed()
         for mode in modes:
             for index, image in enumerate(harness.fs.crash_images(mode, limit=images_per_mode)):
-                key = f"boundary={boundary} mode={mode} image=#{index} step={scenario.steps[crashed_in]}"
+                step = scenario.steps[crashed_in]
+                key = f"boundary={boundary} mode={mode} image=#{index} in step {step}"
                 try:
                     harness.check_image(image, copy.deepcopy(harness.model))
                 except OracleViolation as exc:

@@ -1,0 +1,202 @@
+"""The catalog of planted durability bugs that the stress suite must catch.
+
+Each :class:`Mutant` names one realistic mistake and says how to plant it: in
+``file`` (relative to the ``substrat`` package), the ``old`` snippet, which
+must occur exactly once, becomes ``new``. The runner (:mod:`oracle.mutants`)
+plants each one in a temporary copy of the package, never in the working tree,
+and runs the stress suite against it. A mutant the suite does not kill is a
+bug class the toolkit is blind to.
+
+Snippets are exact text, indentation included, so a refactor that moves the
+code a mutant targets makes that mutant fail loudly ("snippet not found")
+instead of silently testing nothing; update the snippet with the refactor.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """One planted bug: replace ``old`` (exactly one occurrence) by ``new`` in ``file``."""
+
+    name: str
+    description: str
+    file: str
+    old: str
+    new: str
+
+    def __post_init__(self) -> None:
+        assert self.old and self.old != self.new, f"mutant {self.name} changes nothing"
+        assert not self.file.startswith("/") and ".." not in self.file, self.file
+
+
+CATALOG: tuple[Mutant, ...] = (
+    # -- persistence.py: the durable primitives -------------------------------
+    Mutant(
+        "log_append_no_fsync",
+        "EventLog.log acknowledges an append that was never fsynced",
+        "eventlog.py",
+        "            persistence.write_all(self._fd, line)\n"
+        "            persistence.fsync_fd(self._fd, self.path)\n",
+        "            persistence.write_all(self._fd, line)\n",
+    ),
+    Mutant(
+        "atomic_write_no_file_fsync",
+        "atomic_write renames the temp file over the target without fsyncing its data",
+        "persistence.py",
+        "        write_all(fd, data)\n        fsync_fd(fd, tmp)\n",
+        "        write_all(fd, data)\n",
+    ),
+    Mutant(
+        "atomic_write_no_dir_fsync",
+        "atomic_write never fsyncs the directory after the rename",
+        "persistence.py",
+        "    os.replace(tmp, target)\n    fsync_dir(target.parent)\n",
+        "    os.replace(tmp, target)\n",
+    ),
+    Mutant(
+        "create_no_dir_fsync",
+        "durable_create fsyncs the new file but not the directory that holds its entry",
+        "persistence.py",
+        "        os.close(fd)\n    fsync_dir(Path(path).parent)\n\n\ndef durable_unlink",
+        "        os.close(fd)\n\n\ndef durable_unlink",
+    ),
+    Mutant(
+        "mkdir_no_dir_fsync",
+        "durable_mkdir creates directories without fsyncing their parents",
+        "persistence.py",
+        "                raise\n        fsync_dir(level.parent)\n    return bool(missing)\n",
+        "                raise\n    return bool(missing)\n",
+    ),
+    Mutant(
+        "unlink_no_dir_fsync",
+        "durable_unlink removes the file without fsyncing its directory",
+        "persistence.py",
+        "        return False\n    fsync_dir(Path(path).parent)\n    return True\n",
+        "        return False\n    return True\n",
+    ),
+    Mutant(
+        "rename_no_dst_dir_fsync",
+        "durable_rename never fsyncs the destination directory",
+        "persistence.py",
+        "    os.replace(src, dst)\n    fsync_dir(Path(dst).parent)\n",
+        "    os.replace(src, dst)\n",
+    ),
+    Mutant(
+        "rename_no_src_dir_fsync",
+        "durable_rename across directories never fsyncs the source directory",
+        "persistence.py",
+        "    if Path(src).parent != Path(dst).parent:\n        fsync_dir(Path(src).parent)\n",
+        "",
+    ),
+    Mutant(
+        "fsync_retry_after_eio",
+        "a failed fsync is retried, and the retry's success is taken as durability",
+        "persistence.py",
+        "        os.fsync(fd)\n    except OSError as exc:\n",
+        "        os.fsync(fd)\n    except OSError as exc:\n"
+        "        os.fsync(fd)  # planted: retry, as if the kernel still had the pages\n"
+        "        return\n",
+    ),
+    # -- eventlog.py: repair on open ---------------------------------------------
+    Mutant(
+        "no_torn_tail_repair",
+        "opening a log does not cut a torn tail, so the next append is glued onto it",
+        "eventlog.py",
+        "            if size > scan.valid_end:\n",
+        "            if False:  # planted: no torn-tail repair\n",
+    ),
+    Mutant(
+        "no_pending_replay",
+        "opening a log ignores a durable pending entry that the log lacks",
+        "eventlog.py",
+        "            replay = self._pending_to_replay(scan.seqs, report)\n",
+        "            replay = None  # planted: no pending replay\n",
+    ),
+    Mutant(
+        "pending_dedup_tail_only",
+        "a pending entry counts as logged only if it is the last entry (tail dedup)",
+        "eventlog.py",
+        '        if decoded["seq"] in seqs:\n',
+        '        if decoded["seq"] == report.last_seq:\n',
+    ),
+    # -- session store ---------------------------------------------------------------
+    Mutant(
+        "session_write_in_place",
+        "session.json is rewritten in place (truncate, write, fsync) instead of atomically",
+        "session/store.py",
+        "        persistence.atomic_write(self.record_path(session.session_id), "
+        "session.to_record())\n",
+        '        with open(self.record_path(session.session_id), "wb") as handle:\n'
+        "            handle.write(session.to_record())\n"
+        "            handle.flush()\n"
+        "            os.fsync(handle.fileno())\n",
+    ),
+    Mutant(
+        "active_left_active",
+        "recovery leaves records ACTIVE although no provider session survived the crash",
+        "session/store.py",
+        "            if session.state is SessionState.ACTIVE:\n",
+        "            if False:  # planted: ACTIVE records are not suspended\n",
+    ),
+    # -- orchestrator: order of logging and acknowledging ------------------------------
+    Mutant(
+        "create_root_acks_before_logging",
+        "create_root returns (acknowledges) before agent.created is logged",
+        "orchestrator.py",
+        "        self._log_creation(node, parent_session_id=None)\n",
+        '        __import__("asyncio").get_running_loop().call_soon(\n'
+        "            self._log_creation, node, None\n"
+        "        )  # planted: logged after the caller has its answer\n",
+    ),
+    Mutant(
+        "effects_before_commit",
+        "a turn's effects (spawns, messages, deliveries) are applied before turn.complete",
+        "orchestrator.py",
+        '        return {"effects": effects.to_dict()}\n',
+        "        self.apply_effects(node, effects.to_dict())  # planted: before the commit\n"
+        '        return {"effects": effects.to_dict()}\n',
+    ),
+    Mutant(
+        "delivered_on_claim",
+        "check_inbox logs message.delivered when it claims messages, before the turn commits",
+        "tools.py",
+        "        taken = self._orch.inboxes.inbox(self._node.agent_id).claim(effects.turn_id)\n",
+        "        taken = self._orch.inboxes.inbox(self._node.agent_id).claim(effects.turn_id)\n"
+        "        if taken:  # planted: delivery logged before the turn's commit\n"
+        "            self._orch.logs.get(self._node.session_id).log(\n"
+        '                "message.delivered", {"message_ids": [m.message_id for m in taken]}\n'
+        "            )\n",
+    ),
+    Mutant(
+        "stale_blob_trusted",
+        "a session is restored from its stored blob even when the log has newer turns",
+        "orchestrator.py",
+        "        current = session.state_seq >= self.last_complete_seq.get(node.agent_id, 0)\n",
+        "        current = True  # planted: trust the blob whatever its age\n",
+    ),
+    # -- recovery ------------------------------------------------------------------------
+    Mutant(
+        "user_inbox_forgotten",
+        "recovery rebuilds agents' inboxes but not the user's",
+        "recovery.py",
+        "    pending: list[dict[str, Any]] = list(user_facts.pending())\n",
+        "    pending: list[dict[str, Any]] = []  # planted: the user's inbox is forgotten\n",
+    ),
+    Mutant(
+        "no_message_roll_forward",
+        "recovery does not re-send messages of committed turns that a crash cut off "
+        "(the stranded reply)",
+        "recovery.py",
+        '                if data["message_id"] not in target.enqueued:\n',
+        '                if False and data["message_id"] not in target.enqueued:  # planted\n',
+    ),
+)
+
+
+def by_name() -> dict[str, Mutant]:
+    names = [m.name for m in CATALOG]
+    assert len(names) == len(set(names)), "mutant names must be unique"
+    return {m.name: m for m in CATALOG}
