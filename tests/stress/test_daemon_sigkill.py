@@ -1,7 +1,7 @@
 """50 SIGKILL-and-restart cycles of the real daemon under load (``--run-stress``).
 
 The campaign (workload, ledger, checks) lives in
-tests/integration/test_daemon_sigkill.py, whose short run is in the default
+tests/integration/test_daemon_crash_campaign.py, whose short run is in the default
 tests; this is the long one.
 """
 
@@ -19,7 +19,7 @@ CYCLES = 50
 
 
 def _campaign() -> ModuleType:
-    path = Path(__file__).parents[1] / "integration" / "test_daemon_sigkill.py"
+    path = Path(__file__).parents[1] / "integration" / "test_daemon_crash_campaign.py"
     spec = importlib.util.spec_from_file_location("substrat_sigkill_campaign", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
