@@ -1,0 +1,156 @@
+"""Agents in memory: names, messages, inboxes and the tree."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from substrat.agents import (
+    MAX_NAME_CHARS,
+    USER,
+    AgentNode,
+    AgentTree,
+    Inbox,
+    InboxRegistry,
+    MessageEnvelope,
+    validate_name,
+)
+from substrat.errors import AgentNotFoundError, NameCollisionError
+from substrat.eventlog import check_plain_json
+
+
+def node(agent_id: str, name: str, parent: str | None = None) -> AgentNode:
+    return AgentNode(agent_id, f"s-{agent_id}", name, parent, "", "scripted", "directives")
+
+
+def message(message_id: str, recipient: str = "r", kind: str = "notification") -> MessageEnvelope:
+    return MessageEnvelope(message_id, "s", recipient, kind, f"payload {message_id}", "2030")
+
+
+@pytest.mark.parametrize("name", ["a", "A1", "worker_2", "x.y-z", "9lives", "n" * MAX_NAME_CHARS])
+def test_valid_names(name: str) -> None:
+    assert validate_name(name) == name
+
+
+@pytest.mark.parametrize(
+    "name", ["", "-a", ".a", "_a", "a/b", "a b", "é", "n" * (MAX_NAME_CHARS + 1), None, 3, USER]
+)
+def test_invalid_names_say_what_is_allowed(name: object) -> None:
+    with pytest.raises(ValueError, match=r"letters, digits|reserved"):
+        validate_name(name)
+
+
+def test_envelope_round_trips_as_plain_json() -> None:
+    original = MessageEnvelope(
+        "m1", "a", USER, "reply", "hi\nthere", "2030-01-01T00:00:00+00:00", "m0", {"turn_id": "t3"}
+    )
+    data = original.to_dict()
+    check_plain_json(data)
+    assert MessageEnvelope.from_dict(json.loads(json.dumps(data))) == original
+    data["metadata"]["turn_id"] = "changed"
+    assert original.metadata == {"turn_id": "t3"}  # to_dict copies
+
+
+def test_inbox_claim_release_remove() -> None:
+    inbox = Inbox()
+    assert inbox.deliver(message("m1"), 5) and inbox.deliver(message("m2"), 3)
+    assert not inbox.deliver(message("m1"), 9)  # re-delivery is a no-op
+    assert [m.message_id for m in inbox.pending()] == ["m2", "m1"]  # by order, not arrival
+    assert inbox.oldest_pending_order() == 3
+    assert [m.message_id for m in inbox.claim("t1")] == ["m2", "m1"]
+    assert inbox.pending() == [] and inbox.oldest_pending_order() is None
+    assert len(inbox) == 2 and "m1" in inbox  # claimed messages are still here
+    inbox.deliver(message("m3"), 7)
+    assert [m.message_id for m in inbox.claim("t2")] == ["m3"]
+    inbox.release("t1")
+    assert [m.message_id for m in inbox.pending()] == ["m2", "m1"]
+    inbox.remove(["m2", "m3", "absent"])
+    assert [m.message_id for m in inbox.all()] == ["m1"]
+    assert "m3" not in inbox
+    inbox.release("t2")  # releasing a claim on a removed message is harmless
+    assert [m.message_id for m in inbox.pending()] == ["m1"]
+
+
+def test_registry_orders_arrivals_across_inboxes() -> None:
+    registry = InboxRegistry()
+    registry.deliver(message("m1", "b"))
+    registry.deliver(message("m2", "a"))
+    registry.deliver(message("m3", "b"))
+    assert registry.inbox("a").oldest_pending_order() == 1
+    assert registry.inbox("b").oldest_pending_order() == 0
+    assert sorted(registry.endpoints()) == ["a", "b"]
+    registry.drop("b")
+    assert registry.endpoints() == ["a"]
+    assert len(registry.inbox("b")) == 0  # a dropped endpoint comes back empty
+
+
+def build_tree() -> AgentTree:
+    tree = AgentTree()
+    tree.add(node("r1", "alpha"))
+    tree.add(node("r2", "beta"))
+    tree.add(node("c1", "worker", "r1"))
+    tree.add(node("c2", "helper", "r1"))
+    tree.add(node("g1", "worker", "c1"))  # the same name one level down is fine
+    tree.add(node("c3", "worker", "r2"))  # and under another parent
+    return tree
+
+
+def test_tree_paths_resolution_and_order() -> None:
+    tree = build_tree()
+    tree.check()
+    assert [n.agent_id for n in tree.roots()] == ["r1", "r2"]
+    assert [n.agent_id for n in tree.children("r1")] == ["c2", "c1"]  # by name
+    assert [n.agent_id for n in tree.walk()] == ["r1", "c2", "c1", "g1", "r2", "c3"]
+    assert tree.path("g1") == "alpha/worker/worker"
+    assert tree.resolve("alpha/worker/worker").agent_id == "g1"
+    assert tree.resolve("/beta/worker/").agent_id == "c3"
+    assert tree.resolve("c2").agent_id == "c2"
+    assert [n.agent_id for n in tree.siblings("c1")] == ["c2"]
+    assert [n.agent_id for n in tree.siblings("r1")] == ["r2"]
+    assert [n.agent_id for n in tree.subtree_leaves_first("r1")] == ["c2", "g1", "c1", "r1"]
+    assert tree.by_session("s-g1") is tree.get("g1")
+    assert tree.by_session("nope") is None
+    assert len(tree) == 6 and "g1" in tree and "zz" not in tree
+
+
+@pytest.mark.parametrize("ref", ["", "/", "gamma", "alpha/nobody", "alpha/worker/worker/deeper"])
+def test_unknown_agents_raise_with_a_hint(ref: str) -> None:
+    with pytest.raises(AgentNotFoundError, match="no live agent"):
+        build_tree().resolve(ref)
+
+
+def test_names_are_unique_among_siblings_only() -> None:
+    tree = build_tree()
+    with pytest.raises(NameCollisionError, match="pick another name"):
+        tree.add(node("x", "alpha"))
+    with pytest.raises(NameCollisionError):
+        tree.add(node("y", "helper", "r1"))
+    with pytest.raises(ValueError, match="already in the tree"):
+        tree.add(node("c1", "fresh", "r2"))
+    with pytest.raises(ValueError, match="invalid agent name"):
+        tree.add(node("z", "bad name"))
+    assert len(tree) == 6
+    tree.check()
+
+
+def test_remove_leaves_and_refuse_parents() -> None:
+    tree = build_tree()
+    with pytest.raises(AssertionError, match="has children"):
+        tree.remove("c1")
+    tree.remove("g1")
+    tree.remove("c1")
+    assert tree.name_taken("r1", "helper") and not tree.name_taken("r1", "worker")
+    tree.add(node("c4", "worker", "r1"))  # the name is free again
+    assert tree.resolve("alpha/worker").agent_id == "c4"
+    assert tree.by_session("s-c1") is None
+    tree.check()
+    with pytest.raises(AgentNotFoundError):
+        tree.get("c1")
+
+
+def test_check_catches_a_broken_link() -> None:
+    tree = build_tree()
+    tree.get("c1").name = "renamed"  # the parent's index still says "worker"
+    with pytest.raises(AssertionError):
+        tree.check()
