@@ -22,6 +22,7 @@ import asyncio
 import json
 import random
 import uuid
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -150,25 +151,12 @@ class OpenAISession:
         self._messages = messages
         self._turns = turns
         self._context = context
-        self._client: Any = None
         self._transcript: list[Message] = []
 
     @property
     def messages(self) -> list[Message]:
         """The conversation as the next request will start (a copy)."""
         return [dict(m) for m in self._messages]
-
-    def _get_client(self) -> Any:
-        if self._client is None:
-            openai = sdk()
-            config = self._config
-            self._client = openai.AsyncOpenAI(
-                base_url=config.base_url,
-                api_key=config.api_key or PLACEHOLDER_API_KEY,
-                max_retries=0,  # retries are ours: bounded, jittered, and logged in errors
-                timeout=openai.Timeout(config.request_timeout_s, connect=config.connect_timeout_s),
-            )
-        return self._client
 
     async def send(self, prompt: str) -> AsyncIterator[str]:
         base, repair = repair_orphans(self._messages)
@@ -252,7 +240,7 @@ class OpenAISession:
         while True:
             acc.content, acc.calls, acc.finish_reason = "", {}, None
             try:
-                stream = await self._get_client().chat.completions.create(**kwargs)
+                stream = await self._provider.client().chat.completions.create(**kwargs)
                 try:
                     async for chunk in stream:
                         acc.add(chunk)
@@ -315,9 +303,7 @@ class OpenAISession:
         return json.dumps(body, ensure_ascii=False).encode("utf-8")
 
     async def stop(self) -> None:
-        client, self._client = self._client, None
-        if client is not None:
-            await client.close()
+        return None  # the HTTP client is the provider's, shared by its sessions
 
 
 class OpenAIProvider:
@@ -336,6 +322,27 @@ class OpenAIProvider:
         self.default_model = self.config.default_model
         self.sleep: Sleep = sleep or asyncio.sleep
         self._rng = rng or random.Random()
+        # One client (connection pool, TLS context) per event loop, shared by all
+        # sessions: building one costs tens of milliseconds, and a restore should not.
+        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def client(self) -> Any:
+        """The SDK client for the running event loop."""
+        loop = asyncio.get_running_loop()
+        client = self._clients.get(loop)
+        if client is None:
+            openai = sdk()
+            config = self.config
+            client = openai.AsyncOpenAI(
+                base_url=config.base_url,
+                api_key=config.api_key or PLACEHOLDER_API_KEY,
+                max_retries=0,  # retries are ours: bounded, jittered, and logged in errors
+                timeout=openai.Timeout(config.request_timeout_s, connect=config.connect_timeout_s),
+            )
+            self._clients[loop] = client
+        return client
 
     def models(self) -> list[str]:
         return [self.default_model]
