@@ -63,12 +63,15 @@ Sleep = Callable[[float], Awaitable[None]]
 
 def tool_param(spec: ToolSpec) -> dict[str, Any]:
     """An agent tool as a chat-completions function tool."""
+    parameters = dict(spec.parameters or {"type": "object"})
+    if parameters.get("type") == "object":
+        parameters.setdefault("properties", {})  # some servers insist on it
     return {
         "type": "function",
         "function": {
             "name": spec.name,
             "description": spec.description,
-            "parameters": spec.parameters or {"type": "object", "properties": {}},
+            "parameters": parameters,
         },
     }
 

@@ -143,6 +143,9 @@ def test_a_full_turn_uses_real_tools_and_logs_the_transcript(root: Path) -> None
         result, history, inbox = asyncio.run(main(server))
         assert not server.rejected()
         last = server.requests[-1]
+    offered = {t["function"]["name"]: t["function"] for t in last.body["tools"]}
+    assert {"spawn_agent", "send_message", "check_inbox", "complete"} <= set(offered)
+    assert offered["check_inbox"]["parameters"] == {"type": "object", "properties": {}}
     assert result.response == "On it.\nHelper hired, user greeted."
     assert len(result.spawned) == 1
     assert "hello from the lead" in inbox
