@@ -134,3 +134,39 @@ def find_orphans(messages: list[Message]) -> list[str]:
     if pending:
         problems.append(f"end of conversation: tool calls {pending} have no result")
     return problems
+
+
+def turn_problems(turn: TurnRecord) -> list[str]:
+    """Ways a logged chat turn contradicts itself; empty when it is consistent.
+
+    A transcript starts with the prompt as a user message, holds no other user
+    message, ends with an assistant message without tool calls (or with the
+    results of the calls it made), and its assistant texts, joined by newlines,
+    are the logged response.
+    """
+    where = f"turn {turn.turn_id}"
+    if not turn.transcript:
+        return []  # logged without a transcript: nothing more to check
+    problems: list[str] = []
+    first = turn.transcript[0]
+    if first.get("role") != "user" or first.get("content") != turn.prompt:
+        problems.append(f"{where}: the transcript does not start with the prompt")
+    if any(m.get("role") == "user" for m in turn.transcript[1:]):
+        problems.append(f"{where}: a second user message inside one turn")
+    texts = [
+        str(m["content"])
+        for m in turn.transcript
+        if m.get("role") == "assistant" and m.get("content")
+    ]
+    if "\n".join(texts) != turn.response:
+        problems.append(f"{where}: the response is not the transcript's assistant text")
+    problems.extend(f"{where}: {p}" for p in find_orphans(turn.transcript))
+    return problems
+
+
+def conversation_problems(system_prompt: str, history: Iterable[TurnRecord]) -> list[str]:
+    """Everything wrong with the conversation a log describes (for checkers and fsck)."""
+    turns = list(history)
+    problems = [p for turn in turns for p in turn_problems(turn)]
+    problems.extend(find_orphans(rebuild(system_prompt, turns)))
+    return problems

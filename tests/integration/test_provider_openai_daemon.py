@@ -20,7 +20,7 @@ import pytest
 from substrat.client import Client, DaemonProcess
 from substrat.orchestrator import conversation_from_log
 from substrat.providers.base import TurnRecord
-from substrat.providers.chat_history import rebuild
+from substrat.providers.chat_history import conversation_problems, rebuild
 from tests.support.chat_server import ChatServer, Recorded, Reply, echo, text, tool_call, tools
 
 SYSTEM = "You lead."
@@ -144,3 +144,4 @@ def test_sigkill_during_a_tool_round_recovers_to_an_accepted_logged_conversation
     assert after[-1].messages + [history[2].transcript[-1]] == rebuild(SYSTEM, history)
     # The cut turn's messages never reached the user; the re-run's did, once each.
     assert [m["payload"] for m in inbox] == ["hello once", "hello twice"]
+    assert conversation_problems(SYSTEM, history) == []

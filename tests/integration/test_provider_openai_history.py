@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from substrat.providers.base import TurnRecord
 from substrat.providers.chat_history import (
     ORPHAN_RESULT_TEXT,
+    conversation_problems,
     find_orphans,
     rebuild,
     repair_orphans,
@@ -130,3 +131,24 @@ def test_any_damaged_history_repairs_to_one_the_server_accepts(
     assert [m for m in repaired if m["role"] != "tool"] == [
         m for m in messages if m["role"] != "tool"
     ]
+
+
+def test_conversation_problems_spots_inconsistent_turns() -> None:
+    good = TurnRecord(
+        "t1",
+        "go",
+        "working\ndone",
+        [
+            {"role": "user", "content": "go"},
+            {"role": "assistant", "content": "working", "tool_calls": [call("a")]},
+            {"role": "tool", "tool_call_id": "a", "content": "A"},
+            {"role": "assistant", "content": "done"},
+        ],
+    )
+    assert conversation_problems("sys", [good]) == []
+    wrong_response = TurnRecord("t2", "go", "something else", good.transcript)
+    wrong_prompt = TurnRecord("t3", "other", good.response, good.transcript)
+    cut = TurnRecord("t4", "go", "working", good.transcript[:2])
+    assert "response" in conversation_problems("", [wrong_response])[0]
+    assert "prompt" in conversation_problems("", [wrong_prompt])[0]
+    assert any("no result" in p for p in conversation_problems("", [cut]))

@@ -19,7 +19,7 @@ import pytest
 from substrat.errors import ProviderRejectedError
 from substrat.orchestrator import Orchestrator
 from substrat.providers.base import AgentContext, ProviderSession, ToolSpec, TurnRecord
-from substrat.providers.chat_history import rebuild
+from substrat.providers.chat_history import conversation_problems, rebuild
 from substrat.providers.openai_chat import OpenAIConfig, OpenAIProvider
 from substrat.providers.registry import ProviderRegistry
 from tests.support.chat_server import ChatServer, Reply, echo, error, text, tool_call, tools
@@ -213,6 +213,7 @@ def test_a_crash_mid_tool_round_recovers_to_the_logged_conversation(
     assert first_after.messages == rebuild(SYSTEM, history[:1]) + [history[1].transcript[0]]
     assert last.messages + [history[2].transcript[-1]] == rebuild(SYSTEM, history)
     assert len(lead.children) == 1 and inbox == ["hello from the lead"]
+    assert conversation_problems(SYSTEM, history) == []
 
 
 def test_an_evicted_openai_agent_comes_back_from_its_blob(root: Path) -> None:

@@ -22,7 +22,7 @@ import pytest
 
 from faultfs import FaultFS, SimulatedCrash
 from substrat.orchestrator import Orchestrator
-from substrat.providers.chat_history import rebuild
+from substrat.providers.chat_history import conversation_problems, rebuild
 from substrat.providers.openai_chat import OpenAIConfig, OpenAIProvider
 from substrat.providers.registry import ProviderRegistry
 from tests.support.chat_server import ChatServer, Reply, echo, text, tool_call, tools
@@ -147,6 +147,7 @@ def sweep(boundary: int, images: list[tuple[str, int]]) -> dict[str, bool]:
                 assert history[: len(acknowledged)] == acknowledged, mode
                 assert len(history) in (len(acknowledged), len(acknowledged) + 1), mode
                 committed[mode] = len(history) > len(acknowledged)
+                assert conversation_problems(SYSTEM, history) == [], mode
                 before = len(server.requests)
                 recovered.within(recovered.orch.run_turn("lead", "go on"))
                 sent = server.requests[before:]
