@@ -10,7 +10,7 @@ heartbeat periods is pinged and, if it does not answer, reported.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import click
@@ -18,7 +18,7 @@ import click
 from substrat import client as client_mod
 from substrat.cli import render
 from substrat.cli.common import Opts, daemon_command, emit_json, esc
-from substrat.errors import DaemonError, DaemonNotRunningError
+from substrat.errors import DaemonError, DaemonNotRunningError, RpcError
 from substrat.rpc.methods import EVENT_NAMES
 
 ALWAYS = ("daemon.heartbeat", "daemon.recovered", "daemon.stopping")
@@ -27,9 +27,17 @@ SILENT_HEARTBEATS = 3
 
 
 def stream_events(
-    opts: Opts, wanted: list[str] | None, *, reconnect: bool = True
+    opts: Opts,
+    wanted: list[str] | None,
+    *,
+    reconnect: bool = True,
+    on_subscribed: Callable[[client_mod.Client, bool], None] | None = None,
 ) -> Iterator[tuple[str, dict[str, Any]]]:
-    """Events from the daemon, plus local ``connection.lost/restored`` markers."""
+    """Events from the daemon, plus local ``connection.lost/restored`` markers.
+
+    ``on_subscribed(client, reconnected)`` runs right after each subscription,
+    so a caller can read state knowing no later event will be missed.
+    """
     subscribe = sorted(set(wanted) | set(ALWAYS)) if wanted else []
     conn: client_mod.Client | None = None
     first = True
@@ -40,8 +48,13 @@ def stream_events(
             try:
                 conn = opts.connect() if first else client_mod.Client(opts.root).connect()
                 answer = conn.call("events.subscribe", {"events": subscribe})
-            except DaemonNotRunningError:
-                if first or not reconnect:
+                if on_subscribed is not None:
+                    on_subscribed(conn, not first)
+            except (DaemonNotRunningError, DaemonError) as exc:
+                if conn is not None:
+                    conn.close()
+                    conn = None
+                if first or not reconnect or isinstance(exc, RpcError):
                     raise
                 time.sleep(delay)
                 delay = min(RECONNECT_MAX_S, delay * 2)
@@ -138,41 +151,54 @@ def watch(
 )
 @click.option("-f", "--follow", is_flag=True, help="Keep printing turns as they complete.")
 def log(opts: Opts, agent: str, limit: int, follow: bool) -> None:
-    """AGENT's conversation, from its event log (completed turns, in order)."""
-    history = opts.call("agent.history", {"agent": agent, "limit": limit})
-    info = history["agent"]
-    if opts.json:
-        if not follow:
-            emit_json(history)
-            return
-        for turn in history["turns"]:
-            emit_json({"event": "turn", "agent_id": info["agent_id"], **turn})
-    else:
+    """AGENT's conversation, from its event log (completed turns, in order).
+
+    With --follow it subscribes before reading the history, so no turn falls
+    in between, and catches up from the log after a daemon restart.
+    """
+    printed: set[str] = set()
+    state: dict[str, Any] = {"number": 0}
+
+    def show(turn: dict[str, Any], number: int) -> None:
+        printed.add(turn["turn_id"])
+        if opts.json:
+            emit_json({"event": "turn", "agent_id": state["agent_id"], "number": number, **turn})
+        else:
+            render.print_turn(opts.out, turn, number)
+
+    def catch_up(conn: client_mod.Client, reconnected: bool) -> None:
+        want = 10_000 if reconnected else limit
+        history = conn.call("agent.history", {"agent": state.get("agent_id", agent), "limit": want})
+        state["agent_id"], state["path"] = history["agent"]["agent_id"], history["agent"]["path"]
         first = history["total"] - len(history["turns"]) + 1
-        if not history["turns"]:
-            opts.out.print(f"[dim]{esc(info['path'])} has no completed turns yet[/]")
         for offset, turn in enumerate(history["turns"]):
-            render.print_turn(opts.out, turn, first + offset)
+            if turn["turn_id"] not in printed:
+                show(turn, first + offset)
+        state["number"] = history["total"]
+        if not history["total"] and not opts.json and not reconnected:
+            opts.out.print(f"[dim]{esc(state['path'])} has no completed turns yet[/]")
+
     if not follow:
+        if opts.json:  # one document: the agent, the total, the turns
+            emit_json(opts.call("agent.history", {"agent": agent, "limit": limit}))
+            return
+        with opts.connect() as conn:
+            catch_up(conn, False)
         return
-    number = history["total"]
     wanted = ["turn.completed", "turn.failed", "agent.terminated"]
-    for name, params in stream_events(opts, wanted):
+    for name, params in stream_events(opts, wanted, on_subscribed=catch_up):
         if name.startswith("connection.") or name == "daemon.recovered":
             if not opts.json:
                 opts.out.print(render.event_text(name, params, {}))
             if name == "daemon.recovered":
-                _show_lost(opts, params, info["agent_id"])
+                _show_lost(opts, params, state["agent_id"])
             continue
-        if params.get("agent_id") != info["agent_id"]:
+        if params.get("agent_id") != state["agent_id"]:
             continue
-        if name == "turn.completed":
-            number += 1
+        if name == "turn.completed" and params.get("turn_id") not in printed:
+            state["number"] += 1
             turn = {k: params.get(k, "") for k in ("turn_id", "prompt", "response")}
-            if opts.json:
-                emit_json({"event": "turn", "agent_id": info["agent_id"], **turn})
-            else:
-                render.print_turn(opts.out, turn, number)
+            show(turn, state["number"])
         elif name == "turn.failed":
             if opts.json:
                 emit_json({"event": "turn.failed", **params})
@@ -183,7 +209,7 @@ def log(opts: Opts, agent: str, limit: int, follow: bool) -> None:
                 )
         elif name == "agent.terminated":
             if not opts.json:
-                opts.out.print(f"[magenta]{esc(info['path'])} was terminated[/]")
+                opts.out.print(f"[magenta]{esc(state['path'])} was terminated[/]")
             return
 
 

@@ -53,6 +53,16 @@ def kill_daemon(root: Path) -> None:
         time.sleep(0.02)
 
 
+def wait_busy(root: Path) -> None:
+    """Until a turn runs (the provider is called after turn.start is logged)."""
+    with Client(root) as client:
+        deadline = time.monotonic() + 10
+        while not client.call("daemon.status")["busy_turns"]:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+    time.sleep(0.1)
+
+
 @pytest.fixture
 def root(tmp_path: Path) -> Iterator[Path]:
     path = tmp_path / "root"
@@ -140,11 +150,7 @@ def test_agent_commands_human_and_json(root: Path) -> None:
 def test_daemon_dying_mid_request_is_reported(root: Path) -> None:
     run(root, "agent", "create", "slow", "--provider", "paced", "--model", "3000ms")
     pending = spawn(root, "agent", "send", "slow", "take your time")
-    with Client(root) as client:
-        deadline = time.monotonic() + 10
-        while not client.call("daemon.status")["busy_turns"]:
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
+    wait_busy(root)
     kill_daemon(root)
     _out, err = pending.communicate(timeout=30)
     assert pending.returncode == 3
@@ -165,37 +171,56 @@ def test_log_follow_prints_new_turns_and_stops_when_the_agent_goes(root: Path) -
     run(root, "agent", "create", "lead")
     run(root, "agent", "send", "lead", "first")
     follower = spawn(root, "log", "lead", "--follow", "--json")
-    time.sleep(0.5)  # let it subscribe
+    # It subscribes before it prints the history: once "first" is out, nothing is missed.
+    read_json_until(follower, lambda e: e.get("prompt") == "first")
     run(root, "agent", "send", "lead", "second")
     run(root, "agent", "rm", "lead")
     out, err = follower.communicate(timeout=30)
     assert follower.returncode == 0, err
     events = [json.loads(line) for line in out.splitlines()]
-    assert [(e["event"], e["prompt"]) for e in events] == [("turn", "first"), ("turn", "second")]
+    assert [(e["event"], e["prompt"]) for e in events] == [("turn", "second")]
+
+
+def read_json_until(proc: subprocess.Popen[str], done: Any, timeout_s: float = 30) -> list[Any]:
+    """JSON lines from ``proc`` until ``done(line)`` is true (the process keeps running)."""
+    assert proc.stdout is not None
+    seen: list[Any] = []
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        assert line, f"the process ended early: {proc.stderr.read() if proc.stderr else ''}"
+        if line.startswith("{"):
+            seen.append(json.loads(line))
+            if done(seen[-1]):
+                return seen
+    raise AssertionError(f"timed out; saw {seen}")
 
 
 def test_watch_reconnects_across_a_crash_and_shows_the_recovery(root: Path) -> None:
     run(root, "daemon", "start", "--heartbeat-s", "0.2")
     run(root, "agent", "create", "lead")
-    watcher = spawn(root, "watch", "--json", "-e", "turn.completed")
-    time.sleep(0.6)
-    run(root, "agent", "send", "lead", "before the crash")
-    kill_daemon(root)
-    run(root, "daemon", "start")
-    run(root, "agent", "send", "lead", "after the crash")
-    time.sleep(1.0)
-    watcher.send_signal(signal.SIGINT)
-    out, _err = watcher.communicate(timeout=30)
-    seen = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    watcher = spawn(root, "watch", "--json", "--heartbeats", "-e", "turn.completed")
+    try:
+        read_json_until(watcher, lambda e: e["event"] == "daemon.heartbeat")  # subscribed
+        run(root, "agent", "send", "lead", "before the crash")
+        kill_daemon(root)
+        run(root, "daemon", "start")
+        run(root, "agent", "send", "lead", "after the crash")
+        seen = read_json_until(
+            watcher,
+            lambda e: e["event"] == "turn.completed" and e["params"]["prompt"] == "after the crash",
+        )
+    finally:
+        watcher.send_signal(signal.SIGINT)
+        watcher.communicate(timeout=30)
+    seen = [e for e in seen if e["event"] != "daemon.heartbeat"]
     names = [e["event"] for e in seen]
     assert names[0] == "turn.completed"
     assert seen[0]["params"]["prompt"] == "before the crash"
     lost_at = names.index("connection.lost")
     assert names[lost_at + 1 :][:2] == ["connection.restored", "daemon.recovered"]
-    recovered = seen[lost_at + 2]["params"]
-    assert recovered["previous_shutdown"] == "unclean"
-    assert seen[-1]["event"] == "turn.completed"
-    assert seen[-1]["params"]["prompt"] == "after the crash"
+    assert seen[lost_at + 2]["params"]["previous_shutdown"] == "unclean"
+    assert names[lost_at + 3 :] == ["turn.completed"]
 
 
 def test_watch_count_exits_and_filters(root: Path) -> None:
@@ -220,7 +245,7 @@ def test_fsck_and_recover_exit_codes(root: Path, tmp_path: Path) -> None:
     busy = run(root, "fsck")
     assert busy.returncode == 2 and "substrat daemon stop" in busy.stderr
     pending = spawn(root, "agent", "send", "slow", "doomed turn")
-    time.sleep(0.8)
+    wait_busy(root)
     kill_daemon(root)
     pending.communicate(timeout=30)
     plan = as_json(run(root, "recover", "--dry-run", "--json"))

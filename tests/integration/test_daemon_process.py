@@ -182,9 +182,9 @@ def test_sigkill_mid_turn_is_reported_to_client_and_subscribers(
     root = tmp_path / "root"
     daemon = start(root)
     with Client(root) as client:
-        client.call("agent.create", {"name": "slow", "provider": "paced", "model": "2000ms"})
+        client.call("agent.create", {"name": "slow", "provider": "paced", "model": "1000ms"})
         acked = client.call("agent.send", {"agent": "slow", "prompt": "@send user first"})
-    # paced 2000ms: the second turn is surely in flight when the kill lands.
+    # paced 1000ms: the second turn is surely in flight when the kill lands.
     outcome: dict[str, Any] = {}
 
     def second_turn() -> None:
@@ -249,7 +249,7 @@ def test_concurrent_turn_limit_over_rpc(start: Start, tmp_path: Path) -> None:
     start(root, "--max-turns", "1")
     with Client(root) as client:
         for name in ("a", "b"):
-            client.call("agent.create", {"name": name, "provider": "paced", "model": "1500ms"})
+            client.call("agent.create", {"name": name, "provider": "paced", "model": "800ms"})
     results: dict[str, Any] = {}
 
     def turn() -> None:
