@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import signal
 import socket
 import stat
 import subprocess
@@ -315,3 +316,58 @@ def test_shutdown_request_stops_the_daemon(start: Start, tmp_path: Path) -> None
         assert note is not None and note[0] == "daemon.stopping"
     assert daemon.wait(30) == 0
     assert lock.read_info(root).state == "stopped"  # type: ignore[union-attr]
+
+
+def _send_in_thread(
+    root: Path, agent: str, prompt: str, outcome: dict[str, Any]
+) -> threading.Thread:
+    def turn() -> None:
+        try:
+            with Client(root, timeout_s=30) as client:
+                outcome["result"] = client.call("agent.send", {"agent": agent, "prompt": prompt})
+        except RpcError as exc:
+            outcome["code"] = exc.code
+        except DaemonDiedError as exc:
+            outcome["died"] = str(exc)
+
+    worker = threading.Thread(target=turn)
+    worker.start()
+    return worker
+
+
+def test_sigterm_lets_a_running_turn_finish_within_the_grace(start: Start, tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    daemon = start(root, "--grace-s", "10")
+    with Client(root) as client:
+        client.call("agent.create", {"name": "a", "provider": "paced", "model": "600ms"})
+    outcome: dict[str, Any] = {}
+    worker = _send_in_thread(root, "a", "finish me", outcome)
+    _wait_for(lambda: _busy(root), 10)
+    assert daemon.proc is not None
+    daemon.proc.send_signal(signal.SIGTERM)
+    worker.join(30)
+    assert daemon.wait(30) == 0
+    assert outcome["result"]["prompt"] == "finish me"  # acknowledged before the exit
+    start(root)
+    with Client(root) as client:
+        turns = client.call("agent.history", {"agent": "a"})["turns"]
+        assert [t["response"] for t in turns] == [outcome["result"]["response"]]
+
+
+def test_sigterm_cancels_a_turn_past_the_grace_and_says_so(start: Start, tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    daemon = start(root, "--grace-s", "0.2")
+    with Client(root) as client:
+        client.call("agent.create", {"name": "a", "provider": "paced", "model": "5000ms"})
+    outcome: dict[str, Any] = {}
+    worker = _send_in_thread(root, "a", "too slow", outcome)
+    _wait_for(lambda: _busy(root), 10)
+    assert daemon.terminate(timeout_s=30) == 0
+    worker.join(30)
+    assert outcome == {"code": protocol.SHUTTING_DOWN}
+    start(root)
+    with Client(root) as client:
+        assert client.call("agent.history", {"agent": "a"})["turns"] == []
+        status = client.call("daemon.status")
+        assert status["previous_shutdown"] == "clean"
+        assert client.call("agent.show", {"agent": "a"})["lost_turn"] is None  # failed, not lost
