@@ -103,6 +103,8 @@ class TurnResult:
     """The prompt as logged (a lost-turn notice may precede the caller's text)."""
     effects: dict[str, Any] = field(default_factory=dict)
     """What the turn committed: spawns, messages, terminations, delivered ids."""
+    transcript: list[dict[str, Any]] = field(default_factory=list)
+    """The provider's record of the turn, as logged in ``turn.complete``."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -113,6 +115,7 @@ class TurnResult:
             "messages_sent": list(self.messages_sent),
             "prompt": self.prompt,
             "effects": self.effects,
+            "transcript": self.transcript,
         }
 
 
@@ -493,6 +496,7 @@ class Orchestrator:
             messages_sent=[m["message_id"] for m in effects.messages],
             prompt=prompt,
             effects=committed,
+            transcript=outcome.transcript,
         )
         self.emit("turn.completed", result.to_dict())
         return result
@@ -684,6 +688,9 @@ class Orchestrator:
         self.inboxes.drop(node.agent_id)
         self.logs.close(node.session_id)
         self._contexts.pop(node.agent_id, None)
+        # per-agent counters go too: a long-lived daemon must not grow with every dead agent
+        self.turn_counts.pop(node.agent_id, None)
+        self.last_complete_seq.pop(node.agent_id, None)
         if live is not None:
             stop_later(live)
         for other in self.tree.walk():
