@@ -16,3 +16,11 @@ class OracleViolation(AssertionError):
         if self.trace:
             text += "\n\noperation trace (oldest first):\n  " + "\n  ".join(self.trace)
         super().__init__(text)
+
+
+class MutantError(Exception):
+    """A planted bug cannot be planted: its snippet is missing or ambiguous.
+
+    The code a mutant targets has changed; update the mutant's ``old`` snippet
+    in ``oracle/mutant_catalog.py`` to the new code (it must occur exactly once).
+    """

@@ -1,0 +1,445 @@
+"""Run the planted-bug catalog: does the stress suite kill every durability mutant?
+
+``python -m oracle.mutants`` plants each mutant of :data:`oracle.mutant_catalog.CATALOG`
+in a temporary copy of the ``substrat`` package (never in the working tree),
+runs the stress suite against that copy and reports which test killed it::
+
+    python -m oracle.mutants                      # all mutants, ci profile, one at a time
+    python -m oracle.mutants --jobs 2 --only no_pending_replay --only stale_blob_trusted
+    python -m oracle.mutants --tests tests/stress/test_persistence_fuzz.py --json
+    python -m oracle.mutants --list
+
+How a run is isolated: the copy sits in a fresh temporary directory that is put
+first on ``PYTHONPATH``; ``PYTHONSAFEPATH=1`` keeps ``python -m`` from putting
+the working directory ahead of it (daemon subprocesses inherit both), and the
+``oracle._mutant_guard`` plugin refuses to run if ``substrat`` was imported
+from anywhere else. pytest runs in the temporary directory, so a Hypothesis
+example database there collects the mutant's failures instead of the project's
+corpus, and ``HYPOTHESIS_REDIS_URL`` is dropped so they never reach a shared one.
+
+Before the mutants, the same suite runs on an unmodified copy (the baseline):
+if it fails, no mutant result would mean anything, so the run stops there.
+
+Exit status: 0 when every mutant was killed, 1 when one survived or timed out,
+2 on errors (a snippet that no longer applies, a failing baseline, a broken run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import substrat
+from oracle import _mutant_guard
+from oracle.errors import MutantError
+from oracle.mutant_catalog import CATALOG, Mutant, by_name
+
+DEFAULT_TESTS = ("tests/stress",)
+DEFAULT_PROFILE = "ci"
+DEFAULT_TIMEOUT_S = 1800.0
+PACKAGE = "substrat"
+_KILL_GRACE_S = 5.0
+_OUTPUT_TAIL_CHARS = 2000
+
+KILLED, SURVIVED, TIMEOUT, ERROR = "killed", "survived", "timeout", "error"
+
+
+@dataclass
+class MutantResult:
+    name: str
+    description: str
+    file: str
+    status: str
+    killer: str | None = None
+    """Node id of the first failing test (for ``killed``)."""
+    message: str = ""
+    duration_s: float = 0.0
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    tests: tuple[str, ...] = DEFAULT_TESTS
+    profile: str = DEFAULT_PROFILE
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    pytest_args: tuple[str, ...] = ()
+    repo: Path = Path(".")
+    source: Path = Path(substrat.__file__).parent
+
+
+def default_repo() -> Path:
+    """The checkout whose tests run: the one holding this oracle, else the cwd."""
+    here = Path(__file__).resolve().parents[1]
+    return here if (here / "tests").is_dir() else Path.cwd()
+
+
+# -- planting ------------------------------------------------------------------------
+
+
+def plant(mutant: Mutant | None, source: Path, dest: Path) -> Path:
+    """Copy the package at ``source`` into ``dest`` and plant ``mutant`` in the copy.
+
+    Returns the copied package directory. Raises :class:`MutantError` unless the
+    mutant's snippet occurs exactly once. ``None`` plants nothing (the baseline).
+    """
+    source, dest = source.resolve(), dest.resolve()
+    if dest == source or dest.is_relative_to(source) or source.is_relative_to(dest):
+        raise MutantError(f"refusing to plant into {dest}: it overlaps the source {source}")
+    package = dest / PACKAGE
+    shutil.copytree(source, package, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    if mutant is None:
+        return package
+    target = package / mutant.file
+    if not target.is_file():
+        raise MutantError(f"mutant {mutant.name}: {PACKAGE}/{mutant.file} does not exist")
+    text = target.read_text(encoding="utf-8")
+    count = text.count(mutant.old)
+    if count != 1:
+        raise MutantError(
+            f"mutant {mutant.name}: its snippet occurs {count} times in {PACKAGE}/{mutant.file} "
+            "(exactly 1 is required); the code changed, so update the snippet in "
+            "oracle/mutant_catalog.py"
+        )
+    target.write_text(text.replace(mutant.old, mutant.new), encoding="utf-8")
+    return package
+
+
+def check_catalog(mutants: Sequence[Mutant], source: Path) -> dict[str, str]:
+    """Problems per mutant name (empty when every snippet plants cleanly and compiles)."""
+    problems: dict[str, str] = {}
+    for mutant in mutants:
+        with tempfile.TemporaryDirectory(prefix="substrat-mutant-check-") as tmp:
+            try:
+                package = plant(mutant, source, Path(tmp))
+                path = package / mutant.file
+                compile(path.read_text(encoding="utf-8"), str(path), "exec")
+            except (MutantError, SyntaxError) as exc:
+                problems[mutant.name] = str(exc)
+    return problems
+
+
+# -- running -------------------------------------------------------------------------
+
+
+def _test_args(config: RunConfig) -> list[str]:
+    out = []
+    for spec in config.tests:
+        path, sep, rest = spec.partition("::")
+        absolute = (config.repo / path).resolve()
+        out.append(str(absolute) + sep + rest)
+    return out
+
+
+def _command(config: RunConfig) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "pytest",
+        *_test_args(config),
+        "--rootdir",
+        str(config.repo.resolve()),
+        "--run-stress",
+        "-x",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "oracle._mutant_guard",
+        *config.pytest_args,
+    ]
+
+
+def _environment(tmp: Path, report: Path, profile: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(tmp), env.get("PYTHONPATH", "")) if p)
+    env["PYTHONSAFEPATH"] = "1"
+    env["HYPOTHESIS_PROFILE"] = profile
+    env.pop("HYPOTHESIS_REDIS_URL", None)
+    env[_mutant_guard.DIR_ENV] = str(tmp)
+    env[_mutant_guard.REPORT_ENV] = str(report)
+    return env
+
+
+def _records(report: Path) -> list[dict[str, str]]:
+    try:
+        lines = report.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return []
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def _run_pytest(config: RunConfig, tmp: Path, report: Path) -> tuple[int | None, str]:
+    """Exit code (None on timeout) and the tail of the output."""
+    proc = subprocess.Popen(
+        _command(config),
+        cwd=tmp,
+        env=_environment(tmp, report, config.profile),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,  # so a timeout can stop the whole process group
+    )
+    try:
+        out, _ = proc.communicate(timeout=config.timeout_s)
+        code: int | None = proc.returncode
+    except subprocess.TimeoutExpired:
+        _stop_group(proc)
+        out, _ = proc.communicate()
+        code = None
+    return code, out.decode("utf-8", "replace")[-_OUTPUT_TAIL_CHARS:]
+
+
+def _stop_group(proc: subprocess.Popen[bytes]) -> None:
+    for sig, wait_s in ((signal.SIGTERM, _KILL_GRACE_S), (signal.SIGKILL, None)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def run_mutant(mutant: Mutant | None, config: RunConfig) -> MutantResult:
+    """Plant ``mutant`` (``None``: the baseline) in a temporary copy and run the tests."""
+    name = "(baseline)" if mutant is None else mutant.name
+    result = MutantResult(
+        name,
+        "the unmodified code" if mutant is None else mutant.description,
+        "" if mutant is None else mutant.file,
+        ERROR,
+    )
+    start = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="substrat-mutant-") as tmp_name:
+        tmp = Path(tmp_name)
+        try:
+            plant(mutant, config.source, tmp)
+        except MutantError as exc:
+            result.message = str(exc)
+            return result
+        report = tmp / "failures.jsonl"
+        code, output = _run_pytest(config, tmp, report)
+        records = _records(report)
+    result.duration_s = time.monotonic() - start
+    _classify(result, code, output, records, config)
+    return result
+
+
+def _classify(
+    result: MutantResult,
+    code: int | None,
+    output: str,
+    records: list[dict[str, str]],
+    config: RunConfig,
+) -> None:
+    configured = any(r["kind"] == "configured" for r in records)
+    failed = [r for r in records if r["kind"] == "failed"]
+    broken = [r for r in records if r["kind"] == "collect_error"]
+    if code is None:
+        result.status = TIMEOUT
+        result.message = f"no verdict within {config.timeout_s:.0f} s (raise --timeout)"
+    elif not configured:
+        result.message = "the guard plugin never ran; pytest said:\n" + output
+    elif broken:
+        result.message = f"collection failed at {broken[0]['nodeid']}: {broken[0]['message']}"
+    elif code == 0:
+        result.status = SURVIVED
+    elif code == 1 and failed:
+        result.status = KILLED
+        result.killer = failed[0]["nodeid"]
+        result.message = failed[0]["message"]
+    else:
+        result.message = f"pytest exited with {code} and no failing test; output:\n{output}"
+
+
+def run_catalog(
+    mutants: Sequence[Mutant],
+    config: RunConfig,
+    *,
+    jobs: int = 1,
+    on_result: Callable[[MutantResult], None] | None = None,
+) -> list[MutantResult]:
+    """Run every mutant (``jobs`` at a time); results in catalog order."""
+    results: dict[str, MutantResult] = {}
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        futures = {pool.submit(run_mutant, m, config): m for m in mutants}
+        for future in as_completed(futures):
+            result = future.result()
+            results[result.name] = result
+            if on_result is not None:
+                on_result(result)
+    return [results[m.name] for m in mutants]
+
+
+# -- reporting -----------------------------------------------------------------------
+
+
+def exit_status(results: Sequence[MutantResult]) -> int:
+    statuses = {r.status for r in results}
+    if statuses & {SURVIVED, TIMEOUT}:
+        return 1
+    if ERROR in statuses:
+        return 2
+    return 0
+
+
+def render_table(results: Sequence[MutantResult], total_s: float) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    styles = {KILLED: "green", SURVIVED: "bold red", TIMEOUT: "yellow", ERROR: "bold magenta"}
+    table = Table(title="planted durability bugs")
+    for column in ("bug", "file", "result", "killed by", "time"):
+        table.add_column(column, justify="right" if column == "time" else "left")
+    for r in results:
+        detail = r.killer or (r.message.splitlines()[0] if r.message else "")
+        table.add_row(
+            r.name,
+            r.file,
+            f"[{styles[r.status]}]{r.status}[/]",
+            detail,
+            f"{r.duration_s:.1f}s",
+        )
+    console = Console()
+    console.print(table)
+    killed = sum(r.status == KILLED for r in results)
+    console.print(f"{killed}/{len(results)} killed in {total_s:.1f}s wall time")
+    for r in results:
+        if r.status in (ERROR, TIMEOUT, SURVIVED) and r.message:
+            console.print(f"[bold]{r.name}[/]: {r.message}", markup=True, highlight=False)
+
+
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m oracle.mutants",
+        description="Plant each durability bug in a temporary copy of substrat and check "
+        "that the stress suite kills it.",
+    )
+    parser.add_argument("--list", action="store_true", help="list the mutants and exit")
+    parser.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="run only this mutant (repeatable)",
+    )
+    parser.add_argument(
+        "--tests",
+        nargs="+",
+        default=list(DEFAULT_TESTS),
+        metavar="PATH",
+        help="test paths or node ids, relative to the repository (default: tests/stress)",
+    )
+    parser.add_argument(
+        "--profile", default=DEFAULT_PROFILE, help="HYPOTHESIS_PROFILE for the runs (default: ci)"
+    )
+    parser.add_argument("--jobs", type=int, default=1, help="mutants run in parallel")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT_S,
+        metavar="SECONDS",
+        help="per-mutant limit; a run over it is reported as a timeout",
+    )
+    parser.add_argument(
+        "--pytest-args",
+        default="",
+        metavar="ARGS",
+        help="extra pytest arguments, one shell-quoted string (e.g. '-n 2')",
+    )
+    parser.add_argument(
+        "--no-baseline", action="store_true", help="skip the run on the unmodified code"
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parse(argv)
+    catalog = by_name()
+    if args.list:
+        if args.json:
+            print(json.dumps([asdict(m) for m in CATALOG], indent=2))
+        else:
+            for m in CATALOG:
+                print(f"{m.name:34} {m.file:18} {m.description}")
+        return 0
+    unknown = [n for n in args.only if n not in catalog]
+    if unknown:
+        print(f"unknown mutants {unknown}; see --list", file=sys.stderr)
+        return 2
+    if args.jobs < 1 or args.timeout <= 0:
+        print("--jobs must be >= 1 and --timeout > 0", file=sys.stderr)
+        return 2
+    mutants = [catalog[n] for n in args.only] if args.only else list(CATALOG)
+    config = RunConfig(
+        tests=tuple(args.tests),
+        profile=args.profile,
+        timeout_s=args.timeout,
+        pytest_args=tuple(shlex.split(args.pytest_args)),
+        repo=default_repo(),
+    )
+
+    def progress(result: MutantResult) -> None:
+        where = f" by {result.killer}" if result.killer else ""
+        print(
+            f"  {result.name}: {result.status}{where} ({result.duration_s:.1f}s)",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    start = time.monotonic()
+    baseline = None
+    if not args.no_baseline:
+        print("baseline: the suite on the unmodified code", file=sys.stderr, flush=True)
+        baseline = run_mutant(None, config)
+        progress(baseline)
+        if baseline.status != SURVIVED:
+            print(
+                f"the baseline run did not pass ({baseline.status}); mutant results would "
+                f"mean nothing:\n{baseline.message}",
+                file=sys.stderr,
+            )
+            return 2
+    print(
+        f"running {len(mutants)} mutants, {args.jobs} at a time, profile {args.profile}",
+        file=sys.stderr,
+        flush=True,
+    )
+    results = run_catalog(mutants, config, jobs=args.jobs, on_result=progress)
+    total_s = time.monotonic() - start
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "profile": args.profile,
+                    "tests": list(config.tests),
+                    "baseline_s": None if baseline is None else round(baseline.duration_s, 1),
+                    "total_s": round(total_s, 1),
+                    "results": [r.to_dict() for r in results],
+                },
+                indent=2,
+            )
+        )
+    else:
+        render_table(results, total_s)
+    return exit_status(results)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

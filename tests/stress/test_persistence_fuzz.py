@@ -1,0 +1,125 @@
+"""Persistence fuzzer: every durable primitive, every crash point, every mode and profile.
+
+Hypothesis draws the shape of each workload (payload sizes across block
+boundaries, how many calls, where the log is reopened, which renames cross
+directories or replace a file, the faultfs block size and image seed);
+``faultfs.explore`` then crashes it at every boundary and checks every image of
+every mode against the primitive's contract (tests/support/durability.py).
+A second family injects EIO at a drawn fsync: the call must raise
+DurabilityError, stop, and leave a disk that still keeps every promise made
+before it.
+
+The drawn tests take the Hypothesis profile's ``max_examples`` (50 under
+``ci``, 5000 under ``nightly``); the whole file runs in seconds under ``ci``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from faultfs import MODES, PROFILES
+from tests.support import durability as d
+
+pytestmark = pytest.mark.stress
+
+ALL_PROFILES = sorted(PROFILES)
+IMAGES_PER_MODE = 16
+
+block_sizes = st.sampled_from([512, 4096])
+# Sizes that land on, just before and just after 512-byte blocks, and inside one.
+sizes = st.one_of(
+    st.integers(0, 3000),
+    st.sampled_from([1, 511, 512, 513, 1023, 1024, 1025, 2048, 4095, 4096, 4097]),
+)
+
+
+def _explore(contract: d.Contract, profile: str, block_size: int, seed: int) -> None:
+    report = contract.explore(
+        profile, modes=MODES, images_per_mode=IMAGES_PER_MODE, block_size=block_size, seed=seed
+    )
+    report.assert_ok()
+    assert report.images_checked + report.images_reused >= (report.boundaries + 1) * len(MODES)
+
+
+@st.composite
+def mkdir_paths(draw: Any) -> list[str]:
+    segment = st.sampled_from(["a", "b", "c"])
+    paths = draw(st.lists(st.lists(segment, min_size=1, max_size=3), min_size=1, max_size=4))
+    return list(dict.fromkeys("/".join(p) for p in paths))
+
+
+@st.composite
+def contracts(draw: Any) -> d.Contract:
+    kind = draw(
+        st.sampled_from(["atomic_write", "mkdir", "create", "unlink", "rename", "log", "session"]),
+        label="primitive",
+    )
+    if kind == "atomic_write":
+        return d.atomic_write_contract(
+            draw(st.lists(sizes, min_size=1, max_size=4)), existing=draw(st.booleans())
+        )
+    if kind == "mkdir":
+        return d.mkdir_contract(draw(mkdir_paths()))
+    if kind == "create":
+        return d.create_contract(draw(st.integers(1, 4)))
+    if kind == "unlink":
+        return d.unlink_contract(draw(st.integers(1, 4)))
+    if kind == "rename":
+        moves = draw(st.lists(st.tuples(st.booleans(), st.booleans()), min_size=1, max_size=3))
+        return d.rename_contract(moves)
+    if kind == "log":
+        entry_sizes = draw(st.lists(sizes, min_size=1, max_size=6))
+        reopen = draw(st.sets(st.integers(1, len(entry_sizes))))
+        return d.eventlog_contract(entry_sizes, sorted(reopen))
+    return d.session_contract(draw(sizes))
+
+
+# -- a fixed matrix: the representative shapes, exhaustively -------------------------
+
+MATRIX = [
+    d.atomic_write_contract([100, 1500, 4097], existing=True),
+    d.atomic_write_contract([700, 0], existing=False),
+    d.mkdir_contract(["a/b/c", "a/d", "e"]),
+    d.create_contract(3),
+    d.unlink_contract(3),
+    d.rename_contract(((False, False), (True, False), (True, True), (False, True))),
+    d.eventlog_contract([40, 900, 30, 600, 4100], reopen_after=[1, 3]),
+    d.eventlog_contract([10, 10, 10]),
+    d.session_contract(3000),
+]
+
+
+@pytest.mark.parametrize("profile", ALL_PROFILES)
+@pytest.mark.parametrize("contract", MATRIX, ids=[c.name for c in MATRIX])
+def test_matrix(contract: d.Contract, profile: str) -> None:
+    _explore(contract, profile, block_size=512, seed=0)
+
+
+@pytest.mark.parametrize("contract", MATRIX, ids=[c.name for c in MATRIX])
+def test_matrix_fsync_failures(contract: d.Contract) -> None:
+    for profile in ALL_PROFILES:
+        for nth in range(1, d.count_fsyncs(contract, profile) + 1):
+            outcome = d.check_fsync_failure(contract, profile, nth)
+            assert outcome.raised, f"{profile}: EIO on fsync #{nth} was not reported"
+
+
+# -- drawn shapes ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("profile", ALL_PROFILES)
+@given(contract=contracts(), block_size=block_sizes, seed=st.integers(0, 2**16))
+def test_drawn_contract(profile: str, contract: d.Contract, block_size: int, seed: int) -> None:
+    _explore(contract, profile, block_size, seed)
+
+
+@pytest.mark.parametrize("profile", ALL_PROFILES)
+@given(contract=contracts(), data=st.data())
+def test_drawn_fsync_failure(profile: str, contract: d.Contract, data: Any) -> None:
+    fsyncs = d.count_fsyncs(contract, profile)
+    nth = data.draw(st.integers(1, fsyncs), label="failing fsync")
+    outcome = d.check_fsync_failure(contract, profile, nth)
+    assert outcome.raised, f"EIO on fsync #{nth} of {fsyncs} was not reported"

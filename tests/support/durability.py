@@ -1,0 +1,479 @@
+"""The crash contracts of substrat's durable primitives, as faultfs workloads and checks.
+
+Each :class:`Contract` is a small deterministic program that uses one primitive
+(``atomic_write``, ``durable_mkdir``, ``durable_create``, ``durable_unlink``,
+``durable_rename``, ``EventLog``, ``SessionStore``) and acknowledges each call
+that returned with ``fs.ack(i)``; its check runs on a crash image and raises
+when the image breaks what the primitive promises. The checks depend only on
+the image's files and ``img.acked``, as ``faultfs.explore`` deduplication needs.
+
+Used by tests/unit/test_persistence_crash.py (small cases) and
+tests/stress/test_persistence_fuzz.py (every profile, every mode, drawn sizes).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from faultfs import MODES, ExploreReport, FaultFS, explore
+from substrat import persistence
+from substrat.errors import DurabilityError, LogClosedError
+from substrat.eventlog import EventLog, decode_line, read_log
+from substrat.session import Session, SessionState, SessionStore
+
+ROOT = "/substrat-durability"
+SESSION_ID = "5e55" * 8
+FIXED_TS = "2026-01-01T00:00:00.000000+00:00"
+LOG_EVENT = "message.enqueued"
+PROBE_EVENT = "message.delivered"
+
+
+def fixed_clock() -> str:
+    return FIXED_TS
+
+
+def pattern(tag: int, size: int) -> bytes:
+    """``size`` bytes that differ from every other tag's bytes in every block."""
+    unit = f"<{tag:03d}>".encode()
+    return (unit * (size // len(unit) + 1))[:size]
+
+
+@dataclass(frozen=True)
+class Contract:
+    """One primitive's promise: a workload that acknowledges, and a check of an image."""
+
+    name: str
+    workload: Callable[[FaultFS], None]
+    check: Callable[[FaultFS], None]
+    setup: Callable[[FaultFS], None] | None = None
+
+    def explore(
+        self,
+        profile: str,
+        *,
+        modes: Sequence[str] = MODES,
+        images_per_mode: int = 8,
+        block_size: int = 512,
+        seed: int = 0,
+    ) -> ExploreReport:
+        return explore(
+            self.workload,
+            self.check,
+            modes=modes,
+            profile=profile,
+            root=ROOT,
+            setup=self.setup,
+            images_per_mode=images_per_mode,
+            block_size=block_size,
+            seed=seed,
+        )
+
+
+def _read(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except FileNotFoundError:
+        return None
+
+
+def _newest_acked(img: FaultFS) -> int:
+    return max((a for a in img.acked if isinstance(a, int)), default=0)
+
+
+def _one_of(found: bytes | None, allowed: dict[str, bytes | None], what: str) -> None:
+    if found not in allowed.values():
+        shown = found if found is None else found[:48]
+        raise AssertionError(
+            f"{what}: found {shown!r} ({'absent' if found is None else len(found)} bytes), "
+            f"but only {sorted(allowed)} are allowed here"
+        )
+
+
+# ------------------------------------------------------------------ atomic_write
+
+
+def atomic_write_contract(sizes: Sequence[int], *, existing: bool = True) -> Contract:
+    """Versions 1..n written over ``target``; version 0 is the old file (or none)."""
+    versions: list[bytes | None] = [pattern(0, 300) if existing else None]
+    versions += [pattern(i, size) for i, size in enumerate(sizes, start=1)]
+
+    def setup(fs: FaultFS) -> None:
+        os.makedirs(fs.path("d"))
+        if existing:
+            with open(fs.path("d", "target"), "wb") as handle:
+                handle.write(versions[0] or b"")
+
+    def workload(fs: FaultFS) -> None:
+        for i in range(1, len(versions)):
+            data = versions[i]
+            assert data is not None
+            persistence.atomic_write(fs.path("d", "target"), data)
+            fs.ack(i)
+
+    def check(img: FaultFS) -> None:
+        last = _newest_acked(img)
+        allowed = {f"version {last} (acknowledged)": versions[last]}
+        if last + 1 < len(versions):
+            allowed[f"version {last + 1} (in flight)"] = versions[last + 1]
+        _one_of(_read(img.path("d", "target")), allowed, "atomic_write target")
+        stray = set(os.listdir(img.path("d"))) - {"target", "target" + persistence.TMP_SUFFIX}
+        assert not stray, f"atomic_write left unexpected files {sorted(stray)}"
+        # The next write replaces any stale temp file and leaves none behind.
+        persistence.atomic_write(img.path("d", "target"), b"after recovery")
+        assert _read(img.path("d", "target")) == b"after recovery"
+        assert os.listdir(img.path("d")) == ["target"], os.listdir(img.path("d"))
+
+    return Contract(f"atomic_write{list(sizes)}", workload, check, setup)
+
+
+# ------------------------------------------------------------------ namespace
+
+
+def mkdir_contract(paths: Sequence[str]) -> Contract:
+    """durable_mkdir of each relative path (parents included); acked ones must exist."""
+
+    def workload(fs: FaultFS) -> None:
+        for i, rel in enumerate(paths, start=1):
+            persistence.durable_mkdir(fs.path(rel))
+            fs.ack(i)
+
+    def check(img: FaultFS) -> None:
+        for i in img.acked:
+            rel = paths[i - 1]
+            assert os.path.isdir(img.path(rel)), f"acknowledged durable_mkdir({rel!r}) is lost"
+        for rel in paths:  # idempotent on whatever survived
+            persistence.durable_mkdir(img.path(rel))
+            assert os.path.isdir(img.path(rel))
+
+    return Contract(f"durable_mkdir{list(paths)}", workload, check)
+
+
+def create_contract(count: int) -> Contract:
+    """durable_create of new files, then of an existing file (which keeps its bytes)."""
+    kept = pattern(7, 700)
+
+    def setup(fs: FaultFS) -> None:
+        os.makedirs(fs.path("d"))
+        with open(fs.path("d", "keep"), "wb") as handle:
+            handle.write(kept)
+
+    def workload(fs: FaultFS) -> None:
+        for i in range(1, count + 1):
+            persistence.durable_create(fs.path("d", f"f{i}"))
+            fs.ack(i)
+        persistence.durable_create(fs.path("d", "keep"))
+        fs.ack(count + 1)
+
+    def check(img: FaultFS) -> None:
+        for i in img.acked:
+            if i <= count:
+                found = _read(img.path("d", f"f{i}"))
+                assert found == b"", f"acknowledged durable_create(f{i}) left {found!r}"
+        assert _read(img.path("d", "keep")) == kept, "durable_create changed an existing file"
+
+    return Contract(f"durable_create x{count}", workload, check, setup)
+
+
+def unlink_contract(count: int) -> Contract:
+    """durable_unlink of existing files; an acknowledged removal stays removed."""
+    contents = {i: pattern(i, 100 * i) for i in range(1, count + 1)}
+
+    def setup(fs: FaultFS) -> None:
+        os.makedirs(fs.path("d"))
+        for i, data in contents.items():
+            with open(fs.path("d", f"f{i}"), "wb") as handle:
+                handle.write(data)
+
+    def workload(fs: FaultFS) -> None:
+        for i in contents:
+            assert persistence.durable_unlink(fs.path("d", f"f{i}")) is True
+            fs.ack(i)
+        assert persistence.durable_unlink(fs.path("d", "never-was")) is False
+
+    def check(img: FaultFS) -> None:
+        for i, data in contents.items():
+            found = _read(img.path("d", f"f{i}"))
+            if i in img.acked:
+                assert found is None, f"acknowledged durable_unlink(f{i}) came back"
+            else:
+                assert found in (None, data), f"f{i} was damaged: {found!r}"
+
+    return Contract(f"durable_unlink x{count}", workload, check, setup)
+
+
+def rename_contract(
+    moves: Sequence[tuple[bool, bool]] = ((False, False), (True, True)),
+) -> Contract:
+    """One durable_rename per ``(cross_dir, replace)``: from ``a/`` to ``a/`` or ``b/``,
+    onto a new name or over an existing file."""
+    # (source, destination, data, what the destination held before)
+    plan: list[tuple[str, str, bytes, bytes | None]] = []
+    for i, (cross, replace) in enumerate(moves, start=1):
+        dst = f"{'b' if cross else 'a'}/t{i}"
+        plan.append(
+            (f"a/s{i}", dst, pattern(i, 300 * i), pattern(50 + i, 200) if replace else None)
+        )
+
+    def setup(fs: FaultFS) -> None:
+        os.makedirs(fs.path("a"))
+        os.makedirs(fs.path("b"))
+        for src, dst, data, before in plan:
+            for rel, content in ((src, data), (dst, before)):
+                if content is not None:
+                    with open(fs.path(rel), "wb") as handle:
+                        handle.write(content)
+
+    def workload(fs: FaultFS) -> None:
+        for i, (src, dst, _, _) in enumerate(plan, start=1):
+            persistence.durable_rename(fs.path(src), fs.path(dst))
+            fs.ack(i)
+
+    def check(img: FaultFS) -> None:
+        for i, (src, dst, data, before) in enumerate(plan, start=1):
+            at_src, at_dst = _read(img.path(src)), _read(img.path(dst))
+            if i in img.acked:
+                assert at_dst == data, f"acknowledged rename {src} -> {dst}: {dst} lost the data"
+                assert at_src is None, f"acknowledged rename {src} -> {dst}: {src} came back"
+                continue
+            # In flight: both names may exist for a moment, but the data is never lost.
+            assert data in (at_src, at_dst), f"rename {src} -> {dst} lost the file"
+            assert at_src in (None, data), f"{src} damaged"
+            assert at_dst in (before, data), f"{dst} holds neither the old nor the new file"
+
+    return Contract(f"durable_rename{list(moves)}", workload, check, setup)
+
+
+# ------------------------------------------------------------------ event log
+
+
+def _entry_data(seq: int, size: int) -> dict[str, Any]:
+    return {"n": seq, "pad": pattern(seq, size).decode()}
+
+
+def open_log(fs: FaultFS) -> EventLog:
+    return EventLog(fs.path("s", "events.jsonl"), {"session_id": SESSION_ID}, clock=fixed_clock)
+
+
+def _pending_entry(img: FaultFS) -> dict[str, Any] | None:
+    raw = _read(img.path("s", "events.pending"))
+    if not raw:
+        return None
+    line, newline, _ = raw.partition(b"\n")
+    decoded = decode_line(line) if newline else "torn"
+    return decoded if isinstance(decoded, dict) else None
+
+
+def eventlog_contract(sizes: Sequence[int], reopen_after: Sequence[int] = ()) -> Contract:
+    """Entries 1..n logged (payload sizes ``sizes``); the log is reopened after each
+    seq in ``reopen_after``, so a stale pending file can fall behind the tail."""
+
+    def setup(fs: FaultFS) -> None:
+        os.makedirs(fs.path("s"))
+
+    def workload(fs: FaultFS) -> None:
+        log = open_log(fs)
+        for seq, size in enumerate(sizes, start=1):
+            try:
+                got = log.log(LOG_EVENT, _entry_data(seq, size))
+            except DurabilityError:
+                # Poisoned until reopened: nothing after a failure is acknowledged.
+                assert log.closed, "a log whose append failed must refuse further appends"
+                try:
+                    log.log(LOG_EVENT, {"after": "failure"})
+                except LogClosedError:
+                    pass
+                else:
+                    raise AssertionError("a poisoned log accepted an append") from None
+                raise
+            assert got == seq, f"log() returned seq {got}, expected {seq}"
+            fs.ack(seq)
+            if seq in reopen_after:
+                log.close()
+                log = open_log(fs)
+        log.close()
+
+    def check(img: FaultFS) -> None:
+        last = _newest_acked(img)
+        pending = _pending_entry(img)
+        log = open_log(img)
+        try:
+            read = read_log(log.path, known_events=None)
+            assert read.damage.clean, f"log damaged after reopening: {read.damage.counts()}"
+            seqs = [e["seq"] for e in read.entries]
+            assert seqs == list(range(1, len(seqs) + 1)), f"seqs not 1..n once each: {seqs}"
+            assert len(seqs) >= last, (
+                f"acknowledged entries lost: log ends at {len(seqs)}, acked {last}"
+            )
+            assert len(seqs) <= min(last + 1, len(sizes)), f"log holds unwritten entries: {seqs}"
+            for entry in read.entries:
+                want = _entry_data(entry["seq"], sizes[entry["seq"] - 1])
+                assert entry["data"] == want, f"entry {entry['seq']} holds {entry['data']!r}"
+                assert entry["event"] == LOG_EVENT and entry["session_id"] == SESSION_ID
+            if pending is not None:
+                assert pending["seq"] in seqs, (
+                    f"the durable pending entry {pending['seq']} was not replayed"
+                )
+            probe = log.log(PROBE_EVENT, {"probe": True})
+            assert probe == len(seqs) + 1, f"append after reopen got seq {probe}"
+        finally:
+            log.close()
+        again = open_log(img)
+        again.close()
+        after = read_log(again.path, known_events=None)
+        assert after.damage.clean, f"append after repair glued onto damage: {after.damage.counts()}"
+        assert [e["seq"] for e in after.entries] == list(range(1, len(seqs) + 2))
+        assert after.entries[-1]["event"] == PROBE_EVENT
+
+    shown = f"{list(sizes)} reopen after {list(reopen_after)}" if reopen_after else list(sizes)
+    return Contract(f"EventLog{shown}", workload, check, setup)
+
+
+# ------------------------------------------------------------------ session store
+
+
+def session_versions(blob_size: int) -> list[tuple[str, bytes]]:
+    """The steps of the session workload and the record each one leaves."""
+    session = Session(SESSION_ID, "scripted", "model-x", agent_id="a" * 32)
+    out = [("save", session.to_record())]
+    session.transition(SessionState.ACTIVE)
+    out.append(("transition active", session.to_record()))
+    session.provider_state, session.state_seq = pattern(5, blob_size), 7
+    out.append(("save blob", session.to_record()))
+    session.transition(SessionState.SUSPENDED)
+    out.append(("transition suspended", session.to_record()))
+    session.transition(SessionState.TERMINATED)
+    out.append(("transition terminated", session.to_record()))
+    return out
+
+
+def session_contract(blob_size: int) -> Contract:
+    """save, transitions and a blob update: the record is always one whole version."""
+    versions = session_versions(blob_size)
+
+    def workload(fs: FaultFS) -> None:
+        store = SessionStore(fs.root)
+        session = Session(SESSION_ID, "scripted", "model-x", agent_id="a" * 32)
+        steps: list[Callable[[], None]] = [
+            lambda: store.save(session),
+            lambda: store.transition(session, SessionState.ACTIVE),
+            lambda: _save_blob(store, session, pattern(5, blob_size)),
+            lambda: store.transition(session, SessionState.SUSPENDED),
+            lambda: store.transition(session, SessionState.TERMINATED),
+        ]
+        for i, step in enumerate(steps, start=1):
+            before = session.state
+            try:
+                step()
+            except DurabilityError:
+                assert session.state is before, "a failed transition changed the state in memory"
+                raise
+            fs.ack(i)
+
+    def check(img: FaultFS) -> None:
+        last = _newest_acked(img)
+        store = SessionStore(img.root)
+        scan = store.scan(quarantine=False)
+        assert not scan.quarantined, f"corrupt session record: {scan.quarantined}"
+        found = _read(store.record_path(SESSION_ID))
+        allowed: dict[str, bytes | None] = {}
+        if last == 0:
+            allowed["nothing yet"] = None
+        else:
+            allowed[f"{versions[last - 1][0]} (acknowledged)"] = versions[last - 1][1]
+        if last < len(versions):
+            allowed[f"{versions[last][0]} (in flight)"] = versions[last][1]
+        _one_of(found, allowed, "session.json")
+        recovered = store.recover()
+        assert not recovered.quarantined
+        if found is not None:
+            assert store.load(SESSION_ID).state is not SessionState.ACTIVE
+
+    return Contract(f"SessionStore blob={blob_size}", workload, check)
+
+
+def _save_blob(store: SessionStore, session: Session, blob: bytes) -> None:
+    session.provider_state, session.state_seq = blob, 7
+    store.save(session)
+
+
+# ------------------------------------------------------------------ fsync failures
+
+
+@contextmanager
+def failing_fsync(fs: FaultFS, nth: int) -> Iterator[list[int]]:
+    """Inside an active ``fs``: the ``nth`` fsync from now fails with EIO (Linux semantics).
+
+    Yields a one-element list holding the number of fsync calls made so far.
+    """
+    real = os.fsync
+    calls = [0]
+
+    def fsync(fd: int) -> None:
+        calls[0] += 1
+        if calls[0] == nth:
+            fs.fail_next_fsync()
+        real(fd)
+
+    os.fsync = fsync
+    try:
+        yield calls
+    finally:
+        os.fsync = real
+
+
+def count_fsyncs(contract: Contract, profile: str = "posix") -> int:
+    fs = _prepared(contract, profile)
+    with fs, failing_fsync(fs, 0) as calls:
+        contract.workload(fs)
+    return calls[0]
+
+
+def _prepared(contract: Contract, profile: str) -> FaultFS:
+    fs = FaultFS(ROOT, profile)
+    if contract.setup is not None:
+        with fs:
+            contract.setup(fs)
+        fs.sync_all()
+    return fs
+
+
+@dataclass
+class EioOutcome:
+    raised: bool
+    images_checked: int
+
+
+def check_fsync_failure(
+    contract: Contract, profile: str, nth: int, *, images_per_mode: int = 8
+) -> EioOutcome:
+    """Fail the ``nth`` fsync of the workload; the call must raise DurabilityError and
+    stop, and every crash image taken right after must still satisfy the contract
+    (what was acknowledged before the failure is durable; the failed call is not)."""
+    fs = _prepared(contract, profile)
+    raised = False
+    with fs:
+        try:
+            with failing_fsync(fs, nth):
+                contract.workload(fs)
+        except DurabilityError:
+            raised = True
+    checked = 0
+    for mode in MODES:
+        for img in fs.crash_images(mode, limit=images_per_mode):
+            with img:
+                try:
+                    contract.check(img)
+                except Exception as exc:
+                    origin = img.origin
+                    where = origin.detail if origin is not None else "?"
+                    raise AssertionError(
+                        f"{contract.name}: after EIO on fsync #{nth}, {mode} image ({where}) "
+                        f"breaks the contract: {exc}"
+                    ) from exc
+            checked += 1
+    return EioOutcome(raised, checked)
