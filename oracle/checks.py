@@ -27,10 +27,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from oracle.errors import OracleViolation
-from oracle.model import Model, ModelAgent, ModelState
+from oracle.model import Model, ModelAgent, ModelState, canonical
 from substrat import events
 from substrat.agents import USER, AgentState
 from substrat.eventlog import read_log
+from substrat.providers.chat_history import conversation_problems
 from substrat.providers.scripted import chain_digest
 from substrat.session import SessionState
 
@@ -45,7 +46,7 @@ class View:
     """A comparable picture of agents, conversations and inboxes."""
 
     agents: dict[str, tuple[str, str | None, str]] = field(default_factory=dict)
-    turns: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
+    turns: dict[str, list[tuple[str, str, str]]] = field(default_factory=dict)
     inboxes: dict[str, set[str]] = field(default_factory=dict)
 
 
@@ -53,7 +54,9 @@ def observe(orch: Orchestrator) -> View:
     view = View()
     for node in orch.tree.walk():
         view.agents[node.agent_id] = (node.name, node.parent_id, node.instructions)
-        view.turns[node.agent_id] = [(t.prompt, t.response) for t in orch.history(node.agent_id)]
+        view.turns[node.agent_id] = [
+            (t.prompt, t.response, canonical(t.transcript)) for t in orch.history(node.agent_id)
+        ]
         view.inboxes[node.agent_id] = {
             m.message_id for m in orch.inboxes.inbox(node.agent_id).all()
         }
@@ -113,8 +116,8 @@ def diff(want: View, got: View, names: dict[str, str]) -> list[str]:
     return out
 
 
-def _short(turn: tuple[str, str]) -> str:
-    prompt, response = turn
+def _short(turn: tuple[str, str, str]) -> str:
+    prompt, response, _ = turn
     return (
         f"(prompt {prompt[:40]!r}, response {response.splitlines()[0][:40] if response else ''!r})"
     )
@@ -181,7 +184,11 @@ def outcome_if_applied(model: Model, orch: Orchestrator, got: View) -> ModelStat
                     trace=model.trace_lines(),
                 )
         state.apply_turn(
-            agent_id, extra.prompt, extra.response, _turn_effects(orch, agent_id, extra.turn_id)
+            agent_id,
+            extra.prompt,
+            extra.response,
+            _turn_effects(orch, agent_id, extra.turn_id),
+            extra.transcript,
         )
         return state
     if op.kind == "terminate":
@@ -261,6 +268,12 @@ def check_invariants(orch: Orchestrator, state: ModelState | None = None) -> Non
                 problems.append(
                     f"terminated agent {session.agent_id[:8]} has a {session.state.value} record"
                 )
+    for node in orch.tree.walk():
+        if node.provider == "openai":
+            # what the endpoint would be sent next must be a valid conversation
+            found = conversation_problems(node.instructions, orch.history(node.agent_id))
+            if found:
+                problems.append(f"conversation of {node.name} is not sendable: {found[:_SHOWN]}")
     endpoints = [(n.agent_id, orch.logs.path(n.session_id)) for n in orch.tree.walk()]
     endpoints.append((USER, orch.logs.path(USER)))
     for endpoint, path in endpoints:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
@@ -55,10 +55,14 @@ class CrashHarness:
         profile: str = "posix",
         slots: int = DEFAULT_SLOTS,
         record_trace: bool = False,
+        registry: Callable[[], ProviderRegistry] = scripted_registry,
+        provider: str = "scripted",
     ) -> None:
         self.fs = FaultFS(root, profile=profile, record_trace=record_trace)
         self.root = root
         self.slots = slots
+        self.make_registry = registry
+        self.provider = provider
         self.model = Model()
         self.loop = asyncio.new_event_loop()
         self._ids = itertools.count(1)
@@ -85,7 +89,7 @@ class CrashHarness:
             return self.loop.run_until_complete(
                 Orchestrator.open(
                     self.root,
-                    registry=scripted_registry(),
+                    registry=self.make_registry(),
                     slots=self.slots,
                     clock=self._clock,
                     new_id=self._new_id,
@@ -94,7 +98,7 @@ class CrashHarness:
 
     def _open(self) -> tuple[Orchestrator, Driver]:
         orch = self._orchestrator_on(self.fs)
-        return orch, Driver(orch, self.model, self.tokens)
+        return orch, Driver(orch, self.model, self.tokens, provider=self.provider)
 
     def run_steps(self, steps: list[Step], *, crash_at: int | None = None) -> int | None:
         """Run steps in order with one crash armed across them; the crashed step's index."""

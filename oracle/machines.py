@@ -31,8 +31,9 @@ from hypothesis.stateful import (
 from faultfs import MODES
 from oracle.checks import diff, expected, observe
 from oracle.errors import OracleViolation
-from oracle.harness import CrashHarness
+from oracle.harness import CrashHarness, scripted_registry
 from oracle.workload import Step
+from substrat.providers.registry import ProviderRegistry
 
 NAMES = ("ada", "bob", "cy", "dee", "eve")
 """Five names, so collisions among siblings happen often."""
@@ -41,12 +42,23 @@ MAX_RECOVERY_BOUNDARY = 40
 
 
 class CrashRecoveryMachine(RuleBasedStateMachine):
+    """Subclass and set ``profile``, ``slots``, ``provider`` or ``make_registry``."""
+
     profile = "posix"
     slots = 2
+    provider = "scripted"
+
+    def make_registry(self) -> ProviderRegistry:
+        return scripted_registry()
 
     def __init__(self) -> None:
         super().__init__()
-        self.harness = CrashHarness(profile=self.profile, slots=self.slots)
+        self.harness = CrashHarness(
+            profile=self.profile,
+            slots=self.slots,
+            registry=self.make_registry,
+            provider=self.provider,
+        )
         self.crashes = 0
 
     def teardown(self) -> None:

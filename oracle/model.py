@@ -14,12 +14,19 @@ checks allow to be all-or-nothing.
 from __future__ import annotations
 
 import copy
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from oracle.errors import OracleViolation
 from substrat.agents import USER
 from substrat.providers.scripted import chain_digest
+
+
+def canonical(transcript: list[dict[str, Any]]) -> str:
+    """A transcript as one comparable string (message for message, key order aside)."""
+    return json.dumps(transcript, sort_keys=True, separators=(",", ":"))
+
 
 OP_KINDS = frozenset({"create_root", "turn", "terminate", "evict", "ack_user", "recover"})
 
@@ -31,7 +38,8 @@ class ModelAgent:
     parent_id: str | None
     instructions: str
     provider: str = "scripted"
-    turns: list[tuple[str, str]] = field(default_factory=list)
+    turns: list[tuple[str, str, str]] = field(default_factory=list)
+    """Acknowledged turns: (prompt, response, transcript as canonical JSON)."""
     children: dict[str, str] = field(default_factory=dict)
     digest: str = ""
 
@@ -98,11 +106,16 @@ class ModelState:
         return gone
 
     def apply_turn(
-        self, agent_id: str, prompt: str, response: str, effects: dict[str, Any]
+        self,
+        agent_id: str,
+        prompt: str,
+        response: str,
+        effects: dict[str, Any],
+        transcript: list[dict[str, Any]] | None = None,
     ) -> None:
         """Apply one committed turn of ``agent_id``, as the orchestrator defines it."""
         agent = self.agents[agent_id]
-        agent.turns.append((prompt, response))
+        agent.turns.append((prompt, response, canonical(transcript or [])))
         agent.digest = chain_digest(agent.digest, prompt)
         for spawn in effects.get("spawns", []):
             if spawn["agent_id"] not in self.agents:
@@ -196,7 +209,13 @@ class Model:
                 trace=self.trace_lines(),
             )
         self.check_scripted_response(agent, result["prompt"], result["response"])
-        self.state.apply_turn(agent_id, result["prompt"], result["response"], result["effects"])
+        self.state.apply_turn(
+            agent_id,
+            result["prompt"],
+            result["response"],
+            result["effects"],
+            result.get("transcript") or [],
+        )
         self._ack()
 
     def ack_terminate(self, agent_ids: list[str]) -> None:

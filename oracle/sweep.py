@@ -17,12 +17,15 @@ import argparse
 import copy
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from faultfs import MODES, SimulatedCrash
 from oracle.errors import OracleViolation
-from oracle.harness import CrashHarness
+from oracle.harness import CrashHarness, scripted_registry
 from oracle.workload import Step
+from substrat.providers.registry import ProviderRegistry
 
 DEFAULT_IMAGES_PER_MODE = 4
 MAX_RECOVERY_BOUNDARIES = 48
@@ -131,8 +134,8 @@ class SweepResult:
         return (self.states + self.recovery_states) / self.seconds if self.seconds else 0.0
 
 
-def count_boundaries(scenario: Scenario, profile: str) -> int:
-    harness = CrashHarness(profile=profile, slots=scenario.slots)
+def count_boundaries(scenario: Scenario, profile: str, **harness_options: Any) -> int:
+    harness = CrashHarness(profile=profile, slots=scenario.slots, **harness_options)
     start = harness.fs.boundaries
     harness.run_steps(list(scenario.steps))
     harness.close()
@@ -147,13 +150,20 @@ def sweep(
     images_per_mode: int = DEFAULT_IMAGES_PER_MODE,
     recovery_crashes: bool = True,
     max_failures: int = 5,
+    registry: Callable[[], ProviderRegistry] = scripted_registry,
+    provider: str = "scripted",
 ) -> SweepResult:
-    """Crash ``scenario`` at every boundary and check every image (bounded per mode)."""
+    """Crash ``scenario`` at every boundary and check every image (bounded per mode).
+
+    ``registry`` and ``provider`` choose the provider the scenario's root
+    agents (and so their children) run on.
+    """
+    options: dict[str, Any] = {"registry": registry, "provider": provider}
     result = SweepResult(scenario.name, profile)
     started = time.perf_counter()
-    result.boundaries = count_boundaries(scenario, profile)
+    result.boundaries = count_boundaries(scenario, profile, **options)
     for boundary in range(1, result.boundaries + 1):
-        harness = CrashHarness(profile=profile, slots=scenario.slots)
+        harness = CrashHarness(profile=profile, slots=scenario.slots, **options)
         crashed_in = harness.run_steps(list(scenario.steps), crash_at=boundary)
         assert crashed_in is not None, f"boundary {boundary} of {result.boundaries} never hit"
         harness.model.crashed()

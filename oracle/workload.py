@@ -56,8 +56,16 @@ class Step:
 class Driver:
     """Runs steps on one orchestrator; tokens make every payload unique."""
 
-    def __init__(self, orch: Orchestrator, model: Model, tokens: itertools.count[int]) -> None:
+    def __init__(
+        self,
+        orch: Orchestrator,
+        model: Model,
+        tokens: itertools.count[int],
+        *,
+        provider: str = "scripted",
+    ) -> None:
         self.orch = orch
+        self.provider = provider
         self.model = model
         self.tokens = tokens
         self._prompt_for: dict[str, str] = {}
@@ -100,8 +108,10 @@ class Driver:
         if kind == "create_root":
             if self.orch.tree.name_taken(None, a):
                 return
-            self.model.begin("create_root", name=a, instructions=f"root {a}")
-            info = await self.orch.create_root(a, f"root {a}")
+            self.model.begin(
+                "create_root", name=a, instructions=f"root {a}", provider=self.provider
+            )
+            info = await self.orch.create_root(a, f"root {a}", provider=self.provider)
             self.model.ack_create_root(info.to_dict())
         elif kind == "spawn":
             await self._turn(a, f"@spawn {b} child {b} of {a}")

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
 from oracle.machines import CrashRecoveryMachine
+from substrat.providers.registry import ProviderRegistry
+from tests.support.chat_server import ChatServer
+from tests.support.directive_chat import directive_responder, openai_registry
 
 pytestmark = pytest.mark.stress
 
@@ -20,3 +25,40 @@ class LazyFSCrashRecoveryMachine(CrashRecoveryMachine):
 TestCrashRecoveryPosix = CrashRecoveryMachine.TestCase
 TestCrashRecoveryExt4 = Ext4CrashRecoveryMachine.TestCase
 TestCrashRecoveryLazyFS = LazyFSCrashRecoveryMachine.TestCase
+
+
+class OpenAICrashRecoveryMachine(CrashRecoveryMachine):
+    """The same fuzzer with every agent on the openai provider, over real loopback HTTP.
+
+    The endpoint turns directive lines into real tool-call rounds; the oracle
+    compares every recovered conversation with the acknowledged transcripts,
+    message for message, and checks it is one the endpoint accepts.
+    """
+
+    provider = "openai"
+    server: ChatServer | None = None
+
+    def make_registry(self) -> ProviderRegistry:
+        assert self.server is not None, "the module fixture starts the server"
+        return openai_registry(self.server)
+
+    def teardown(self) -> None:
+        super().teardown()
+        server = type(self).server
+        assert server is not None
+        rejected = server.rejected()
+        assert not rejected, f"the endpoint rejected a conversation: {rejected[0]}"
+
+
+@pytest.fixture(scope="module")
+def chat_server() -> Iterator[ChatServer]:
+    with ChatServer(directive_responder) as server:
+        OpenAICrashRecoveryMachine.server = server
+        yield server
+    OpenAICrashRecoveryMachine.server = None
+
+
+class TestCrashRecoveryOpenAI(OpenAICrashRecoveryMachine.TestCase):
+    @pytest.fixture(autouse=True)
+    def _server(self, chat_server: ChatServer) -> None:
+        return None

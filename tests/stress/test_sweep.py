@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
 from oracle.sweep import SCENARIOS, sweep
+from tests.support.chat_server import ChatServer
+from tests.support.directive_chat import directive_responder, openai_registry
 
 pytestmark = pytest.mark.stress
 
@@ -22,3 +26,27 @@ def test_sweep(name: str, profile: str, capsys: pytest.CaptureFixture[str]) -> N
     assert result.boundaries > 0
     assert result.states >= result.boundaries * 2  # at least process and power everywhere
     assert not result.failures, "\n\n".join(result.failures)
+
+
+@pytest.fixture(scope="module")
+def chat_server() -> Iterator[ChatServer]:
+    with ChatServer(directive_responder) as server:
+        yield server
+
+
+@pytest.mark.parametrize("name", ["children", "messages both ways", "stranded reply"])
+def test_sweep_openai(name: str, chat_server: ChatServer) -> None:
+    """Every tool-call round cut at every boundary recovers to a conversation the endpoint
+    accepts and that equals the acknowledged transcripts."""
+    result = sweep(
+        SCENARIOS[name],
+        profile="posix",
+        modes=("process", "power", "torn"),
+        images_per_mode=2,
+        recovery_crashes=False,
+        registry=lambda: openai_registry(chat_server),
+        provider="openai",
+    )
+    assert result.boundaries > 0
+    assert not result.failures, "\n\n".join(result.failures)
+    assert not chat_server.rejected(), chat_server.rejected()[0]

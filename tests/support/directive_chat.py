@@ -1,0 +1,44 @@
+"""A chat-completions endpoint that acts on scripted-provider directives.
+
+For crash fuzzing the ``openai`` provider with the same workloads as the
+scripted one: when the last message is the user's, its ``@spawn``/``@send``/
+... lines become real tool calls (a tool-call round); when the last messages
+are tool results, the model answers with text. Deterministic for a given
+conversation.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from substrat.providers.openai_chat import OpenAIProvider
+from substrat.providers.openai_config import OpenAIConfig
+from substrat.providers.registry import ProviderRegistry
+from substrat.providers.scripted import parse_directives
+from tests.support.chat_server import ChatServer, Reply, text, tool_call, tools
+
+
+def directive_responder(body: dict[str, Any]) -> Reply:
+    messages = body.get("messages") or []
+    last = messages[-1] if messages else {}
+    if last.get("role") == "tool":
+        answered = 0
+        for message in reversed(messages):
+            if message.get("role") != "tool":
+                break
+            answered += 1
+        return text(f"done after {answered} tool results ({len(messages)} messages)")
+    calls = parse_directives(str(last.get("content") or ""))
+    if calls:
+        return tools(*(tool_call(name, args) for name, args in calls))
+    return text(f"noted ({len(messages)} messages)")
+
+
+def openai_registry(server: ChatServer) -> ProviderRegistry:
+    """A registry whose ``openai`` provider talks to ``server``."""
+    registry = ProviderRegistry()
+    config = OpenAIConfig(
+        base_url=server.base_url, api_key="test", request_timeout_s=10.0, max_retries=0
+    )
+    registry.register("openai", OpenAIProvider(config))
+    return registry
