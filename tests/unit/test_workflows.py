@@ -143,6 +143,23 @@ def test_nightly_is_scheduled_sharded_cached_and_files_issues() -> None:
     assert "report-shard-" in body
 
 
+def test_powerloss_runs_on_a_lazyfs_runner_requires_lazyfs_and_never_builds_it() -> None:
+    doc = _load(WORKFLOWS_DIR / "powerloss.yml")
+    triggers = _triggers(doc)
+    assert triggers["schedule"][0]["cron"]
+    assert "workflow_dispatch" in triggers
+    job = doc["jobs"]["powerloss"]
+    assert {"self-hosted", "lazyfs"} <= set(job["runs-on"])
+    step = next(s for _, s in _steps(doc) if "ci/powerloss.sh" in s.get("run", ""))
+    # Missing LazyFS on that runner must fail the job, and LAZYFS_BIN comes from the runner.
+    assert step["env"]["POWERLOSS_REQUIRE_LAZYFS"] == "1"
+    assert "LAZYFS_BIN" not in step["env"]
+    for run in _runs(doc):
+        assert not re.search(r"\b(cmake|make|g\+\+|git clone|apt-get)\b", run), run
+    labels = yaml.safe_load((REPO / ".github" / "actionlint.yaml").read_text())
+    assert "lazyfs" in labels["self-hosted-runner"]["labels"]
+
+
 def test_workflows_match_the_github_actions_schema() -> None:
     if importlib.util.find_spec("check_jsonschema") is None:
         pytest.skip("check-jsonschema is not installed (pip install -e '.[dev]' brings it)")

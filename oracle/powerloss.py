@@ -1,0 +1,486 @@
+"""Power loss under the real daemon: LazyFS drops whatever was never fsynced.
+
+``python -m oracle.powerloss --cycles 100`` (what ``ci/powerloss.sh`` runs).
+Each cycle:
+
+1. start the daemon (``python -m substrat.daemon --no-wake``) on a root whose
+   state lives on a LazyFS mount, and wait until it answers ``ping``;
+2. drive a random workload over RPC with :class:`oracle.daemon_driver.Driver`,
+   which records every acknowledged operation in the oracle's model;
+3. at a random moment cut the power: SIGKILL the daemon, then clear LazyFS's
+   cache. In some cycles a LazyFS crash fault is armed instead, on one kind of
+   operation on one kind of substrat file, and LazyFS dies at the next match;
+4. remount (LazyFS's crash recovery: a lazy unmount, a fresh mount), recover
+   the root offline and check it with :func:`oracle.checks.check_recovery`
+   (every acknowledged operation present, the one in flight all or nothing,
+   nothing else, the invariants); the next cycle's daemon must then serve
+   exactly the state the oracle accepted.
+
+LazyFS does not implement ``mknod``, so a Unix socket cannot be bound on it.
+The daemon's root is therefore an ordinary directory (socket, lock, log) whose
+state directories ``agents/``, ``user/`` and ``quarantine/`` are symbolic links
+into the mount; substrat needs no option for it. docs/lazyfs.md has the
+details and LazyFS's blind spot.
+
+Only this module uses :mod:`faultfs.lazyfs`, and only when a campaign runs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from faultfs.errors import FaultFSError
+from oracle.checks import expected
+from oracle.daemon_driver import Driver, check_offline, check_served
+from oracle.errors import OracleViolation
+from oracle.model import Model
+from substrat.client import DaemonProcess
+from substrat.errors import DaemonError
+
+DEFAULT_CYCLES = 100
+DEFAULT_SEED = 20261125
+DEFAULT_MAX_RUN_S = 1.0
+MIN_RUN_S = 0.05
+DEFAULT_INJECT_PROBABILITY = 0.3
+DEFAULT_CACHE_SIZE_BYTES = 64 * 1024 * 1024
+DAEMON_START_TIMEOUT_S = 60.0
+DAEMON_STOP_TIMEOUT_S = 30.0
+DRIVER_JOIN_TIMEOUT_S = 45.0
+INJECTION_FIRE_TIMEOUT_S = 5.0
+LAZYFS_TIMEOUT_S = 15.0
+# Recovery reads every log through LazyFS's cache, which cannot evict: past this share
+# of the cache the campaign stops and asks for a bigger one instead of failing writes.
+MAX_STATE_SHARE_OF_CACHE = 0.5
+STATE_DIRS = ("agents", "user", "quarantine")
+# (op, path regex, rename target regex): each names files substrat really touches.
+CRASH_POINTS: tuple[tuple[str, str | None, str | None], ...] = (
+    ("fsync", r"events\.jsonl$", None),
+    ("fsync", r"events\.pending$", None),
+    ("fsync", r"session\.json\.tmp$", None),
+    ("write", r"events\.jsonl$", None),
+    ("write", r"events\.pending$", None),
+    ("write", r"session\.json\.tmp$", None),
+    ("create", r"session\.json\.tmp$", None),
+    ("create", r"events\.jsonl$", None),
+    ("rename", None, r"session\.json$"),
+)
+
+
+class _Disk(Protocol):
+    """What a cycle needs of the file system under the root (LazyFS, or a plain dir)."""
+
+    mount_dir: str
+
+    @property
+    def crashed(self) -> bool: ...
+
+    def clear_cache(self, timeout_s: float = ...) -> None: ...
+
+    def remount(self, timeout_s: float = ...) -> None: ...
+
+
+class _PlainDisk:
+    """A plain directory: no power loss, only SIGKILL (to test the campaign itself)."""
+
+    crashed = False
+
+    def __init__(self, path: Path) -> None:
+        self.mount_dir = str(path)
+
+    def clear_cache(self, timeout_s: float = 0.0) -> None:
+        pass
+
+    def remount(self, timeout_s: float = 0.0) -> None:
+        pass
+
+
+@dataclass
+class PowerLossReport:
+    """The numbers of one campaign; ``losses`` must be 0."""
+
+    seed: int
+    disk: str
+    cycles_requested: int
+    cycles: int = 0
+    acknowledged: int = 0
+    refused: int = 0
+    power_cuts: int = 0
+    """Cuts made by SIGKILL followed by a LazyFS clear-cache."""
+    lazyfs_crashes: int = 0
+    """Cuts made by an armed LazyFS crash fault firing."""
+    injections_unfired: int = 0
+    """Armed faults that found no matching operation in time (a clear-cache cut followed)."""
+    in_flight_at_cut: int = 0
+    in_flight_applied: int = 0
+    lost_turns_reported: int = 0
+    redelivered_reported: int = 0
+    io_errors_after_lazyfs_crash: int = 0
+    agents_at_end: int = 0
+    state_bytes: int = 0
+    """Size of the state directories after the last check."""
+    turns_at_end: int = 0
+    seconds: float = 0.0
+    losses: int = 0
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems and self.cycles == self.cycles_requested
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self) | {"ok": self.ok}
+
+    def render(self) -> str:
+        lines = [
+            f"# Power-loss campaign: {'PASS' if self.ok else 'FAIL'}",
+            "",
+            f"- disk: {self.disk}, seed {self.seed}, {self.seconds:.1f} s",
+            f"- cycles: {self.cycles} of {self.cycles_requested}",
+            f"- acknowledged operations: {self.acknowledged} (cleanly refused: {self.refused})",
+            f"- acknowledged operations lost: {self.losses}",
+            f"- cuts: {self.power_cuts} SIGKILL + clear-cache, {self.lazyfs_crashes} LazyFS "
+            f"crash faults ({self.injections_unfired} armed faults did not fire in time)",
+            f"- operations in flight at a cut: {self.in_flight_at_cut} "
+            f"(survived: {self.in_flight_applied})",
+            f"- recovery reported: {self.lost_turns_reported} turns lost in flight, "
+            f"{self.redelivered_reported} pending messages put back in inboxes",
+            f"- I/O errors answered after LazyFS died: {self.io_errors_after_lazyfs_crash}",
+            f"- at the end: {self.agents_at_end} live agents, {self.turns_at_end} turns, "
+            f"{self.state_bytes / 2**20:.1f} MiB of state",
+        ]
+        if self.problems:
+            lines += ["", "## Problems", ""]
+            lines += ["```", *self.problems, "```"]
+        return "\n".join(lines) + "\n"
+
+
+# -- the campaign ----------------------------------------------------------------------------
+
+
+def _tree_bytes(path: Path) -> int:
+    total = 0
+    for directory, _, files in os.walk(path):
+        for name in files:
+            total += os.lstat(os.path.join(directory, name)).st_size
+    return total
+
+
+def lazyfs_unavailable_reason(binary: str | None = None) -> str | None:
+    """Why LazyFS cannot run here (with how to get it), or None when it can."""
+    from faultfs.lazyfs import LAZYFS_BIN_ENV, LazyFSUnavailable, require_lazyfs
+
+    environ = dict(os.environ)
+    if binary is not None:
+        environ[LAZYFS_BIN_ENV] = binary
+    try:
+        require_lazyfs(environ)
+    except LazyFSUnavailable as exc:
+        return str(exc)
+    return None
+
+
+class Campaign:
+    """One campaign's disk, root, model and report (see :func:`run_campaign`)."""
+
+    def __init__(
+        self,
+        disk: _Disk,
+        root: Path,
+        out_dir: Path,
+        report: PowerLossReport,
+        *,
+        max_run_s: float,
+        inject_probability: float,
+        cache_size_bytes: int | None,
+        after_cut: Callable[[Path], None] | None,
+        log: Callable[[str], None],
+    ) -> None:
+        self.disk = disk
+        self.root = root
+        self.out_dir = out_dir
+        self.report = report
+        self.max_run_s = max_run_s
+        self.inject_probability = inject_probability
+        self.cache_size_bytes = cache_size_bytes
+        self.after_cut = after_cut
+        self.log = log
+        self.rng = random.Random(report.seed)
+        self.model = Model()
+
+    def _daemon(self) -> DaemonProcess:
+        return DaemonProcess(
+            self.root, daemon_args=["--no-wake"], log_path=self.out_dir / "daemon.log"
+        ).start(timeout_s=DAEMON_START_TIMEOUT_S)
+
+    def cycle(self, index: int) -> bool:
+        """Start, load, cut, remount, check. False when a problem stops the campaign."""
+        report = self.report
+        daemon = self._daemon()
+        driver = Driver(self.root, self.model, random.Random(self.rng.random()), index * 10**6)
+        fired = False
+        try:
+            if index:
+                problems = check_served(self.root, self.model, after_crash=True)
+                if problems:
+                    report.losses += 1
+                    report.problems += [f"cycle {index}, served: {p}" for p in problems]
+                    return False
+            driver.start()
+            time.sleep(self.rng.uniform(MIN_RUN_S, self.max_run_s))
+            if self.rng.random() < self.inject_probability:
+                fired = self._inject()
+        finally:
+            daemon.kill()
+        if not fired:
+            self.disk.clear_cache(LAZYFS_TIMEOUT_S)
+            report.power_cuts += 1
+        driver.stop.set()
+        driver.join(DRIVER_JOIN_TIMEOUT_S)
+        if driver.is_alive():
+            raise RuntimeError(f"cycle {index}: the driver still runs {DRIVER_JOIN_TIMEOUT_S} s")
+        if driver.error is not None:
+            raise driver.error
+        report.refused += driver.refused
+        if driver.violation is not None:
+            report.losses += 1  # an answer that does not continue the acknowledged history
+            report.problems.append(f"cycle {index}, acknowledged answer: {driver.violation}")
+            return False
+        if driver.unexpected is not None:
+            if not fired:
+                report.problems.append(f"cycle {index}: {driver.unexpected}")
+                return False
+            report.io_errors_after_lazyfs_crash += 1
+        in_flight = self.model.crashed()
+        self.disk.remount(LAZYFS_TIMEOUT_S)
+        if self.after_cut is not None:
+            self.after_cut(Path(self.disk.mount_dir))
+        before = expected(self.model.state)
+        try:
+            state, recovery = check_offline(self.root, self.model)
+        except OracleViolation as exc:
+            report.losses += 1
+            report.problems.append(f"cycle {index}, recovered: {exc}")
+            return False
+        self.model.settle(state)
+        report.acknowledged = self.model.acked_ops
+        if in_flight is not None:
+            report.in_flight_at_cut += 1
+            report.in_flight_applied += expected(state) != before
+        report.lost_turns_reported += len(recovery.get("lost_turns") or [])
+        report.redelivered_reported += len(recovery.get("redelivered") or [])
+        report.cycles += 1
+        report.state_bytes = _tree_bytes(Path(self.disk.mount_dir))
+        limit = (self.cache_size_bytes or 0) * MAX_STATE_SHARE_OF_CACHE
+        if limit and report.state_bytes > limit:
+            report.problems.append(
+                f"after cycle {index + 1} the state is {report.state_bytes >> 20} MiB, over "
+                f"{MAX_STATE_SHARE_OF_CACHE:.0%} of LazyFS's cache ({self.cache_size_bytes} "
+                "bytes), which cannot evict; raise --cache-mib for this many cycles"
+            )
+            return False
+        flight = in_flight.describe() if in_flight is not None else "nothing in flight"
+        cut = "LazyFS crash fault" if fired else "SIGKILL + clear-cache"
+        self.log(
+            f"cycle {index + 1}/{report.cycles_requested}: {cut}; {flight}; "
+            f"{report.acknowledged} acknowledged so far"
+        )
+        return True
+
+    def _inject(self) -> bool:
+        """Arm a LazyFS crash fault and wait for it to fire; True if LazyFS died."""
+        from faultfs.lazyfs import LazyFS, LazyFSError
+
+        assert isinstance(self.disk, LazyFS)
+        op, source, target = self.rng.choice(CRASH_POINTS)
+        timing = self.rng.choice(["before", "after"])
+        try:
+            self.disk.crash(
+                op=op,
+                timing=timing,
+                from_regex=source,
+                to_regex=target,
+                timeout_s=LAZYFS_TIMEOUT_S,
+            )
+        except LazyFSError:
+            if not self.disk.crashed:  # it may fire before its acceptance is read
+                raise
+        deadline = time.monotonic() + INJECTION_FIRE_TIMEOUT_S
+        while not self.disk.crashed and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if self.disk.crashed:
+            self.report.lazyfs_crashes += 1
+            self.log(f"LazyFS crash fault fired: {timing} {op} {source or target}")
+            return True
+        self.report.injections_unfired += 1
+        return False
+
+    def finish(self) -> None:
+        """A last restart and check, then a clean stop."""
+        daemon = self._daemon()
+        try:
+            problems = check_served(self.root, self.model, after_crash=self.report.cycles > 0)
+            if problems:
+                self.report.losses += 1
+                self.report.problems += [f"final, served: {p}" for p in problems]
+            status = daemon.terminate(timeout_s=DAEMON_STOP_TIMEOUT_S)
+            if status != 0:
+                self.report.problems.append(f"the daemon's clean stop exited {status}")
+        finally:
+            daemon.kill()
+
+
+def run_campaign(
+    out_dir: str | os.PathLike[str],
+    *,
+    cycles: int = DEFAULT_CYCLES,
+    seed: int = DEFAULT_SEED,
+    max_run_s: float = DEFAULT_MAX_RUN_S,
+    inject_probability: float = DEFAULT_INJECT_PROBABILITY,
+    lazyfs: bool = True,
+    lazyfs_bin: str | None = None,
+    cache_size_bytes: int = DEFAULT_CACHE_SIZE_BYTES,
+    after_cut: Callable[[Path], None] | None = None,
+    log: Callable[[str], None] = lambda line: None,
+) -> PowerLossReport:
+    """Run ``cycles`` power-loss cycles; the daemon's and LazyFS's logs go to ``out_dir``.
+
+    ``lazyfs=False`` runs the same cycles on a plain directory with SIGKILL only
+    (no power loss): a check of the campaign itself where LazyFS is missing.
+    ``after_cut`` is called with the state directory after each remount and
+    before the check; tests use it to plant a loss. Raises
+    ``faultfs.lazyfs.LazyFSUnavailable`` when LazyFS is wanted but missing.
+    """
+    if cycles < 1 or max_run_s < MIN_RUN_S or not 0 <= inject_probability <= 1:
+        raise ValueError("need cycles >= 1, max_run_s >= 0.05 s and 0 <= inject_probability <= 1")
+    out = Path(out_dir).absolute()
+    out.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="substrat-powerloss-"))
+    report = PowerLossReport(seed, "lazyfs" if lazyfs else "plain", cycles)
+    began = time.monotonic()
+    disk: Any
+    if lazyfs:
+        from faultfs.lazyfs import LazyFS
+
+        for name in ("mnt", "backing"):
+            (work / name).mkdir()
+        disk = LazyFS(
+            work / "mnt",
+            work / "backing",
+            binary=lazyfs_bin,
+            cache_size_bytes=cache_size_bytes,
+            fifo_dir=out / "lazyfs",
+        )
+    else:
+        (work / "state").mkdir()
+        disk = _PlainDisk(work / "state")
+        inject_probability = 0.0
+    keep = True
+    try:
+        if lazyfs:
+            disk.mount(LAZYFS_TIMEOUT_S)
+        root = work / "root"
+        root.mkdir(mode=0o700)
+        for name in STATE_DIRS:
+            (Path(disk.mount_dir) / name).mkdir()
+            (root / name).symlink_to(Path(disk.mount_dir) / name, target_is_directory=True)
+        campaign = Campaign(
+            disk,
+            root,
+            out,
+            report,
+            max_run_s=max_run_s,
+            inject_probability=inject_probability,
+            cache_size_bytes=cache_size_bytes if lazyfs else None,
+            after_cut=after_cut,
+            log=log,
+        )
+        try:
+            for index in range(cycles):
+                if not campaign.cycle(index):
+                    break
+            else:
+                campaign.finish()
+        except (DaemonError, FaultFSError, RuntimeError) as exc:
+            # A daemon that will not start or a mount that will not come back ends the
+            # campaign; the report says so instead of a bare traceback.
+            report.problems.append(f"campaign stopped: {type(exc).__name__}: {exc}")
+        state = campaign.model.state
+        report.agents_at_end = len(state.agents)
+        report.turns_at_end = sum(len(a.turns) for a in state.agents.values())
+        keep = not report.ok
+    finally:
+        report.seconds = round(time.monotonic() - began, 1)
+        if lazyfs:
+            disk.unmount(LAZYFS_TIMEOUT_S)
+        backing = work / ("backing" if lazyfs else "state")
+        if keep and backing.exists():
+            # What the disk held at the failure, for reproducing it offline.
+            shutil.copytree(backing, out / "state-at-failure", dirs_exist_ok=True, symlinks=True)
+        shutil.rmtree(work, ignore_errors=True)
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m oracle.powerloss", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--cycles", type=int, default=DEFAULT_CYCLES)
+    parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
+    parser.add_argument(
+        "--max-run-s", type=float, default=DEFAULT_MAX_RUN_S, help="longest load before a cut"
+    )
+    parser.add_argument(
+        "--inject-probability",
+        type=float,
+        default=DEFAULT_INJECT_PROBABILITY,
+        help="share of cycles cut by a LazyFS crash fault instead of a clear-cache",
+    )
+    parser.add_argument("--cache-mib", type=int, default=DEFAULT_CACHE_SIZE_BYTES >> 20)
+    parser.add_argument("--lazyfs-bin", help="the lazyfs binary (default: $LAZYFS_BIN, PATH)")
+    parser.add_argument("--out", default="powerloss-out", help="report and logs go here")
+    parser.add_argument(
+        "--skip-without-lazyfs",
+        action="store_true",
+        help="exit 0 with a notice instead of failing when LazyFS is missing",
+    )
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    args = parser.parse_args(argv)
+    reason = lazyfs_unavailable_reason(args.lazyfs_bin)
+    if reason is not None:
+        if args.skip_without_lazyfs:
+            print(f"powerloss: SKIPPED. {reason}")
+            return 0
+        print(f"powerloss: cannot run. {reason}", file=sys.stderr)
+        return 2
+    try:
+        report = run_campaign(
+            args.out,
+            cycles=args.cycles,
+            seed=args.seed,
+            max_run_s=args.max_run_s,
+            inject_probability=args.inject_probability,
+            lazyfs_bin=args.lazyfs_bin,
+            cache_size_bytes=args.cache_mib << 20,
+            log=lambda line: print(line, file=sys.stderr, flush=True),
+        )
+    except ValueError as exc:
+        parser.error(str(exc))
+    out = Path(args.out)
+    (out / "report.json").write_text(json.dumps(report.to_dict(), indent=2) + "\n")
+    (out / "report.md").write_text(report.render())
+    print(json.dumps(report.to_dict(), indent=2) if args.json else report.render())
+    return 0 if report.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,176 @@
+"""The power-loss campaign (oracle.powerloss): a short run on LazyFS, and the campaign itself.
+
+The LazyFS run skips, saying how to get LazyFS, when it is missing. The rest
+needs no LazyFS: the same cycles on a plain directory (SIGKILL only), a loss
+planted between the cut and the check that the campaign must report, and the
+command line's answer when LazyFS is absent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from oracle.daemon_driver import Served, served_differences
+from oracle.powerloss import lazyfs_unavailable_reason, run_campaign
+from substrat.agents import USER
+
+REPO = Path(__file__).resolve().parents[2]
+COMMAND_TIMEOUT_S = 60
+
+
+def _env_without_lazyfs() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "LAZYFS_BIN"}
+    env["PATH"] = os.pathsep.join(["/usr/bin", "/bin", str(Path(sys.executable).parent)])
+    return env
+
+
+def test_power_loss_cycles_on_lazyfs_lose_nothing_acknowledged(tmp_path: Path) -> None:
+    reason = lazyfs_unavailable_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    report = run_campaign(tmp_path / "out", cycles=3, seed=8, max_run_s=0.6, inject_probability=0.5)
+    print(report.render())
+    assert report.problems == []
+    assert report.ok and report.cycles == 3 and report.losses == 0
+    assert report.power_cuts + report.lazyfs_crashes == 3
+    assert report.acknowledged > 10, "the workload did too little to mean anything"
+    assert (tmp_path / "out" / "daemon.log").stat().st_size > 0
+    assert not (tmp_path / "out" / "state-at-failure").exists()
+
+
+def test_the_campaign_on_a_plain_directory_loses_nothing(tmp_path: Path) -> None:
+    report = run_campaign(tmp_path / "out", cycles=2, seed=3, max_run_s=0.5, lazyfs=False)
+    assert report.problems == []
+    assert report.ok and report.disk == "plain" and report.cycles == 2
+    assert report.lazyfs_crashes == 0 and report.power_cuts == 2
+    assert report.acknowledged > 10
+    assert report.agents_at_end > 0 and report.turns_at_end > 0
+
+
+def _drop_completed_turns(state_dir: Path) -> None:
+    """Plant a loss: cut every completed turn out of the busiest agent's log."""
+    logs = sorted(
+        (p.read_text().count('"event":"turn.complete"'), str(p))
+        for p in (state_dir / "agents").glob("*/events.jsonl")
+    )
+    if not logs or logs[-1][0] < 2:
+        return  # too little acknowledged yet; a later cycle plants it
+    path = Path(logs[-1][1])
+    kept = [line for line in path.read_text().splitlines(True) if "turn.complete" not in line]
+    with open(path, "w") as handle:
+        handle.writelines(kept)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def test_a_loss_planted_after_the_cut_is_reported(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    report = run_campaign(
+        out, cycles=4, seed=5, max_run_s=0.5, lazyfs=False, after_cut=_drop_completed_turns
+    )
+    assert not report.ok
+    assert report.losses == 1
+    assert report.cycles < 4
+    text = "\n".join(report.problems)
+    assert "recovered state matches no allowed outcome" in text
+    assert "conversation of" in text
+    assert "FAIL" in report.render()
+    # The disk as it was at the failure is kept for reproduction.
+    assert list((out / "state-at-failure" / "agents").iterdir())
+
+
+def test_without_lazyfs_the_command_fails_saying_how_to_get_it(tmp_path: Path) -> None:
+    env = _env_without_lazyfs()
+    command = [sys.executable, "-m", "oracle.powerloss", "--cycles", "1", "--out"]
+    failed = subprocess.run(
+        [*command, str(tmp_path / "a")],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_TIMEOUT_S,
+    )
+    assert failed.returncode == 2
+    assert "LazyFS is not available" in failed.stderr
+    assert "LAZYFS_BIN" in failed.stderr and "docs/lazyfs.md" in failed.stderr
+    skipped = subprocess.run(
+        [*command, str(tmp_path / "b"), "--skip-without-lazyfs"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_TIMEOUT_S,
+    )
+    assert skipped.returncode == 0
+    assert "SKIPPED" in skipped.stdout and "docs/lazyfs.md" in skipped.stdout
+
+
+def test_the_ci_script_fails_without_lazyfs_unless_told_to_skip(tmp_path: Path) -> None:
+    env = _env_without_lazyfs() | {"POWERLOSS_OUT": str(tmp_path / "out")}
+    script = [str(REPO / "ci" / "powerloss.sh")]
+    failed = subprocess.run(
+        script, env=env, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S
+    )
+    assert failed.returncode == 2
+    assert "LazyFS is not available" in failed.stderr
+    skipped = subprocess.run(
+        script,
+        env=env | {"POWERLOSS_REQUIRE_LAZYFS": "0"},
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_TIMEOUT_S,
+    )
+    assert skipped.returncode == 0 and "SKIPPED" in skipped.stdout
+    bad = subprocess.run(
+        script,
+        env=env | {"POWERLOSS_CYCLES": "0"},
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_TIMEOUT_S,
+    )
+    assert bad.returncode == 2 and "POWERLOSS_CYCLES" in bad.stderr
+
+
+def test_importing_the_campaign_does_not_load_the_lazyfs_driver() -> None:
+    probe = "import sys, oracle.powerloss; print(json.dumps('faultfs.lazyfs' in sys.modules))"
+    result = subprocess.run(
+        [sys.executable, "-c", "import json; " + probe],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_TIMEOUT_S,
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) is False
+
+
+def test_served_differences_name_every_kind_of_loss() -> None:
+    want = Served(
+        agents={"a" * 32: ("lead", None, "root lead"), "b" * 32: ("kid", "a" * 32, "k")},
+        turns={"a" * 32: [("p1", "r1"), ("p2", "r2")], "b" * 32: []},
+        inboxes={"a" * 32: {"m1"}, "b" * 32: set(), USER: {"u1", "u2"}},
+    )
+    same = Served(
+        agents=dict(want.agents),
+        turns={k: list(v) for k, v in want.turns.items()},
+        inboxes={k: set(v) for k, v in want.inboxes.items()},
+    )
+    assert served_differences(want, same) == []
+    got = Served(
+        agents={"a" * 32: ("lead", None, "root lead"), "c" * 32: ("ghost", None, "")},
+        turns={"a" * 32: [("p1", "r1")], "c" * 32: []},
+        inboxes={"a" * 32: set(), "c" * 32: set(), USER: {"u1", "u2", "u3"}},
+    )
+    assert served_differences(want, got) == [
+        f"lost agent kid ({'b' * 8})",
+        f"unexpected agent ghost ({'c' * 8})",
+        f"conversation of lead ({'a' * 8}): expected 2 turns, served 1; first difference at turn 2",
+        f"inbox of lead ({'a' * 8}): lost messages ['m1']",
+        "inbox of user: unexpected messages ['u3']",
+    ]
