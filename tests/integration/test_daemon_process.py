@@ -254,7 +254,7 @@ def test_concurrent_turn_limit_over_rpc(start: Start, tmp_path: Path) -> None:
     start(root, "--max-turns", "1")
     with Client(root) as client:
         for name in ("a", "b"):
-            client.call("agent.create", {"name": name, "provider": "paced", "model": "800ms"})
+            client.call("agent.create", {"name": name, "provider": "paced", "model": "1200ms"})
     results: dict[str, Any] = {}
 
     def turn() -> None:
