@@ -13,7 +13,6 @@ Every wait has a timeout; nothing here hangs silently:
 from __future__ import annotations
 
 import contextlib
-import errno
 import itertools
 import os
 import signal
@@ -22,7 +21,7 @@ import subprocess
 import sys
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -132,14 +131,6 @@ class Client:
                 # The daemon refused the connection or the line itself.
                 return _result_of(message)
 
-    def send_raw(self, data: bytes) -> None:
-        """Write bytes as they are (for tests that speak malformed protocol)."""
-        self._require_socket().sendall(data)
-
-    def read_message(self, timeout_s: float | None = None) -> dict[str, Any]:
-        """The next message of any kind (for tests and low-level use)."""
-        return self._receive(self.timeout_s if timeout_s is None else timeout_s, "read")
-
     def next_notification(self, timeout_s: float) -> Notification | None:
         """The next notification, or None after ``timeout_s`` of silence."""
         if self._queued:
@@ -152,11 +143,6 @@ class Client:
             self._on_notification(message, None)
             return self._queued.popleft() if self._queued else None
         return None
-
-    def iter_notifications(self, idle_timeout_s: float) -> Iterator[Notification | None]:
-        """Notifications as they come; None after each ``idle_timeout_s`` of silence."""
-        while True:
-            yield self.next_notification(idle_timeout_s)
 
     def _on_notification(
         self, message: dict[str, Any], handler: NotificationHandler | None
@@ -461,15 +447,3 @@ def connect_or_start(
     if started and on_start is not None:
         on_start(pid)
     return client.connect()
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    except OSError as exc:
-        return exc.errno != errno.ESRCH
-    return True
