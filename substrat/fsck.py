@@ -225,12 +225,12 @@ def _inspect(root: Path, report: FsckReport) -> None:
     good, _bad = store.list_dirs()
     report.sessions = len(good)
     for q in scan.quarantined:
-        if q.kind == "bad_name":
+        if q.kind == "bad_name" or not (store.agents_dir / q.name).is_dir():
             report.add(
                 "bad_name",
                 store.agents_dir / q.name,
                 DAMAGE,
-                "not a session id; ignored by the daemon",
+                "not a session directory; ignored by the daemon",
                 repair="move to quarantine/",
             )
         else:
@@ -251,6 +251,8 @@ def _inspect(root: Path, report: FsckReport) -> None:
         )
     for sid in good:
         directory = store.session_dir(sid)
+        if not directory.is_dir():
+            continue  # reported above as a bad name: a file where a session should be
         _inspect_log(directory / LOG_NAME, report)
         for name in sorted(os.listdir(directory)):
             if name.endswith(persistence.TMP_SUFFIX):
@@ -266,7 +268,16 @@ def _inspect(root: Path, report: FsckReport) -> None:
     user_log = root / USER_DIR / LOG_NAME
     if user_log.parent.is_dir():
         _inspect_log(user_log, report)
-    _inspect_plan(root, report)
+    try:
+        _inspect_plan(root, report)
+    except OSError as exc:  # one odd entry must not hide the rest of the report
+        report.add(
+            "unanalyzable",
+            root,
+            DAMAGE,
+            f"the recovery analysis failed ({exc}); fix the entries above first",
+            repair="repair the other findings, then recovery runs",
+        )
     quarantine = root / QUARANTINE_DIR
     if quarantine.is_dir():
         held = [n for n in os.listdir(quarantine) if not n.endswith(".reason.json")]

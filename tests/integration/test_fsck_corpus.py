@@ -23,6 +23,7 @@ import pytest
 
 from substrat import fsck
 from substrat.client import Client, DaemonProcess
+from substrat.errors import DaemonStartError
 from substrat.eventlog import encode_entry, read_log
 from substrat.orchestrator import Orchestrator
 from substrat.session import Session, SessionState, SessionStore, new_session_id
@@ -305,4 +306,44 @@ def test_damaged_root(case: Case, base: Base, tmp_path: Path) -> None:
     with DaemonProcess(spare).start() as daemon:
         agents, histories, inbox = _served(spare)
         assert (agents, histories, inbox) == (base.agents, base.histories, base.inbox)
+        daemon.terminate()
+
+
+def _file_in_place_of_a_session(b: Base, r: Path) -> None:
+    (r / "agents" / ("0123456789abcdef" * 2)).write_text("not a directory")
+
+
+def test_file_where_a_session_directory_should_be(base: Base, tmp_path: Path) -> None:
+    """fsck names it and moves it aside; the rest of the root is untouched."""
+    root = tmp_path / "root"
+    shutil.copytree(base.root, root)
+    _file_in_place_of_a_session(base, root)
+    report = fsck.check(root)
+    kinds = report.kinds()
+    assert kinds.pop("bad_name") == 1
+    # The recovery analysis currently trips over the file (see the xfail below).
+    assert set(kinds) <= {"unanalyzable"}
+    repaired = fsck.check(root, repair=True)
+    assert all(f.repaired for f in repaired.problems)
+    assert fsck.check(root).kinds() == {}
+    with DaemonProcess(root).start() as daemon:
+        assert _served(root) == (base.agents, base.histories, base.inbox)
+        daemon.terminate()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=DaemonStartError,
+    reason="SessionStore.scan quarantines agents/<id>/session.json of a plain file named "
+    "like a session and the rename fails with ENOTDIR, so the daemon does not start; "
+    "reported to the session-store owner",
+)
+def test_daemon_starts_with_a_file_where_a_session_directory_should_be(
+    base: Base, tmp_path: Path
+) -> None:
+    root = tmp_path / "root"
+    shutil.copytree(base.root, root)
+    _file_in_place_of_a_session(base, root)
+    with DaemonProcess(root).start(timeout_s=20) as daemon:
+        assert _served(root) == (base.agents, base.histories, base.inbox)
         daemon.terminate()
