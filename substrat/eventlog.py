@@ -45,6 +45,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+import orjson
+
 from substrat import persistence
 from substrat.errors import DurabilityError, EntryTooLargeError, LogClosedError
 from substrat.events import KNOWN_EVENTS
@@ -58,6 +60,10 @@ _CRC_PREFIX = b'{"crc":"'
 _CRC_HEX_END = len(_CRC_PREFIX) + 8
 _BODY_START = _CRC_HEX_END + 2  # past '",'
 _RESERVED_KEYS = frozenset({"crc", "seq", "ts", "event", "data"})
+_CRC_OF_OPEN_BRACE = zlib.crc32(b"{")
+MIN_INT = -(1 << 63)
+MAX_INT = (1 << 64) - 1
+"""Integers outside [MIN_INT, MAX_INT] are refused: the JSON codec (orjson) is 64-bit."""
 
 Entry = dict[str, Any]
 Clock = Callable[[], str]
@@ -71,16 +77,22 @@ def utc_now_iso() -> str:
 def check_plain_json(value: object, where: str = "data") -> None:
     """Raise TypeError unless ``value`` is made only of plain JSON types.
 
-    Plain means dict (str keys), list, str, int, finite float, bool and None.
-    Tuples, sets, bytes, UUIDs and other objects are refused: the log must read
-    back as exactly what was written, in any version and any language.
+    Plain means dict (str keys), list, str, int (within 64 bits), finite float,
+    bool and None. Tuples, sets, bytes, UUIDs and other objects are refused: the
+    log must read back as exactly what was written, in any version and any
+    language (many JSON readers, orjson among them, have no integers wider
+    than 64 bits).
     """
     stack: list[tuple[object, str, int]] = [(value, where, 0)]
     while stack:
         item, path, depth = stack.pop()
         if depth > MAX_NESTING_DEPTH:
             raise TypeError(f"{path}: nested deeper than {MAX_NESTING_DEPTH} levels")
-        if item is None or isinstance(item, (str, bool, int)):
+        if item is None or isinstance(item, (str, bool)):
+            continue
+        if isinstance(item, int):
+            if not MIN_INT <= item <= MAX_INT:
+                raise TypeError(f"{path}: {item} does not fit in 64 bits; store it as a string")
             continue
         if isinstance(item, float):
             if not math.isfinite(item):
@@ -103,9 +115,12 @@ def check_plain_json(value: object, where: str = "data") -> None:
 
 
 def encode_entry(body: Mapping[str, Any]) -> bytes:
-    """Serialise one entry (without ``crc``) into a checksummed log line."""
-    raw = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    payload = raw.encode("utf-8")
+    """Serialise one entry (without ``crc``) into a checksummed log line.
+
+    The body must be plain JSON (see :func:`check_plain_json`); anything the
+    codec cannot write exactly raises TypeError.
+    """
+    payload = orjson.dumps(body)
     crc = zlib.crc32(payload)
     return b'{"crc":"%08x",' % crc + payload[1:] + b"\n"
 
@@ -121,11 +136,12 @@ def decode_line(line: bytes) -> Entry | str:
             expected = int(line[len(_CRC_PREFIX) : _CRC_HEX_END], 16)
         except ValueError:
             expected = -1
-        body = b"{" + line[_BODY_START:]
-        if zlib.crc32(body) == expected:
+        # The checksum covers '{' + the line after the crc member; seeding the
+        # CRC with '{' spares copying the line.
+        if zlib.crc32(memoryview(line)[_BODY_START:], _CRC_OF_OPEN_BRACE) == expected:
             try:
-                entry = json.loads(body)
-            except ValueError:
+                entry = orjson.loads(b"{" + line[_BODY_START:])
+            except orjson.JSONDecodeError:
                 return "invalid_json"
             if isinstance(entry, dict) and isinstance(entry.get("seq"), int):
                 return entry

@@ -13,6 +13,8 @@ from hypothesis import strategies as st
 from substrat.errors import EntryTooLargeError, LogClosedError
 from substrat.eventlog import (
     MAX_ENTRY_BYTES,
+    MAX_INT,
+    MIN_INT,
     PENDING_NAME,
     EventLog,
     encode_entry,
@@ -67,6 +69,8 @@ def test_log_returns_after_fsync_and_close_removes_pending(
         {"b": b"bytes"},
         {"f": float("nan")},
         {"s": {1, 2}},
+        {"big": MAX_INT + 1},
+        {"small": [MIN_INT - 1]},
     ],
 )
 def test_non_plain_data_raises_type_error_before_writing(tmp_path: Path, bad: Any) -> None:
@@ -234,7 +238,7 @@ def test_missing_log_reads_empty(tmp_path: Path) -> None:
 json_values = st.recursive(
     st.none()
     | st.booleans()
-    | st.integers()
+    | st.integers(MIN_INT, MAX_INT)
     | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(),
     lambda children: (
