@@ -67,6 +67,8 @@ MAX_INT = (1 << 64) - 1
 
 Entry = dict[str, Any]
 Clock = Callable[[], str]
+Sink = Callable[[list[Entry]], None]
+"""Takes healthy entries in file order, a batch at a time."""
 
 
 def utc_now_iso() -> str:
@@ -227,7 +229,22 @@ def iter_log(
     reads as empty. If ``tail_info`` is given, its first element is set to the
     offset just past the last valid line.
     """
-    seen: set[int] = set()
+    for batch in _batches(path, damage, known_events, set(), tail_info):
+        yield from batch
+
+
+BATCH_LINES = 1024
+"""Entries are handed on in lists this long: one generator step per batch, not per line."""
+
+
+def _batches(
+    path: str | os.PathLike[str],
+    damage: DamageReport,
+    known_events: frozenset[str] | None,
+    seen: set[int],
+    tail_info: list[int] | None,
+) -> Iterator[list[Entry]]:
+    """The healthy entries in batches; ``seen`` collects their seqs, unknown types included."""
     offset = 0
     valid_end = 0
     try:
@@ -237,6 +254,7 @@ def iter_log(
             tail_info[:] = [0]
         return
     with handle:
+        batch: list[Entry] = []
         for line_no, raw in enumerate(handle, start=1):
             start = offset
             offset += len(raw)
@@ -256,7 +274,11 @@ def iter_log(
             if known_events is not None and decoded.get("event") not in known_events:
                 damage.unknown_events.append(decoded)
                 continue
-            yield decoded
+            batch.append(decoded)
+            if len(batch) == BATCH_LINES:
+                yield batch
+                batch = []
+        yield batch
     if tail_info is not None:
         tail_info[:] = [valid_end]
 
@@ -267,7 +289,9 @@ def read_log(
     """Read a whole log. Never raises on damage; see :func:`iter_log`."""
     damage = DamageReport()
     tail: list[int] = [0]
-    entries = list(iter_log(path, damage, known_events=known_events, tail_info=tail))
+    entries: list[Entry] = []
+    for batch in _batches(path, damage, known_events, set(), tail):
+        entries.extend(batch)
     return LogRead(entries, damage, tail[0])
 
 
@@ -280,6 +304,14 @@ class OpenReport:
     pending_discarded: str | None = None
     last_seq: int = 0
     damage: DamageReport = field(default_factory=DamageReport)
+    valid_end: int = 0
+    """Where the log ends after the repair, not counting a replayed pending entry."""
+    pending_found: bool = False
+
+    def kept_damage(self) -> DamageReport:
+        """The damage still in the log after the repair (a cut tail is gone)."""
+        kept = [d for d in self.damage.items if d.offset < self.valid_end]
+        return DamageReport(kept, list(self.damage.unknown_events))
 
 
 class EventLog:
@@ -287,6 +319,12 @@ class EventLog:
 
     Use as a context manager, or call :meth:`close`. ``context`` fields (for
     example ``{"session_id": ...}``) are written into every entry.
+
+    Opening reads the whole log once to repair it. A reader that wants the
+    entries too passes ``sink``: it gets every healthy entry of a known event
+    type in file order (the replayed pending entry last), exactly what
+    :func:`read_log` would yield after the repair, and entries of unknown types
+    land in ``report.damage.unknown_events``. So recovery reads each log once.
     """
 
     def __init__(
@@ -295,6 +333,8 @@ class EventLog:
         context: Mapping[str, Any] | None = None,
         *,
         clock: Clock = utc_now_iso,
+        sink: Sink | None = None,
+        writable: bool = True,
     ) -> None:
         self.path = Path(path)
         self.pending_path = self.path.with_name(PENDING_NAME)
@@ -306,7 +346,7 @@ class EventLog:
         self._clock = clock
         self._fd: int | None = None
         self._pending_fd: int | None = None
-        self.report = self._open()
+        self.report = self._open(sink, writable)
         self._next_seq = self.report.last_seq + 1
 
     @property
@@ -314,11 +354,12 @@ class EventLog:
         """The ``seq`` of the newest durable entry (0 for an empty log)."""
         return self._next_seq - 1
 
-    def _open(self) -> OpenReport:
+    def _open(self, sink: Sink | None, writable: bool) -> OpenReport:
         report = OpenReport()
         if not os.path.exists(self.path):
             persistence.durable_create(self.path)
-        scan = _scan_for_repair(self.path, report.damage)
+        scan = _scan_for_repair(self.path, report.damage, sink)
+        report.valid_end = scan.valid_end
         size = os.stat(self.path).st_size
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
         try:
@@ -333,6 +374,16 @@ class EventLog:
                 persistence.fsync_fd(fd, self.path)
                 report.pending_replayed = True
                 report.last_seq = max(report.last_seq, replay[0])
+                if sink is not None:
+                    if replay[2].get("event") in KNOWN_EVENTS:
+                        sink([replay[2]])
+                    else:
+                        report.damage.unknown_events.append(replay[2])
+            if not writable:
+                os.close(fd)
+                if report.pending_found:  # what close() would have done
+                    _unlink_quietly(self.pending_path)
+                return report
             pending_fd = os.open(self.pending_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         except OSError:
             os.close(fd)
@@ -341,11 +392,14 @@ class EventLog:
         self._pending_fd = pending_fd
         return report
 
-    def _pending_to_replay(self, seqs: set[int], report: OpenReport) -> tuple[int, bytes] | None:
+    def _pending_to_replay(
+        self, seqs: set[int], report: OpenReport
+    ) -> tuple[int, bytes, Entry] | None:
         try:
             raw = persistence.read_bytes(self.pending_path)
         except FileNotFoundError:
             return None
+        report.pending_found = True
         line, newline, _stale = raw.partition(b"\n")
         if not newline:
             report.pending_discarded = "torn" if raw else None
@@ -357,7 +411,7 @@ class EventLog:
         if decoded["seq"] in seqs:
             report.pending_discarded = "already_logged"
             return None
-        return decoded["seq"], line + b"\n"
+        return decoded["seq"], line + b"\n", decoded
 
     def log(self, event: str, data: Mapping[str, Any] | None = None) -> int:
         """Append one entry durably and return its ``seq``.
@@ -418,10 +472,7 @@ class EventLog:
         was_open = self._fd is not None
         self._poison()
         if was_open:
-            try:
-                os.unlink(self.pending_path)
-            except FileNotFoundError:
-                pass
+            _unlink_quietly(self.pending_path)
 
     @property
     def closed(self) -> bool:
@@ -456,9 +507,32 @@ class _RepairScan:
     seqs: set[int]
 
 
-def _scan_for_repair(path: Path, damage: DamageReport) -> _RepairScan:
+def _scan_for_repair(path: Path, damage: DamageReport, sink: Sink | None) -> _RepairScan:
     seqs: set[int] = set()
     tail = [0]
-    for entry in iter_log(path, damage, known_events=None, tail_info=tail):
-        seqs.add(entry["seq"])
+    # Unknown event types still count for the repair (their seqs are taken);
+    # only the sink is spared them, as read_log would spare its reader.
+    for batch in _batches(path, damage, None, seqs, tail):
+        if sink is not None:
+            known = [e for e in batch if e.get("event") in KNOWN_EVENTS]
+            if len(known) < len(batch):
+                damage.unknown_events.extend(e for e in batch if e.get("event") not in KNOWN_EVENTS)
+            sink(known)
     return _RepairScan(tail[0], max(seqs, default=0), seqs)
+
+
+def _unlink_quietly(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def repair_log(path: str | os.PathLike[str], sink: Sink | None = None) -> OpenReport:
+    """Repair the log at ``path`` as opening it does, feeding ``sink``; leave it closed.
+
+    One read of the file serves both the repair and the reader (see
+    :class:`EventLog`). No pending file is created; one that was there is
+    removed afterwards, as :meth:`EventLog.close` would.
+    """
+    return EventLog(path, sink=sink, writable=False).report

@@ -4,8 +4,9 @@ Runs when an :class:`~substrat.orchestrator.Orchestrator` opens a root:
 
 1. ``SessionStore.recover()``: ACTIVE records become SUSPENDED (no provider
    session survives a crash); unreadable records are quarantined.
-2. Every live session's log is opened, which repairs a torn tail and replays a
-   pending entry, and then read once into :class:`AgentFacts`.
+2. Every live session's log is repaired (a torn tail cut, a pending entry
+   replayed) and distilled into :class:`AgentFacts` in the same single read;
+   the log is left closed (it is opened for writing when first written to).
 3. Records lost to damage are rebuilt from ``session.created`` and
    ``agent.created`` when the log has them.
 4. The tree is rebuilt from ``agent.created`` / ``agent.terminated``. A
@@ -35,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from substrat import events
 from substrat.agents import USER, AgentNode, AgentState, MessageEnvelope
-from substrat.eventlog import DamageReport, Entry, iter_log
+from substrat.eventlog import DamageReport, Entry, iter_log, repair_log
 from substrat.session import Quarantined, Session, SessionState, SessionStore
 
 if TYPE_CHECKING:
@@ -67,7 +68,9 @@ class AgentFacts:
     enqueued: dict[str, dict[str, Any]] = field(default_factory=dict)
     delivered: set[str] = field(default_factory=set)
     committed: list[dict[str, Any]] = field(default_factory=list)
-    """The ``effects`` of every completed turn, in order."""
+    """The ``effects`` of every completed turn that spawned, sent or terminated
+    something, in order (turns with none of these have nothing to roll forward;
+    keeping only these keeps a long log's facts small)."""
     turn_starts: int = 0
     completed_turns: int = 0
     last_complete_seq: int = 0
@@ -86,45 +89,56 @@ class AgentFacts:
     def pending(self) -> list[dict[str, Any]]:
         return [m for i, m in self.enqueued.items() if i not in self.delivered]
 
+    def add_all(self, entries: Iterable[Entry]) -> None:
+        for entry in entries:
+            self.add(entry)
 
-def collect_facts(session_id: str, entries: Iterable[Entry]) -> AgentFacts:
-    facts = AgentFacts(session_id)
-    for entry in entries:
-        facts.entries += 1
+    def add(self, entry: Entry) -> None:
+        """Fold one log entry (in file order) into the facts."""
+        self.entries += 1
         event = entry.get("event")
         data = entry.get("data")
-        if not isinstance(data, dict):
-            continue
-        if event == events.MESSAGE_ENQUEUED:
-            if "message_id" in data:
-                facts.enqueued[str(data["message_id"])] = data
-        elif event == events.MESSAGE_DELIVERED:
-            ids = data.get("message_ids") or [data.get("message_id")]
-            facts.delivered.update(str(i) for i in ids if i)
-        elif event == events.TURN_START:
-            facts.turn_starts += 1
-            facts.open_turns[str(data.get("turn_id"))] = str(data.get("prompt", ""))
+        if type(data) is not dict:
+            return
+        if event == events.TURN_START:
+            self.turn_starts += 1
+            self.open_turns[str(data.get("turn_id"))] = str(data.get("prompt", ""))
         elif event == events.TURN_COMPLETE:
             turn_id = str(data.get("turn_id"))
-            prompt = facts.open_turns.pop(turn_id, "")
+            prompt = self.open_turns.pop(turn_id, "")
             effects = data.get("effects") or {}
-            facts.committed.append(effects)
-            facts.delivered.update(str(i) for i in effects.get("delivered", []))
-            facts.completed_turns += 1
-            facts.last_complete_seq = int(entry["seq"])
-            facts.last_complete = {
+            if effects.get("spawns") or effects.get("messages") or effects.get("terminations"):
+                self.committed.append(effects)
+            delivered = effects.get("delivered")
+            if delivered:
+                self.delivered.update(str(i) for i in delivered)
+            self.completed_turns += 1
+            self.last_complete_seq = int(entry["seq"])
+            self.last_complete = {
                 "turn_id": turn_id,
                 "prompt": prompt,
                 "response": data.get("response", ""),
             }
+        elif event == events.MESSAGE_ENQUEUED:
+            if "message_id" in data:
+                self.enqueued[str(data["message_id"])] = data
+        elif event == events.MESSAGE_DELIVERED:
+            ids = data.get("message_ids") or [data.get("message_id")]
+            self.delivered.update(str(i) for i in ids if i)
         elif event == events.TURN_FAILED:
-            facts.open_turns.pop(str(data.get("turn_id")), None)
+            self.open_turns.pop(str(data.get("turn_id")), None)
         elif event == events.AGENT_CREATED:
-            facts.created = data
+            self.created = data
         elif event == events.SESSION_CREATED:
-            facts.session_created = data
+            self.session_created = data
         elif event == events.AGENT_TERMINATED:
-            facts.terminated = True
+            self.terminated = True
+
+
+def collect_facts(session_id: str, entries: Iterable[Entry]) -> AgentFacts:
+    facts = AgentFacts(session_id)
+    for entry in entries:
+        facts.add(entry)
     return facts
 
 
@@ -206,7 +220,9 @@ async def recover(orch: Orchestrator) -> RecoveryReport:
         path = orch.logs.path(sid)
         if not os.path.exists(path):
             continue
-        opened = orch.logs.get(sid).report
+        orch.logs.close(sid)  # the repair below must be the only open of this log
+        collected = AgentFacts(sid)
+        opened = repair_log(path, collected.add_all)
         if (
             opened.truncated_bytes
             or opened.pending_replayed
@@ -221,8 +237,9 @@ async def recover(orch: Orchestrator) -> RecoveryReport:
                 "pending_replayed": opened.pending_replayed,
                 "pending_discarded": opened.pending_discarded,
             }
-        facts[sid] = read_facts(sid, path)
-        report.events_read += facts[sid].entries
+        collected.damage = opened.kept_damage().counts()
+        facts[sid] = collected
+        report.events_read += collected.entries
         if facts[sid].damage:
             report.log_damage[sid] = facts[sid].damage
 
@@ -262,9 +279,11 @@ async def recover(orch: Orchestrator) -> RecoveryReport:
     }
     _build_tree(orch, live, records, facts, report)
     user_log = orch.logs.path(USER)
+    user_facts = AgentFacts(USER)
     if os.path.exists(user_log.parent):
-        orch.logs.get(USER)  # repair and replay before reading, like every other log
-    user_facts = read_facts(USER, user_log)
+        orch.logs.close(USER)
+        # repaired and replayed in the same read that collects it, like every other log
+        user_facts.damage = repair_log(user_log, user_facts.add_all).kept_damage().counts()
     report.events_read += user_facts.entries
     _roll_forward(orch, live, facts, records, user_facts, report)
     _rebuild_inboxes(orch, live, user_facts, report)
