@@ -375,3 +375,26 @@ def test_sigterm_cancels_a_turn_past_the_grace_and_says_so(start: Start, tmp_pat
         status = client.call("daemon.status")
         assert status["previous_shutdown"] == "clean"
         assert client.call("agent.show", {"agent": "a"})["lost_turn"] is None  # failed, not lost
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="recovery keeps a turn.start without turn.complete open forever: every later "
+    "start reports the same lost turn again and re-tells the agent; reported to the "
+    "recovery owner",
+)
+def test_a_lost_turn_is_reported_once(start: Start, tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    daemon = start(root)
+    with Client(root) as client:
+        client.call("agent.create", {"name": "a", "provider": "paced", "model": "1000ms"})
+    outcome: dict[str, Any] = {}
+    worker = _send_in_thread(root, "a", "doomed", outcome)
+    _wait_for(lambda: _busy(root), 10)
+    daemon.kill()
+    worker.join(30)
+    start(root).terminate()  # recovers and reports the lost turn, then stops cleanly
+    start(root)
+    with Client(root) as client:
+        assert client.call("daemon.status")["last_recovery"] is None
