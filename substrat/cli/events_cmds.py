@@ -116,7 +116,13 @@ def watch(
     wanted = list(events) or None
     names: dict[str, str] = {}
     shown = 0
-    for name, params in stream_events(opts, wanted, reconnect=not no_reconnect):
+
+    def learn_names(conn: client_mod.Client, _reconnected: bool) -> None:
+        if not opts.json:  # agents by path in the lines printed for people
+            names.update(render.names_of(conn.call("agent.list")))
+
+    stream = stream_events(opts, wanted, reconnect=not no_reconnect, on_subscribed=learn_names)
+    for name, params in stream:
         if name == "daemon.heartbeat":
             if not heartbeats:
                 continue
