@@ -125,6 +125,8 @@ class PowerLossReport:
     lost_turns_reported: int = 0
     redelivered_reported: int = 0
     io_errors_after_lazyfs_crash: int = 0
+    errored_but_applied: int = 0
+    """Operations answered with an I/O error that recovery nevertheless shows as done."""
     agents_at_end: int = 0
     state_bytes: int = 0
     """Size of the state directories after the last check."""
@@ -154,7 +156,8 @@ class PowerLossReport:
             f"(survived: {self.in_flight_applied})",
             f"- recovery reported: {self.lost_turns_reported} turns lost in flight, "
             f"{self.redelivered_reported} pending messages put back in inboxes",
-            f"- I/O errors answered after LazyFS died: {self.io_errors_after_lazyfs_crash}",
+            f"- I/O errors answered after LazyFS died: {self.io_errors_after_lazyfs_crash} "
+            f"(operation done all the same: {self.errored_but_applied})",
             f"- at the end: {self.agents_at_end} live agents, {self.turns_at_end} turns, "
             f"{self.state_bytes / 2**20:.1f} MiB of state",
         ]
@@ -274,8 +277,10 @@ class Campaign:
         self.model.settle(state)
         report.acknowledged = self.model.acked_ops
         if in_flight is not None:
+            applied = expected(state) != before
             report.in_flight_at_cut += 1
-            report.in_flight_applied += expected(state) != before
+            report.in_flight_applied += applied
+            report.errored_but_applied += applied and driver.unexpected is not None
         report.lost_turns_reported += len(recovery.get("lost_turns") or [])
         report.redelivered_reported += len(recovery.get("redelivered") or [])
         report.cycles += 1
