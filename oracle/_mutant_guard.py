@@ -19,6 +19,11 @@ from typing import Any
 
 import pytest
 
+# Imported now, while pytest is still parsing its options: once the initial
+# conftest files load, the repository root is put first on sys.path and an
+# import of substrat from then on would find the working tree.
+import substrat
+
 DIR_ENV = "SUBSTRAT_MUTANT_DIR"
 REPORT_ENV = "SUBSTRAT_MUTANT_REPORT"
 MAX_MESSAGE_CHARS = 400
@@ -41,8 +46,6 @@ def pytest_configure(config: pytest.Config) -> None:
     expected = os.environ.get(DIR_ENV)
     if not expected:
         raise pytest.UsageError(f"{__name__} is for oracle.mutants runs only ({DIR_ENV} unset)")
-    import substrat
-
     where = Path(substrat.__file__).resolve()
     if not where.is_relative_to(Path(expected).resolve()):
         raise pytest.UsageError(

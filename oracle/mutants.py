@@ -315,7 +315,8 @@ def render_table(results: Sequence[MutantResult], total_s: float) -> None:
             detail,
             f"{r.duration_s:.1f}s",
         )
-    console = Console()
+    # Wide when piped (CI logs), so node ids are not folded into several lines.
+    console = Console(width=None if sys.stdout.isatty() else 200)
     console.print(table)
     killed = sum(r.status == KILLED for r in results)
     console.print(f"{killed}/{len(results)} killed in {total_s:.1f}s wall time")

@@ -132,14 +132,21 @@ def test_atomic_write_fsyncs_its_directory():
 
 
 def test_end_to_end_kill_survive_and_isolation(tmp_path: Path) -> None:
+    # Laid out like this repository: a tests package with a conftest (loading it puts
+    # the repository root first on sys.path) next to a substrat package that must
+    # not be the one under test.
     repo = tmp_path / "repo"
-    repo.mkdir()
-    (repo / "test_probe.py").write_text(PROBE_TEST)
-    config = mutants.RunConfig(tests=("test_probe.py",), repo=repo, timeout_s=120)
+    (repo / "tests").mkdir(parents=True)
+    (repo / "substrat").mkdir()
+    (repo / "substrat" / "__init__.py").write_text("raise ImportError('the working tree')\n")
+    (repo / "tests" / "__init__.py").write_text("")
+    (repo / "tests" / "conftest.py").write_text("")
+    (repo / "tests" / "test_probe.py").write_text(PROBE_TEST)
+    config = mutants.RunConfig(tests=("tests/test_probe.py",), repo=repo, timeout_s=120)
     before = _tree_digest(SOURCE)
     killed = mutants.run_mutant(by_name()["atomic_write_no_dir_fsync"], config)
     assert killed.status == mutants.KILLED, killed.message
-    assert killed.killer == "test_probe.py::test_atomic_write_fsyncs_its_directory"
+    assert killed.killer == "tests/test_probe.py::test_atomic_write_fsyncs_its_directory"
     survivor = mutants.run_mutant(by_name()["unlink_no_dir_fsync"], config)
     assert survivor.status == mutants.SURVIVED, survivor.message
     assert mutants.exit_status([killed, survivor]) == 1
