@@ -76,6 +76,11 @@ class AgentFacts:
     last_complete_seq: int = 0
     last_complete: dict[str, Any] | None = None
     open_turns: dict[str, str] = field(default_factory=dict)
+    """The turn started and neither completed nor failed (one turn at a time per
+    agent, so at most the newest one)."""
+    lost_notice: dict[str, Any] | None = None
+    """A turn an earlier recovery closed as lost, not yet followed by a completed one:
+    the agent has still to be told about it."""
     entries: int = 0
     damage: dict[str, int] = field(default_factory=dict)
 
@@ -102,7 +107,8 @@ class AgentFacts:
             return
         if event == events.TURN_START:
             self.turn_starts += 1
-            self.open_turns[str(data.get("turn_id"))] = str(data.get("prompt", ""))
+            # a newer start means any older open turn was lost (and closed) before it
+            self.open_turns = {str(data.get("turn_id")): str(data.get("prompt", ""))}
         elif event == events.TURN_COMPLETE:
             turn_id = str(data.get("turn_id"))
             prompt = self.open_turns.pop(turn_id, "")
@@ -113,6 +119,7 @@ class AgentFacts:
             if delivered:
                 self.delivered.update(str(i) for i in delivered)
             self.completed_turns += 1
+            self.lost_notice = None
             self.last_complete_seq = int(entry["seq"])
             self.last_complete = {
                 "turn_id": turn_id,
@@ -126,7 +133,12 @@ class AgentFacts:
             ids = data.get("message_ids") or [data.get("message_id")]
             self.delivered.update(str(i) for i in ids if i)
         elif event == events.TURN_FAILED:
-            self.open_turns.pop(str(data.get("turn_id")), None)
+            prompt = self.open_turns.pop(str(data.get("turn_id")), "")
+            if data.get("lost"):
+                self.lost_notice = {
+                    "turn_id": str(data.get("turn_id")),
+                    "prompt": str(data.get("prompt", prompt)),
+                }
         elif event == events.AGENT_CREATED:
             self.created = data
         elif event == events.SESSION_CREATED:
@@ -289,9 +301,18 @@ async def recover(orch: Orchestrator) -> RecoveryReport:
     _rebuild_inboxes(orch, live, user_facts, report)
     for node in orch.tree.walk():
         f = live.get(node.session_id)
-        if f is not None and f.lost_turn is not None:
-            node.lost_turn = f.lost_turn
-            report.lost_turns.append({"agent_id": node.agent_id, **f.lost_turn})
+        if f is None:
+            continue
+        lost = f.lost_turn
+        if lost is not None:
+            # Closed durably, so the next start does not report it again; the
+            # agent is still told at its next turn (lost_notice).
+            orch.logs.get(node.session_id).log(
+                events.TURN_FAILED,
+                {**lost, "error": "lost in flight: the daemon stopped mid-turn", "lost": True},
+            )
+            report.lost_turns.append({"agent_id": node.agent_id, **lost})
+        node.lost_turn = lost or f.lost_notice
     report.agents = len(orch.tree)
     report.roots = len(orch.tree.roots())
     orch.tree.check()

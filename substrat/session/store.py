@@ -106,8 +106,9 @@ class SessionStore:
                 validate_session_id(name)
             except ValueError:
                 bad.append(name)
-            else:
-                good.append(name)
+                continue
+            # a plain file with a session's name is not a session (and has no record to move)
+            (good if os.path.isdir(self.agents_dir / name) else bad).append(name)
         return good, bad
 
     def scan(self, *, quarantine: bool = True) -> ScanResult:

@@ -377,13 +377,6 @@ def test_sigterm_cancels_a_turn_past_the_grace_and_says_so(start: Start, tmp_pat
         assert client.call("agent.show", {"agent": "a"})["lost_turn"] is None  # failed, not lost
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="recovery keeps a turn.start without turn.complete open forever: every later "
-    "start reports the same lost turn again and re-tells the agent; reported to the "
-    "recovery owner",
-)
 def test_a_lost_turn_is_reported_once(start: Start, tmp_path: Path) -> None:
     root = tmp_path / "root"
     daemon = start(root)

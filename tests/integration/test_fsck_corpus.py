@@ -331,13 +331,6 @@ def test_file_where_a_session_directory_should_be(base: Base, tmp_path: Path) ->
         daemon.terminate()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=DaemonStartError,
-    reason="SessionStore.scan quarantines agents/<id>/session.json of a plain file named "
-    "like a session and the rename fails with ENOTDIR, so the daemon does not start; "
-    "reported to the session-store owner",
-)
 def test_daemon_starts_with_a_file_where_a_session_directory_should_be(
     base: Base, tmp_path: Path
 ) -> None:
