@@ -23,7 +23,6 @@ import pytest
 
 from substrat import fsck
 from substrat.client import Client, DaemonProcess
-from substrat.errors import DaemonStartError
 from substrat.eventlog import encode_entry, read_log
 from substrat.orchestrator import Orchestrator
 from substrat.session import Session, SessionState, SessionStore, new_session_id
