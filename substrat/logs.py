@@ -38,9 +38,11 @@ class LogPool:
 
     def get(self, endpoint: str) -> EventLog:
         log = self._open.get(endpoint)
-        if log is not None:
+        if log is not None and not log.closed:
             self._open.move_to_end(endpoint)
             return log
+        # Not open, or poisoned by a failed write: (re)open, which repairs the tail.
+        self._open.pop(endpoint, None)
         if endpoint == USER:
             persistence.durable_mkdir(self.path(USER).parent)
             log = EventLog(self.path(USER), {"endpoint": USER}, clock=self._clock)

@@ -309,3 +309,34 @@ def test_pending_overwritten_in_place_only_first_line_counts(tmp_path: Path) -> 
     reopened.close()
     log.close()
     assert [e["data"]["prompt"] for e in read_log(path).entries][1:] == ["short", "next"]
+
+
+def test_log_pool_reopens_a_log_poisoned_by_a_failed_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from substrat.errors import DurabilityError
+    from substrat.logs import LogPool
+    from substrat.session import SessionStore, new_session_id
+
+    store = SessionStore(tmp_path)
+    sid = new_session_id()
+    store.create_dir(sid)
+    pool = LogPool(store)
+    pool.get(sid).log("turn.start", {"prompt": "a"})
+    real = os.fsync
+    calls = {"n": 0}
+
+    def failing_once(fd: int) -> None:
+        calls["n"] += 1
+        if calls["n"] == 2:  # the append's fsync (the first is the pending file's)
+            raise OSError(5, "Input/output error")
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", failing_once)
+    with pytest.raises(DurabilityError):
+        pool.get(sid).log("turn.start", {"prompt": "b"})
+    monkeypatch.undo()
+    assert pool.get(sid).log("turn.start", {"prompt": "c"}) >= 2
+    pool.close_all()
+    prompts = [e["data"]["prompt"] for e in read_log(store.log_path(sid)).entries]
+    assert prompts[0] == "a" and prompts[-1] == "c"
