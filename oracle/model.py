@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import copy
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from oracle.errors import OracleViolation
@@ -67,6 +67,22 @@ class ModelState:
 
     def inbox(self, endpoint: str) -> dict[str, dict[str, Any]]:
         return self.inboxes.setdefault(endpoint, {})
+
+    def copy(self) -> ModelState:
+        """An independent copy, several times cheaper than ``copy.deepcopy``.
+
+        Message dicts are shared: the model moves them between inboxes but
+        never changes one.
+        """
+        return ModelState(
+            agents={
+                key: replace(agent, turns=list(agent.turns), children=dict(agent.children))
+                for key, agent in self.agents.items()
+            },
+            roots=dict(self.roots),
+            terminated=set(self.terminated),
+            inboxes={key: dict(inbox) for key, inbox in self.inboxes.items()},
+        )
 
     def path(self, agent_id: str) -> str:
         names = []
@@ -252,4 +268,14 @@ class Model:
             )
 
     def copy_state(self) -> ModelState:
-        return copy.deepcopy(self.state)
+        return self.state.copy()
+
+    def copy(self) -> Model:
+        """An independent copy of the whole model (state, trace and in-flight operation)."""
+        twin = copy.copy(self)
+        twin.state = self.state.copy()
+        twin.trace = [replace(op) for op in self.trace]
+        if self.inflight is not None:
+            where = next(i for i, op in enumerate(self.trace) if op is self.inflight)
+            twin.inflight = twin.trace[where]
+        return twin

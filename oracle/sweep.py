@@ -14,7 +14,6 @@ scenario) or through ``tests/stress/test_sweep.py``.
 from __future__ import annotations
 
 import argparse
-import copy
 import sys
 import time
 from collections.abc import Callable
@@ -172,7 +171,7 @@ def sweep(
                 step = scenario.steps[crashed_in]
                 key = f"boundary={boundary} mode={mode} image=#{index} in step {step}"
                 try:
-                    harness.check_image(image, copy.deepcopy(harness.model))
+                    harness.check_image(image, harness.model.copy())
                 except OracleViolation as exc:
                     result.failures.append(f"{key}\n{exc}")
                 result.states += 1
@@ -192,7 +191,7 @@ def _sweep_recovery(harness: CrashHarness, boundary: int, result: SweepResult) -
         image = power.crash_image("process")  # a fresh copy of the same disk
         image.arm(recovery_boundary)
         try:
-            harness.check_image(image, copy.deepcopy(harness.model))
+            harness.check_image(image, harness.model.copy())
         except SimulatedCrash:
             pass
         except OracleViolation as exc:
@@ -204,7 +203,7 @@ def _sweep_recovery(harness: CrashHarness, boundary: int, result: SweepResult) -
             second = image.crash_image(mode)
             key = f"boundary={boundary} recovery-crash={recovery_boundary} then mode={mode}"
             try:
-                harness.check_image(second, copy.deepcopy(harness.model))
+                harness.check_image(second, harness.model.copy())
             except OracleViolation as exc:
                 result.failures.append(f"{key}\n{exc}")
             result.recovery_states += 1
