@@ -14,15 +14,17 @@ scenario) or through ``tests/stress/test_sweep.py``.
 from __future__ import annotations
 
 import argparse
+import pickle
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from faultfs import MODES, SimulatedCrash
+from faultfs import MODES, FaultFS, SimulatedCrash
 from oracle.errors import OracleViolation
 from oracle.harness import CrashHarness, scripted_registry
+from oracle.model import Model
 from oracle.workload import Step
 from substrat.providers.registry import ProviderRegistry
 
@@ -125,12 +127,49 @@ class SweepResult:
     boundaries: int = 0
     states: int = 0
     recovery_states: int = 0
+    distinct: int = 0
+    """States actually recovered and checked; the others had the disk and the
+    model of one of these, so they share its verdict."""
     seconds: float = 0.0
     failures: list[str] = field(default_factory=list)
+    _verdicts: dict[bytes, str | None] = field(default_factory=dict, repr=False)
+    _recovery_sweeps: dict[bytes, tuple[int, list[str]]] = field(default_factory=dict, repr=False)
 
     @property
     def rate(self) -> float:
         return (self.states + self.recovery_states) / self.seconds if self.seconds else 0.0
+
+
+def state_key(image: FaultFS, model: Model) -> bytes:
+    """Equal for two crash states that must get the same verdict: the same disk and model.
+
+    Recovery is deterministic given the disk (ids and clocks only name what it
+    writes), and the checks read nothing but the recovered root and the model,
+    so such states need one recovery between them. Unequal keys for equal
+    states only cost a check.
+    """
+    inflight = None if model.inflight is None else (model.inflight.kind, model.inflight.args)
+    return pickle.dumps((sorted(image.tree().items()), model.state, inflight))
+
+
+def _check(
+    harness: CrashHarness, image: FaultFS, label: str, result: SweepResult, dedupe: bool
+) -> None:
+    key = state_key(image, harness.model) if dedupe else b""
+    if dedupe and key in result._verdicts:
+        failure = result._verdicts[key]
+        if failure is not None:
+            result.failures.append(f"{label} (same disk and model as an earlier failure)")
+        return
+    failure = None
+    try:
+        harness.check_image(image, harness.model.copy())
+    except OracleViolation as exc:
+        failure = str(exc)
+        result.failures.append(f"{label}\n{exc}")
+    result.distinct += 1
+    if dedupe:
+        result._verdicts[key] = failure
 
 
 def count_boundaries(scenario: Scenario, profile: str, **harness_options: Any) -> int:
@@ -151,11 +190,14 @@ def sweep(
     max_failures: int = 5,
     registry: Callable[[], ProviderRegistry] = scripted_registry,
     provider: str = "scripted",
+    dedupe: bool = True,
 ) -> SweepResult:
     """Crash ``scenario`` at every boundary and check every image (bounded per mode).
 
     ``registry`` and ``provider`` choose the provider the scenario's root
-    agents (and so their children) run on.
+    agents (and so their children) run on. With ``dedupe`` a state with the
+    disk and model of one already checked takes that one's verdict (see
+    :func:`state_key`); ``result.distinct`` counts the recoveries run.
     """
     options: dict[str, Any] = {"registry": registry, "provider": provider}
     result = SweepResult(scenario.name, profile)
@@ -170,13 +212,10 @@ def sweep(
             for index, image in enumerate(harness.fs.crash_images(mode, limit=images_per_mode)):
                 step = scenario.steps[crashed_in]
                 key = f"boundary={boundary} mode={mode} image=#{index} in step {step}"
-                try:
-                    harness.check_image(image, harness.model.copy())
-                except OracleViolation as exc:
-                    result.failures.append(f"{key}\n{exc}")
+                _check(harness, image, key, result, dedupe)
                 result.states += 1
         if recovery_crashes and boundary % RECOVERY_CRASH_EVERY == 0:
-            _sweep_recovery(harness, boundary, result)
+            _sweep_recovery(harness, boundary, result, dedupe)
         harness.close()
         if len(result.failures) >= max_failures:
             break
@@ -184,9 +223,35 @@ def sweep(
     return result
 
 
-def _sweep_recovery(harness: CrashHarness, boundary: int, result: SweepResult) -> None:
-    """Crash recovery itself at each of its boundaries (power image), then recover again."""
+def _sweep_recovery(
+    harness: CrashHarness, boundary: int, result: SweepResult, dedupe: bool = True
+) -> None:
+    """Crash recovery itself at each of its boundaries (power image), then recover again.
+
+    Recovery's crash points depend only on the disk it starts from, so a
+    power image (and model) already swept this way takes the earlier outcome.
+    """
     power = harness.fs.crash_image("power")
+    key = state_key(power, harness.model) if dedupe else b""
+    if dedupe and key in result._recovery_sweeps:
+        states, failures = result._recovery_sweeps[key]
+        result.recovery_states += states
+        result.failures.extend(
+            f"boundary={boundary}: as an earlier boundary: {f}" for f in failures
+        )
+        return
+    states_before, failures_before = result.recovery_states, len(result.failures)
+    _sweep_recovery_from(harness, power, boundary, result, dedupe)
+    if dedupe:
+        result._recovery_sweeps[key] = (
+            result.recovery_states - states_before,
+            result.failures[failures_before:],
+        )
+
+
+def _sweep_recovery_from(
+    harness: CrashHarness, power: FaultFS, boundary: int, result: SweepResult, dedupe: bool
+) -> None:
     for recovery_boundary in range(1, MAX_RECOVERY_BOUNDARIES + 1):
         image = power.crash_image("process")  # a fresh copy of the same disk
         image.arm(recovery_boundary)
@@ -202,10 +267,7 @@ def _sweep_recovery(harness: CrashHarness, boundary: int, result: SweepResult) -
         for mode in ("process", "power"):
             second = image.crash_image(mode)
             key = f"boundary={boundary} recovery-crash={recovery_boundary} then mode={mode}"
-            try:
-                harness.check_image(second, harness.model.copy())
-            except OracleViolation as exc:
-                result.failures.append(f"{key}\n{exc}")
+            _check(harness, second, key, result, dedupe)
             result.recovery_states += 1
 
 
@@ -222,7 +284,8 @@ def main(argv: list[str] | None = None) -> int:
     total_seconds = 0.0
     failed = False
     print(
-        f"{'scenario':<22}{'profile':<14}{'boundaries':>10}{'states':>9}{'rec.':>7}{'s':>8}{'/s':>9}"
+        f"{'scenario':<22}{'profile':<14}{'boundaries':>10}{'states':>9}{'rec.':>7}"
+        f"{'distinct':>9}{'s':>8}{'/s':>9}"
     )
     for profile in profiles:
         for name in names:
@@ -236,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
             total_seconds += r.seconds
             print(
                 f"{r.scenario:<22}{r.profile:<14}{r.boundaries:>10}{r.states:>9}"
-                f"{r.recovery_states:>7}{r.seconds:>8.2f}{r.rate:>9.0f}"
+                f"{r.recovery_states:>7}{r.distinct:>9}{r.seconds:>8.2f}{r.rate:>9.0f}"
             )
             for failure in r.failures:
                 failed = True
