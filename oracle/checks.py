@@ -30,13 +30,14 @@ from oracle.errors import OracleViolation
 from oracle.model import Model, ModelAgent, ModelState, canonical
 from substrat import events
 from substrat.agents import USER, AgentState
-from substrat.eventlog import read_log
+from substrat.eventlog import LogRead, read_log
 from substrat.providers.chat_history import conversation_problems
 from substrat.providers.scripted import chain_digest
 from substrat.session import SessionState
 
 if TYPE_CHECKING:
     from substrat.orchestrator import Orchestrator
+    from substrat.providers.base import TurnRecord
 
 _SHOWN = 6
 
@@ -50,12 +51,40 @@ class View:
     inboxes: dict[str, set[str]] = field(default_factory=dict)
 
 
-def observe(orch: Orchestrator) -> View:
+class Reads:
+    """The logs of a recovered root, each read once per check.
+
+    The checks look at every log several times (conversations, the in-flight
+    turn's effects, the invariants); the disk does not change while they run.
+    """
+
+    def __init__(self, orch: Orchestrator) -> None:
+        self.orch = orch
+        self._reads: dict[str, LogRead] = {}
+
+    def log(self, endpoint_session: str) -> LogRead:
+        read = self._reads.get(endpoint_session)
+        if read is None:
+            read = self._reads[endpoint_session] = read_log(self.orch.logs.path(endpoint_session))
+        return read
+
+    def history(self, agent_id: str) -> list[TurnRecord]:
+        """What ``orch.history(agent_id)`` returns, from the cached read."""
+        from substrat.orchestrator import conversation_from_entries
+
+        node = self.orch.tree.resolve(agent_id)
+        return conversation_from_entries(self.log(node.session_id).entries)
+
+
+def observe(orch: Orchestrator, reads: Reads | None = None) -> View:
     view = View()
     for node in orch.tree.walk():
         view.agents[node.agent_id] = (node.name, node.parent_id, node.instructions)
         view.turns[node.agent_id] = [
-            (t.prompt, t.response, canonical(t.transcript)) for t in orch.history(node.agent_id)
+            (t.prompt, t.response, canonical(t.transcript))
+            for t in (
+                orch.history(node.agent_id) if reads is None else reads.history(node.agent_id)
+            )
         ]
         view.inboxes[node.agent_id] = {
             m.message_id for m in orch.inboxes.inbox(node.agent_id).all()
@@ -123,16 +152,18 @@ def _short(turn: tuple[str, str, str]) -> str:
     )
 
 
-def _turn_effects(orch: Orchestrator, agent_id: str, turn_id: str) -> dict[str, Any]:
-    session_id = orch.tree.get(agent_id).session_id
-    for entry in read_log(orch.logs.path(session_id)).entries:
+def _turn_effects(reads: Reads, agent_id: str, turn_id: str) -> dict[str, Any]:
+    session_id = reads.orch.tree.get(agent_id).session_id
+    for entry in reads.log(session_id).entries:
         data = entry.get("data") or {}
         if entry.get("event") == events.TURN_COMPLETE and data.get("turn_id") == turn_id:
             return dict(data.get("effects") or {})
     raise OracleViolation(f"turn {turn_id} of {agent_id} is in the history but not in the log")
 
 
-def outcome_if_applied(model: Model, orch: Orchestrator, got: View) -> ModelState | None:
+def outcome_if_applied(
+    model: Model, orch: Orchestrator, got: View, reads: Reads | None = None
+) -> ModelState | None:
     """The model with the in-flight operation applied as the disk shows it, if it was."""
     op = model.inflight
     if op is None:
@@ -164,7 +195,7 @@ def outcome_if_applied(model: Model, orch: Orchestrator, got: View) -> ModelStat
         agent = state.agents.get(agent_id)
         if agent is None or agent_id not in got.turns:
             return None
-        history = orch.history(agent_id)
+        history = (reads or Reads(orch)).history(agent_id)
         if len(history) != len(agent.turns) + 1:
             return None
         extra = history[-1]
@@ -187,7 +218,7 @@ def outcome_if_applied(model: Model, orch: Orchestrator, got: View) -> ModelStat
             agent_id,
             extra.prompt,
             extra.response,
-            _turn_effects(orch, agent_id, extra.turn_id),
+            _turn_effects(reads or Reads(orch), agent_id, extra.turn_id),
             extra.transcript,
         )
         return state
@@ -209,20 +240,21 @@ def check_recovery(model: Model, orch: Orchestrator) -> ModelState:
     Raises :class:`OracleViolation` with the differences against each allowed
     outcome and the operation trace.
     """
-    got = observe(orch)
+    reads = Reads(orch)
+    got = observe(orch, reads)
     names = {a.agent_id: a.name for a in model.state.agents.values()}
     names.update({a: n for a, (n, _, _) in got.agents.items()})
     candidates: list[tuple[str, ModelState]] = [
         ("without the in-flight operation", model.copy_state())
     ]
-    applied = outcome_if_applied(model, orch, got)
+    applied = outcome_if_applied(model, orch, got, reads)
     if applied is not None:
         candidates.insert(0, ("with the in-flight operation applied", applied))
     reports = []
     for label, state in candidates:
         problems = diff(expected(state), got, names)
         if not problems:
-            check_invariants(orch, state)
+            check_invariants(orch, state, reads)
             return state
         reports.append(f"against the model {label}:\n    " + "\n    ".join(problems))
     raise OracleViolation(
@@ -231,7 +263,9 @@ def check_recovery(model: Model, orch: Orchestrator) -> ModelState:
     )
 
 
-def check_invariants(orch: Orchestrator, state: ModelState | None = None) -> None:
+def check_invariants(
+    orch: Orchestrator, state: ModelState | None = None, reads: Reads | None = None
+) -> None:
     """Structural invariants of a recovered root, on disk and in memory.
 
     No ACTIVE record; every record readable; live agents have live records and
@@ -240,6 +274,7 @@ def check_invariants(orch: Orchestrator, state: ModelState | None = None) -> Non
     equals enqueued minus delivered as the logs define it.
     """
     problems: list[str] = []
+    reads = reads or Reads(orch)
     orch.tree.check()
     scan = orch.store.scan(quarantine=False)
     bad = [q for q in scan.quarantined if q.kind != "bad_name"]
@@ -271,13 +306,13 @@ def check_invariants(orch: Orchestrator, state: ModelState | None = None) -> Non
     for node in orch.tree.walk():
         if node.provider == "openai":
             # what the endpoint would be sent next must be a valid conversation
-            found = conversation_problems(node.instructions, orch.history(node.agent_id))
+            found = conversation_problems(node.instructions, reads.history(node.agent_id))
             if found:
                 problems.append(f"conversation of {node.name} is not sendable: {found[:_SHOWN]}")
-    endpoints = [(n.agent_id, orch.logs.path(n.session_id)) for n in orch.tree.walk()]
-    endpoints.append((USER, orch.logs.path(USER)))
-    for endpoint, path in endpoints:
-        read = read_log(path)
+    endpoints = [(n.agent_id, n.session_id) for n in orch.tree.walk()]
+    endpoints.append((USER, USER))
+    for endpoint, log_name in endpoints:
+        read = reads.log(log_name)
         if not read.damage.clean:
             problems.append(
                 f"log of {endpoint[:8]} has damage after recovery: {read.damage.counts()}"

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,7 +42,7 @@ from substrat.errors import (
     NameCollisionError,
     ProviderError,
 )
-from substrat.eventlog import Clock, read_log, utc_now_iso
+from substrat.eventlog import Clock, Entry, read_log, utc_now_iso
 from substrat.logs import LogPool
 from substrat.multiplexer import Multiplexer, stop_later
 from substrat.providers.base import ProviderSession, TurnRecord
@@ -704,10 +704,14 @@ class Orchestrator:
 
 def conversation_from_log(path: Path) -> list[TurnRecord]:
     """Completed turns, in order, from an agent's log (damage is skipped)."""
-    read = read_log(path)
+    return conversation_from_entries(read_log(path).entries)
+
+
+def conversation_from_entries(entries: Iterable[Entry]) -> list[TurnRecord]:
+    """Completed turns, in order, from a log's healthy entries (as ``read_log`` gives them)."""
     starts: dict[str, str] = {}
     turns: list[TurnRecord] = []
-    for entry in read.entries:
+    for entry in entries:
         event, data = entry.get("event"), entry.get("data") or {}
         if event == events.TURN_START:
             starts[str(data.get("turn_id"))] = str(data.get("prompt", ""))
