@@ -25,6 +25,7 @@ README = Path(__file__).parents[2] / "README.md"
 BLOCK = re.compile(r"```sh\n(.*?)```", re.DOTALL)
 EXITS = re.compile(r"#\s*exits\s+(\d+)")
 SUBSTRAT = shutil.which("substrat")
+GUIDE_TIMEOUT_S = 90
 
 
 def guide_commands() -> list[tuple[str, int]]:
@@ -86,11 +87,28 @@ def test_every_guide_command_runs_as_documented(guide_root: Path) -> None:
     script = guide_script(guide_commands())
     env = {**os.environ, "SUBSTRAT_HOME": str(guide_root), "COLUMNS": "160"}
     env.pop("SUBSTRAT_NO_AUTOSTART", None)
-    done = subprocess.run(
-        ["bash", "-c", script], capture_output=True, text=True, timeout=120, env=env
-    )
-    out, err = done.stdout, done.stderr
-    assert done.returncode == 0, f"stdout:\n{out}\nstderr:\n{err}"
+    log_out, log_err = guide_root.parent / "guide.out", guide_root.parent / "guide.err"
+    with open(log_out, "w") as out_file, open(log_err, "w") as err_file:
+        # Its own process group: whatever the guide leaves running is killed with it.
+        shell = subprocess.Popen(
+            ["bash", "-c", script],
+            stdout=out_file,
+            stderr=err_file,
+            env=env,
+            start_new_session=True,
+        )
+        try:
+            code = shell.wait(timeout=GUIDE_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            code = None
+        finally:
+            try:
+                os.killpg(shell.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            shell.wait()
+    out, err = log_out.read_text(), log_err.read_text()
+    assert code == 0, f"exit {code}\nstdout:\n{out}\nstderr:\n{err}"
     # What the prose promises:
     assert "daemon started" in out
     assert "spawned scout" in out
