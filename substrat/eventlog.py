@@ -314,6 +314,10 @@ class OpenReport:
         return DamageReport(kept, list(self.damage.unknown_events))
 
 
+_SUSPECT_END: dict[str, int] = {}
+"""Logs whose failed append could not be taken back yet: path -> durable end offset."""
+
+
 class EventLog:
     """An open, append-only, fsynced event log for one session.
 
@@ -346,6 +350,7 @@ class EventLog:
         self._clock = clock
         self._fd: int | None = None
         self._pending_fd: int | None = None
+        self._durable_end = 0
         self.report = self._open(sink, writable)
         self._next_seq = self.report.last_seq + 1
 
@@ -358,6 +363,8 @@ class EventLog:
         report = OpenReport()
         if not os.path.exists(self.path):
             persistence.durable_create(self.path)
+        if str(self.path) in _SUSPECT_END:
+            self._cut_back_suspect_tail(_SUSPECT_END[str(self.path)])
         scan = _scan_for_repair(self.path, report.damage, sink)
         report.valid_end = scan.valid_end
         size = os.stat(self.path).st_size
@@ -390,7 +397,26 @@ class EventLog:
             raise
         self._fd = fd
         self._pending_fd = pending_fd
+        self._durable_end = os.fstat(fd).st_size
         return report
+
+    def _cut_back_suspect_tail(self, durable_end: int) -> None:
+        """Finish :meth:`_abandon_failed_append` for a log whose append failed earlier."""
+        fd = os.open(self.path, os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            if os.fstat(fd).st_size > durable_end:
+                os.ftruncate(fd, durable_end)
+            persistence.fsync_fd(fd, self.path)
+        finally:
+            os.close(fd)
+        if os.path.exists(self.pending_path):
+            fd = os.open(self.pending_path, os.O_WRONLY | os.O_CLOEXEC)
+            try:
+                _pwrite_all(fd, b"\n")
+                persistence.fsync_fd(fd, self.pending_path)
+            finally:
+                os.close(fd)
+        del _SUSPECT_END[str(self.path)]
 
     def _pending_to_replay(
         self, seqs: set[int], report: OpenReport
@@ -444,15 +470,38 @@ class EventLog:
             persistence.write_all(self._fd, line)
             persistence.fsync_fd(self._fd, self.path)
         except OSError as exc:
-            # A partial line may now sit at the tail: refuse further appends
-            # until a reopen has repaired it. A simulated kill (BaseException)
-            # is deliberately not caught: a killed process runs no cleanup.
+            # A simulated kill (BaseException) is deliberately not caught here:
+            # a killed process runs no cleanup.
+            self._abandon_failed_append()
             self._poison()
             if isinstance(exc, DurabilityError):
                 raise
             raise DurabilityError(f"append to {self.path} failed: {exc}") from exc
         self._next_seq += 1
+        self._durable_end += len(line)
         return int(body["seq"])
+
+    def _abandon_failed_append(self) -> None:
+        """Take back an append whose write or fsync failed.
+
+        After a failed fsync Linux may have dropped the dirty pages while the
+        process still reads them from the cache, so a reopen would trust bytes
+        that never reach the disk and glue the next entry after them. The
+        entry was not acknowledged: void the pending copy (so it is not
+        replayed) and cut the log back to its last durable end. If even that
+        fails, the path stays suspect and the next open in this process does it
+        before anything else.
+        """
+        _SUSPECT_END[str(self.path)] = self._durable_end
+        assert self._fd is not None and self._pending_fd is not None
+        try:
+            _pwrite_all(self._pending_fd, b"\n")
+            os.fsync(self._pending_fd)
+            os.ftruncate(self._fd, self._durable_end)
+            os.fsync(self._fd)
+        except OSError:
+            return
+        _SUSPECT_END.pop(str(self.path), None)
 
     def _poison(self) -> None:
         for fd in (self._fd, self._pending_fd):

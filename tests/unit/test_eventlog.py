@@ -340,3 +340,31 @@ def test_log_pool_reopens_a_log_poisoned_by_a_failed_write(
     pool.close_all()
     prompts = [e["data"]["prompt"] for e in read_log(store.log_path(sid)).entries]
     assert prompts[0] == "a" and prompts[-1] == "c"
+
+
+def test_failed_append_is_taken_back_even_when_the_first_cleanup_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from substrat.errors import DurabilityError
+
+    path = tmp_path / "events.jsonl"
+    log = EventLog(path)
+    log.log("turn.start", {"prompt": "kept"})
+    real = os.fsync
+    calls = {"n": 0}
+
+    def failing(fd: int) -> None:
+        calls["n"] += 1
+        if calls["n"] >= 2:  # the append's fsync and every cleanup fsync fail
+            raise OSError(5, "Input/output error")
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", failing)
+    with pytest.raises(DurabilityError):
+        log.log("turn.start", {"prompt": "never acknowledged"})
+    monkeypatch.undo()
+    assert b"never acknowledged" in path.read_bytes()  # still in the page cache
+    reopened = EventLog(path)  # same process: the suspect tail is cut back first
+    assert reopened.log("turn.start", {"prompt": "next"}) == 2
+    reopened.close()
+    assert [e["data"]["prompt"] for e in read_log(path).entries] == ["kept", "next"]

@@ -118,12 +118,6 @@ def test_failed_log_fsync_raises_poisons_and_loses_nothing_acknowledged() -> Non
     assert read.entries[0]["data"] == {"n": 1}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known bug, reported: after an fsync EIO, reopening the log in the same process "
-    "trusts the failed entry still in the page cache; the next acknowledged append lands "
-    "after bytes that never reach the disk and is cut off as damage after a power loss",
-)
 def test_append_acknowledged_after_eio_and_reopen_survives_power_loss() -> None:
     fs = FaultFS(d.ROOT, "posix")
     with fs:
