@@ -64,8 +64,21 @@ def atomic_write(path: str | os.PathLike[str], data: bytes) -> None:
 
     Temp file in the same directory, full write, fsync, ``os.replace``, fsync of
     the directory. A crash leaves at most a stale ``<name>.tmp`` next to the
-    target, which readers ignore and the next write replaces.
+    target, which readers ignore and the next write replaces. Any I/O error is
+    raised as :class:`DurabilityError`: the new bytes were not acknowledged (the
+    old or the new ones may be there after a crash).
     """
+    try:
+        _atomic_write(path, data)
+    except DurabilityError:
+        raise
+    except OSError as exc:
+        raise DurabilityError(
+            f"atomic write of {os.fspath(path)} failed ({exc}); it was not acknowledged"
+        ) from exc
+
+
+def _atomic_write(path: str | os.PathLike[str], data: bytes) -> None:
     target = Path(path)
     tmp = target.with_name(target.name + TMP_SUFFIX)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, _FILE_MODE)

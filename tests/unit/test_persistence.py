@@ -110,3 +110,9 @@ def test_durable_unlink_and_rename(tmp_path: Path) -> None:
     (tmp_path / "d").mkdir()
     persistence.durable_rename(tmp_path / "g", tmp_path / "d" / "h")
     assert (tmp_path / "d" / "h").read_bytes() == b"y"
+
+
+def test_atomic_write_reports_any_io_error_as_not_acknowledged(tmp_path: Path) -> None:
+    missing_dir = tmp_path / "gone" / "rec.json"
+    with pytest.raises(DurabilityError, match="not acknowledged"):
+        persistence.atomic_write(missing_dir, b"x")
