@@ -32,7 +32,7 @@ from faultfs import MODES
 from oracle.checks import diff, expected, observe
 from oracle.errors import OracleViolation
 from oracle.harness import CrashHarness, scripted_registry
-from oracle.workload import Step
+from oracle.workload import STEP_KINDS, Step
 from substrat.providers.registry import ProviderRegistry
 
 NAMES = ("ada", "bob", "cy", "dee", "eve")
@@ -81,26 +81,7 @@ class CrashRecoveryMachine(RuleBasedStateMachine):
         paths = self._paths()
         if not paths:
             return Step("create_root", data.draw(st.sampled_from(NAMES), label="name"))
-        kind = data.draw(
-            st.sampled_from(
-                (
-                    "create_root",
-                    "spawn",
-                    "send",
-                    "ask",
-                    "broadcast",
-                    "inbox",
-                    "complete",
-                    "turn",
-                    "terminate",
-                    "terminate_by_parent",
-                    "evict",
-                    "pending",
-                    "user_inbox",
-                )
-            ),
-            label="operation",
-        )
+        kind = data.draw(st.sampled_from(STEP_KINDS), label="operation")
         agent = data.draw(st.sampled_from(paths), label="agent")
         if kind == "create_root":
             return Step(kind, data.draw(st.sampled_from(NAMES), label="name"))
