@@ -1,0 +1,432 @@
+"""The benchmark table: fuzzing throughput, sweep rate, recovery at scale, durability cost.
+
+Run ``python -m oracle.bench`` (or ``ci/bench.sh``). It prints one markdown
+table; every figure sits next to a baseline measured in the same run, so the
+ratio means something on a busy machine too:
+
+* crash fuzzing and the sweep against the same code at ``--baseline-rev`` (a
+  git revision, extracted to a temporary directory and run in a subprocess);
+* recovery against a floor: reading the same logs with ``json.loads`` per line,
+  and the 10k-event root's time per event for the growth rows;
+* ``EventLog.log`` against a raw ``write`` + ``fsync`` of the same bytes;
+* faultfs against pyfakefs alone and against the real file system.
+
+Rates of CPU-bound work are per CPU second of one process (``time.process_time``),
+which is what "one core" means and what other load on the machine disturbs least.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+BASELINE_REV = "1fa8a4582ed8ce7b8ef6d09e52c926ccf5ceec18"
+"""main just before the issue-9 optimisations (orjson, one read per log at recovery, ...)."""
+FUZZ_EPISODES = 20
+FUZZ_STEPS = 30
+HYPOTHESIS_EXAMPLES = 100
+SWEEP_SCENARIOS = ("roots", "stranded reply", "messages both ways")
+LOG_APPENDS = 300
+FAULTFS_ROUNDS = 7
+GIB = 1 << 30
+MIB = 1 << 20
+
+
+@dataclass
+class Row:
+    measure: str
+    figure: float
+    unit: str
+    baseline_name: str
+    baseline: float | None
+    higher_is_better: bool = True
+    target: str = ""
+    met: bool | None = None
+
+    @property
+    def ratio(self) -> float | None:
+        if self.baseline in (None, 0):
+            return None
+        assert self.baseline is not None
+        return self.figure / self.baseline
+
+
+# -- 1. crash-recover-check cycles of the crash fuzzer's workload -------------------
+
+
+def fuzz_cycles(episodes: int = FUZZ_EPISODES, steps: int = FUZZ_STEPS, seed: int = 1) -> float:
+    """Crash-recover-check cycles per CPU second, on the crash fuzzer's own draws.
+
+    Each episode is a fresh harness with one root; then ``steps`` times: a step
+    drawn as ``oracle.machines`` draws it, crashed at a random boundary in a
+    random mode (sometimes crashing recovery too), recovered and checked.
+    """
+    from faultfs import MODES
+    from oracle.harness import CrashHarness
+    from oracle.machines import MAX_BOUNDARY, MAX_RECOVERY_BOUNDARY, NAMES
+    from oracle.workload import STEP_KINDS, Step
+
+    rng = random.Random(seed)
+
+    def draw(harness: CrashHarness) -> Step:
+        state = harness.model.state
+        paths = sorted(state.path(a) for a in state.agents)
+        if not paths:
+            return Step("create_root", rng.choice(NAMES))
+        kind, agent = rng.choice(STEP_KINDS), rng.choice(paths)
+        if kind == "create_root":
+            return Step(kind, rng.choice(NAMES))
+        if kind in ("spawn", "terminate_by_parent"):
+            return Step(kind, agent, rng.choice(NAMES))
+        if kind in ("send", "ask"):
+            return Step(kind, agent, rng.choice([*paths, "user"]))
+        return Step(kind, agent)
+
+    cycles = 0
+    started = time.process_time()
+    for _ in range(episodes):
+        harness = CrashHarness()
+        harness.run(Step("create_root", rng.choice(NAMES)))
+        for _ in range(steps):
+            harness.run(draw(harness), crash_at=rng.randint(1, MAX_BOUNDARY))
+            again = None if rng.random() < 0.5 else rng.randint(1, MAX_RECOVERY_BOUNDARY)
+            harness.crash_and_recover(rng.choice(MODES), rng.randint(0, 7), recovery_crash_at=again)
+            cycles += 1
+        harness.close()
+    return cycles / (time.process_time() - started)
+
+
+def hypothesis_cycles(examples: int = HYPOTHESIS_EXAMPLES) -> float:
+    """The same, inside the Hypothesis state machine (engine, other rules and invariants)."""
+    from hypothesis import HealthCheck, settings
+
+    from oracle.harness import CrashHarness
+    from oracle.machines import CrashRecoveryMachine
+
+    count = [0]
+    original = CrashHarness.crash_and_recover
+
+    def counted(self: CrashHarness, *args: Any, **kwargs: Any) -> Any:
+        count[0] += 1
+        return original(self, *args, **kwargs)
+
+    CrashHarness.crash_and_recover = counted  # type: ignore[method-assign]
+    test = CrashRecoveryMachine.TestCase
+    test.settings = settings(
+        max_examples=examples,
+        stateful_step_count=30,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    started = time.process_time()
+    try:
+        test("runTest").runTest()
+    finally:
+        CrashHarness.crash_and_recover = original  # type: ignore[method-assign]
+    return count[0] / (time.process_time() - started)
+
+
+# -- 2. crash states checked by the exhaustive sweep ---------------------------------
+
+
+def sweep_rate(names: tuple[str, ...] = SWEEP_SCENARIOS) -> float:
+    """Crash states (and recovery-crash states) checked per CPU second, posix profile."""
+    from oracle.sweep import SCENARIOS, sweep
+
+    states = 0
+    started = time.process_time()
+    for name in names:
+        result = sweep(SCENARIOS[name], profile="posix")
+        if result.failures:
+            raise RuntimeError(f"sweep {name} failed:\n" + "\n".join(result.failures))
+        states += result.states + result.recovery_states
+    return states / (time.process_time() - started)
+
+
+def on_revision(rev: str, function: str) -> float | None:
+    """Run ``function`` of this file against substrat/oracle/faultfs as of ``rev``."""
+    top = Path(__file__).resolve().parents[1]
+    with tempfile.TemporaryDirectory(prefix="substrat-baseline-") as tmp:
+        archive = subprocess.run(
+            ["git", "-C", str(top), "archive", rev, "substrat", "oracle", "faultfs"],
+            capture_output=True,
+        )
+        if archive.returncode != 0:
+            print(f"baseline {rev} unavailable: {archive.stderr.decode().strip()}", file=sys.stderr)
+            return None
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True)
+        code = (
+            "import importlib.util,sys\n"
+            f"sys.path.insert(0, {tmp!r})\n"
+            f"spec = importlib.util.spec_from_file_location('bench_probe', {__file__!r})\n"
+            "module = importlib.util.module_from_spec(spec)\n"
+            "sys.modules['bench_probe'] = module\n"
+            "spec.loader.exec_module(module)\n"
+            f"print(module.{function}())\n"
+        )
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp, check=True
+        ).stdout
+    return float(out.strip().splitlines()[-1])
+
+
+# -- 4. EventLog.log against a raw write + fsync ------------------------------------------
+
+
+def log_cost(appends: int = LOG_APPENDS, seed: int = 0) -> tuple[float, float, float]:
+    """Median microseconds of ``EventLog.log``, of a raw write+fsync of its bytes, and of
+    the WAL's two syscall pairs done raw (pwrite+fsync of a pending file, write+fsync).
+
+    Each round runs the three in a shuffled order: run back to back in a fixed
+    order, an fsync right after another one is cheaper and skews the ratio.
+    """
+    from substrat.eventlog import EventLog, encode_entry
+
+    data = {"turn_id": "t12", "prompt": "summarise the design document in three bullet points"}
+    line = encode_entry(
+        {"seq": 1, "session_id": "s" * 32, "ts": "t" * 32, "event": "turn.start", "data": data}
+    )
+    rng = random.Random(seed)
+    samples: dict[str, list[float]] = {"log": [], "raw": [], "pair": []}
+    with tempfile.TemporaryDirectory(prefix="substrat-logcost-", dir=os.getcwd()) as tmp:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+        raw_fd = os.open(Path(tmp) / "raw.jsonl", flags, 0o600)
+        pair_log = os.open(Path(tmp) / "pair.jsonl", flags, 0o600)
+        pair_pending = os.open(Path(tmp) / "pair.pending", os.O_RDWR | os.O_CREAT, 0o600)
+
+        def raw() -> None:
+            os.write(raw_fd, line)
+            os.fsync(raw_fd)
+
+        def pair() -> None:
+            os.pwrite(pair_pending, line, 0)
+            os.fsync(pair_pending)
+            os.write(pair_log, line)
+            os.fsync(pair_log)
+
+        with EventLog(Path(tmp) / "events.jsonl", {"session_id": "s" * 32}) as log:
+            runs: dict[str, Callable[[], object]] = {
+                "log": lambda: log.log("turn.start", data),
+                "raw": raw,
+                "pair": pair,
+            }
+            for _ in range(appends):
+                order = list(runs)
+                rng.shuffle(order)
+                for name in order:
+                    started = time.perf_counter()
+                    runs[name]()
+                    samples[name].append(time.perf_counter() - started)
+        for fd in (raw_fd, pair_log, pair_pending):
+            os.close(fd)
+    return tuple(statistics.median(samples[k]) * 1e6 for k in ("log", "raw", "pair"))  # type: ignore[return-value]
+
+
+# -- 5. faultfs against pyfakefs and the real file system -------------------------------
+
+
+def _fs_workload(root: str, iterations: int = 100) -> int:
+    """An fsynced append log plus atomic JSON rewrites; returns the os calls made."""
+    calls = 1
+    log = os.path.join(root, "events.jsonl")
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    for i in range(iterations):
+        os.write(fd, json.dumps({"n": i, "kind": "event"}).encode() + b"\n")
+        os.fsync(fd)
+        calls += 2
+        if i % 10 == 0:
+            tmp = os.path.join(root, "state.json.tmp")
+            tfd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.write(tfd, json.dumps({"last": i}).encode())
+            os.fsync(tfd)
+            os.close(tfd)
+            os.replace(tmp, os.path.join(root, "state.json"))
+            dfd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+            os.fsync(dfd)
+            os.close(dfd)
+            os.stat(log)
+            os.listdir(root)
+            calls += 11
+    os.close(fd)
+    return calls + 1
+
+
+def _best_rate(run: Callable[[int], int], rounds: int) -> float:
+    best = 0.0
+    for index in range(rounds):
+        started = time.perf_counter()
+        calls = run(index)
+        best = max(best, calls / (time.perf_counter() - started))
+    return best
+
+
+def faultfs_rates(rounds: int = FAULTFS_ROUNDS) -> tuple[float, float | None, float]:
+    """os calls per second on faultfs, on pyfakefs alone (None if absent) and on disk."""
+    from faultfs import FaultFS
+
+    def on_faultfs(index: int) -> int:
+        with FaultFS("/faultfs-bench"):
+            return _fs_workload("/faultfs-bench")
+
+    faultfs_rate = _best_rate(on_faultfs, rounds)
+    pyfakefs_rate: float | None = None
+    try:
+        from pyfakefs.fake_filesystem_unittest import Patcher
+    except ImportError:
+        pass
+    else:
+        with Patcher():
+
+            def on_pyfakefs(index: int) -> int:
+                os.makedirs(f"/pyfakefs-bench/{index}")
+                return _fs_workload(f"/pyfakefs-bench/{index}")
+
+            pyfakefs_rate = _best_rate(on_pyfakefs, rounds)
+    with tempfile.TemporaryDirectory(prefix="substrat-realfs-", dir=os.getcwd()) as tmp:
+
+        def on_disk(index: int) -> int:
+            folder = Path(tmp) / str(index)
+            folder.mkdir()
+            return _fs_workload(str(folder))
+
+        real_rate = _best_rate(on_disk, 2)
+    return faultfs_rate, pyfakefs_rate, real_rate
+
+
+# -- the table --------------------------------------------------------------------------------
+
+
+def _fmt(value: float | None, unit: str = "") -> str:
+    if value is None:
+        return "n/a"
+    if unit == "MiB":
+        return f"{value:,.0f} MiB"
+    if value >= 100:
+        text = f"{value:,.0f}"
+    elif value >= 10:
+        text = f"{value:.1f}"
+    else:
+        text = f"{value:.2f}"
+    return f"{text} {unit}".strip()
+
+
+def render(rows: list[Row]) -> str:
+    lines = [
+        "| # | measure | figure | baseline (same run) | baseline | ratio | target | met |",
+        "|---|---|---:|---|---:|---:|---|---|",
+    ]
+    for index, row in enumerate(rows, start=1):
+        ratio = row.ratio
+        met = "" if row.met is None else ("yes" if row.met else "**no**")
+        lines.append(
+            f"| {index} | {row.measure} | {_fmt(row.figure, row.unit)} | {row.baseline_name} | "
+            f"{_fmt(row.baseline, row.unit)} | "
+            f"{'n/a' if ratio is None else f'{ratio:.2f}x'} | {row.target} | {met} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="substrat's benchmark table (issue 9)")
+    parser.add_argument("--baseline-rev", default=BASELINE_REV)
+    parser.add_argument("--no-baseline", action="store_true", help="skip the old-revision runs")
+    parser.add_argument(
+        "--scale",
+        type=int,
+        nargs="*",
+        default=[10_000, 100_000, 1_000_000],
+        help="event counts of the recovery growth rows (agents of 100 events each)",
+    )
+    parser.add_argument("--no-single-agent", action="store_true")
+    args = parser.parse_args(argv)
+    from oracle.bench_scale import scale_rows
+
+    rows: list[Row] = []
+    base = None if args.no_baseline else args.baseline_rev
+    short = (base or "")[:8]
+
+    def versus(function: str) -> float | None:
+        return None if base is None else on_revision(base, function)
+
+    fuzz = fuzz_cycles()
+    rows.append(
+        Row(
+            "crash fuzzer workload: crash-recover-check cycles/s (1 core)",
+            fuzz,
+            "/s",
+            f"same at {short}",
+            versus("fuzz_cycles"),
+            target=">= 400/s",
+            met=fuzz >= 400,
+        )
+    )
+    hyp = hypothesis_cycles()
+    rows.append(
+        Row(
+            "the same inside Hypothesis (CrashRecoveryMachine, all rules)",
+            hyp,
+            "/s",
+            f"same at {short}",
+            versus("hypothesis_cycles"),
+        )
+    )
+    swept = sweep_rate()
+    rows.append(
+        Row(
+            "exhaustive sweep: crash states checked/s (posix, 3 scenarios)",
+            swept,
+            "/s",
+            f"same at {short}",
+            versus("sweep_rate"),
+            target=">= 2,000/s",
+            met=swept >= 2000,
+        )
+    )
+    rows.extend(scale_rows(args.scale, single_agent=not args.no_single_agent))
+    logged_us, raw_us, pair_us = log_cost()
+    rows.append(
+        Row(
+            "EventLog.log (median)",
+            logged_us,
+            "us",
+            "raw write+fsync of the same bytes",
+            raw_us,
+            higher_is_better=False,
+            target="<= 2.2x",
+            met=logged_us <= 2.2 * raw_us,
+        )
+    )
+    rows.append(
+        Row(
+            "EventLog.log (median)",
+            logged_us,
+            "us",
+            "the WAL's two fsyncs done raw",
+            pair_us,
+            higher_is_better=False,
+        )
+    )
+    faultfs_rate, pyfakefs_rate, real_rate = faultfs_rates()
+    rows.append(Row("faultfs os calls/s", faultfs_rate, "/s", "pyfakefs alone", pyfakefs_rate))
+    rows.append(
+        Row("faultfs os calls/s", faultfs_rate, "/s", "real file system (fsync)", real_rate)
+    )
+    print(render(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,39 @@
+"""The benchmark tools (oracle.bench, oracle.bench_scale) measure what they claim."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from oracle.bench import Row, render
+from oracle.bench_scale import generate_root, parse_floor
+from substrat.agents import USER
+from substrat.fsck import check
+from substrat.orchestrator import Orchestrator
+
+
+def test_generated_root_is_a_healthy_root_that_recovers_in_full(tmp_path: Path) -> None:
+    root = generate_root(tmp_path / "root", 150, 10)
+    assert root.events == 150 * 10 + 50  # 50 children each sent the user one message
+    findings = check(root.path)
+    assert findings.exit_code == 0, findings.to_dict()
+
+    orch = asyncio.run(Orchestrator.open(root.path))
+    report = orch.recovery_report
+    assert report is not None
+    assert report.events_read == root.events
+    assert not report.log_damage and not report.log_repairs and not report.reconciled
+    assert len(orch.tree) == 150 and len(orch.tree.roots()) == 100
+    assert len(orch.inboxes.inbox(USER)) == 50
+    assert parse_floor(root) > 0
+
+
+def test_table_has_one_row_per_figure_with_its_ratio() -> None:
+    rows = [
+        Row("EventLog.log", 300.0, "us", "raw", 150.0, target="<= 2.2x", met=True),
+        Row("no baseline", 5.0, "/s", "old", None),
+    ]
+    lines = render(rows).splitlines()
+    assert len(lines) == 4
+    assert "| 2.00x |" in lines[2] and "| yes |" in lines[2]
+    assert "| n/a |" in lines[3]
