@@ -100,7 +100,15 @@ CATALOG: tuple[Mutant, ...] = (
         "        os.fsync(fd)  # planted: retry, as if the kernel still had the pages\n"
         "        return\n",
     ),
-    # -- eventlog.py: repair on open ---------------------------------------------
+    Mutant(
+        "fsync_error_ignored",
+        "a failed fsync is ignored (no error reaches the caller, who acknowledges)",
+        "persistence.py",
+        '    except OSError as exc:\n        raise DurabilityError(\n            f"fsync of {what}',
+        "    except OSError as exc:\n        return  # planted: the error goes nowhere\n"
+        '        raise DurabilityError(\n            f"fsync of {what}',
+    ),
+    # -- eventlog.py: repair on open, failed appends --------------------------------
     Mutant(
         "no_torn_tail_repair",
         "opening a log does not cut a torn tail, so the next append is glued onto it",
@@ -121,6 +129,21 @@ CATALOG: tuple[Mutant, ...] = (
         "eventlog.py",
         '        if decoded["seq"] in seqs:\n',
         '        if decoded["seq"] == report.last_seq:\n',
+    ),
+    Mutant(
+        "failed_append_not_taken_back",
+        "after a failed append the log keeps the entry the page cache still shows, so a "
+        "reopen in the same process trusts bytes that never reach the disk",
+        "eventlog.py",
+        "            self._abandon_failed_append()\n            self._poison()\n",
+        "            self._poison()\n",
+    ),
+    Mutant(
+        "log_seq_restarts_on_reopen",
+        "a reopened log numbers its entries from 1 again instead of after the last one",
+        "eventlog.py",
+        "        self._next_seq = self.report.last_seq + 1\n",
+        "        self._next_seq = 1  # planted: the counter is not restored from the log\n",
     ),
     # -- session store ---------------------------------------------------------------
     Mutant(
@@ -177,6 +200,14 @@ CATALOG: tuple[Mutant, ...] = (
         "        current = session.state_seq >= self.last_complete_seq.get(node.agent_id, 0)\n",
         "        current = True  # planted: trust the blob whatever its age\n",
     ),
+    Mutant(
+        "commit_record_without_effects",
+        "turn.complete is written without the turn's staged effects, so recovery cannot "
+        "roll forward effects a crash cut off",
+        "scheduler.py",
+        "        data.update(commit(response, transcript))\n",
+        "        commit(response, transcript)  # planted: the effects stay in memory only\n",
+    ),
     # -- recovery ------------------------------------------------------------------------
     Mutant(
         "user_inbox_forgotten",
@@ -192,6 +223,22 @@ CATALOG: tuple[Mutant, ...] = (
         "recovery.py",
         '                if data["message_id"] not in target.enqueued:\n',
         '                if False and data["message_id"] not in target.enqueued:  # planted\n',
+    ),
+    Mutant(
+        "no_cascade_on_recovery",
+        "recovery does not finish a cascade termination that a crash cut short",
+        "recovery.py",
+        "                if parent_dead:\n",
+        "                if False:  # planted: a cut-short cascade is left unfinished\n",
+    ),
+    Mutant(
+        "terminated_record_left_live",
+        "recovery skips marking the record of an agent whose log says terminated",
+        "recovery.py",
+        "        if f is not None and f.terminated:\n"
+        "            store.transition(session, SessionState.TERMINATED)\n",
+        "        if f is not None and f.terminated:\n"
+        "            pass  # planted: the record keeps its live state\n",
     ),
 )
 

@@ -6,8 +6,9 @@ directories or replace a file, the faultfs block size and image seed);
 ``faultfs.explore`` then crashes it at every boundary and checks every image of
 every mode against the primitive's contract (tests/support/durability.py).
 A second family injects EIO at a drawn fsync: the call must raise
-DurabilityError, stop, and leave a disk that still keeps every promise made
-before it.
+DurabilityError and stop (or, for the log and the session store, be retried
+in the same process after a reopen), and every crash image afterwards must
+still keep every promise that was acknowledged.
 
 The drawn tests take the Hypothesis profile's ``max_examples`` (50 under
 ``ci``, 5000 under ``nightly``); the whole file runs in seconds under ``ci``.
@@ -74,8 +75,8 @@ def contracts(draw: Any) -> d.Contract:
     if kind == "log":
         entry_sizes = draw(st.lists(sizes, min_size=1, max_size=6))
         reopen = draw(st.sets(st.integers(1, len(entry_sizes))))
-        return d.eventlog_contract(entry_sizes, sorted(reopen))
-    return d.session_contract(draw(sizes))
+        return d.eventlog_contract(entry_sizes, sorted(reopen), retry=draw(st.booleans()))
+    return d.session_contract(draw(sizes), retry=draw(st.booleans()))
 
 
 # -- a fixed matrix: the representative shapes, exhaustively -------------------------
@@ -89,7 +90,9 @@ MATRIX = [
     d.rename_contract(((False, False), (True, False), (True, True), (False, True))),
     d.eventlog_contract([40, 900, 30, 600, 4100], reopen_after=[1, 3]),
     d.eventlog_contract([10, 10, 10]),
+    d.eventlog_contract([40, 900, 30, 600, 4100], reopen_after=[2], retry=True),
     d.session_contract(3000),
+    d.session_contract(3000, retry=True),
 ]
 
 

@@ -30,6 +30,8 @@ SESSION_ID = "5e55" * 8
 FIXED_TS = "2026-01-01T00:00:00.000000+00:00"
 LOG_EVENT = "message.enqueued"
 PROBE_EVENT = "message.delivered"
+FAILURE_SEEN = "DurabilityError raised"
+"""Acknowledged (as a marker) by a retrying workload when a call failed and it retried."""
 
 
 def fixed_clock() -> str:
@@ -268,33 +270,42 @@ def _pending_entry(img: FaultFS) -> dict[str, Any] | None:
     return decoded if isinstance(decoded, dict) else None
 
 
-def eventlog_contract(sizes: Sequence[int], reopen_after: Sequence[int] = ()) -> Contract:
+def eventlog_contract(
+    sizes: Sequence[int], reopen_after: Sequence[int] = (), *, retry: bool = False
+) -> Contract:
     """Entries 1..n logged (payload sizes ``sizes``); the log is reopened after each
-    seq in ``reopen_after``, so a stale pending file can fall behind the tail."""
+    seq in ``reopen_after``, so a stale pending file can fall behind the tail.
+
+    With ``retry``, an append that fails (an injected EIO) is retried once on a
+    reopened log in the same process, as a caller following DurabilityError's
+    advice would; the retried entry must get the same seq and, once acknowledged,
+    be as durable as any other.
+    """
 
     def setup(fs: FaultFS) -> None:
         os.makedirs(fs.path("s"))
 
     def workload(fs: FaultFS) -> None:
         log = open_log(fs)
-        for seq, size in enumerate(sizes, start=1):
+        retried = False
+        seq = 1
+        while seq <= len(sizes):
             try:
-                got = log.log(LOG_EVENT, _entry_data(seq, size))
+                got = log.log(LOG_EVENT, _entry_data(seq, sizes[seq - 1]))
             except DurabilityError:
-                # Poisoned until reopened: nothing after a failure is acknowledged.
-                assert log.closed, "a log whose append failed must refuse further appends"
-                try:
-                    log.log(LOG_EVENT, {"after": "failure"})
-                except LogClosedError:
-                    pass
-                else:
-                    raise AssertionError("a poisoned log accepted an append") from None
-                raise
+                _assert_poisoned(log)
+                if not retry or retried:
+                    raise
+                retried = True
+                fs.ack(FAILURE_SEEN)
+                log = open_log(fs)  # "reopen the log (which repairs it) before writing again"
+                continue
             assert got == seq, f"log() returned seq {got}, expected {seq}"
             fs.ack(seq)
             if seq in reopen_after:
                 log.close()
                 log = open_log(fs)
+            seq += 1
         log.close()
 
     def check(img: FaultFS) -> None:
@@ -330,7 +341,17 @@ def eventlog_contract(sizes: Sequence[int], reopen_after: Sequence[int] = ()) ->
         assert after.entries[-1]["event"] == PROBE_EVENT
 
     shown = f"{list(sizes)} reopen after {list(reopen_after)}" if reopen_after else list(sizes)
-    return Contract(f"EventLog{shown}", workload, check, setup)
+    return Contract(f"EventLog{shown}{' retry' if retry else ''}", workload, check, setup)
+
+
+def _assert_poisoned(log: EventLog) -> None:
+    """After a failed append nothing more is accepted until the log is reopened."""
+    assert log.closed, "a log whose append failed must refuse further appends"
+    try:
+        log.log(LOG_EVENT, {"after": "failure"})
+    except LogClosedError:
+        return
+    raise AssertionError("a poisoned log accepted an append")
 
 
 # ------------------------------------------------------------------ session store
@@ -351,9 +372,18 @@ def session_versions(blob_size: int) -> list[tuple[str, bytes]]:
     return out
 
 
-def session_contract(blob_size: int) -> Contract:
-    """save, transitions and a blob update: the record is always one whole version."""
+def session_contract(blob_size: int, *, retry: bool = False) -> Contract:
+    """save, transitions and a blob update: the record is always one whole version.
+
+    With ``retry``, a step that fails (an injected EIO) is retried once: the failed
+    step left the session unchanged in memory, so the same call is valid again.
+    The session's directory then exists beforehand: a retried ``durable_mkdir``
+    is a separate case (see tests/unit/test_persistence_crash.py).
+    """
     versions = session_versions(blob_size)
+
+    def setup(fs: FaultFS) -> None:
+        os.makedirs(SessionStore(fs.root).session_dir(SESSION_ID))
 
     def workload(fs: FaultFS) -> None:
         store = SessionStore(fs.root)
@@ -365,13 +395,18 @@ def session_contract(blob_size: int) -> Contract:
             lambda: store.transition(session, SessionState.SUSPENDED),
             lambda: store.transition(session, SessionState.TERMINATED),
         ]
+        retried = False
         for i, step in enumerate(steps, start=1):
             before = session.state
             try:
                 step()
             except DurabilityError:
                 assert session.state is before, "a failed transition changed the state in memory"
-                raise
+                if not retry or retried:
+                    raise
+                retried = True
+                fs.ack(FAILURE_SEEN)
+                step()
             fs.ack(i)
 
     def check(img: FaultFS) -> None:
@@ -393,7 +428,8 @@ def session_contract(blob_size: int) -> Contract:
         if found is not None:
             assert store.load(SESSION_ID).state is not SessionState.ACTIVE
 
-    return Contract(f"SessionStore blob={blob_size}", workload, check)
+    name = f"SessionStore blob={blob_size}{' retry' if retry else ''}"
+    return Contract(name, workload, check, setup if retry else None)
 
 
 def _save_blob(store: SessionStore, session: Session, blob: bytes) -> None:
@@ -451,9 +487,10 @@ class EioOutcome:
 def check_fsync_failure(
     contract: Contract, profile: str, nth: int, *, images_per_mode: int = 8
 ) -> EioOutcome:
-    """Fail the ``nth`` fsync of the workload; the call must raise DurabilityError and
-    stop, and every crash image taken right after must still satisfy the contract
-    (what was acknowledged before the failure is durable; the failed call is not)."""
+    """Fail the ``nth`` fsync of the workload; the call must raise DurabilityError
+    (the workload stops, or retries if its contract says so), and every crash image
+    taken afterwards must still satisfy the contract: what was acknowledged is
+    durable, the failed call is not acknowledged."""
     fs = _prepared(contract, profile)
     raised = False
     with fs:
@@ -462,6 +499,7 @@ def check_fsync_failure(
                 contract.workload(fs)
         except DurabilityError:
             raised = True
+    raised = raised or FAILURE_SEEN in fs.acked
     checked = 0
     for mode in MODES:
         for img in fs.crash_images(mode, limit=images_per_mode):
