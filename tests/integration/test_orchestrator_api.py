@@ -632,3 +632,22 @@ def test_run_pending_bounds(root: Path) -> None:
         await orch.close()
 
     run(go())
+
+
+def test_terminated_agents_leave_no_per_agent_state_behind(root: Path) -> None:
+    async def go() -> None:
+        orch = await Orchestrator.open(root)
+        await orch.create_root("boss")
+        for round_ in range(3):
+            await orch.run_turn("boss", "@spawn a\n@spawn b")
+            await orch.run_turn("boss", f"@send a round {round_}\n@send b round {round_}")
+            assert await orch.run_pending() == 2
+            await orch.run_turn("boss", "@terminate a\n@terminate b")
+        boss = orch.get("boss").agent_id
+        assert set(orch.turn_counts) == set(orch.last_complete_seq) == {boss}
+        assert set(orch.sessions) == {orch.get("boss").session_id}
+        assert set(orch.inboxes.endpoints()) <= {boss, USER}
+        assert not orch.mux.is_live(boss) or orch.mux.live_count() == 1
+        await orch.close()
+
+    run(go())
