@@ -96,7 +96,8 @@ def durable_mkdir(path: str | os.PathLike[str]) -> bool:
 
     Returns True when something was created. Each created level is made durable
     by an fsync of its parent, from the top down, so a crash never leaves a
-    durable child under a parent entry that was lost.
+    durable child under a parent entry that was lost. An existing directory's
+    entry is fsynced too, so a retry after a failed fsync is durable.
     """
     target = Path(path)
     missing: list[Path] = []
@@ -106,6 +107,10 @@ def durable_mkdir(path: str | os.PathLike[str]) -> bool:
         if probe.parent == probe:
             break
         probe = probe.parent
+    if not missing:
+        # It exists (probe is the target), maybe from an earlier attempt whose
+        # fsync failed: make sure its entry is durable before saying so.
+        fsync_dir(probe.parent)
     for level in reversed(missing):
         try:
             os.mkdir(level, _DIR_MODE)
@@ -133,6 +138,10 @@ def durable_unlink(path: str | os.PathLike[str], *, missing_ok: bool = True) -> 
     except FileNotFoundError:
         if not missing_ok:
             raise
+        # Gone already, maybe by an earlier attempt whose fsync failed: make the
+        # removal durable before saying so.
+        if os.path.isdir(Path(path).parent):
+            fsync_dir(Path(path).parent)
         return False
     fsync_dir(Path(path).parent)
     return True

@@ -142,12 +142,6 @@ def test_append_acknowledged_after_eio_and_reopen_survives_power_loss() -> None:
 
 # -- a call retried after a failed directory fsync ---------------------------------------
 
-_RETRY_GAP = (
-    "known gap, reported: when the change is already visible (the directory exists, the "
-    "file is gone) the call returns without fsyncing the directory, so after an EIO on "
-    "that fsync a retry acknowledges an entry that never reaches the disk"
-)
-
 
 def _retry_after_eio(call: object) -> FaultFS:
     fs = FaultFS(d.ROOT, "posix")
@@ -164,14 +158,12 @@ def _retry_after_eio(call: object) -> FaultFS:
     return fs.crash_image("power")
 
 
-@pytest.mark.xfail(strict=True, reason=_RETRY_GAP)
 def test_durable_mkdir_retried_after_eio_is_durable() -> None:
     image = _retry_after_eio(lambda fs: persistence.durable_mkdir(fs.path("d", "sub")))
     with image:
         assert os.path.isdir(image.path("d", "sub")), "acknowledged directory lost"
 
 
-@pytest.mark.xfail(strict=True, reason=_RETRY_GAP)
 def test_durable_unlink_retried_after_eio_is_durable() -> None:
     image = _retry_after_eio(lambda fs: persistence.durable_unlink(fs.path("d", "f")))
     with image:
