@@ -338,6 +338,10 @@ def scale_rows(scales: list[int], *, single_agent: bool = True) -> list[Any]:
     growth: list[tuple[ScaleRoot, StartResult, StartResult]] = []
     floor_name = "json.loads of every line, per CPU s (floor)"
     with tempfile.TemporaryDirectory(prefix="substrat-scale-") as tmp:
+        empty = ScaleRoot(Path(tmp) / "empty", 0, 0, 0)
+        empty.path.mkdir()
+        # interpreter, imports, lock, socket: what a daemon costs before any log
+        fixed_s = daemon_cold_start(empty).cpu_seconds
         for index, events_wanted in enumerate(sorted(scales)):
             root = generate_root(
                 Path(tmp) / f"root{index}", max(1, events_wanted // 100), EVENTS_PER_AGENT
@@ -396,14 +400,15 @@ def scale_rows(scales: list[int], *, single_agent: bool = True) -> list[Any]:
                     higher_is_better=False,
                 )
             )
+        per_event_s = (first_daemon.cpu_seconds - fixed_s) / first_root.events
         for root, _, started in growth:
             rows.append(
                 Row(
-                    f"growth: daemon cold start to ping, {root.events:,} events, wall s",
-                    started.seconds,
+                    f"growth: daemon CPU s until it answers ping, {root.events:,} events",
+                    started.cpu_seconds,
                     "s",
-                    f"linear from {first_root.events:,} events",
-                    first_daemon.seconds * root.events / first_root.events,
+                    f"empty root ({fixed_s:.2f} s) + linear from {first_root.events:,} events",
+                    fixed_s + per_event_s * root.events,
                     higher_is_better=False,
                 )
             )
