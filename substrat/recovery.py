@@ -547,25 +547,74 @@ def analyze(root: str | os.PathLike[str]) -> RecoveryPlan:
     spawned = {
         s["session_id"] for f in facts.values() for e in f.committed for s in e.get("spawns", [])
     }
+    for f in facts.values():  # a child still to be spawned has an (empty) inbox to fill
+        for e in f.committed:
+            for spawn in e.get("spawns", []):
+                known.setdefault(str(spawn["agent_id"]), set())
+
+    def dead(sid: str) -> bool:
+        record = records.get(sid)
+        return facts[sid].terminated or (
+            record is not None and record.state is SessionState.TERMINATED
+        )
+
+    # Recovery also terminates what a committed turn ordered terminated, and everything
+    # under a terminated agent (a cascade cut short); the plan must say so, not "live".
+    ordered = {
+        agent_session[agent_id]
+        for f in facts.values()
+        for e in f.committed
+        for agent_id in e.get("terminations", [])
+        if agent_id in agent_session and not dead(agent_session[agent_id])
+    }
+
+    def ancestors(sid: str) -> list[str]:
+        chain: list[str] = []
+        cursor = (facts[sid].created or {}).get("parent_session_id")
+        while cursor is not None and cursor in facts and cursor not in chain and cursor != sid:
+            chain.append(cursor)
+            cursor = (facts[cursor].created or {}).get("parent_session_id")
+        return chain
+
+    def cascaded(sid: str) -> bool:
+        return any(dead(a) for a in ancestors(sid))
+
+    def doomed(sid: str) -> str | None:
+        if cascaded(sid):  # done while the tree is built, before any roll-forward
+            return "will be terminated (an ancestor was terminated)"
+        if sid in ordered or any(a in ordered for a in ancestors(sid)):
+            return "will be terminated (a committed turn ordered it)"
+        return None
+
     plans = []
     for sid in sids:
         f = facts[sid]
         record = records.get(sid)
-        if f.terminated or (record is not None and record.state is SessionState.TERMINATED):
+        if dead(sid):
             status = "terminated"
         elif f.created is None:
             status = "spawn to roll forward" if sid in spawned else "orphan (will be terminated)"
+        elif (fate := doomed(sid)) is not None:
+            status = fate
         elif record is None:
             status = "record to rebuild from the log"
         else:
             status = "live"
         reconcile = []
-        if status not in ("terminated",):
+        if status == "live" or status.startswith(("record", "spawn")):
             for effects in f.committed:
                 for data in effects.get("messages", []):
                     target = known.get(data["recipient"])
+                    target_sid = agent_session.get(data["recipient"])
+                    if target_sid is not None and (dead(target_sid) or cascaded(target_sid)):
+                        continue  # recovery drops a message whose reader is gone
                     if target is not None and data["message_id"] not in target:
                         reconcile.append(data["message_id"])
+                for agent_id in effects.get("terminations", []):
+                    target_sid = agent_session.get(agent_id)
+                    if target_sid is not None and not dead(target_sid):
+                        name = (facts[target_sid].created or {}).get("name")
+                        reconcile.append(f"terminate {name}")
                 for spawn in effects.get("spawns", []):
                     child = facts.get(spawn["session_id"])
                     if child is None or child.created is None:

@@ -413,3 +413,42 @@ def test_user_log_is_repaired_before_recovery_reads_it(
         await orch.close()
 
     run(after())
+
+
+def _all_bytes(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+def test_analyze_writes_nothing_and_predicts_what_recovery_does(tmp_path: Path) -> None:
+    base = build_messy_root(tmp_path)
+    before = _all_bytes(base)
+    plan = recovery.analyze(base)
+    assert _all_bytes(base) == before  # read-only: not even a pending file is touched
+
+    async def recover_now() -> tuple[set[str], recovery.RecoveryReport]:
+        orch = await open_root(base)
+        live = {i.name for i in orch.agents()}
+        assert orch.recovery_report is not None
+        report = orch.recovery_report
+        abandon(orch)
+        return live, report
+
+    live, report = run(recover_now())
+    assert live == {"boss", "a", "c"}
+    predicted = {a.name for a in plan.agents if a.status in ("live", "record to rebuild")}
+    predicted |= {
+        r[len("spawn ") :] for a in plan.agents for r in a.to_reconcile if r.startswith("spawn ")
+    }
+    assert predicted == live
+    statuses = {a.name: a.status for a in plan.agents if a.name is not None}
+    assert statuses["b"] == statuses["b1"] == "will be terminated (a committed turn ordered it)"
+    assert statuses["z1"] == statuses["z2"] == "will be terminated (an ancestor was terminated)"
+    assert statuses["zed"] == "terminated"
+    orphans = {a.session_id for a in plan.agents if a.status.startswith("orphan")}
+    assert orphans == set(report.orphans_terminated)
+    (boss_plan,) = [a for a in plan.agents if a.name == "boss"]
+    assert "terminate b" in boss_plan.to_reconcile and "spawn c" in boss_plan.to_reconcile
+    predicted_messages = {m for a in plan.agents for m in a.to_reconcile if " " not in m}
+    rolled = {r.split(":", 1)[1] for r in report.reconciled if r.startswith("message:")}
+    assert predicted_messages == rolled and rolled
+    assert all(a.lost_turn is None for a in plan.agents)
