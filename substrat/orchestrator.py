@@ -458,6 +458,9 @@ class Orchestrator:
             self.scheduler.release(node.session_id)
             node.state = previous_state
             inbox.release(effects.turn_id)
+            # no turn.start was logged: recovery counts turns from the log, so a number
+            # skipped here would be handed out again after a restart
+            self.turn_counts[node.agent_id] = number - 1
             raise
         context.effects = effects
         try:

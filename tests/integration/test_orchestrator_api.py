@@ -651,3 +651,27 @@ def test_terminated_agents_leave_no_per_agent_state_behind(root: Path) -> None:
         await orch.close()
 
     run(go())
+
+
+def test_turn_ids_stay_unique_when_a_session_cannot_be_restored(root: Path) -> None:
+    fake = FakeProvider()
+
+    async def go() -> None:
+        orch = await Orchestrator.open(root, registry=registry(fake=fake))
+        await orch.create_root("alpha", provider="fake")
+        await orch.run_turn("alpha", "one")
+        await orch.evict("alpha")
+        fake.fail_restore = 2  # the blob and then the log restore both fail
+        with pytest.raises(ProviderError, match="restore failed"):
+            await orch.run_turn("alpha", "lost before it started")
+        await orch.run_turn("alpha", "two")
+        await orch.close()
+        orch = await Orchestrator.open(root, registry=registry(fake=fake))
+        await orch.run_turn("alpha", "three")
+        ids = [t.turn_id for t in orch.history("alpha")]
+        assert len(ids) == len(set(ids)) == 3, ids
+        starts = [d["turn_id"] for e, d in log_events(orch, "alpha") if e == events.TURN_START]
+        assert len(starts) == len(set(starts))
+        await orch.close()
+
+    run(go())
