@@ -11,14 +11,20 @@ chains every prompt it was given), and a restart must change none of it.
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
+import pytest
+
 from substrat import events
 from substrat.agents import AgentState
+from substrat.errors import ProviderError
 from substrat.eventlog import read_log
 from substrat.orchestrator import Orchestrator
+from substrat.providers.fake import FakeProvider
+from substrat.providers.registry import ProviderRegistry
 from substrat.providers.scripted import chain_digest
 from substrat.session import SessionState, SessionStore
 
@@ -129,3 +135,46 @@ def test_root_and_two_children_talk_through_evictions(root: Path) -> None:
         await orch.close()
 
     run(go())
+
+
+def documented_events() -> dict[str, set[str]]:
+    """event name -> the field names its row in docs/events.md mentions."""
+    doc = Path(__file__).resolve().parents[2] / "docs" / "events.md"
+    table: dict[str, set[str]] = {}
+    for line in doc.read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 4 and re.fullmatch(r"`[a-z]+\.[a-z]+`", cells[0]):
+            table[cells[0].strip("`")] = set(re.findall(r"`([a-z_]+)`", cells[3]))
+    return table
+
+
+def test_every_event_the_code_writes_is_documented_with_its_fields(root: Path) -> None:
+    fake = FakeProvider()
+    registry = ProviderRegistry()
+    registry.register("fake", fake)
+
+    async def go() -> None:
+        orch = await Orchestrator.open(root, registry=registry, slots=1)
+        await orch.create_root("lead", provider="fake")
+        await orch.run_turn("lead", "@spawn a\n@spawn b\n@ask a hi\n@complete done")
+        await orch.run_pending()
+        fake.fail_send = 1
+        with pytest.raises(ProviderError):
+            await orch.run_turn("lead/b", "fails")
+        fake.fail_suspend = 1
+        await orch.run_turn("lead/b", "@send parent ok")
+        await orch.collect_user_inbox()
+        await orch.terminate("lead", cascade=True)
+        await orch.close()
+
+    run(go())
+    table = documented_events()
+    assert set(table) == set(events.KNOWN_EVENTS)
+    seen: set[str] = set()
+    for log in [*root.glob("agents/*/events.jsonl"), root / "user" / "events.jsonl"]:
+        for entry in read_log(log).entries:
+            seen.add(entry["event"])
+            undocumented = set(entry["data"]) - table[entry["event"]]
+            assert not undocumented, (entry["event"], undocumented)
+    # everything but the two events only real providers write
+    assert seen == set(events.KNOWN_EVENTS) - {events.TOOL_REPAIRED, events.PROVIDER_SESSION}
