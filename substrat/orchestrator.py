@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -395,12 +395,13 @@ class Orchestrator:
 
     async def _save_session(self, node: AgentNode, live: ProviderSession) -> None:
         session = self.sessions[node.session_id]
-        log = self.logs.get(node.session_id)
         try:
             blob = await live.suspend()
             error = None
         except Exception as exc:  # the blob is only a fast path: the log has it all
             blob, error = b"", f"{type(exc).__name__}: {exc}"
+        # fetched after the await: meanwhile the open-log bound may have closed it
+        log = self.logs.get(node.session_id)
         session.provider_state = blob
         session.state_seq = log.last_seq
         self.store.transition(session, SessionState.SUSPENDED)
@@ -465,7 +466,7 @@ class Orchestrator:
         context.effects = effects
         try:
             outcome = await self.scheduler.run(
-                self.logs.get(node.session_id),
+                _AgentLog(self.logs, node),
                 live,
                 effects.turn_id,
                 prompt,
@@ -703,6 +704,27 @@ class Orchestrator:
             if stale and not other.waiting_on and other.state is AgentState.WAITING:
                 other.state = AgentState.IDLE
         self.emit("agent.terminated", {"agent_id": node.agent_id, "name": node.name})
+
+
+class _AgentLog:
+    """An agent's log as the pool has it at each write.
+
+    A turn can outlast its log's place in the bounded pool of open logs (other
+    agents' writes close the least recently used one), so the log is looked up
+    when written, not held. Once the agent is terminated it counts as closed:
+    nothing more is written for it.
+    """
+
+    def __init__(self, logs: LogPool, node: AgentNode) -> None:
+        self._logs = logs
+        self._node = node
+
+    @property
+    def closed(self) -> bool:
+        return self._node.state is AgentState.TERMINATED
+
+    def log(self, event: str, data: Mapping[str, Any] | None = None) -> int:
+        return self._logs.get(self._node.session_id).log(event, data)
 
 
 def conversation_from_log(path: Path) -> list[TurnRecord]:

@@ -9,19 +9,27 @@ halfway, is logged as ``turn.failed`` and never as complete.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from substrat import events
 from substrat.errors import AgentBusyError, ProviderError
-from substrat.eventlog import EventLog
 from substrat.providers.base import ProviderSession
 
 MAX_RESPONSE_CHARS = 4 * 1024 * 1024
 MAX_ERROR_CHARS = 2000
 
 ChunkSink = Callable[[str], Awaitable[None] | None]
+
+
+class TurnLog(Protocol):
+    """Where a turn is logged: an ``EventLog``, or anything that finds the agent's."""
+
+    @property
+    def closed(self) -> bool: ...
+
+    def log(self, event: str, data: Mapping[str, Any] | None = None) -> int: ...
 
 
 @dataclass
@@ -54,7 +62,7 @@ class TurnScheduler:
 
     async def run(
         self,
-        log: EventLog,
+        log: TurnLog,
         session: ProviderSession,
         turn_id: str,
         prompt: str,

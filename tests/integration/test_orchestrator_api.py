@@ -25,7 +25,7 @@ from substrat.orchestrator import MAX_PROMPT_CHARS, Orchestrator
 from substrat.providers.base import AgentContext, TurnRecord
 from substrat.providers.fake import FakeProvider
 from substrat.providers.registry import ProviderRegistry
-from substrat.providers.scripted import ScriptedProvider, parse_directives
+from substrat.providers.scripted import ScriptedProvider, ScriptedSession, parse_directives
 from substrat.session import SessionState, SessionStore
 
 T = TypeVar("T")
@@ -672,6 +672,63 @@ def test_turn_ids_stay_unique_when_a_session_cannot_be_restored(root: Path) -> N
         assert len(ids) == len(set(ids)) == 3, ids
         starts = [d["turn_id"] for e, d in log_events(orch, "alpha") if e == events.TURN_START]
         assert len(starts) == len(set(starts))
+        await orch.close()
+
+    run(go())
+
+
+def test_a_turn_survives_its_log_being_closed_by_the_open_log_bound(root: Path) -> None:
+    """Many agents: the pool of open logs is bounded, so a long turn's log can be closed
+    (least recently used) while other agents write theirs; the turn must still commit."""
+    gate = Gate()
+
+    async def go() -> None:
+        orch = await Orchestrator.open(root, registry=registry(slow=ScriptedProvider(gate)))
+        orch.logs._max_open = 2  # as if hundreds of agents were writing meanwhile
+        await orch.create_root("boss")
+        await orch.run_turn("boss", "@spawn a\n@spawn b\n@spawn c")
+        await orch.create_root("slowpoke", provider="slow")
+        turn = asyncio.create_task(orch.run_turn("slowpoke", "park for a while"))
+        await gate.entered.wait()
+        await orch.run_turn("boss", "@send a one\n@send b two\n@send c three")
+        assert await orch.run_pending() == 3
+        gate.release.set()
+        result = await turn
+        assert [t.turn_id for t in orch.history("slowpoke")] == [result.turn_id]
+        assert orch.get("slowpoke").state is AgentState.IDLE
+        await orch.close()
+
+    run(go())
+
+
+def test_a_slow_suspend_survives_its_log_being_closed_meanwhile(root: Path) -> None:
+    gate = Gate()
+
+    class SlowSuspend(ScriptedSession):
+        async def suspend(self) -> bytes:
+            gate.entered.set()
+            await gate.release.wait()
+            return await super().suspend()
+
+    class SlowSuspendProvider(ScriptedProvider):
+        async def create(self, model: str, system_prompt: str, context: AgentContext) -> Any:
+            return SlowSuspend(context, [], None)
+
+    async def go() -> None:
+        orch = await Orchestrator.open(root, registry=registry(slow=SlowSuspendProvider()))
+        orch.logs._max_open = 2
+        await orch.create_root("boss")
+        await orch.run_turn("boss", "@spawn a\n@spawn b\n@spawn c")
+        await orch.create_root("sleepy", provider="slow")
+        await orch.run_turn("sleepy", "one")
+        eviction = asyncio.create_task(orch.evict("sleepy"))
+        await gate.entered.wait()
+        await orch.run_turn("boss", "@send a one\n@send b two\n@send c three")
+        gate.release.set()
+        assert await eviction is True
+        suspended = [d for e, d in log_events(orch, "sleepy") if e == events.SUSPEND_RESULT]
+        assert len(suspended) == 1 and suspended[0]["state_size"] > 0
+        assert (await orch.run_turn("sleepy", "two")).response.startswith("#2 ")
         await orch.close()
 
     run(go())
