@@ -294,6 +294,12 @@ class Orchestrator:
         )
         context = self._context(node)
         live = await backend.create(model, instructions, context)
+        if self.tree.name_taken(None, name):
+            # a concurrent create took the name while the provider was busy; refuse now,
+            # before anything is logged (a logged agent.created would be committed)
+            self._contexts.pop(node.agent_id, None)
+            stop_later(live)
+            raise NameCollisionError(f"a root agent named {name!r} exists; pick another name")
         session = Session(node.session_id, provider, model, agent_id=node.agent_id)
         self.store.save(session)
         self.sessions[node.session_id] = session

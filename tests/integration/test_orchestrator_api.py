@@ -732,3 +732,32 @@ def test_a_slow_suspend_survives_its_log_being_closed_meanwhile(root: Path) -> N
         await orch.close()
 
     run(go())
+
+
+def test_concurrent_creates_of_one_name_leave_exactly_one_agent(root: Path) -> None:
+    class Yielding(ScriptedProvider):
+        """Creating a real session takes time (a process, a connection): it yields."""
+
+        async def create(self, model: str, system_prompt: str, context: AgentContext) -> Any:
+            await asyncio.sleep(0.01)
+            return await super().create(model, system_prompt, context)
+
+    async def go() -> None:
+        orch = await Orchestrator.open(root, registry=registry(slow=Yielding()))
+        results = await asyncio.gather(
+            orch.create_root("twin", provider="slow"),
+            orch.create_root("twin", provider="slow"),
+            return_exceptions=True,
+        )
+        refused = [r for r in results if isinstance(r, BaseException)]
+        assert len(refused) == 1 and isinstance(refused[0], NameCollisionError)
+        assert [i.path for i in orch.agents()] == ["twin"]
+        await orch.close()
+        orch = await Orchestrator.open(root, registry=registry(slow=Yielding()))
+        # the refused one must not come back
+        assert [i.path for i in orch.agents()] == ["twin"]
+        report = orch.recovery_report
+        assert report is not None and report.detached == []
+        await orch.close()
+
+    run(go())
