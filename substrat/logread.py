@@ -1,0 +1,223 @@
+"""Reading an event log: healthy entries out, damage skipped, counted and described.
+
+The line format and the writer are in :mod:`substrat.eventlog`, which
+re-exports everything here. A reader never raises on damage: a torn tail,
+NUL padding, invalid UTF-8 or JSON, a bad checksum, a duplicate ``seq`` and (if
+asked) an unknown event type each cost only their own line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from substrat.events import KNOWN_EVENTS
+
+Entry = dict[str, Any]
+_EXCERPT_BYTES = 80
+_CRC_PREFIX = b'{"crc":"'
+_CRC_HEX_END = len(_CRC_PREFIX) + 8
+_BODY_START = _CRC_HEX_END + 2  # past '",'
+_CRC_OF_OPEN_BRACE = zlib.crc32(b"{")
+
+
+def decode_line(line: bytes) -> Entry | str:
+    """Decode one line (without its newline): the entry, or the kind of damage."""
+    if (
+        line.startswith(_CRC_PREFIX)
+        and len(line) > _BODY_START
+        and line[_CRC_HEX_END:_BODY_START] == b'",'
+    ):
+        try:
+            expected = int(line[len(_CRC_PREFIX) : _CRC_HEX_END], 16)
+        except ValueError:
+            expected = -1
+        # The checksum covers '{' + the line after the crc member; seeding the
+        # CRC with '{' spares copying the line.
+        if zlib.crc32(memoryview(line)[_BODY_START:], _CRC_OF_OPEN_BRACE) == expected:
+            try:
+                entry = orjson.loads(b"{" + line[_BODY_START:])
+            except orjson.JSONDecodeError:
+                return "invalid_json"
+            if isinstance(entry, dict) and isinstance(entry.get("seq"), int):
+                return entry
+            return "invalid_json"
+    return _classify_damage(line)
+
+
+def _decode_fast(raw: bytes) -> Entry | None:
+    """:func:`decode_line` for a healthy line still ending in its newline, else None.
+
+    The hot path of every read: no copy to strip the newline (JSON allows the
+    trailing whitespace) and no damage classification. Whatever it returns,
+    decode_line returns too.
+    """
+    if not raw.startswith(_CRC_PREFIX) or raw[_CRC_HEX_END:_BODY_START] != b'",':
+        return None
+    try:
+        expected = int(raw[len(_CRC_PREFIX) : _CRC_HEX_END], 16)
+    except ValueError:
+        return None
+    if (
+        len(raw) <= _BODY_START + 1
+        or zlib.crc32(memoryview(raw)[_BODY_START:-1], _CRC_OF_OPEN_BRACE) != expected
+    ):
+        return None
+    try:
+        entry = orjson.loads(b"{" + raw[_BODY_START:])
+    except orjson.JSONDecodeError:
+        return None
+    if type(entry) is dict and isinstance(entry.get("seq"), int):
+        return entry
+    return None
+
+
+def _classify_damage(line: bytes) -> str:
+    if b"\x00" in line:
+        return "nul_bytes"
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError:
+        return "invalid_utf8"
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        return "invalid_json"
+    if isinstance(parsed, dict) and "crc" in parsed:
+        return "bad_checksum"
+    return "missing_checksum"
+
+
+@dataclass(frozen=True)
+class Damage:
+    """One damaged region of a log."""
+
+    kind: str
+    offset: int
+    length: int
+    line_no: int
+    excerpt: str
+
+
+@dataclass
+class DamageReport:
+    """What a read skipped, and why. Empty means the log was clean."""
+
+    items: list[Damage] = field(default_factory=list)
+    unknown_events: list[Entry] = field(default_factory=list)
+
+    def add(self, kind: str, offset: int, raw: bytes, line_no: int) -> None:
+        excerpt = raw[:_EXCERPT_BYTES].decode("utf-8", "backslashreplace")
+        self.items.append(Damage(kind, offset, len(raw), line_no, excerpt))
+
+    def counts(self) -> dict[str, int]:
+        tally: dict[str, int] = {}
+        for item in self.items:
+            tally[item.kind] = tally.get(item.kind, 0) + 1
+        if self.unknown_events:
+            tally["unknown_event"] = len(self.unknown_events)
+        return tally
+
+    @property
+    def clean(self) -> bool:
+        return not self.items and not self.unknown_events
+
+    def torn_tail_bytes(self) -> int:
+        return sum(d.length for d in self.items if d.kind == "torn_tail")
+
+
+@dataclass
+class LogRead:
+    """The healthy entries of a log, in file order, and the damage skipped."""
+
+    entries: list[Entry]
+    damage: DamageReport
+    valid_end: int = 0
+    """Offset just past the last valid line: where a repair would cut."""
+
+
+def iter_log(
+    path: str | os.PathLike[str],
+    damage: DamageReport,
+    *,
+    known_events: frozenset[str] | None = KNOWN_EVENTS,
+    tail_info: list[int] | None = None,
+) -> Iterator[Entry]:
+    """Yield the healthy entries of the log at ``path``; never raises on damage.
+
+    Damaged lines, duplicate ``seq`` values and (when ``known_events`` is given)
+    unknown event types are skipped and recorded in ``damage``. A missing file
+    reads as empty. If ``tail_info`` is given, its first element is set to the
+    offset just past the last valid line.
+    """
+    for batch in entry_batches(path, damage, known_events, set(), tail_info):
+        yield from batch
+
+
+BATCH_LINES = 1024
+"""Entries are handed on in lists this long: one generator step per batch, not per line."""
+
+
+def entry_batches(
+    path: str | os.PathLike[str],
+    damage: DamageReport,
+    known_events: frozenset[str] | None,
+    seen: set[int],
+    tail_info: list[int] | None,
+) -> Iterator[list[Entry]]:
+    """The healthy entries in batches; ``seen`` collects their seqs, unknown types included."""
+    offset = 0
+    valid_end = 0
+    try:
+        handle = open(path, "rb")
+    except FileNotFoundError:
+        if tail_info is not None:
+            tail_info[:] = [0]
+        return
+    with handle:
+        batch: list[Entry] = []
+        for line_no, raw in enumerate(handle, start=1):
+            start = offset
+            offset += len(raw)
+            if not raw.endswith(b"\n"):
+                damage.add("torn_tail", start, raw, line_no)
+                break
+            fast = _decode_fast(raw)
+            decoded = decode_line(raw[:-1]) if fast is None else fast
+            if isinstance(decoded, str):  # damaged: decode_line said how
+                damage.add(decoded, start, raw, line_no)
+                continue
+            valid_end = offset
+            seq = decoded["seq"]
+            if seq in seen:
+                damage.add("duplicate_seq", start, raw, line_no)
+                continue
+            seen.add(seq)
+            if known_events is not None and decoded.get("event") not in known_events:
+                damage.unknown_events.append(decoded)
+                continue
+            batch.append(decoded)
+            if len(batch) == BATCH_LINES:
+                yield batch
+                batch = []
+        yield batch
+    if tail_info is not None:
+        tail_info[:] = [valid_end]
+
+
+def read_log(
+    path: str | os.PathLike[str], *, known_events: frozenset[str] | None = KNOWN_EVENTS
+) -> LogRead:
+    """Read a whole log. Never raises on damage; see :func:`iter_log`."""
+    damage = DamageReport()
+    tail: list[int] = [0]
+    entries: list[Entry] = []
+    for batch in entry_batches(path, damage, known_events, set(), tail):
+        entries.extend(batch)
+    return LogRead(entries, damage, tail[0])
