@@ -59,6 +59,8 @@ class Multiplexer:
         self._save = save
         self._pools: dict[str, OrderedDict[str, tuple[AgentNode, ProviderSession]]] = {}
         self._in_use: set[str] = set()
+        self._loading: dict[str, int] = {}
+        """Sessions being restored, per pool: each holds a slot before it is in the pool."""
         self._changed = asyncio.Event()
         self.evictions = 0
 
@@ -88,7 +90,13 @@ class Multiplexer:
         self._in_use.add(node.agent_id)
         try:
             await self._make_room(node.provider)
-            session = await self._load(node)
+            # reserve the slot now: other acquires run while this one loads
+            self._loading[node.provider] = self._loading.get(node.provider, 0) + 1
+            try:
+                session = await self._load(node)
+            finally:
+                self._loading[node.provider] -= 1
+                self._changed.set()
         except BaseException:
             self._in_use.discard(node.agent_id)
             raise
@@ -138,7 +146,7 @@ class Multiplexer:
         pool = self._pool(provider)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + ACQUIRE_TIMEOUT_S
-        while len(pool) >= self.slots:
+        while len(pool) + self._loading.get(provider, 0) >= self.slots:
             victim = next((a for a in pool if a not in self._in_use), None)
             if victim is not None:
                 await self._suspend(provider, victim)

@@ -196,3 +196,31 @@ def test_stop_later_stops_without_waiting_and_swallows_errors() -> None:
         assert live.stopped
 
     run(go())
+
+
+def test_concurrent_loads_never_exceed_the_slots() -> None:
+    async def go() -> None:
+        m, backend = mux(2)
+        peak = 0
+        real_load = backend.load
+
+        async def slow_load(node: AgentNode) -> Any:
+            nonlocal peak
+            await asyncio.sleep(0.01)  # a restore takes time: other acquires run meanwhile
+            live = await real_load(node)
+            peak = max(peak, m.live_count() + 1)
+            return live
+
+        m._load = slow_load
+
+        async def turn(name: str) -> None:
+            node = agent(name)
+            await m.acquire(node)
+            await asyncio.sleep(0.01)
+            m.release(node)
+
+        await asyncio.gather(*(turn(n) for n in "abcdef"))
+        assert peak <= 2 and m.live_count() <= 2
+        assert backend.events.count("save a") + m.is_live("a") == 1
+
+    run(go())
