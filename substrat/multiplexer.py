@@ -59,6 +59,7 @@ class Multiplexer:
         self._save = save
         self._pools: dict[str, OrderedDict[str, tuple[AgentNode, ProviderSession]]] = {}
         self._in_use: set[str] = set()
+        self._suspending: set[str] = set()
         self._loading: dict[str, int] = {}
         """Sessions being restored, per pool: each holds a slot before it is in the pool."""
         self._changed = asyncio.Event()
@@ -80,6 +81,10 @@ class Multiplexer:
 
     async def acquire(self, node: AgentNode) -> ProviderSession:
         """The node's live session, restored if needed; marked in use until release."""
+        while node.agent_id in self._suspending:
+            # this very session is being evicted: let that finish, then restore it
+            self._changed.clear()
+            await self._changed.wait()
         assert node.agent_id not in self._in_use, f"{node.agent_id} acquired twice"
         pool = self._pool(node.provider)
         entry = pool.get(node.agent_id)
@@ -168,9 +173,11 @@ class Multiplexer:
         pool = self._pool(provider)
         node, session = pool[agent_id]
         self._in_use.add(agent_id)
+        self._suspending.add(agent_id)
         try:
             await self._save(node, session)
+            pool.pop(agent_id, None)
         finally:
             self._in_use.discard(agent_id)
-        pool.pop(agent_id, None)
-        self._changed.set()
+            self._suspending.discard(agent_id)
+            self._changed.set()

@@ -761,3 +761,39 @@ def test_concurrent_creates_of_one_name_leave_exactly_one_agent(root: Path) -> N
         await orch.close()
 
     run(go())
+
+
+def test_a_turn_on_an_agent_being_evicted_waits_for_the_eviction(root: Path) -> None:
+    gate = Gate()
+
+    class SlowSuspend(ScriptedSession):
+        async def suspend(self) -> bytes:
+            gate.entered.set()
+            await gate.release.wait()
+            return await super().suspend()
+
+    class SlowSuspendProvider(ScriptedProvider):
+        async def create(self, model: str, system_prompt: str, context: AgentContext) -> Any:
+            return SlowSuspend(context, [], None)
+
+        async def restore(self, blob: bytes, history: list[TurnRecord], **kw: Any) -> Any:
+            restored = await super().restore(blob, history, **kw)
+            assert isinstance(restored, ScriptedSession)
+            return SlowSuspend(kw["context"], restored.turns, None)
+
+    async def go() -> None:
+        orch = await Orchestrator.open(root, slots=1, registry=registry(slow=SlowSuspendProvider()))
+        await orch.create_root("first", provider="slow")
+        await orch.run_turn("first", "one")
+        second = asyncio.create_task(orch.create_root("second", provider="slow"))
+        await gate.entered.wait()  # first is being suspended to make room
+        again = asyncio.create_task(orch.run_turn("first", "two"))
+        await asyncio.sleep(0.01)
+        gate.release.set()
+        await second
+        result = await again
+        assert result.response.startswith("#2 ")
+        assert [t.prompt for t in orch.history("first")] == ["one", "two"]
+        await orch.close()
+
+    run(go())

@@ -198,6 +198,51 @@ def test_stop_later_stops_without_waiting_and_swallows_errors() -> None:
     run(go())
 
 
+def test_acquire_during_its_own_eviction_waits_then_restores() -> None:
+    async def go() -> None:
+        gate = asyncio.Event()
+        m, backend = mux(1)
+        real_save = backend.save
+
+        async def slow_save(node: AgentNode, live: Any) -> None:
+            await gate.wait()
+            await real_save(node, live)
+
+        m._save = slow_save
+        a, b = agent("a"), agent("b")
+        await m.acquire(a)
+        m.release(a)
+        taking_b = asyncio.create_task(m.acquire(b))  # evicts a, slowly
+        await asyncio.sleep(0.01)
+        taking_a = asyncio.create_task(m.acquire(a))  # a is mid-eviction
+        await asyncio.sleep(0.01)
+        assert not taking_a.done()
+        gate.set()
+        await taking_b
+        m.release(b)
+        assert (await taking_a).name == "a"
+        assert backend.events == ["load a", "save a", "load b", "save b", "load a"]
+
+    run(go())
+
+
+def test_a_failed_eviction_wakes_whoever_waits_for_it() -> None:
+    async def go() -> None:
+        m, backend = mux(1)
+        a, b = agent("a"), agent("b")
+        await m.acquire(a)
+        m.release(a)
+        backend.fail_save = True
+        taking_b = asyncio.create_task(m.acquire(b))
+        taking_a = asyncio.create_task(m.acquire(a))
+        with pytest.raises(ProviderError, match="save failed"):
+            await taking_b
+        assert (await asyncio.wait_for(taking_a, 1.0)).name == "a"  # still live: no reload
+        assert backend.events == ["load a", "save a"]
+
+    run(go())
+
+
 def test_concurrent_loads_never_exceed_the_slots() -> None:
     async def go() -> None:
         m, backend = mux(2)
