@@ -307,6 +307,11 @@ class Orchestrator:
         self.tree.add(node)
         self.turn_counts[node.agent_id] = 0
         await self.mux.admit(node, live)
+        if node.state is AgentState.TERMINATED:
+            # terminated while a slot was made for it: a dead agent must not hold a slot
+            self.mux.discard(node)
+            stop_later(live)
+            raise AgentError(f"agent {name} was terminated while it was being created")
         self.store.transition(session, SessionState.ACTIVE)
         self.emit("agent.created", self._info(node).to_dict())
         return self._info(node)

@@ -14,6 +14,7 @@ from substrat import events
 from substrat.agents import USER, AgentState
 from substrat.errors import (
     AgentBusyError,
+    AgentError,
     AgentNotFoundError,
     HasChildrenError,
     NameCollisionError,
@@ -794,6 +795,39 @@ def test_a_turn_on_an_agent_being_evicted_waits_for_the_eviction(root: Path) -> 
         result = await again
         assert result.response.startswith("#2 ")
         assert [t.prompt for t in orch.history("first")] == ["one", "two"]
+        await orch.close()
+
+    run(go())
+
+
+def test_a_root_terminated_while_its_slot_is_made_does_not_keep_the_slot(root: Path) -> None:
+    gate = Gate()
+
+    class SlowSuspend(ScriptedSession):
+        async def suspend(self) -> bytes:
+            gate.entered.set()
+            await gate.release.wait()
+            return await super().suspend()
+
+    class SlowSuspendProvider(ScriptedProvider):
+        async def create(self, model: str, system_prompt: str, context: AgentContext) -> Any:
+            return SlowSuspend(context, [], None)
+
+    async def go() -> None:
+        reg = registry(slow=SlowSuspendProvider())
+        orch = await Orchestrator.open(root, slots=1, registry=reg)
+        await orch.create_root("first", provider="slow")
+        creating = asyncio.create_task(orch.create_root("second", provider="slow"))
+        await gate.entered.wait()  # "second" is committed; "first" is being suspended
+        (second,) = await orch.terminate("second")
+        gate.release.set()
+        with pytest.raises(AgentError, match="terminated while"):
+            await creating
+        assert not orch.mux.is_live(second)
+        assert (await orch.run_turn("first", "still works")).response.startswith("#1 ")
+        await orch.close()
+        orch = await Orchestrator.open(root, slots=1, registry=reg)
+        assert [i.path for i in orch.agents()] == ["first"]
         await orch.close()
 
     run(go())
