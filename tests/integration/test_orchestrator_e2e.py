@@ -23,9 +23,10 @@ from substrat.agents import AgentState
 from substrat.errors import ProviderError
 from substrat.eventlog import read_log
 from substrat.orchestrator import Orchestrator
+from substrat.providers.base import AgentContext, TurnRecord
 from substrat.providers.fake import FakeProvider
 from substrat.providers.registry import ProviderRegistry
-from substrat.providers.scripted import chain_digest
+from substrat.providers.scripted import ScriptedProvider, chain_digest
 from substrat.session import SessionState, SessionStore
 
 T = TypeVar("T")
@@ -149,12 +150,21 @@ def documented_events() -> dict[str, set[str]]:
 
 
 def test_every_event_the_code_writes_is_documented_with_its_fields(root: Path) -> None:
+    class Kill(BaseException):
+        """Stops the process dead: nothing in substrat catches it."""
+
+    def kill(prompt: str, turns: list[TurnRecord], ctx: AgentContext) -> str:
+        raise Kill()
+
     fake = FakeProvider()
     registry = ProviderRegistry()
     registry.register("fake", fake)
+    registry.register("killer", ScriptedProvider(kill))
+    held: list[Orchestrator] = []
 
     async def go() -> None:
         orch = await Orchestrator.open(root, registry=registry, slots=1)
+        held.append(orch)
         await orch.create_root("lead", provider="fake")
         await orch.run_turn("lead", "@spawn a\n@spawn b\n@ask a hi\n@complete done")
         await orch.run_pending()
@@ -165,9 +175,20 @@ def test_every_event_the_code_writes_is_documented_with_its_fields(root: Path) -
         await orch.run_turn("lead/b", "@send parent ok")
         await orch.collect_user_inbox()
         await orch.terminate("lead", cascade=True)
+        await orch.create_root("doomed", provider="killer")
+        await orch.run_turn("doomed", "this turn is cut by a kill")
+
+    with pytest.raises(Kill):
+        run(go())
+    for log_ in list(held[0].logs._open.values()):
+        log_._poison()  # the kill closed the descriptors; nothing else ran
+
+    async def recover() -> None:  # recovery closes the lost turn in the log
+        orch = await Orchestrator.open(root, registry=registry, slots=1)
+        assert orch.recovery_report is not None and orch.recovery_report.lost_turns
         await orch.close()
 
-    run(go())
+    run(recover())
     table = documented_events()
     assert set(table) == set(events.KNOWN_EVENTS)
     seen: set[str] = set()
