@@ -72,6 +72,23 @@ class MessageEnvelope:
             "metadata": dict(self.metadata),
         }
 
+    @staticmethod
+    def is_valid(data: object) -> bool:
+        """Whether ``data`` (read from a log) is an envelope this version can deliver.
+
+        A checksummed entry can still carry a message kind from a newer
+        version; recovery skips and reports such a message instead of failing.
+        """
+        return (
+            isinstance(data, dict)
+            and all(isinstance(data.get(k), str) for k in ("message_id", "sender", "recipient"))
+            and data.get("kind") in MESSAGE_KINDS
+            and isinstance(data.get("payload"), str)
+            and isinstance(data.get("timestamp"), str)
+            and (data.get("reply_to") is None or isinstance(data.get("reply_to"), str))
+            and isinstance(data.get("metadata") or {}, dict)
+        )
+
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> MessageEnvelope:
         return cls(

@@ -543,7 +543,8 @@ class Orchestrator:
         for spawn in effects.get("spawns", []):
             self.materialize_child(spawn, node)
         for data in effects.get("messages", []):
-            self.enqueue(MessageEnvelope.from_dict(data))
+            if MessageEnvelope.is_valid(data):
+                self.enqueue(MessageEnvelope.from_dict(data))
         delivered = list(effects.get("delivered", []))
         if delivered:
             inbox = self.inboxes.inbox(node.agent_id)

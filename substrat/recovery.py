@@ -127,8 +127,10 @@ class AgentFacts:
                 "response": data.get("response", ""),
             }
         elif event == events.MESSAGE_ENQUEUED:
-            if "message_id" in data:
+            if MessageEnvelope.is_valid(data):
                 self.enqueued[str(data["message_id"])] = data
+            else:
+                self.damage["unreadable_message"] = self.damage.get("unreadable_message", 0) + 1
         elif event == events.MESSAGE_DELIVERED:
             ids = data.get("message_ids") or [data.get("message_id")]
             self.delivered.update(str(i) for i in ids if i)
@@ -157,7 +159,7 @@ def collect_facts(session_id: str, entries: Iterable[Entry]) -> AgentFacts:
 def read_facts(session_id: str, path: Path) -> AgentFacts:
     damage = DamageReport()
     facts = collect_facts(session_id, iter_log(path, damage))
-    facts.damage = damage.counts()
+    facts.damage.update(damage.counts())
     return facts
 
 
@@ -249,7 +251,7 @@ async def recover(orch: Orchestrator) -> RecoveryReport:
                 "pending_replayed": opened.pending_replayed,
                 "pending_discarded": opened.pending_discarded,
             }
-        collected.damage = opened.kept_damage().counts()
+        collected.damage.update(opened.kept_damage().counts())
         facts[sid] = collected
         report.events_read += collected.entries
         if facts[sid].damage:
@@ -295,7 +297,7 @@ async def recover(orch: Orchestrator) -> RecoveryReport:
     if os.path.exists(user_log.parent):
         orch.logs.close(USER)
         # repaired and replayed in the same read that collects it, like every other log
-        user_facts.damage = repair_log(user_log, user_facts.add_all).kept_damage().counts()
+        user_facts.damage.update(repair_log(user_log, user_facts.add_all).kept_damage().counts())
     report.events_read += user_facts.entries
     _roll_forward(orch, live, facts, records, user_facts, report)
     _rebuild_inboxes(orch, live, user_facts, report)
@@ -438,6 +440,8 @@ def _roll_forward(
     for node in list(orch.tree.walk()):
         for effects in _committed(live, node):
             for data in effects.get("messages", []):
+                if not MessageEnvelope.is_valid(data):
+                    continue  # a kind from a newer version: nothing here can deliver it
                 recipient = data["recipient"]
                 if recipient == USER:
                     target = user_facts
@@ -480,9 +484,9 @@ def _rebuild_inboxes(
         for effects in f.committed:
             for data in effects.get("messages", []):
                 if (
-                    data["kind"] == "request"
-                    and data["message_id"] not in replies
-                    and data["recipient"] in orch.tree
+                    data.get("kind") == "request"
+                    and data.get("message_id") not in replies
+                    and data.get("recipient") in orch.tree
                 ):
                     node.waiting_on[data["message_id"]] = data["recipient"]
         node.state = AgentState.WAITING if node.waiting_on else AgentState.IDLE
