@@ -38,7 +38,7 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import substrat
@@ -396,20 +396,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         repo=default_repo(),
     )
 
-    def progress(result: MutantResult) -> None:
-        where = f" by {result.killer}" if result.killer else ""
-        print(
-            f"  {result.name}: {result.status}{where} ({result.duration_s:.1f}s)",
-            file=sys.stderr,
-            flush=True,
-        )
+    with tempfile.TemporaryDirectory(prefix="substrat-mutant-source-") as snapshot:
+        # One copy of the package, taken now: the baseline and every mutant test
+        # the same code even if the working tree changes while the run goes on.
+        config = replace(config, source=plant(None, config.source, Path(snapshot)))
+        return _run_and_report(args, mutants, config)
 
+
+def _progress(result: MutantResult) -> None:
+    where = f" by {result.killer}" if result.killer else ""
+    print(
+        f"  {result.name}: {result.status}{where} ({result.duration_s:.1f}s)",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def _run_and_report(args: argparse.Namespace, mutants: list[Mutant], config: RunConfig) -> int:
     start = time.monotonic()
     baseline = None
     if not args.no_baseline:
         print("baseline: the suite on the unmodified code", file=sys.stderr, flush=True)
         baseline = run_mutant(None, config)
-        progress(baseline)
+        _progress(baseline)
         if baseline.status != SURVIVED:
             print(
                 f"the baseline run did not pass ({baseline.status}); mutant results would "
@@ -422,21 +431,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         file=sys.stderr,
         flush=True,
     )
-    results = run_catalog(mutants, config, jobs=args.jobs, on_result=progress)
+    results = run_catalog(mutants, config, jobs=args.jobs, on_result=_progress)
     total_s = time.monotonic() - start
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "profile": args.profile,
-                    "tests": list(config.tests),
-                    "baseline_s": None if baseline is None else round(baseline.duration_s, 1),
-                    "total_s": round(total_s, 1),
-                    "results": [r.to_dict() for r in results],
-                },
-                indent=2,
-            )
-        )
+        document = {
+            "profile": args.profile,
+            "tests": list(config.tests),
+            "baseline_s": None if baseline is None else round(baseline.duration_s, 1),
+            "total_s": round(total_s, 1),
+            "results": [r.to_dict() for r in results],
+        }
+        print(json.dumps(document, indent=2))
     else:
         render_table(results, total_s)
     return exit_status(results)
