@@ -70,7 +70,7 @@ class Reads:
 
     def history(self, agent_id: str) -> list[TurnRecord]:
         """What ``orch.history(agent_id)`` returns, from the cached read."""
-        from substrat.orchestrator import conversation_from_entries
+        from substrat.conversation import conversation_from_entries
 
         node = self.orch.tree.resolve(agent_id)
         return conversation_from_entries(self.log(node.session_id).entries)

@@ -177,7 +177,7 @@ CATALOG: tuple[Mutant, ...] = (
     Mutant(
         "effects_before_commit",
         "a turn's effects (spawns, messages, deliveries) are applied before turn.complete",
-        "orchestrator.py",
+        "commit.py",
         '        return {"effects": effects.to_dict()}\n',
         "        self.apply_effects(node, effects.to_dict())  # planted: before the commit\n"
         '        return {"effects": effects.to_dict()}\n',

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,24 +35,25 @@ from substrat.agents import (
     MessageEnvelope,
     validate_name,
 )
+from substrat.commit import CommitMixin
+from substrat.conversation import conversation_from_log
 from substrat.errors import (
     AgentBusyError,
     AgentError,
     HasChildrenError,
     NameCollisionError,
-    ProviderError,
 )
-from substrat.eventlog import Clock, Entry, read_log, utc_now_iso
+from substrat.eventlog import Clock, utc_now_iso
 from substrat.logs import LogPool
 from substrat.multiplexer import Multiplexer, stop_later
 from substrat.providers.base import ProviderSession, TurnRecord
 from substrat.providers.registry import ProviderRegistry, default_registry
 from substrat.scheduler import ChunkSink, TurnScheduler
 from substrat.session import Session, SessionState, SessionStore
-from substrat.tools import AgentToolContext, TurnEffects, render_messages
+from substrat.tools import AgentToolContext, TurnEffects
+from substrat.wake import WakeMixin
 
 MAX_PROMPT_CHARS = 256 * 1024
-MAX_WAKE_TURNS = 10_000
 DEFAULT_SLOTS = 8
 
 Listener = Callable[[str, dict[str, Any]], None]
@@ -119,7 +120,7 @@ class TurnResult:
         }
 
 
-class Orchestrator:
+class Orchestrator(CommitMixin, WakeMixin):
     """Runs a root of agents. Create it with :meth:`open`, which recovers first."""
 
     def __init__(
@@ -316,46 +317,6 @@ class Orchestrator:
         self.emit("agent.created", self._info(node).to_dict())
         return self._info(node)
 
-    def _log_creation(self, node: AgentNode, parent_session_id: str | None) -> None:
-        log = self.logs.get(node.session_id)
-        log.log(
-            events.SESSION_CREATED,
-            {"provider": node.provider, "model": node.model, "system_prompt": node.instructions},
-        )
-        log.log(
-            events.AGENT_CREATED,
-            {
-                "agent_id": node.agent_id,
-                "name": node.name,
-                "parent_session_id": parent_session_id,
-                "instructions": node.instructions,
-            },
-        )
-
-    def materialize_child(self, spawn: dict[str, Any], parent: AgentNode) -> AgentNode | None:
-        """Create a child staged by a committed turn; a no-op if it exists already."""
-        if spawn["agent_id"] in self.tree:
-            return None
-        node = AgentNode(
-            agent_id=spawn["agent_id"],
-            session_id=spawn["session_id"],
-            name=spawn["name"],
-            parent_id=parent.agent_id,
-            instructions=spawn["instructions"],
-            provider=spawn["provider"],
-            model=spawn["model"],
-        )
-        session = self.sessions.get(node.session_id)
-        if session is None:
-            session = Session(node.session_id, node.provider, node.model, agent_id=node.agent_id)
-            self.store.save(session)
-            self.sessions[node.session_id] = session
-        self._log_creation(node, parent_session_id=parent.session_id)
-        self.tree.add(node)
-        self.turn_counts[node.agent_id] = 0
-        self.emit("agent.created", self._info(node).to_dict())
-        return node
-
     def _context(self, node: AgentNode) -> AgentToolContext:
         context = self._contexts.get(node.agent_id)
         if context is None:
@@ -516,150 +477,6 @@ class Orchestrator:
         self.emit("turn.completed", result.to_dict())
         return result
 
-    def _stage_commit(self, node: AgentNode, effects: TurnEffects, response: str) -> dict[str, Any]:
-        """Add replies to consumed requests; returns the effects for ``turn.complete``."""
-        if node.state is AgentState.TERMINATED:
-            raise AgentError(f"agent {node.name} was terminated during its turn")
-        for message in effects.consumed:
-            if message.kind == "request" and (
-                message.sender == USER or message.sender in self.tree
-            ):
-                effects.messages.append(
-                    MessageEnvelope(
-                        message_id=self.new_id(),
-                        sender=node.agent_id,
-                        recipient=message.sender,
-                        kind="reply",
-                        payload=response,
-                        timestamp=self.clock(),
-                        reply_to=message.message_id,
-                        metadata={"turn_id": effects.turn_id},
-                    ).to_dict()
-                )
-        return {"effects": effects.to_dict()}
-
-    def apply_effects(self, node: AgentNode, effects: dict[str, Any]) -> None:
-        """Apply a committed turn's effects; each step is a no-op if already done."""
-        for spawn in effects.get("spawns", []):
-            self.materialize_child(spawn, node)
-        for data in effects.get("messages", []):
-            if MessageEnvelope.is_valid(data):
-                self.enqueue(MessageEnvelope.from_dict(data))
-        delivered = list(effects.get("delivered", []))
-        if delivered:
-            inbox = self.inboxes.inbox(node.agent_id)
-            still_here = [m for m in delivered if m in inbox]
-            if still_here:
-                self.logs.get(node.session_id).log(
-                    events.MESSAGE_DELIVERED, {"message_ids": still_here}
-                )
-                inbox.remove(still_here)
-                self.emit(
-                    "message.delivered", {"recipient": node.agent_id, "message_ids": still_here}
-                )
-        if node.agent_id in self.tree:
-            for data in effects.get("messages", []):
-                if (
-                    data["kind"] == "request"
-                    and data["recipient"] in self.tree
-                    and not self._reply_arrived(node, data["message_id"])
-                ):
-                    node.waiting_on[data["message_id"]] = data["recipient"]
-        for agent_id in effects.get("terminations", []):
-            if agent_id in self.tree:
-                self.terminate_now(agent_id)
-        if node.state is not AgentState.TERMINATED and node.agent_id in self.tree:
-            node.state = AgentState.WAITING if node.waiting_on else AgentState.IDLE
-
-    def _reply_arrived(self, node: AgentNode, request_id: str) -> bool:
-        return any(m.reply_to == request_id for m in self.inboxes.inbox(node.agent_id).all())
-
-    def enqueue(self, message: MessageEnvelope) -> bool:
-        """Log a message to its recipient's log, then deliver it; False if dropped."""
-        recipient = message.recipient
-        if recipient != USER and recipient not in self.tree:
-            return False  # the recipient was terminated: nobody left to read it
-        inbox = self.inboxes.inbox(recipient)
-        if message.message_id in inbox:
-            return True
-        session_id = USER if recipient == USER else self.tree.get(recipient).session_id
-        self.logs.get(session_id).log(events.MESSAGE_ENQUEUED, message.to_dict())
-        self.inboxes.deliver(message)
-        if message.kind == "reply" and recipient != USER and message.reply_to:
-            waiter = self.tree.get(recipient)
-            waiter.waiting_on.pop(message.reply_to, None)
-            if not waiter.waiting_on and waiter.state is AgentState.WAITING:
-                waiter.state = AgentState.IDLE
-        self.emit("message.enqueued", message.to_dict())
-        return True
-
-    # -- the wake loop ------------------------------------------------------------
-
-    def next_to_wake(self) -> AgentNode | None:
-        """The idle agent holding the oldest pending message, if any."""
-        best: tuple[int, AgentNode] | None = None
-        for endpoint in self.inboxes.endpoints():
-            if endpoint == USER or endpoint not in self.tree:
-                continue
-            node = self.tree.get(endpoint)
-            if node.state in (AgentState.BUSY, AgentState.TERMINATED):
-                continue
-            order = self.inboxes.inbox(endpoint).oldest_pending_order()
-            if order is not None and (best is None or order < best[0]):
-                best = (order, node)
-        return None if best is None else best[1]
-
-    async def wake(self, node: AgentNode) -> TurnResult | None:
-        """Run one turn of ``node`` on everything in its inbox."""
-        inbox = self.inboxes.inbox(node.agent_id)
-        messages = inbox.pending()
-        if not messages:
-            return None
-        claim_id = f"wake-{self.turn_counts.get(node.agent_id, 0) + 1}"
-        inbox.claim(claim_id)
-        try:
-            return await self._turn(node, render_messages(self, messages), messages, None)
-        finally:
-            inbox.release(claim_id)
-
-    async def run_pending(self, *, max_turns: int = 100) -> int:
-        """Run agents that have pending messages until none do, or ``max_turns``."""
-        if not 0 <= max_turns <= MAX_WAKE_TURNS:
-            raise ValueError(f"max_turns must be between 0 and {MAX_WAKE_TURNS}")
-        turns = 0
-        while turns < max_turns:
-            node = self.next_to_wake()
-            if node is None:
-                break
-            try:
-                await self.wake(node)
-            except ProviderError as exc:
-                self._report_failure(node, exc)
-            turns += 1
-        return turns
-
-    def _report_failure(self, node: AgentNode, exc: Exception) -> None:
-        """A woken agent's turn failed: tell its parent (or the user)."""
-        target = node.parent_id or USER
-        self.enqueue(
-            MessageEnvelope(
-                message_id=self.new_id(),
-                sender=node.agent_id,
-                recipient=target,
-                kind="error",
-                payload=f"agent {self.tree.path(node.agent_id)} failed a turn: {exc}",
-                timestamp=self.clock(),
-            )
-        )
-
-    async def resume_roots(self) -> list[TurnResult]:
-        """Give every root agent that lost a turn in a crash a turn to pick up again."""
-        results = []
-        for node in self.tree.roots():
-            if node.lost_turn is not None and node.state is not AgentState.BUSY:
-                results.append(await self._turn(node, recovery.RESUME_PROMPT, [], None))
-        return results
-
     # -- termination ---------------------------------------------------------------
 
     async def terminate(self, agent: str, *, cascade: bool = False) -> list[str]:
@@ -737,30 +554,3 @@ class _AgentLog:
 
     def log(self, event: str, data: Mapping[str, Any] | None = None) -> int:
         return self._logs.get(self._node.session_id).log(event, data)
-
-
-def conversation_from_log(path: Path) -> list[TurnRecord]:
-    """Completed turns, in order, from an agent's log (damage is skipped)."""
-    return conversation_from_entries(read_log(path).entries)
-
-
-def conversation_from_entries(entries: Iterable[Entry]) -> list[TurnRecord]:
-    """Completed turns, in order, from a log's healthy entries (as ``read_log`` gives them)."""
-    starts: dict[str, str] = {}
-    turns: list[TurnRecord] = []
-    for entry in entries:
-        event, data = entry.get("event"), entry.get("data") or {}
-        if event == events.TURN_START:
-            starts[str(data.get("turn_id"))] = str(data.get("prompt", ""))
-        elif event == events.TURN_COMPLETE:
-            turn_id = str(data.get("turn_id"))
-            if turn_id in starts:
-                turns.append(
-                    TurnRecord(
-                        turn_id,
-                        starts.pop(turn_id),
-                        str(data.get("response", "")),
-                        list(data.get("transcript") or []),
-                    )
-                )
-    return turns

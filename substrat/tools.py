@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from substrat.agents import USER, AgentNode, AgentState, MessageEnvelope, validate_name
 from substrat.errors import AgentNotFoundError
@@ -114,7 +114,7 @@ def idempotency_key(caller: str, tool: str, arguments: dict[str, Any], call_id: 
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
 
-def render_messages(orch: Orchestrator, messages: list[MessageEnvelope]) -> str:
+def render_messages(orch: DescribesEndpoints, messages: list[MessageEnvelope]) -> str:
     """Messages as prompt text: a header line each, then the payload."""
     parts = []
     for message in messages:
@@ -124,6 +124,10 @@ def render_messages(orch: Orchestrator, messages: list[MessageEnvelope]) -> str:
             header += f", replying to {message.reply_to}"
         parts.append(header + "]\n" + message.payload)
     return "\n".join(parts)
+
+
+class DescribesEndpoints(Protocol):
+    def describe_endpoint(self, endpoint: str) -> str: ...
 
 
 class ToolError(Exception):

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from substrat.client import Client, DaemonProcess
-from substrat.orchestrator import conversation_from_log
+from substrat.conversation import conversation_from_log
 from tests.support import fake_claude
 
 START_TIMEOUT_S = 30.0

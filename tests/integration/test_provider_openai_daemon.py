@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from substrat.client import Client, DaemonProcess
-from substrat.orchestrator import conversation_from_log
+from substrat.conversation import conversation_from_log
 from substrat.providers.base import TurnRecord
 from substrat.providers.chat_history import conversation_problems, rebuild
 from tests.support.chat_server import ChatServer, Recorded, Reply, echo, text, tool_call, tools
