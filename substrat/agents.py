@@ -18,6 +18,8 @@ from substrat.errors import AgentNotFoundError, NameCollisionError
 
 USER = "user"
 """The user's endpoint id: it sends prompts and has an inbox like any agent."""
+PARENT = "parent"
+"""What an agent calls its parent in tool calls (the user, for a root)."""
 
 MAX_NAME_CHARS = 64
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
@@ -41,6 +43,10 @@ def validate_name(name: object) -> str:
         )
     if name == USER:
         raise ValueError(f"{USER!r} is reserved for the user's endpoint")
+    if name == PARENT:
+        # the tools read "parent" as the caller's parent: an agent of that name could not
+        # be reached by name, and messages meant for it would silently go elsewhere
+        raise ValueError(f"{PARENT!r} is reserved: agents use it to address their parent")
     return name
 
 

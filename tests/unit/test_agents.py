@@ -34,7 +34,8 @@ def test_valid_names(name: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["", "-a", ".a", "_a", "a/b", "a b", "é", "n" * (MAX_NAME_CHARS + 1), None, 3, USER]
+    "name",
+    ["", "-a", ".a", "_a", "a/b", "a b", "é", "n" * (MAX_NAME_CHARS + 1), None, 3, USER, "parent"],
 )
 def test_invalid_names_say_what_is_allowed(name: object) -> None:
     with pytest.raises(ValueError, match=r"letters, digits|reserved"):

@@ -122,6 +122,7 @@ def test_unknown_tools_and_bad_arguments_come_back_as_text(root: Path) -> None:
             ("terminate", {"name": None}, "6"),
             ("send_message", {"recipient": "a", "text": 7}, "7"),
             ("spawn_agent", {"name": "../etc"}, "8"),
+            ("spawn_agent", {"name": "parent"}, "9"),
         )
         assert results[0] == "error: unknown tool 'launch_rockets'"
         assert results[1].startswith("error: bad arguments for spawn_agent")
@@ -129,9 +130,10 @@ def test_unknown_tools_and_bad_arguments_come_back_as_text(root: Path) -> None:
         assert all(r.startswith("error: ") for r in results), results
         assert "text must be a string" in results[6]
         assert "invalid agent name" in results[7]
+        assert "'parent' is reserved" in results[8]  # it would shadow the parent alias
         # the turn itself committed, with nothing staged
         last = orch.history("boss")[-1].response
-        assert last.startswith("#2 ") and last.endswith("made 8 calls")
+        assert last.startswith("#2 ") and last.endswith("made 9 calls")
         effects = committed_effects(orch, "boss")
         assert effects["spawns"] == effects["messages"] == effects["terminations"] == []
         assert [i.path for i in orch.agents()] == ["boss", "boss/a", "boss/b"]
