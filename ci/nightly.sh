@@ -95,11 +95,12 @@ if [ "$status" -ne 0 ]; then
         echo
         echo '```'
         # Hypothesis attaches the example to the exception, so pytest prints it as "E   ..."
-        # lines; keep each block from "Falsifying example" to the end of those lines.
+        # lines; keep each block from its header ("Falsifying example" in older Hypothesis,
+        # "Failing test case" in newer ones) to the end of those lines.
         awk '
-            /Falsifying (explicit )?example/ { inblock = 1 }
+            /Falsifying (explicit )?example|Failing test case/ { inblock = 1 }
             /reproduce_failure/ { print; next }
-            inblock && !/^E / && !/Falsifying/ { inblock = 0; print "" }
+            inblock && !/^E / && !/Falsifying|Failing test case/ { inblock = 0; print "" }
             inblock { print }
         ' "$log" | head -c 50000
         echo '```'
