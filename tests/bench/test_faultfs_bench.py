@@ -22,35 +22,15 @@ from faultfs import FaultFS, explore
 
 pyfakefs_unittest = pytest.importorskip("pyfakefs.fake_filesystem_unittest")
 
+from oracle.bench import _fs_workload as fs_workload  # noqa: E402
+
 ITERATIONS = 100
 ROOT = "/faultfs-bench"
 
 
 def workload(root: str) -> int:
-    """The measured program; returns how many os-level calls it made."""
-    calls = 0
-    log = os.path.join(root, "events.jsonl")
-    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    calls += 1
-    for i in range(ITERATIONS):
-        os.write(fd, json.dumps({"n": i, "kind": "event"}).encode() + b"\n")
-        os.fsync(fd)
-        calls += 2
-        if i % 10 == 0:
-            tmp = os.path.join(root, "state.json.tmp")
-            tfd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            os.write(tfd, json.dumps({"last": i}).encode())
-            os.fsync(tfd)
-            os.close(tfd)
-            os.replace(tmp, os.path.join(root, "state.json"))
-            dfd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
-            os.fsync(dfd)
-            os.close(dfd)
-            os.stat(log)
-            os.listdir(root)
-            calls += 11
-    os.close(fd)
-    return calls + 1
+    """The measured program (shared with ``python -m oracle.bench``): the os calls it made."""
+    return fs_workload(root, ITERATIONS)
 
 
 def on_faultfs(record_trace: bool = True) -> int:
