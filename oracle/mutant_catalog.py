@@ -78,6 +78,23 @@ CATALOG: tuple[Mutant, ...] = (
         "        return False\n    return True\n",
     ),
     Mutant(
+        "mkdir_existing_not_fsynced",
+        "durable_mkdir of a directory that is already visible returns without fsyncing its "
+        "parent, so a retry after a failed fsync acknowledges an entry that is not durable",
+        "persistence.py",
+        "        fsync_dir(probe.parent)\n",
+        "        pass  # planted: trust what the page cache shows\n",
+    ),
+    Mutant(
+        "unlink_missing_not_fsynced",
+        "durable_unlink of a file that is already gone returns without fsyncing the "
+        "directory, so a retry after a failed fsync acknowledges a removal that is not durable",
+        "persistence.py",
+        "        if os.path.isdir(Path(path).parent):\n            fsync_dir(Path(path).parent)\n"
+        "        return False\n",
+        "        return False\n",
+    ),
+    Mutant(
         "rename_no_dst_dir_fsync",
         "durable_rename never fsyncs the destination directory",
         "persistence.py",

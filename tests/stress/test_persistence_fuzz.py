@@ -6,9 +6,9 @@ directories or replace a file, the faultfs block size and image seed);
 ``faultfs.explore`` then crashes it at every boundary and checks every image of
 every mode against the primitive's contract (tests/support/durability.py).
 A second family injects EIO at a drawn fsync: the call must raise
-DurabilityError and stop (or, for the log and the session store, be retried
-in the same process after a reopen), and every crash image afterwards must
-still keep every promise that was acknowledged.
+DurabilityError and stop, or (in the ``retry`` forms) be retried once in the
+same process, the log after a reopen; every crash image afterwards must still
+keep every promise that was acknowledged, the retried call's included.
 
 The drawn tests take the Hypothesis profile's ``max_examples`` (50 under
 ``ci``, 5000 under ``nightly``); the whole file runs in seconds under ``ci``.
@@ -59,24 +59,25 @@ def contracts(draw: Any) -> d.Contract:
         st.sampled_from(["atomic_write", "mkdir", "create", "unlink", "rename", "log", "session"]),
         label="primitive",
     )
+    retry = draw(st.booleans(), label="retry after a failure")
     if kind == "atomic_write":
         return d.atomic_write_contract(
-            draw(st.lists(sizes, min_size=1, max_size=4)), existing=draw(st.booleans())
+            draw(st.lists(sizes, min_size=1, max_size=4)), existing=draw(st.booleans()), retry=retry
         )
     if kind == "mkdir":
-        return d.mkdir_contract(draw(mkdir_paths()))
+        return d.mkdir_contract(draw(mkdir_paths()), retry=retry)
     if kind == "create":
-        return d.create_contract(draw(st.integers(1, 4)))
+        return d.create_contract(draw(st.integers(1, 4)), retry=retry)
     if kind == "unlink":
-        return d.unlink_contract(draw(st.integers(1, 4)))
+        return d.unlink_contract(draw(st.integers(1, 4)), retry=retry)
     if kind == "rename":
         moves = draw(st.lists(st.tuples(st.booleans(), st.booleans()), min_size=1, max_size=3))
         return d.rename_contract(moves)
     if kind == "log":
         entry_sizes = draw(st.lists(sizes, min_size=1, max_size=6))
         reopen = draw(st.sets(st.integers(1, len(entry_sizes))))
-        return d.eventlog_contract(entry_sizes, sorted(reopen), retry=draw(st.booleans()))
-    return d.session_contract(draw(sizes), retry=draw(st.booleans()))
+        return d.eventlog_contract(entry_sizes, sorted(reopen), retry=retry)
+    return d.session_contract(draw(sizes), retry=retry)
 
 
 # -- a fixed matrix: the representative shapes, exhaustively -------------------------
@@ -84,9 +85,13 @@ def contracts(draw: Any) -> d.Contract:
 MATRIX = [
     d.atomic_write_contract([100, 1500, 4097], existing=True),
     d.atomic_write_contract([700, 0], existing=False),
+    d.atomic_write_contract([100, 1500], retry=True),
     d.mkdir_contract(["a/b/c", "a/d", "e"]),
+    d.mkdir_contract(["a/b/c", "a/d", "e"], retry=True),
     d.create_contract(3),
+    d.create_contract(3, retry=True),
     d.unlink_contract(3),
+    d.unlink_contract(3, retry=True),
     d.rename_contract(((False, False), (True, False), (True, True), (False, True))),
     d.eventlog_contract([40, 900, 30, 600, 4100], reopen_after=[1, 3]),
     d.eventlog_contract([10, 10, 10]),

@@ -17,7 +17,7 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from faultfs import MODES, ExploreReport, FaultFS, explore
 from substrat import persistence
@@ -28,6 +28,7 @@ from substrat.session import Session, SessionState, SessionStore
 ROOT = "/substrat-durability"
 SESSION_ID = "5e55" * 8
 FIXED_TS = "2026-01-01T00:00:00.000000+00:00"
+T = TypeVar("T")
 LOG_EVENT = "message.enqueued"
 PROBE_EVENT = "message.delivered"
 FAILURE_SEEN = "DurabilityError raised"
@@ -96,10 +97,34 @@ def _one_of(found: bytes | None, allowed: dict[str, bytes | None], what: str) ->
         )
 
 
+class _Retry:
+    """Runs a workload's calls; when enabled, a call that raises DurabilityError (an
+    injected EIO) is retried once, as a caller heeding "not acknowledged" would."""
+
+    def __init__(self, fs: FaultFS, enabled: bool) -> None:
+        self.fs, self.enabled, self.used = fs, enabled, False
+
+    def __call__(self, call: Callable[..., T], *args: Any) -> T:
+        try:
+            return call(*args)
+        except DurabilityError:
+            if not self.enabled or self.used:
+                raise
+            self.used = True
+            self.fs.ack(FAILURE_SEEN)
+            return call(*args)
+
+
+def _acked_ints(img: FaultFS) -> list[int]:
+    return [a for a in img.acked if isinstance(a, int)]
+
+
 # ------------------------------------------------------------------ atomic_write
 
 
-def atomic_write_contract(sizes: Sequence[int], *, existing: bool = True) -> Contract:
+def atomic_write_contract(
+    sizes: Sequence[int], *, existing: bool = True, retry: bool = False
+) -> Contract:
     """Versions 1..n written over ``target``; version 0 is the old file (or none)."""
     versions: list[bytes | None] = [pattern(0, 300) if existing else None]
     versions += [pattern(i, size) for i, size in enumerate(sizes, start=1)]
@@ -111,10 +136,11 @@ def atomic_write_contract(sizes: Sequence[int], *, existing: bool = True) -> Con
                 handle.write(versions[0] or b"")
 
     def workload(fs: FaultFS) -> None:
+        attempt = _Retry(fs, retry)
         for i in range(1, len(versions)):
             data = versions[i]
             assert data is not None
-            persistence.atomic_write(fs.path("d", "target"), data)
+            attempt(persistence.atomic_write, fs.path("d", "target"), data)
             fs.ack(i)
 
     def check(img: FaultFS) -> None:
@@ -130,32 +156,34 @@ def atomic_write_contract(sizes: Sequence[int], *, existing: bool = True) -> Con
         assert _read(img.path("d", "target")) == b"after recovery"
         assert os.listdir(img.path("d")) == ["target"], os.listdir(img.path("d"))
 
-    return Contract(f"atomic_write{list(sizes)}", workload, check, setup)
+    name = f"atomic_write{list(sizes)}{' retry' if retry else ''}"
+    return Contract(name, workload, check, setup)
 
 
 # ------------------------------------------------------------------ namespace
 
 
-def mkdir_contract(paths: Sequence[str]) -> Contract:
+def mkdir_contract(paths: Sequence[str], *, retry: bool = False) -> Contract:
     """durable_mkdir of each relative path (parents included); acked ones must exist."""
 
     def workload(fs: FaultFS) -> None:
+        attempt = _Retry(fs, retry)
         for i, rel in enumerate(paths, start=1):
-            persistence.durable_mkdir(fs.path(rel))
+            attempt(persistence.durable_mkdir, fs.path(rel))
             fs.ack(i)
 
     def check(img: FaultFS) -> None:
-        for i in img.acked:
+        for i in _acked_ints(img):
             rel = paths[i - 1]
             assert os.path.isdir(img.path(rel)), f"acknowledged durable_mkdir({rel!r}) is lost"
         for rel in paths:  # idempotent on whatever survived
             persistence.durable_mkdir(img.path(rel))
             assert os.path.isdir(img.path(rel))
 
-    return Contract(f"durable_mkdir{list(paths)}", workload, check)
+    return Contract(f"durable_mkdir{list(paths)}{' retry' if retry else ''}", workload, check)
 
 
-def create_contract(count: int) -> Contract:
+def create_contract(count: int, *, retry: bool = False) -> Contract:
     """durable_create of new files, then of an existing file (which keeps its bytes)."""
     kept = pattern(7, 700)
 
@@ -165,24 +193,29 @@ def create_contract(count: int) -> Contract:
             handle.write(kept)
 
     def workload(fs: FaultFS) -> None:
+        attempt = _Retry(fs, retry)
         for i in range(1, count + 1):
-            persistence.durable_create(fs.path("d", f"f{i}"))
+            attempt(persistence.durable_create, fs.path("d", f"f{i}"))
             fs.ack(i)
-        persistence.durable_create(fs.path("d", "keep"))
+        attempt(persistence.durable_create, fs.path("d", "keep"))
         fs.ack(count + 1)
 
     def check(img: FaultFS) -> None:
-        for i in img.acked:
+        for i in _acked_ints(img):
             if i <= count:
                 found = _read(img.path("d", f"f{i}"))
                 assert found == b"", f"acknowledged durable_create(f{i}) left {found!r}"
         assert _read(img.path("d", "keep")) == kept, "durable_create changed an existing file"
 
-    return Contract(f"durable_create x{count}", workload, check, setup)
+    return Contract(f"durable_create x{count}{' retry' if retry else ''}", workload, check, setup)
 
 
-def unlink_contract(count: int) -> Contract:
-    """durable_unlink of existing files; an acknowledged removal stays removed."""
+def unlink_contract(count: int, *, retry: bool = False) -> Contract:
+    """durable_unlink of existing files; an acknowledged removal stays removed.
+
+    A retried call finds the file already gone (its first attempt removed it
+    before the fsync failed) and must still make the removal durable.
+    """
     contents = {i: pattern(i, 100 * i) for i in range(1, count + 1)}
 
     def setup(fs: FaultFS) -> None:
@@ -192,8 +225,11 @@ def unlink_contract(count: int) -> Contract:
                 handle.write(data)
 
     def workload(fs: FaultFS) -> None:
+        attempt = _Retry(fs, retry)
         for i in contents:
-            assert persistence.durable_unlink(fs.path("d", f"f{i}")) is True
+            used = attempt.used
+            existed = attempt(persistence.durable_unlink, fs.path("d", f"f{i}"))
+            assert existed is (attempt.used == used), "durable_unlink misreported the file"
             fs.ack(i)
         assert persistence.durable_unlink(fs.path("d", "never-was")) is False
 
@@ -205,7 +241,7 @@ def unlink_contract(count: int) -> Contract:
             else:
                 assert found in (None, data), f"f{i} was damaged: {found!r}"
 
-    return Contract(f"durable_unlink x{count}", workload, check, setup)
+    return Contract(f"durable_unlink x{count}{' retry' if retry else ''}", workload, check, setup)
 
 
 def rename_contract(
@@ -377,8 +413,9 @@ def session_contract(blob_size: int, *, retry: bool = False) -> Contract:
 
     With ``retry``, a step that fails (an injected EIO) is retried once: the failed
     step left the session unchanged in memory, so the same call is valid again.
-    The session's directory then exists beforehand: a retried ``durable_mkdir``
-    is a separate case (see tests/unit/test_persistence_crash.py).
+    The session's directory then exists beforehand, because a retried first save
+    is a known gap (xfail in tests/unit/test_persistence_crash.py): save() skips
+    durable_mkdir when the directory is visible, though its entry may not be durable.
     """
     versions = session_versions(blob_size)
 
