@@ -1,0 +1,160 @@
+"""What recovery would do, per agent, without writing anything.
+
+``substrat recover --dry-run`` and ``substrat fsck`` use it: it reads the same
+facts as :func:`substrat.recovery.recover` from the logs and records, and
+reports per agent the last completed turn, the turn lost in flight, the
+messages to redeliver and the effects to roll forward.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from substrat.agents import USER
+from substrat.recovery import read_facts
+from substrat.session import SessionState, SessionStore
+
+
+@dataclass
+class AgentPlan:
+    """What recovery would do for one agent (``substrat recover --dry-run``)."""
+
+    session_id: str
+    agent_id: str | None
+    name: str | None
+    status: str
+    last_completed_turn: dict[str, Any] | None
+    lost_turn: dict[str, Any] | None
+    to_redeliver: list[str]
+    to_reconcile: list[str]
+    damage: dict[str, int]
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class RecoveryPlan:
+    agents: list[AgentPlan]
+    user_pending: list[str]
+    quarantined: list[dict[str, str]]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "agents": [a.to_dict() for a in self.agents],
+            "user_pending": list(self.user_pending),
+            "quarantined": list(self.quarantined),
+        }
+
+
+def analyze(root: str | os.PathLike[str]) -> RecoveryPlan:
+    """What recovery would do, per agent, without writing anything."""
+    store = SessionStore(root)
+    scan = store.scan(quarantine=False)
+    records = {s.session_id: s for s in scan.sessions}
+    sids = sorted(
+        set(records)
+        | set(scan.missing_records)
+        | {q.name for q in scan.quarantined if q.kind != "bad_name"}
+    )
+    facts = {sid: read_facts(sid, store.log_path(sid)) for sid in sids}
+    user = read_facts(USER, Path(root) / "user" / "events.jsonl")
+    known: dict[str, set[str]] = {USER: set(user.enqueued)}
+    agent_session = {}
+    for sid, f in facts.items():
+        if f.created is not None:
+            agent_session[str(f.created.get("agent_id"))] = sid
+            known[str(f.created.get("agent_id"))] = set(f.enqueued)
+    spawned = {
+        s["session_id"] for f in facts.values() for e in f.committed for s in e.get("spawns", [])
+    }
+    for f in facts.values():  # a child still to be spawned has an (empty) inbox to fill
+        for e in f.committed:
+            for spawn in e.get("spawns", []):
+                known.setdefault(str(spawn["agent_id"]), set())
+
+    def dead(sid: str) -> bool:
+        record = records.get(sid)
+        return facts[sid].terminated or (
+            record is not None and record.state is SessionState.TERMINATED
+        )
+
+    # Recovery also terminates what a committed turn ordered terminated, and everything
+    # under a terminated agent (a cascade cut short); the plan must say so, not "live".
+    ordered = {
+        agent_session[agent_id]
+        for f in facts.values()
+        for e in f.committed
+        for agent_id in e.get("terminations", [])
+        if agent_id in agent_session and not dead(agent_session[agent_id])
+    }
+
+    def ancestors(sid: str) -> list[str]:
+        chain: list[str] = []
+        cursor = (facts[sid].created or {}).get("parent_session_id")
+        while cursor is not None and cursor in facts and cursor not in chain and cursor != sid:
+            chain.append(cursor)
+            cursor = (facts[cursor].created or {}).get("parent_session_id")
+        return chain
+
+    def cascaded(sid: str) -> bool:
+        return any(dead(a) for a in ancestors(sid))
+
+    def doomed(sid: str) -> str | None:
+        if cascaded(sid):  # done while the tree is built, before any roll-forward
+            return "will be terminated (an ancestor was terminated)"
+        if sid in ordered or any(a in ordered for a in ancestors(sid)):
+            return "will be terminated (a committed turn ordered it)"
+        return None
+
+    plans = []
+    for sid in sids:
+        f = facts[sid]
+        record = records.get(sid)
+        if dead(sid):
+            status = "terminated"
+        elif f.created is None:
+            status = "spawn to roll forward" if sid in spawned else "orphan (will be terminated)"
+        elif (fate := doomed(sid)) is not None:
+            status = fate
+        elif record is None:
+            status = "record to rebuild from the log"
+        else:
+            status = "live"
+        reconcile = []
+        if status == "live" or status.startswith(("record", "spawn")):
+            for effects in f.committed:
+                for data in effects.get("messages", []):
+                    target = known.get(data["recipient"])
+                    target_sid = agent_session.get(data["recipient"])
+                    if target_sid is not None and (dead(target_sid) or cascaded(target_sid)):
+                        continue  # recovery drops a message whose reader is gone
+                    if target is not None and data["message_id"] not in target:
+                        reconcile.append(data["message_id"])
+                for agent_id in effects.get("terminations", []):
+                    target_sid = agent_session.get(agent_id)
+                    if target_sid is not None and not dead(target_sid):
+                        name = (facts[target_sid].created or {}).get("name")
+                        reconcile.append(f"terminate {name}")
+                for spawn in effects.get("spawns", []):
+                    child = facts.get(spawn["session_id"])
+                    if child is None or child.created is None:
+                        reconcile.append(f"spawn {spawn['name']}")
+        plans.append(
+            AgentPlan(
+                session_id=sid,
+                agent_id=None if f.created is None else str(f.created.get("agent_id")),
+                name=None if f.created is None else str(f.created.get("name")),
+                status=status,
+                last_completed_turn=f.last_complete,
+                lost_turn=f.lost_turn,
+                to_redeliver=[m["message_id"] for m in f.pending()],
+                to_reconcile=reconcile,
+                damage=f.damage,
+            )
+        )
+    quarantined = [{"name": q.name, "kind": q.kind, "reason": q.reason} for q in scan.quarantined]
+    return RecoveryPlan(plans, [m["message_id"] for m in user.pending()], quarantined)
