@@ -7,14 +7,15 @@ rebuilds from the logs.
 
 from __future__ import annotations
 
+import difflib
 import enum
 import itertools
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from substrat.errors import AgentNotFoundError, NameCollisionError
+from substrat.errors import AgentNotFoundError, AmbiguousAgentError, NameCollisionError
 
 USER = "user"
 """The user's endpoint id: it sends prompts and has an inbox like any agent."""
@@ -25,6 +26,45 @@ MAX_NAME_CHARS = 64
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 MESSAGE_KINDS = frozenset({"request", "reply", "notification", "broadcast", "result", "error"})
+
+
+MIN_ID_PREFIX_CHARS = 4
+"""The shortest id prefix taken for an agent id (``git`` takes 4 too)."""
+SHORT_ID_CHARS = 8
+"""How many characters of an id ``list`` and ``tree`` show."""
+_HEX = re.compile(r"[0-9a-f]+")
+
+
+def id_prefix_matches(ref: str, ids: Iterable[str]) -> list[str]:
+    """The ids ``ref`` is a prefix of (none when ``ref`` is too short to be one)."""
+    if len(ref) < MIN_ID_PREFIX_CHARS or not _HEX.fullmatch(ref):
+        return []
+    return sorted(i for i in ids if i.startswith(ref))
+
+
+def ambiguous(ref: str, candidates: dict[str, str]) -> AmbiguousAgentError:
+    """The error for a prefix several agents' ids start with: ``{agent_id: path}``."""
+    ids = sorted(candidates)
+    # Show each id just long enough to tell it from the others.
+    common = min(ids, key=len) if ids else ""
+    while any(not i.startswith(common) for i in ids):
+        common = common[:-1]
+    width = max(SHORT_ID_CHARS, len(common) + 1)
+    listed = ", ".join(f"{i[:width]} ({candidates[i]})" for i in ids)
+    return AmbiguousAgentError(
+        f"id prefix {ref} is ambiguous: {len(ids)} agents match ({listed}); give more characters"
+    ).with_details(candidates=[{"agent_id": i, "path": candidates[i]} for i in ids])
+
+
+def did_you_mean(ref: str, names: Iterable[str]) -> str:
+    """``"; did you mean X?"`` for names close to ``ref`` (difflib), else ``""``."""
+    names = list(names)
+    close = difflib.get_close_matches(ref, names, n=3, cutoff=0.6)
+    if not close:  # "scout" for "lead/scout": a child's own name is close enough
+        close = [n for n in names if n.rsplit("/", 1)[-1] == ref.rsplit("/", 1)[-1]][:3]
+    if not close:
+        return ""
+    return f"; did you mean {' or '.join(close)}?"
 
 
 class AgentState(enum.Enum):
@@ -257,22 +297,42 @@ class AgentTree:
         return len(self._nodes)
 
     def resolve(self, ref: str) -> AgentNode:
-        """An agent by id or by path (``alpha/worker``)."""
+        """An agent by id, by path (``alpha/worker``) or by a unique id prefix.
+
+        An id prefix (at least ``MIN_ID_PREFIX_CHARS`` characters, as ``git``
+        takes them) that several ids start with raises AmbiguousAgentError
+        listing them; an unknown reference suggests close names.
+        """
+        found = self.find(ref)
+        if found is not None:
+            return found
+        raise AgentNotFoundError(f"no live agent {ref}{did_you_mean(ref, self.paths())}")
+
+    def find(self, ref: str) -> AgentNode | None:
+        """Like :meth:`resolve`, but None when nothing matches (ambiguity still raises)."""
         if ref in self._nodes:
             return self._nodes[ref]
+        agent_id = self._by_path(ref)
+        if agent_id is None:
+            matches = id_prefix_matches(ref, self._nodes)
+            if len(matches) > 1:
+                raise ambiguous(ref, {m: self.path(m) for m in matches})
+            agent_id = matches[0] if matches else None
+        return None if agent_id is None else self._nodes[agent_id]
+
+    def _by_path(self, ref: str) -> str | None:
         parts = [p for p in ref.split("/") if p]
         if not parts:
-            raise AgentNotFoundError(f"no live agent {ref!r}")
+            return None
         agent_id = self._roots.get(parts[0])
         for part in parts[1:]:
             if agent_id is None:
                 break
             agent_id = self._nodes[agent_id].children.get(part)
-        if agent_id is None:
-            raise AgentNotFoundError(
-                f"no live agent {ref!r}; `substrat agent list` shows the live ones"
-            )
-        return self._nodes[agent_id]
+        return agent_id
+
+    def paths(self) -> list[str]:
+        return [self.path(node.agent_id) for node in self.walk()]
 
     def path(self, agent_id: str) -> str:
         names: list[str] = []

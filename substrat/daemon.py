@@ -45,6 +45,7 @@ from substrat.rpc.lock import RootLock
 from substrat.rpc.methods import build_methods
 from substrat.rpc.server import Limits, RpcServer
 from substrat.rpc.transport import bind_private, prepare_root, socket_path
+from substrat.words import plural
 
 if TYPE_CHECKING:
     from substrat.orchestrator import Orchestrator
@@ -228,7 +229,9 @@ class Daemon:
         await asyncio.gather(*tasks, return_exceptions=True)
         if cut:
             log.warning(
-                "%d request(s) still running after %.1fs were cancelled", cut, self.config.grace_s
+                "%s still running after %.1fs cancelled",
+                plural(cut, "request was", "requests were"),
+                self.config.grace_s,
             )
 
     def _record_recovery(self) -> None:
@@ -293,25 +296,25 @@ class Daemon:
 
 def summarize_recovery(data: dict[str, Any]) -> str:
     """A one-line summary of a recovery report (for the log and the CLI)."""
-    parts = [f"{data.get('agents', 0)} agents"]
-    for key, label in (
-        ("lost_turns", "turns lost in flight"),
-        ("redelivered", "messages redelivered"),
-        ("reconciled", "effects reconciled"),
-        ("orphans_terminated", "orphans terminated"),
-        ("cascaded", "cut-short cascades finished"),
-        ("unrecoverable", "sessions unrecoverable"),
-        ("detached", "agents detached"),
-        ("quarantined", "records quarantined"),
-        ("records_rebuilt", "records rebuilt"),
+    parts = [plural(data.get("agents", 0), "agent")]
+    for key, one, many in (
+        ("lost_turns", "turn lost in flight", "turns lost in flight"),
+        ("redelivered", "message redelivered", "messages redelivered"),
+        ("reconciled", "effect reconciled", "effects reconciled"),
+        ("orphans_terminated", "orphan terminated", "orphans terminated"),
+        ("cascaded", "cut-short cascade finished", "cut-short cascades finished"),
+        ("unrecoverable", "session unrecoverable", "sessions unrecoverable"),
+        ("detached", "agent detached", "agents detached"),
+        ("quarantined", "record quarantined", "records quarantined"),
+        ("records_rebuilt", "record rebuilt", "records rebuilt"),
     ):
         value = data.get(key)
         if value:
-            parts.append(f"{len(value)} {label}")
+            parts.append(plural(len(value), one, many))
     damage = data.get("log_damage") or {}
     if damage:
         total = sum(sum(kinds.values()) for kinds in damage.values())
-        parts.append(f"{total} damaged log lines skipped in {len(damage)} logs")
+        parts.append(f"{plural(total, 'damaged log line')} skipped in {plural(len(damage), 'log')}")
     return ", ".join(parts)
 
 

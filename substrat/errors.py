@@ -2,9 +2,34 @@
 
 from __future__ import annotations
 
+from typing import Any, Self
+
 
 class SubstratError(Exception):
-    """Base class of substrat's own errors."""
+    """Base class of substrat's own errors.
+
+    ``details`` holds plain-JSON facts about the error (the agent's path, its
+    children, ...) so that each front end can word the remedy in its own terms;
+    the daemon sends them as the JSON-RPC error's ``data``.
+    """
+
+    details: dict[str, Any] = {}
+
+    def with_details(self, **details: Any) -> Self:
+        """Attach facts for front ends; returns the error, for ``raise X(...).with_details()``."""
+        self.details = {**self.details, **details}
+        return self
+
+
+class _LookupError(KeyError):
+    """A KeyError whose text is its message, not the repr ``KeyError`` gives it.
+
+    ``str(KeyError("no agent x"))`` is ``"'no agent x'"``: those quotes would
+    reach the user's terminal.
+    """
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if len(self.args) == 1 else super().__str__()
 
 
 class DurabilityError(SubstratError, OSError):
@@ -33,7 +58,7 @@ class InvalidTransitionError(SubstratError):
     """A session state change that the lifecycle does not allow."""
 
 
-class SessionNotFoundError(SubstratError, KeyError):
+class SessionNotFoundError(SubstratError, _LookupError):
     """No session record with that id exists under the root."""
 
 
@@ -45,8 +70,16 @@ class AgentError(SubstratError):
     """An agent operation was refused (unknown agent, bad name, wrong state)."""
 
 
-class AgentNotFoundError(AgentError, KeyError):
-    """No live agent with that id or path; `substrat agent list` shows the live ones."""
+class AgentNotFoundError(AgentError, _LookupError):
+    """No live agent with that id, path or id prefix; `substrat agent list` shows the live ones."""
+
+
+class AmbiguousAgentError(AgentNotFoundError):
+    """An id prefix that more than one agent's id starts with; the message lists them."""
+
+
+class AgentTerminatedError(AgentError):
+    """The agent was terminated: its log is kept (``show`` and ``log`` read it), nothing runs."""
 
 
 class NameCollisionError(AgentError):
@@ -58,14 +91,18 @@ class AgentBusyError(AgentError):
 
 
 class HasChildrenError(AgentError):
-    """The agent still has live children; terminate them first or pass cascade=True."""
+    """The agent still has live children; terminate them first or pass cascade=True.
+
+    Its ``details`` (``agent``, ``children``: paths) let a front end say it in
+    its own terms (the CLI: ``--cascade``).
+    """
 
 
 class ProviderError(SubstratError):
     """The provider failed; the turn is logged as failed and nothing was acknowledged."""
 
 
-class UnknownProviderError(ProviderError, KeyError):
+class UnknownProviderError(ProviderError, _LookupError):
     """No provider by that name; `substrat providers` lists the registered ones."""
 
 

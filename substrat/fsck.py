@@ -49,6 +49,7 @@ from substrat.logs import USER_DIR
 from substrat.rpc import lock as root_lock
 from substrat.session import SessionStore
 from substrat.session.store import AGENTS_DIR, QUARANTINE_DIR, RECORD_NAME
+from substrat.words import plural
 
 EXIT_CLEAN = 0
 EXIT_DAMAGE = 1
@@ -80,6 +81,8 @@ class Finding:
     repair: str | None = None
     """What --repair does about it (None: nothing to do, or nothing fsck can do)."""
     repaired: bool = False
+    agent: str | None = None
+    """The path of the agent whose files these are (``lead/scout``), when known."""
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -95,6 +98,8 @@ class FsckReport:
     entries: int = 0
     recovery: dict[str, Any] | None = None
     """With ``repair``: the report of the recovery run at the end."""
+    agents: dict[str, str] = field(default_factory=dict)
+    """Session id -> agent path (``lead/scout``), so findings can name their agent."""
 
     def add(
         self,
@@ -112,6 +117,13 @@ class FsckReport:
     @property
     def problems(self) -> list[Finding]:
         return [f for f in self.findings if f.severity != NOTICE]
+
+    def name_agents(self) -> None:
+        """Name each finding's agent from the session id in its path."""
+        for finding in self.findings:
+            parts = Path(finding.path).parts
+            if len(parts) >= 2 and parts[0] == AGENTS_DIR:
+                finding.agent = self.agents.get(parts[1])
 
     def kinds(self, *, include_notices: bool = False) -> dict[str, int]:
         """Count of findings per kind (weighted by ``count``)."""
@@ -136,6 +148,7 @@ class FsckReport:
             "entries": self.entries,
             "findings": [f.to_dict() for f in self.findings],
             "recovery": self.recovery,
+            "agents": dict(self.agents),
         }
 
 
@@ -155,6 +168,7 @@ def check(root: str | os.PathLike[str], *, repair: bool = False) -> FsckReport:
     try:
         report = FsckReport(str(path), repair)
         _inspect(path, report)
+        report.name_agents()
         if repair and report.problems:
             _repair(path, report)
             after = FsckReport(str(path), repair)
@@ -286,7 +300,7 @@ def _inspect(root: Path, report: FsckReport) -> None:
                 "quarantined",
                 quarantine,
                 NOTICE,
-                f"{len(held)} item(s) held from earlier repairs; inspect, then delete",
+                f"{plural(len(held), 'item')} held from earlier repairs; inspect, then delete",
                 count=len(held),
             )
 
@@ -325,7 +339,7 @@ def _inspect_log(path: Path, report: FsckReport) -> None:
             "damaged_line",
             path,
             DAMAGE,
-            f"{kind} at line(s) {shown}",
+            f"{kind} at {'line' if len(numbers) == 1 else 'lines'} {shown}",
             count=len(numbers),
             repair="move the lines to quarantine/",
         )
@@ -335,7 +349,8 @@ def _inspect_log(path: Path, report: FsckReport) -> None:
             "unknown_event",
             path,
             NOTICE,
-            f"event type(s) {', '.join(unknown)} from a newer version; kept, skipped",
+            f"{'event type' if len(unknown) == 1 else 'event types'} {', '.join(unknown)} "
+            "from a newer version; kept, skipped",
             count=len(read.damage.unknown_events),
         )
     _inspect_pending(path.with_name(PENDING_NAME), read.entries, report)
@@ -368,6 +383,8 @@ def _inspect_plan(root: Path, report: FsckReport) -> None:
     store = SessionStore(root)
     for plan in recovery.analyze(root).agents:
         where = store.session_dir(plan.session_id)
+        if plan.path is not None:
+            report.agents[plan.session_id] = plan.path
         if plan.status.startswith("orphan"):
             report.add(
                 "orphan_session",
@@ -383,7 +400,7 @@ def _inspect_plan(root: Path, report: FsckReport) -> None:
                 "unreconciled",
                 where,
                 DAMAGE,
-                f"{len(plan.to_reconcile)} effect(s) of committed turns not applied",
+                f"{plural(len(plan.to_reconcile), 'effect')} of committed turns not applied",
                 count=len(plan.to_reconcile),
                 repair="roll forward (recovery)",
             )

@@ -46,12 +46,15 @@ from substrat.errors import (
 from substrat.eventlog import Clock, utc_now_iso
 from substrat.logs import LogPool
 from substrat.multiplexer import Multiplexer, stop_later
-from substrat.providers.base import ProviderSession, TurnRecord
+from substrat.providers.base import ProviderSession
 from substrat.providers.registry import ProviderRegistry, default_registry
+from substrat.queries import AgentInfo, QueryMixin
 from substrat.scheduler import ChunkSink, TurnScheduler
 from substrat.session import Session, SessionState, SessionStore
+from substrat.terminated import Graveyard, TerminatedAgent
 from substrat.tools import AgentToolContext, TurnEffects
 from substrat.wake import WakeMixin
+from substrat.words import plural
 
 MAX_PROMPT_CHARS = 256 * 1024
 DEFAULT_SLOTS = 8
@@ -61,36 +64,6 @@ Listener = Callable[[str, dict[str, Any]], None]
 
 def uuid_hex() -> str:
     return uuid.uuid4().hex
-
-
-@dataclass
-class AgentInfo:
-    agent_id: str
-    session_id: str
-    name: str
-    parent_id: str | None
-    path: str
-    state: AgentState
-    provider: str
-    model: str
-    instructions: str
-    children: list[str]
-    pending_messages: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "agent_id": self.agent_id,
-            "session_id": self.session_id,
-            "name": self.name,
-            "parent_id": self.parent_id,
-            "path": self.path,
-            "state": self.state.value,
-            "provider": self.provider,
-            "model": self.model,
-            "instructions": self.instructions,
-            "children": list(self.children),
-            "pending_messages": self.pending_messages,
-        }
 
 
 @dataclass
@@ -120,7 +93,7 @@ class TurnResult:
         }
 
 
-class Orchestrator(CommitMixin, WakeMixin):
+class Orchestrator(QueryMixin, CommitMixin, WakeMixin):
     """Runs a root of agents. Create it with :meth:`open`, which recovers first."""
 
     def __init__(
@@ -138,6 +111,7 @@ class Orchestrator(CommitMixin, WakeMixin):
         self.new_id: Callable[[], str] = new_id or uuid_hex
         self.store = SessionStore(self.root)
         self.logs = LogPool(self.store, clock=self.clock)
+        self.graveyard = Graveyard(self.store)
         self.tree = AgentTree()
         self.inboxes = InboxRegistry()
         self.scheduler = TurnScheduler()
@@ -183,65 +157,7 @@ class Orchestrator(CommitMixin, WakeMixin):
             except Exception:  # a broken subscriber must not break a turn
                 pass
 
-    # -- queries -------------------------------------------------------------
-
-    def _info(self, node: AgentNode) -> AgentInfo:
-        return AgentInfo(
-            agent_id=node.agent_id,
-            session_id=node.session_id,
-            name=node.name,
-            parent_id=node.parent_id,
-            path=self.tree.path(node.agent_id),
-            state=node.state,
-            provider=node.provider,
-            model=node.model,
-            instructions=node.instructions,
-            children=[c.agent_id for c in self.tree.children(node.agent_id)],
-            pending_messages=len(self.inboxes.inbox(node.agent_id)),
-        )
-
-    def get(self, agent: str) -> AgentInfo:
-        return self._info(self.tree.resolve(agent))
-
-    def agents(self) -> list[AgentInfo]:
-        return [self._info(node) for node in self.tree.walk()]
-
-    def tree_view(self) -> list[dict[str, Any]]:
-        def branch(node: AgentNode) -> dict[str, Any]:
-            return {
-                "agent": self._info(node).to_dict(),
-                "children": [branch(c) for c in self.tree.children(node.agent_id)],
-            }
-
-        return [branch(root) for root in self.tree.roots()]
-
-    def inspect(self, agent: str, *, recent_turns: int = 5) -> dict[str, Any]:
-        node = self.tree.resolve(agent)
-        history = self.history(node.agent_id)
-        return {
-            "agent": self._info(node).to_dict(),
-            "inbox": [m.to_dict() for m in self.inboxes.inbox(node.agent_id).all()],
-            "turns": len(history),
-            "recent_turns": [
-                {"turn_id": t.turn_id, "prompt": t.prompt, "response": t.response}
-                for t in history[-recent_turns:]
-            ],
-            "lost_turn": node.lost_turn,
-            "waiting_on": dict(node.waiting_on),
-            "live": self.mux.is_live(node.agent_id),
-        }
-
-    def history(self, agent: str) -> list[TurnRecord]:
-        """The agent's conversation, rebuilt from its log (completed turns only)."""
-        node = self.tree.resolve(agent)
-        return conversation_from_log(self.logs.path(node.session_id))
-
-    def describe_endpoint(self, endpoint: str) -> str:
-        if endpoint == USER:
-            return USER
-        if endpoint in self.tree:
-            return self.tree.path(endpoint)
-        return endpoint
+    # -- queries (the rest are in QueryMixin) ----------------------------------
 
     @property
     def busy_turns(self) -> int:
@@ -388,7 +304,7 @@ class Orchestrator(CommitMixin, WakeMixin):
 
     async def evict(self, agent: str) -> bool:
         """Suspend the agent's live session now (as an LRU eviction would)."""
-        return await self.mux.evict(self.tree.resolve(agent))
+        return await self.mux.evict(self.resolve_live(agent))
 
     # -- turns ----------------------------------------------------------------
 
@@ -400,7 +316,7 @@ class Orchestrator(CommitMixin, WakeMixin):
             raise TypeError("prompt must be a string")
         if len(prompt) > MAX_PROMPT_CHARS:
             raise ValueError(f"prompt is over {MAX_PROMPT_CHARS} characters")
-        node = self.tree.resolve(agent)
+        node = self.resolve_live(agent)
         return await self._turn(node, prompt, [], on_chunk)
 
     async def _turn(
@@ -484,15 +400,20 @@ class Orchestrator(CommitMixin, WakeMixin):
 
         Returns the terminated agent ids, leaves first.
         """
-        node = self.tree.resolve(agent)
+        node = self.resolve_live(agent)
+        path = self.tree.path(node.agent_id)
         if node.children and not cascade:
+            children = [self.tree.path(c.agent_id) for c in self.tree.children(node.agent_id)]
             raise HasChildrenError(
-                f"agent {node.name} has {len(node.children)} live children; terminate them "
-                "first or pass cascade=True"
-            )
+                f"agent {path} has {plural(len(children), 'live child', 'live children')} "
+                f"({', '.join(children)}); terminate them first or pass cascade=True"
+            ).with_details(agent=path, children=children)
         for member in self.tree.subtree_leaves_first(node.agent_id):
             if member.state is AgentState.BUSY:
-                raise AgentBusyError(f"agent {member.name} is running a turn; retry when idle")
+                busy = self.tree.path(member.agent_id)
+                raise AgentBusyError(
+                    f"agent {busy} is running a turn; retry when idle"
+                ).with_details(agent=busy)
         return self.terminate_now(node.agent_id)
 
     def terminate_now(self, agent_id: str) -> list[str]:
@@ -514,6 +435,18 @@ class Orchestrator(CommitMixin, WakeMixin):
         """Drop a terminated agent from memory and mark its record TERMINATED."""
         live = self.mux.discard(node)
         node.state = AgentState.TERMINATED
+        parent = None if node.parent_id is None else self.tree.get(node.parent_id).session_id
+        self.graveyard.buried(
+            TerminatedAgent(
+                node.agent_id,
+                node.session_id,
+                node.name,
+                parent,
+                node.provider,
+                node.model,
+                self.clock(),
+            )
+        )
         self.tree.remove(node.agent_id)
         session = self.sessions.pop(node.session_id, None)
         if session is not None and session.state is not SessionState.TERMINATED:

@@ -25,6 +25,8 @@ class AgentPlan:
     session_id: str
     agent_id: str | None
     name: str | None
+    path: str | None
+    """``parent/child``, as ``substrat agent list`` shows it (None: no agent.created)."""
     status: str
     last_completed_turn: dict[str, Any] | None
     lost_turn: dict[str, Any] | None
@@ -110,6 +112,15 @@ def analyze(root: str | os.PathLike[str]) -> RecoveryPlan:
             return "will be terminated (a committed turn ordered it)"
         return None
 
+    def path_of(sid: str) -> str | None:
+        created = facts[sid].created
+        if created is None:
+            return None
+        names = [str(created.get("name"))]
+        for above in ancestors(sid):
+            names.append(str((facts[above].created or {}).get("name", "?")))
+        return "/".join(reversed(names))
+
     plans = []
     for sid in sids:
         f = facts[sid]
@@ -148,6 +159,7 @@ def analyze(root: str | os.PathLike[str]) -> RecoveryPlan:
                 session_id=sid,
                 agent_id=None if f.created is None else str(f.created.get("agent_id")),
                 name=None if f.created is None else str(f.created.get("name")),
+                path=path_of(sid),
                 status=status,
                 last_completed_turn=f.last_complete,
                 lost_turn=f.lost_turn,

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from substrat.agents import USER, AgentNode, AgentState, MessageEnvelope, validate_name
 from substrat.errors import AgentNotFoundError
 from substrat.providers.base import ToolSpec
+from substrat.words import plural
 
 if TYPE_CHECKING:
     from substrat.orchestrator import Orchestrator
@@ -267,7 +268,14 @@ class AgentToolContext:
         kind = "request" if expect_reply else "notification"
         message_id = self._stage_message(effects, target, kind, self._text(text))
         suffix = "; the reply will come to your inbox" if expect_reply else ""
-        return f"sent {message_id} to {self._orch.describe_endpoint(target)}{suffix}"
+        return f"sent message {message_id} to {self._describe(effects, target)}{suffix}"
+
+    def _describe(self, effects: TurnEffects, endpoint: str) -> str:
+        """An endpoint by path; a child spawned earlier in this turn has one already."""
+        for spawn in effects.spawns:
+            if spawn["agent_id"] == endpoint:
+                return f"{self._orch.describe_endpoint(self._node.agent_id)}/{spawn['name']}"
+        return self._orch.describe_endpoint(endpoint)
 
     def _tool_broadcast(self, effects: TurnEffects, text: str) -> str:
         node, tree = self._node, self._orch.tree
@@ -278,7 +286,7 @@ class AgentToolContext:
         payload = self._text(text)
         for target in targets:
             self._stage_message(effects, target, "broadcast", payload)
-        return f"broadcast to {len(targets)} agents"
+        return f"broadcast to {plural(len(targets), 'agent')}"
 
     def _tool_check_inbox(self, effects: TurnEffects) -> str:
         taken = self._orch.inboxes.inbox(self._node.agent_id).claim(effects.turn_id)
@@ -303,7 +311,7 @@ class AgentToolContext:
     def _tool_complete(self, effects: TurnEffects, result: str) -> str:
         target = self._node.parent_id or USER
         message_id = self._stage_message(effects, target, "result", self._text(result))
-        return f"result {message_id} sent to {self._orch.describe_endpoint(target)}"
+        return f"result {message_id} sent to {self._describe(effects, target)}"
 
     def _tool_terminate(self, effects: TurnEffects, name: str) -> str:
         child_id = self._node.children.get(name)

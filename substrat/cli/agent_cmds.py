@@ -9,6 +9,7 @@ import click
 
 from substrat.cli import render
 from substrat.cli.common import Opts, daemon_command, emit_json, esc
+from substrat.words import plural, when
 
 SEND_TIMEOUT_S = 600.0
 
@@ -86,15 +87,22 @@ def send(opts: Opts, agent: str, prompt: str, no_stream: bool) -> None:
 
 @agent_group.command("list")
 @daemon_command()
-def list_agents(opts: Opts) -> None:
-    """List the live agents."""
-    agents = opts.call("agent.list")
+@click.option(
+    "-a",
+    "--all",
+    "show_all",
+    is_flag=True,
+    help="Also list terminated agents (their logs are kept).",
+)
+def list_agents(opts: Opts, show_all: bool) -> None:
+    """List the live agents (with --all, the terminated ones too)."""
+    agents = opts.call("agent.list", {"all": show_all})
     if opts.json:
         emit_json(agents)
     elif not agents:
         opts.out.print("no agents yet: [bold]substrat agent create NAME[/]")
     else:
-        opts.out.print(render.agents_table(agents))
+        opts.out.print(render.agents_table(agents, opts.out.width))
 
 
 @agent_group.command("tree")
@@ -115,13 +123,18 @@ def show(opts: Opts, agent: str) -> None:
     """Everything about AGENT: state, inbox, recent turns, a turn lost in a crash."""
     with opts.connect() as conn:
         info = conn.call("agent.show", {"agent": agent})
-        names = render.names_of(conn.call("agent.list"))
+        names = render.names_of(conn.call("agent.list", {"all": True}))
     if opts.json:
         emit_json(info)
         return
     out = opts.out
     a = info["agent"]
     out.print(f"[bold]{esc(a['path'])}[/]  {a['agent_id']}  {render.state(a['state'])}")
+    if a.get("terminated_at"):
+        out.print(
+            f"  [red]terminated at {esc(when(a['terminated_at']))}[/]; its log is kept "
+            f"(`substrat log {esc(a['path'])}`)"
+        )
     out.print(f"  session {a['session_id']}  provider {esc(a['provider'])}/{esc(a['model'])}")
     if a.get("instructions"):
         out.print(f"  instructions: {esc(render.excerpt(a['instructions']))}")
@@ -130,7 +143,7 @@ def show(opts: Opts, agent: str) -> None:
     out.print(f"  parent {esc(parent)}  children {esc(children)}")
     out.print(f"  turns {info['turns']}  live session: {'yes' if info.get('live') else 'no'}")
     if info.get("waiting_on"):
-        out.print(f"  [cyan]waiting on {len(info['waiting_on'])} repl(ies)[/]")
+        out.print(f"  [cyan]waiting on {plural(len(info['waiting_on']), 'reply', 'replies')}[/]")
     if info.get("lost_turn"):
         lost = info["lost_turn"]
         out.print(
@@ -139,7 +152,7 @@ def show(opts: Opts, agent: str) -> None:
         )
     if info.get("inbox"):
         out.print("[bold]inbox[/]")
-        out.print(render.messages_table(info["inbox"], names))
+        out.print(render.messages_table(info["inbox"], names, out.width))
     for turn in info.get("recent_turns", []):
         render.print_turn(out, turn)
 
@@ -154,8 +167,8 @@ def rm(opts: Opts, agent: str, cascade: bool) -> None:
     if opts.json:
         emit_json(result)
     else:
-        ids = result["terminated"]
-        opts.out.print(f"terminated {len(ids)} agent(s): {', '.join(render.short(i) for i in ids)}")
+        names = result.get("paths") or [render.short(i) for i in result["terminated"]]
+        opts.out.print(f"terminated {plural(len(names), 'agent')}: {esc(', '.join(names))}")
 
 
 @click.command("inbox")
@@ -176,6 +189,6 @@ def inbox(opts: Opts, collect: bool) -> None:
     if not messages:
         opts.out.print("inbox empty")
         return
-    opts.out.print(render.messages_table(messages, names))
+    opts.out.print(render.messages_table(messages, names, opts.out.width))
     if collect:
-        opts.out.print(f"[dim]{len(acked)} message(s) marked as read[/]")
+        opts.out.print(f"[dim]{plural(len(acked), 'message')} marked as read[/]")

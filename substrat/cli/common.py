@@ -23,6 +23,7 @@ import click
 from rich.console import Console
 
 from substrat import client as client_mod
+from substrat.cli.explain import reword
 from substrat.errors import (
     DaemonError,
     FsckError,
@@ -146,7 +147,7 @@ def guarded(opts: Opts, func: Callable[..., Any], **kwargs: Any) -> Any:
     try:
         return func(opts, **kwargs)
     except RpcError as exc:
-        fail(opts, exc, EXIT_FAILED, code=exc.code)
+        fail(opts, reword(exc, func.__name__), EXIT_FAILED, code=exc.code)
     except (RootPermissionError, SocketPathTooLongError, FsckError) as exc:
         fail(opts, exc, EXIT_USAGE)
     except (DaemonError, RootLockedError) as exc:

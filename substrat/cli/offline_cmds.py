@@ -9,11 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import click
-from rich.table import Table
+from rich.console import RenderableType
 
 from substrat.cli import render
 from substrat.cli.common import EXIT_FAILED, Opts, emit_json, esc, guarded, offline_command
 from substrat.errors import FsckError, RootLockedError
+from substrat.words import plural
 
 SEVERITY_STYLE = {"damage": "bold red", "leftover": "yellow", "notice": "dim"}
 
@@ -36,28 +37,20 @@ def fsck(opts: Opts, repair: bool) -> None:
         sys.exit(report.exit_code)
     out = opts.out
     out.print(
-        f"fsck {esc(report.root)}: {report.sessions} sessions, {report.logs} logs, "
-        f"{report.entries} entries"
+        f"fsck {esc(report.root)}: {plural(report.sessions, 'session')}, "
+        f"{plural(report.logs, 'log')}, {plural(report.entries, 'entry', 'entries')}"
     )
     if report.findings:
-        table = Table(box=None, header_style="bold", pad_edge=False)
-        for column in ("SEVERITY", "KIND", "PATH", "DETAIL", "REPAIRED" if repair else "REPAIR"):
-            table.add_column(column)
-        for f in report.findings:
-            style = SEVERITY_STYLE.get(f.severity, "white")
-            if repair and f.severity != "notice":
-                fix = "[green]yes[/]" if f.repaired else "[red]no[/]"
-            else:
-                fix = esc(f.repair or "-")
-            table.add_row(f"[{style}]{f.severity}[/]", esc(f.kind), esc(f.path), esc(f.detail), fix)
-        out.print(table)
+        for part in _findings(report, repair, out.width):
+            out.print(part)
     problems = report.problems
     if not problems:
         out.print("[green]clean[/]")
     elif repair:
         left = [f for f in problems if not f.repaired]
         out.print(
-            f"[bold]{len(problems)} problem(s) found, {len(problems) - len(left)} repaired[/]"
+            f"[bold]{plural(len(problems), 'problem')} found, "
+            f"{len(problems) - len(left)} repaired[/]"
             + (f", [red]{len(left)} left[/]" if left else "")
         )
         if report.recovery:
@@ -65,7 +58,7 @@ def fsck(opts: Opts, repair: bool) -> None:
                 out.print(f"  {line}")
     else:
         out.print(
-            f"[bold red]{len(problems)} problem(s) found[/]; nothing was changed "
+            f"[bold red]{plural(len(problems), 'problem')} found[/]; nothing was changed "
             f"(repair with `substrat fsck --repair --root {esc(report.root)}`)"
         )
     sys.exit(report.exit_code)
@@ -117,44 +110,87 @@ async def _recover_now(root: Path) -> dict[str, Any]:
         held.release()
 
 
+def _findings(report: Any, repair: bool, width: int) -> list[RenderableType]:
+    """The findings grouped by agent (its path on a line of its own, never cut)."""
+    cols = [
+        render.Col("SEVERITY"),
+        render.Col("KIND"),
+        render.Col("FILE", cut=True, min_width=12),
+        render.Col("DETAIL", cut=True, min_width=16),
+        render.Col("REPAIRED" if repair else "REPAIR", cut=not repair, drop=1),
+    ]
+    groups: dict[str, list[list[str]]] = {}
+    for f in report.findings:
+        style = SEVERITY_STYLE.get(f.severity, "white")
+        if repair and f.severity != "notice":
+            fix = "[green]yes[/]" if f.repaired else "[red]no[/]"
+        else:
+            fix = esc(f.repair or "-")
+        parts = Path(f.path).parts
+        if len(parts) > 2 and parts[0] == "agents":
+            title = f"[bold]{esc(f.agent)}[/] [dim](session {render.short(parts[1])})[/]"
+            if not f.agent:
+                title = f"[bold]session {esc(parts[1])}[/] [dim](no agent.created)[/]"
+            shown = str(Path(*parts[2:]))
+        else:
+            title, shown = "[bold]the root[/]", f.path
+        groups.setdefault(title, []).append(
+            [f"[{style}]{f.severity}[/]", esc(f.kind), esc(shown), esc(f.detail), fix]
+        )
+    return render.grouped_tables(width, cols, list(groups.items()))
+
+
+PLAN_STATUS = {
+    "live": "live",
+    "terminated": "terminated",
+    "spawn to roll forward": "to spawn",
+    "orphan (will be terminated)": "orphan",
+    "record to rebuild from the log": "to rebuild",
+    "will be terminated (an ancestor was terminated)": "to terminate",
+    "will be terminated (a committed turn ordered it)": "to terminate",
+}
+"""Short words for the table; ``--json`` keeps the full status."""
+
+
 def _print_plan(opts: Opts, plan: dict[str, Any]) -> None:
+    """Per agent (by path, on a line of its own), what recovery would do."""
     out = opts.out
-    table = Table(box=None, header_style="bold", pad_edge=False)
-    for column in (
-        "AGENT",
-        "SESSION",
-        "STATUS",
-        "LAST COMPLETED",
-        "LOST IN FLIGHT",
-        "REDELIVER",
-        "RECONCILE",
-        "DAMAGE",
-    ):
-        table.add_column(column)
-    for a in plan["agents"]:
+    cols = [
+        render.Col("STATUS"),
+        render.Col("LAST COMPLETED", cut=True, min_width=12),
+        render.Col("LOST IN FLIGHT", cut=True, min_width=14),
+        render.Col("REDELIVER", justify="right"),
+        render.Col("RECONCILE", justify="right"),
+        render.Col("DAMAGE", cut=True, min_width=6, drop=1),
+    ]
+    groups = []
+    for a in sorted(plan["agents"], key=lambda a: (a.get("path") or "~", a["session_id"])):
         last = a.get("last_completed_turn") or {}
         lost = a.get("lost_turn") or {}
         damage = ", ".join(f"{k}={v}" for k, v in sorted((a.get("damage") or {}).items()))
-        table.add_row(
-            esc(a.get("name") or "?"),
-            render.short(a["session_id"]),
-            esc(a["status"]),
-            esc(f"{last.get('turn_id')}: {render.excerpt(last.get('prompt', ''), 24)}")
+        name = a.get("path") or a.get("name")
+        title = f"[bold]{esc(name)}[/]" if name else "[bold]?[/] [dim](no agent.created)[/]"
+        row = [
+            esc(PLAN_STATUS.get(a["status"], a["status"])),
+            esc(f"{last.get('turn_id')}: {render.excerpt(last.get('prompt', ''), 40)}")
             if last
             else "-",
-            f"[red]{esc(lost.get('turn_id'))}: {esc(render.excerpt(lost.get('prompt', ''), 24))}[/]"
+            f"[red]{esc(lost.get('turn_id'))}: {esc(render.excerpt(lost.get('prompt', ''), 40))}[/]"
             if lost
             else "-",
             str(len(a.get("to_redeliver") or [])),
             str(len(a.get("to_reconcile") or [])),
             esc(damage or "-"),
-        )
+        ]
+        groups.append((f"{title} [dim](session {render.short(a['session_id'])})[/]", [row]))
     if plan["agents"]:
-        out.print(table)
+        for part in render.grouped_tables(out.width, cols, groups):
+            out.print(part)
     else:
         out.print("no sessions under this root")
     if plan.get("user_pending"):
-        out.print(f"user inbox: {len(plan['user_pending'])} message(s) to redeliver")
+        count = plural(len(plan["user_pending"]), "message")
+        out.print(f"user inbox: {count} to redeliver")
     for q in plan.get("quarantined", []):
         out.print(f"[yellow]to quarantine:[/] {esc(q['name'])} ({esc(q['reason'])})")
 
@@ -204,7 +240,7 @@ def _print_demo(opts: Opts, result: dict[str, Any], keep: bool) -> None:
     out.print(f"  every acknowledged turn survived: {verdict}")
     out.print(render.agent_tree(result.get("tree") or []))
     for path, turns in (result.get("histories") or {}).items():
-        out.print(f"[bold]{esc(path)}[/]: {len(turns)} completed turn(s)")
+        out.print(f"[bold]{esc(path)}[/]: {plural(len(turns), 'completed turn')}")
         for turn in turns[-2:]:
             out.print(f"  [green]>[/] {esc(render.excerpt(turn['prompt'], 60))}")
     fsck_report = result.get("fsck") or {}

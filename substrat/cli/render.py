@@ -2,22 +2,29 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, JustifyMethod, RenderableType
+from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
+from substrat.agents import SHORT_ID_CHARS
 from substrat.cli.common import esc
+from substrat.words import plural, when
 
 STATE_STYLE = {"idle": "green", "busy": "yellow", "waiting": "cyan", "terminated": "red"}
 EXCERPT_CHARS = 72
+GAP = 2
+"""Spaces between table columns."""
 
 
 def short(agent_id: object) -> str:
+    """An id as ``list`` and ``tree`` show it: a prefix every command accepts."""
     text = str(agent_id or "")
-    return text[:8]
+    return text[:SHORT_ID_CHARS]
 
 
 def excerpt(text: object, limit: int = EXCERPT_CHARS) -> str:
@@ -29,20 +36,133 @@ def state(value: str) -> str:
     return f"[{STATE_STYLE.get(value, 'white')}]{esc(value)}[/]"
 
 
-def agents_table(agents: list[dict[str, Any]]) -> Table:
-    table = Table(box=None, header_style="bold", pad_edge=False)
-    for column in ("PATH", "ID", "STATE", "PROVIDER", "CHILDREN", "INBOX"):
-        table.add_column(column)
+@dataclass(frozen=True)
+class Col:
+    """A table column and how it gives way on a narrow terminal."""
+
+    header: str
+    cut: bool = False
+    """May be shortened with an ellipsis (free text); names and ids never are."""
+    drop: int = 0
+    """May be left out when even cutting is not enough; the highest goes first."""
+    justify: JustifyMethod = "left"
+    min_width: int = 8
+
+
+def fitted_table(width: int, cols: list[Col], rows: list[list[str]]) -> Table:
+    """A table of one line per row within ``width`` columns.
+
+    Cells never wrap. Free-text columns give way first (cut with an
+    ellipsis), then optional columns are left out; names and ids are always
+    shown whole. Cells are rich markup.
+    """
+    shown, widths = fit_widths(width, cols, rows)
+    return _table(cols, rows, shown, widths)
+
+
+def fit_widths(width: int, cols: list[Col], rows: list[list[str]]) -> tuple[list[int], list[int]]:
+    """Which columns to show and how wide, so that every row fits on one line."""
+    natural = [Text(c.header).cell_len for c in cols]
+    for row in rows:
+        assert len(row) == len(cols)
+        for i, cell in enumerate(row):
+            natural[i] = max(natural[i], Text.from_markup(cell).cell_len)
+    shown = list(range(len(cols)))
+    widths = list(natural)
+
+    def total() -> int:
+        return sum(widths[i] for i in shown) + GAP * (len(shown) - 1)
+
+    # A cut column keeps its header whole and at least its min_width.
+    floor = [max(c.min_width, Text(c.header).cell_len) for c in cols]
+    while True:
+        excess = total() - width
+        while excess > 0:  # take from the widest cuttable column, one cell at a time
+            slack = [i for i in shown if cols[i].cut and widths[i] > floor[i]]
+            if not slack:
+                break
+            widest = max(slack, key=lambda i: widths[i] - floor[i])
+            widths[widest] -= 1
+            excess -= 1
+        if excess <= 0:
+            break
+        droppable = [i for i in shown if cols[i].drop]
+        if not droppable:
+            break  # names alone are wider than the terminal: shown whole all the same
+        shown.remove(max(droppable, key=lambda i: cols[i].drop))
+        widths = [natural[i] for i in range(len(cols))]
+    return shown, widths
+
+
+def _table(
+    cols: list[Col],
+    rows: list[list[str]],
+    shown: list[int],
+    widths: list[int],
+    *,
+    header: bool = True,
+) -> Table:
+    table = Table(
+        box=None,
+        header_style="bold",
+        pad_edge=False,
+        padding=(0, GAP, 0, 0),
+        show_header=header,
+    )
+    for i in shown:
+        col = cols[i]
+        table.add_column(
+            col.header, no_wrap=True, overflow="ellipsis", width=widths[i], justify=col.justify
+        )
+    for row in rows:
+        table.add_row(*(row[i] for i in shown))
+    return table
+
+
+def grouped_tables(
+    width: int, cols: list[Col], groups: list[tuple[str, list[list[str]]]], indent: int = 2
+) -> list[RenderableType]:
+    """One title line per group (a name, never cut) and its rows, aligned across groups."""
+    rows = [row for _, group in groups for row in group]
+    shown, widths = fit_widths(width - indent, cols, rows)
+    out: list[RenderableType] = []
+    if not groups:
+        return out
+    out.append(Padding(_table(cols, [], shown, widths), (0, 0, 0, indent)))
+    for title, group in groups:
+        out.append(title)
+        body = _table(cols, group, shown, widths, header=False)
+        out.append(Padding(body, (0, 0, 0, indent)))
+    return out
+
+
+def agents_table(agents: list[dict[str, Any]], width: int) -> Table:
+    ended = any(a.get("terminated_at") for a in agents)
+    cols = [
+        Col("PATH"),
+        Col("ID"),
+        Col("STATE"),
+        Col("PROVIDER", cut=True, drop=1),
+        Col("CHILDREN", justify="right", drop=2),
+        Col("INBOX", justify="right", drop=3),
+    ]
+    if ended:
+        cols.append(Col("TERMINATED", drop=4))
+    rows = []
     for a in agents:
-        table.add_row(
+        dead = a["state"] == "terminated"
+        row = [
             esc(a["path"]),
             short(a["agent_id"]),
             state(a["state"]),
             esc(f"{a['provider']}/{a['model']}"),
-            str(len(a.get("children") or [])),
-            str(a.get("pending_messages", 0)),
-        )
-    return table
+            "-" if dead else str(len(a.get("children") or [])),
+            "-" if dead else str(a.get("pending_messages", 0)),
+        ]
+        if ended:
+            row.append(esc(when(a.get("terminated_at"))[:16]) if dead else "")
+        rows.append(row)
+    return fitted_table(width, cols, rows)
 
 
 def agent_tree(branches: list[dict[str, Any]]) -> Tree:
@@ -53,7 +173,10 @@ def agent_tree(branches: list[dict[str, Any]]) -> Tree:
         label = f"[bold]{esc(a['name'])}[/] [dim]{short(a['agent_id'])}[/] {state(a['state'])}"
         if a.get("pending_messages"):
             label += f" [cyan]✉ {a['pending_messages']}[/]"
-        node = parent.add(label)
+        # One line per agent: on a narrow terminal the tail is cut, never the name.
+        text = Text.from_markup(label, overflow="ellipsis")
+        text.no_wrap = True
+        node = parent.add(text)
         for child in branch.get("children", []):
             add(node, child)
 
@@ -72,18 +195,18 @@ def endpoint(value: object, names: dict[str, str]) -> str:
     return names.get(text, text if text == "user" else short(text))
 
 
-def messages_table(messages: list[dict[str, Any]], names: dict[str, str]) -> Table:
-    table = Table(box=None, header_style="bold", pad_edge=False)
-    for column in ("FROM", "KIND", "ID", "MESSAGE"):
-        table.add_column(column)
-    for m in messages:
-        table.add_row(
+def messages_table(messages: list[dict[str, Any]], names: dict[str, str], width: int) -> Table:
+    cols = [Col("FROM"), Col("KIND"), Col("ID", drop=1), Col("MESSAGE", cut=True, min_width=16)]
+    rows = [
+        [
             esc(endpoint(m["sender"], names)),
             esc(m["kind"]),
             short(m["message_id"]),
             esc(excerpt(m["payload"])),
-        )
-    return table
+        ]
+        for m in messages
+    ]
+    return fitted_table(width, cols, rows)
 
 
 def print_turn(console: Console, turn: dict[str, Any], index: int | None = None) -> None:
@@ -104,7 +227,8 @@ def recovery_lines(notice: dict[str, Any] | None, names: dict[str, str] | None =
     if shutdown == "unclean":
         lines.append("[bold yellow]the previous daemon died without shutting down[/]")
     lines.append(
-        f"agents back: [bold]{report.get('agents', 0)}[/] ({report.get('roots', 0)} roots)"
+        f"agents back: [bold]{report.get('agents', 0)}[/] "
+        f"({plural(report.get('roots', 0), 'root')})"
     )
     for lost in report.get("lost_turns", []):
         who = endpoint(lost.get("agent_id"), names)

@@ -45,6 +45,7 @@ from substrat.providers.chat_history import (
     turn_messages,
 )
 from substrat.providers.openai_config import (
+    SETTINGS,
     BrokenStream,
     OpenAIConfig,
     classify,
@@ -362,9 +363,10 @@ class OpenAIProvider:
         sdk()
         if not self.config.api_key and not self.config.base_url:
             raise ProviderConfigError(
-                "openai provider: no API key; set SUBSTRAT_OPENAI_API_KEY (or OPENAI_API_KEY), "
-                "or SUBSTRAT_OPENAI_BASE_URL for a local server that needs none"
-            )
+                "openai provider: no API key in the daemon's environment; set "
+                "SUBSTRAT_OPENAI_API_KEY (or OPENAI_API_KEY), or SUBSTRAT_OPENAI_BASE_URL for a "
+                "local server that needs none, where the daemon is started"
+            ).with_details(settings=list(SETTINGS))
 
     async def create(
         self, model: str, system_prompt: str, context: AgentContext

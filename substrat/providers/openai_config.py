@@ -22,6 +22,13 @@ _OVERFLOW_PATTERN = re.compile(
     re.IGNORECASE,
 )
 _TRANSIENT_STATUSES = frozenset({408, 409, 425, 429})
+SETTINGS = (
+    "SUBSTRAT_OPENAI_API_KEY",
+    "OPENAI_API_KEY",
+    "SUBSTRAT_OPENAI_BASE_URL",
+    "OPENAI_BASE_URL",
+)
+"""Where the endpoint and its key come from (the daemon's environment)."""
 
 
 @dataclass(frozen=True)

@@ -97,7 +97,8 @@ def build_methods(daemon: DaemonView) -> MethodTable:
         return result.to_dict()
 
     async def list_agents(call: Call) -> list[dict[str, Any]]:
-        return [info.to_dict() for info in daemon.orch.agents()]
+        agents = daemon.orch.agents(include_terminated=call.params["all"])
+        return [info.to_dict() for info in agents]
 
     async def tree(call: Call) -> list[dict[str, Any]]:
         return daemon.orch.tree_view()
@@ -107,7 +108,7 @@ def build_methods(daemon: DaemonView) -> MethodTable:
 
     async def history(call: Call) -> dict[str, Any]:
         p = call.params
-        info = daemon.orch.get(p["agent"])
+        info = daemon.orch.lookup(p["agent"])
         turns = daemon.orch.history(info.agent_id)
         limit = p["limit"]
         if limit < 0 or limit > MAX_HISTORY_TURNS:
@@ -125,8 +126,14 @@ def build_methods(daemon: DaemonView) -> MethodTable:
 
     async def terminate(call: Call) -> dict[str, Any]:
         p = call.params
-        ids = await daemon.orch.terminate(p["agent"], cascade=p["cascade"])
-        return {"terminated": ids}
+        orch = daemon.orch
+        node = orch.resolve_live(p["agent"])
+        paths = {
+            m.agent_id: orch.tree.path(m.agent_id)
+            for m in orch.tree.subtree_leaves_first(node.agent_id)
+        }
+        ids = await orch.terminate(node.agent_id, cascade=p["cascade"])
+        return {"terminated": ids, "paths": [paths.get(i, i) for i in ids]}
 
     async def inbox_list(call: Call) -> dict[str, Any]:
         return {"messages": [m.to_dict() for m in daemon.orch.user_inbox()]}
@@ -194,7 +201,7 @@ def build_methods(daemon: DaemonView) -> MethodTable:
             ),
             is_turn=True,
         ),
-        Method("agent.list", list_agents),
+        Method("agent.list", list_agents, (Param("all", _BOOL, False, False),)),
         Method("agent.tree", tree),
         Method("agent.show", show, (agent_ref,)),
         Method("agent.history", history, (agent_ref, Param("limit", _INT, False, 1000))),

@@ -86,6 +86,8 @@ def error_for_exception(exc: BaseException) -> tuple[int, str, dict[str, Any]]:
     if isinstance(exc, RequestError):
         return exc.code, exc.message, dict(exc.data or {})
     data: dict[str, Any] = {"type": type(exc).__name__}
+    if isinstance(exc, errors.SubstratError):
+        data.update(exc.details)
     message = str(exc) or type(exc).__name__
     for kind, code in _EXCEPTION_CODES:
         if isinstance(exc, kind):

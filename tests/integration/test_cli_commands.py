@@ -3,76 +3,31 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import signal
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from substrat.client import Client, stop_daemon
 from substrat.rpc import lock
+from tests.support.cli import (
+    SUBSTRAT,
+    as_json,
+    cli_root,
+    kill_daemon,
+    read_json_until,
+    run,
+    spawn,
+    wait_busy,
+)
 
-SUBSTRAT = shutil.which("substrat") or ""
 pytestmark = pytest.mark.skipif(not SUBSTRAT, reason="the substrat console script is not installed")
-
-
-def run(
-    root: Path, *args: str, timeout_s: float = 60, stdin: str | None = None
-) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "SUBSTRAT_HOME": str(root), "COLUMNS": "200"}
-    env.pop("SUBSTRAT_NO_AUTOSTART", None)
-    return subprocess.run(
-        [SUBSTRAT, *args], capture_output=True, text=True, timeout=timeout_s, env=env, input=stdin
-    )
-
-
-def spawn(root: Path, *args: str) -> subprocess.Popen[str]:
-    env = {**os.environ, "SUBSTRAT_HOME": str(root), "COLUMNS": "200"}
-    return subprocess.Popen(
-        [SUBSTRAT, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
-    )
-
-
-def as_json(proc: subprocess.CompletedProcess[str]) -> Any:
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
-
-
-def kill_daemon(root: Path) -> None:
-    info = lock.read_info(root)
-    assert info is not None and info.pid is not None
-    os.kill(info.pid, signal.SIGKILL)
-    deadline = time.monotonic() + 10
-    while lock.is_held(root):
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
-
-
-def wait_busy(root: Path) -> None:
-    """Until a turn runs (the provider is called after turn.start is logged)."""
-    with Client(root) as client:
-        deadline = time.monotonic() + 10
-        while not client.call("daemon.status")["busy_turns"]:
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
-    time.sleep(0.1)
 
 
 @pytest.fixture
 def root(tmp_path: Path) -> Iterator[Path]:
-    path = tmp_path / "root"
-    yield path
-    try:
-        stop_daemon(path, timeout_s=10)
-    except Exception:
-        info = lock.read_info(path)
-        if info is not None and info.pid is not None and lock.is_held(path):
-            os.kill(info.pid, signal.SIGKILL)
+    yield from cli_root(tmp_path)
 
 
 def test_commands_start_the_daemon_on_demand_unless_told_not_to(root: Path) -> None:
@@ -138,13 +93,14 @@ def test_agent_commands_human_and_json(root: Path) -> None:
     assert collected["acknowledged"] == [inbox["messages"][0]["message_id"]]
     assert as_json(run(root, "inbox", "--json"))["messages"] == []
     refused = run(root, "agent", "rm", "lead")
-    assert refused.returncode == 1 and "has 1 live children" in refused.stderr
+    assert refused.returncode == 1 and "has 1 live child (lead/kid)" in refused.stderr
     removed = as_json(run(root, "agent", "rm", "lead", "--cascade", "--json"))
     assert removed["terminated"][-1] == lead["agent_id"] and len(removed["terminated"]) == 2
     missing = run(root, "agent", "send", "lead", "hello?", "--json")
     assert missing.returncode == 1
     error = json.loads(missing.stderr)["error"]
-    assert error["type"] == "RpcError" and error["code"] == -32001
+    assert error["type"] == "RpcError" and error["code"] == -32013
+    assert error["message"].startswith("agent lead was terminated at ")
 
 
 def test_daemon_dying_mid_request_is_reported(root: Path) -> None:
@@ -159,12 +115,14 @@ def test_daemon_dying_mid_request_is_reported(root: Path) -> None:
 
 
 def test_timeouts_are_reported_not_hung(root: Path) -> None:
-    run(root, "agent", "create", "slow", "--provider", "paced", "--model", "1500ms")
+    run(root, "agent", "create", "slow", "--provider", "paced", "--model", "6000ms")
     began = time.monotonic()
     late = run(root, "agent", "send", "slow", "hurry", "--timeout", "0.3")
     assert late.returncode == 3
     assert "within 0.3s" in late.stderr
-    assert time.monotonic() - began < 1.4
+    # It gave up long before the 6 s turn would have answered (the margin is for a loaded
+    # machine, where starting the CLI alone can take a second or two).
+    assert time.monotonic() - began < 5.0
 
 
 def test_log_follow_prints_new_turns_and_stops_when_the_agent_goes(root: Path) -> None:
@@ -179,21 +137,6 @@ def test_log_follow_prints_new_turns_and_stops_when_the_agent_goes(root: Path) -
     assert follower.returncode == 0, err
     events = [json.loads(line) for line in out.splitlines()]
     assert [(e["event"], e["prompt"]) for e in events] == [("turn", "second")]
-
-
-def read_json_until(proc: subprocess.Popen[str], done: Any, timeout_s: float = 30) -> list[Any]:
-    """JSON lines from ``proc`` until ``done(line)`` is true (the process keeps running)."""
-    assert proc.stdout is not None
-    seen: list[Any] = []
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        assert line, f"the process ended early: {proc.stderr.read() if proc.stderr else ''}"
-        if line.startswith("{"):
-            seen.append(json.loads(line))
-            if done(seen[-1]):
-                return seen
-    raise AssertionError(f"timed out; saw {seen}")
 
 
 def test_watch_reconnects_across_a_crash_and_shows_the_recovery(root: Path) -> None:

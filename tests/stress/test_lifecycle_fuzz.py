@@ -50,6 +50,7 @@ from substrat.agents import USER, AgentState
 from substrat.errors import HasChildrenError, NameCollisionError
 from substrat.orchestrator import Orchestrator
 from substrat.providers.scripted import chain_digest
+from substrat.words import plural
 
 pytestmark = pytest.mark.stress
 
@@ -230,7 +231,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         group = self.agents[sender if parent is None else parent].children
         targets = [group[n] for n in sorted(group) if group[n] != sender]
         result = self.turn(sender, "@broadcast news")
-        assert f"broadcast to {len(targets)} agents" in result.response
+        assert f"broadcast to {plural(len(targets), 'agent')}" in result.response
         for target in targets:
             self.deliver(target, sender, "broadcast")
 

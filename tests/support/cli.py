@@ -1,0 +1,114 @@
+"""Driving the ``substrat`` command line as a real process, for tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from substrat.client import Client, stop_daemon
+from substrat.rpc import lock
+
+SUBSTRAT = shutil.which("substrat") or ""
+
+
+def cli_env(root: Path, columns: int = 200, **extra: str) -> dict[str, str]:
+    env = {**os.environ, "SUBSTRAT_HOME": str(root), "COLUMNS": str(columns), **extra}
+    env.pop("SUBSTRAT_NO_AUTOSTART", None)
+    return env
+
+
+def run(
+    root: Path,
+    *args: str,
+    timeout_s: float = 60,
+    stdin: str | None = None,
+    columns: int = 200,
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [SUBSTRAT, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        env=env if env is not None else cli_env(root, columns),
+        input=stdin,
+    )
+
+
+def spawn(
+    root: Path, *args: str, env: dict[str, str] | None = None, stdin: int | None = None
+) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [SUBSTRAT, *args],
+        stdin=stdin,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env if env is not None else cli_env(root),
+    )
+
+
+def as_json(proc: subprocess.CompletedProcess[str]) -> Any:
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def kill_daemon(root: Path) -> None:
+    info = lock.read_info(root)
+    assert info is not None and info.pid is not None
+    os.kill(info.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while lock.is_held(root):
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+
+
+def wait_busy(root: Path) -> None:
+    """Until a turn runs (the provider is called after turn.start is logged)."""
+    with Client(root) as client:
+        deadline = time.monotonic() + 10
+        while not client.call("daemon.status")["busy_turns"]:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+    time.sleep(0.1)
+
+
+def read_json_until(
+    proc: subprocess.Popen[str], done: Callable[[Any], bool], timeout_s: float = 30
+) -> list[Any]:
+    """JSON lines from ``proc`` until ``done(line)`` is true (the process keeps running)."""
+    assert proc.stdout is not None
+    seen: list[Any] = []
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        assert line, f"the process ended early: {proc.stderr.read() if proc.stderr else ''}"
+        if line.startswith("{"):
+            seen.append(json.loads(line))
+            if done(seen[-1]):
+                return seen
+    raise AssertionError(f"timed out; saw {seen}")
+
+
+def stop_or_kill(root: Path) -> None:
+    """Leave no daemon behind: stop it, or SIGKILL it if it will not stop."""
+    try:
+        stop_daemon(root, timeout_s=10)
+    except Exception:
+        info = lock.read_info(root)
+        if info is not None and info.pid is not None and lock.is_held(root):
+            os.kill(info.pid, signal.SIGKILL)
+
+
+def cli_root(tmp_path: Path) -> Iterator[Path]:
+    """The body of a ``root`` fixture: a fresh root path, its daemon gone afterwards."""
+    path = tmp_path / "root"
+    yield path
+    stop_or_kill(path)
