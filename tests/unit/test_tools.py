@@ -240,8 +240,8 @@ def test_send_message_resolves_names_relative_to_the_caller(root: Path) -> None:
         assert results[5] == "error: an agent cannot message itself"
         assert results[6] == f"error: message is over {MAX_PAYLOAD_CHARS} characters"
         kid = orch.get("boss/a/kid")
-        # the child is staged, not yet in the tree: the result names it by id
-        assert results[8].endswith(f" to {kid.agent_id}; the reply will come to your inbox")
+        # the child was only staged, not yet in the tree: the result names it by path all the same
+        assert results[8].endswith(" to boss/a/kid; the reply will come to your inbox")
         got = {
             p: [(m["sender"], m["kind"], m["payload"]) for m in orch.inspect(p)["inbox"]]
             for p in ("boss", "boss/b", "boss/a/kid")
