@@ -312,6 +312,10 @@ def snapshot(root: Path) -> dict[str, Any]:
     return {"agents": agents, "histories": histories}
 
 
+MIN_ACKS_PER_CYCLE = 5
+MAX_CYCLE_S = 30.0
+
+
 def run_campaign(
     root: Path, *, cycles: int, workers: int, seed: int, max_run_s: float
 ) -> CampaignStats:
@@ -346,9 +350,15 @@ def run_campaign(
                 Worker(f"w{i}", root, ledger, random.Random(rng.random()), cycle * 1_000_000)
                 for i in range(workers)
             ]
+            enough = ledger.acked + MIN_ACKS_PER_CYCLE
             for worker in crew:
                 worker.start()
             time.sleep(rng.uniform(0.05, max_run_s))
+            # On a loaded machine the random pause may be over before any work is done:
+            # kill only once the cycle has something to lose (the kill point stays random).
+            deadline = time.monotonic() + MAX_CYCLE_S
+            while ledger.acked < enough and time.monotonic() < deadline:
+                time.sleep(0.01)
             daemon.kill()
             for worker in crew:
                 worker.join(30)
