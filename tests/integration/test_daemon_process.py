@@ -302,8 +302,14 @@ def test_agents_events_and_inbox_over_rpc(start: Start, tmp_path: Path) -> None:
         assert busy_parent.value.code == protocol.HAS_CHILDREN
         gone = client.call("agent.terminate", {"agent": "lead", "cascade": True})
         assert gone["terminated"] == [kid, lead["agent_id"]]
+        # A terminated agent can be read (its log is kept), not sent to.
+        assert client.call("agent.show", {"agent": "lead"})["agent"]["state"] == "terminated"
+        with pytest.raises(RpcError) as terminated:
+            client.call("agent.send", {"agent": "lead", "prompt": "still there?"})
+        assert terminated.value.code == protocol.AGENT_REFUSED
+        assert terminated.value.data["type"] == "AgentTerminatedError"
         with pytest.raises(RpcError) as missing:
-            client.call("agent.show", {"agent": "lead"})
+            client.call("agent.show", {"agent": "nobody"})
         assert missing.value.code == protocol.AGENT_NOT_FOUND
         with pytest.raises(RpcError) as bad_name:
             client.call("agent.create", {"name": "no spaces allowed"})
