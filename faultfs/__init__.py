@@ -5,11 +5,13 @@ rename boundary, and get back the disk a kill -9, a power loss, a torn write
 or a reordering file system would leave. See docs/faultfs.md.
 """
 
-from faultfs._explore import ExploreReport, Failure, explore
+from faultfs._causes import Step
+from faultfs._explore import explore
 from faultfs._fs import DEFAULT_IMAGE_LIMIT, FaultFS, ImageOrigin, Snapshot
 from faultfs._images import MODES
 from faultfs._profiles import PROFILES, Profile
-from faultfs._trace import Op
+from faultfs._report import Cause, ExploreReport, Failure
+from faultfs._trace import Frame, Op
 from faultfs.errors import (
     ConfigError,
     FaultFSError,
@@ -24,11 +26,13 @@ __all__ = [
     "DEFAULT_IMAGE_LIMIT",
     "MODES",
     "PROFILES",
+    "Cause",
     "ConfigError",
     "ExploreReport",
     "Failure",
     "FaultFS",
     "FaultFSError",
+    "Frame",
     "IOAfterCrash",
     "ImageOrigin",
     "NondeterministicWorkload",
@@ -37,6 +41,7 @@ __all__ = [
     "Profile",
     "SimulatedCrash",
     "Snapshot",
+    "Step",
     "UnsupportedOperation",
     "explore",
 ]

@@ -7,7 +7,7 @@ import itertools
 import os
 import random
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from faultfs import _intercept
@@ -24,7 +24,7 @@ from faultfs._images import (
 from faultfs._model import Model
 from faultfs._profiles import get_profile
 from faultfs._syscalls import Syscalls
-from faultfs._trace import Op
+from faultfs._trace import Frame, Op, call_stack
 from faultfs.errors import ConfigError
 
 DEFAULT_IMAGE_LIMIT = 64
@@ -48,6 +48,8 @@ class ImageOrigin:
     index: int | None  # position in crash_images(mode, seed=seed); None when sampled
     seed: int
     detail: str
+    # Which unsynced changes the image kept (cause analysis starts from it).
+    choice: ImageChoice | None = field(default=None, repr=False, compare=False)
 
     @property
     def key(self) -> str:
@@ -107,6 +109,8 @@ class FaultFS(Syscalls):
         self.outside = outside
         self.block_size = block_size
         self.acked: list[Any] = []
+        # Where each acknowledgement happened: (model clock, issuing frames).
+        self.ack_marks: list[tuple[int, tuple[Frame, ...]]] = []
         self.origin: ImageOrigin | None = None
 
     @property
@@ -160,6 +164,8 @@ class FaultFS(Syscalls):
     def ack(self, item: Any) -> None:
         """Record that the program acknowledged ``item``; images carry the list along."""
         self.acked.append(item)
+        stack = call_stack(2) if self._record_trace else ()
+        self.ack_marks.append((self.model.clock, stack))
 
     # ------------------------------------------------------------------ faults
 
@@ -212,7 +218,15 @@ class FaultFS(Syscalls):
 
     # ------------------------------------------------------------------ images
 
-    def _spawn(self, model: Model, mode: str, index: int | None, seed: int, detail: str) -> FaultFS:
+    def _spawn(
+        self,
+        model: Model,
+        mode: str,
+        index: int | None,
+        seed: int,
+        detail: str,
+        choice: ImageChoice | None = None,
+    ) -> FaultFS:
         image = FaultFS(
             self.root,
             model.profile.name,
@@ -222,11 +236,12 @@ class FaultFS(Syscalls):
         )
         image.model = model
         image.acked = list(self.acked)
+        image.ack_marks = list(self.ack_marks)
         if self.crash_point is not None:
             boundary, phase, op = self.crash_point
-            image.origin = ImageOrigin(boundary, phase, op, mode, index, seed, detail)
+            image.origin = ImageOrigin(boundary, phase, op, mode, index, seed, detail, choice)
         else:
-            image.origin = ImageOrigin(None, "now", None, mode, index, seed, detail)
+            image.origin = ImageOrigin(None, "now", None, mode, index, seed, detail, choice)
         return image
 
     def crash_images(
@@ -247,22 +262,30 @@ class FaultFS(Syscalls):
         # must not leave the file system locked.
         with self._lock:
             found = self._image_models(mode, limit, seed)
-        for model, index, detail in found:
-            yield self._spawn(model, mode, index, seed, detail)
+        for model, index, choice in found:
+            yield self._spawn(model, mode, index, seed, choice.detail, choice)
 
-    def _image_models(self, mode: str, limit: int, seed: int) -> list[tuple[Model, int, str]]:
+    def _image_models(
+        self, mode: str, limit: int, seed: int
+    ) -> list[tuple[Model, int, ImageChoice]]:
         if mode == "process":
-            return [(process_image(self.model), 0, "page cache kept")]
+            return [
+                (
+                    process_image(self.model),
+                    0,
+                    ImageChoice(everything=True, detail="page cache kept"),
+                )
+            ]
         power = durable_image(self.model, ImageChoice())
         if mode == "power":
-            return [(power, 0, "durable state only")]
+            return [(power, 0, ImageChoice(detail="durable state only"))]
         if mode == "torn":
             choices = torn_choices(self.model, self.block_size, seed)
         else:
             choices = reorder_choices(self.model, seed)
         seen = set() if mode == "reorder" else {fingerprint(power)}
         seen_choices: set[ImageChoice] = set()
-        found: list[tuple[Model, int, str]] = []
+        found: list[tuple[Model, int, ImageChoice]] = []
         for choice in itertools.islice(choices, limit * CANDIDATES_PER_IMAGE):
             if choice in seen_choices:
                 continue
@@ -272,10 +295,10 @@ class FaultFS(Syscalls):
             if print_ in seen:
                 continue
             seen.add(print_)
-            found.append((model, len(found), choice.detail))
+            found.append((model, len(found), choice))
             if len(found) >= limit:
                 break
-        return found or [(power, 0, f"nothing unsynced to {mode}: power image")]
+        return found or [(power, 0, ImageChoice(detail=f"nothing unsynced to {mode}: power image"))]
 
     def crash_image(self, mode: str, seed: int = 0, index: int | None = None) -> FaultFS:
         """The ``index``-th image of crash_images(mode, seed=seed), else one sampled by seed."""
@@ -301,7 +324,7 @@ class FaultFS(Syscalls):
                 )
                 choice = random.Random(seed).choice(pool) if pool else ImageChoice()
             model = durable_image(self.model, choice)
-        return self._spawn(model, mode, None, seed, choice.detail or "power image")
+        return self._spawn(model, mode, None, seed, choice.detail or "power image", choice)
 
     # --------------------------------------------------------------- snapshots
 
@@ -329,6 +352,7 @@ class FaultFS(Syscalls):
         )
         fs.model = snap.model.clone()
         fs.acked = list(snap.acked)
+        fs.ack_marks = [(0, ())] * len(snap.acked)
         return fs
 
     def sync_all(self) -> None:

@@ -35,6 +35,8 @@ class ImageChoice:
     meta: frozenset[int] = frozenset()  # indexes into Model.meta_pending
     data: frozenset[int] = frozenset()  # gseqs of pending data operations kept
     tear: tuple[int, bytes] | None = None  # (inode, the torn file's whole content)
+    torn: int | None = None  # gseq of the torn write (earlier writes of its file landed)
+    everything: bool = False  # the process image: the page cache survived
     detail: str = field(default="", compare=False)
 
 
@@ -193,6 +195,7 @@ def torn_choices(model: Model, block_size: int, seed: int) -> Iterator[ImageChoi
                 for detail, content in _tears(prior, arg, payload, block_size, rng):
                     yield ImageChoice(
                         tear=(node.ino, content),
+                        torn=op[0],
                         detail=f"{path}: unsynced write #{index} (off={arg} len={len(payload)}) "
                         f"torn: {detail}",
                     )

@@ -118,7 +118,7 @@ def apply_data_ops(base: bytes, ops: Iterable[DataOp]) -> bytes:
 class Model:
     """All inodes of one simulated file system plus its unsynced namespace changes."""
 
-    __slots__ = ("clock", "inodes", "meta_pending", "next_ino", "profile")
+    __slots__ = ("clock", "dropped", "inodes", "meta_pending", "next_ino", "profile")
 
     def __init__(self, profile: Profile) -> None:
         self.profile = profile
@@ -129,6 +129,10 @@ class Model:
         self.meta_pending: list[MetaOp] = []
         # Global sequence of mutations: orders data and namespace operations.
         self.clock = 0
+        # Data a failed fsync dropped: (inode, clock of the failed fsync, ops).
+        # Nothing reads it to build images (the data is gone); cause analysis
+        # reads it to tell "lost to an fsync error" from other losses.
+        self.dropped: list[tuple[int, int, tuple[DataOp, ...]]] = []
 
     # ----------------------------------------------------------------- copies
 
@@ -138,6 +142,7 @@ class Model:
         twin.next_ino = self.next_ino
         twin.meta_pending = list(self.meta_pending)
         twin.clock = self.clock
+        twin.dropped = list(self.dropped)
         return twin
 
     # -------------------------------------------------------------- namespace
@@ -259,7 +264,9 @@ class Model:
 
     def fail_fsync(self, node: Inode) -> None:
         """An fsync failed: the dirty pages are dropped unwritten but stay visible."""
+        self.clock += 1
         if node.pending:
+            self.dropped.append((node.ino, self.clock, tuple(node.pending)))
             node.pending = []
             node.diverged = True
 

@@ -26,7 +26,7 @@ from faultfs._fdtable import (
     oserror,
 )
 from faultfs._model import ROOT_INO, Inode, Model
-from faultfs._trace import Op, call_site
+from faultfs._trace import Op, call_stack, user_site
 from faultfs.errors import IOAfterCrash, SimulatedCrash
 
 # A fixed umask of 022: reading the real one means changing it, which races.
@@ -49,6 +49,9 @@ class Syscalls:
         self._dev = hash(root) & 0xFFFF_FFFF
         self._record_trace = record_trace
         self.trace: list[Op] = []
+        # seq of a recorded rename or link -> the inode it gave a new name
+        # (cause analysis asks which rename made a file visible).
+        self.op_inodes: dict[int, int] = {}
         self.boundaries = 0
         self.crashed = False
         self.crash_point: tuple[int, str, Op] | None = None
@@ -70,7 +73,11 @@ class Syscalls:
             raise IOAfterCrash(what)
 
     def _before(self, kind: str, path: str, args: tuple[object, ...]) -> Op:
-        op = Op(kind, path, args, call_site(3) if self._record_trace else "")
+        if self._record_trace:
+            stack = call_stack(3)
+            op = Op(kind, path, args, user_site(stack), stack)
+        else:
+            op = Op(kind, path, args, "")
         self.boundaries += 1
         if self.boundaries == self._crash_at:
             self._crash("before", op)
@@ -78,14 +85,15 @@ class Syscalls:
 
     def _after(self, op: Op) -> None:
         if self._record_trace:
-            self.trace.append(op)
+            self.trace.append(op._replace(seq=self.model.clock))
         self.boundaries += 1
         if self.boundaries == self._crash_at:
             self._crash("after", op)
 
     def _crash(self, phase: str, op: Op) -> None:
         if not op.site:
-            op = op._replace(site=call_site(4))
+            stack = call_stack(4)
+            op = op._replace(site=user_site(stack), stack=stack)
         self.crashed = True
         self._crash_at = None
         self.crash_point = (self.boundaries, phase, op)
@@ -309,6 +317,9 @@ class Syscalls:
             if code is not None:
                 if not node.is_dir:
                     self.model.fail_fsync(node)
+                if self._record_trace:
+                    failed = (f"failed: {errno.errorcode.get(code, code)}",)
+                    self.trace.append(op._replace(args=failed, seq=self.model.clock))
                 raise oserror(code, handle.path)
             if node.is_dir:
                 self.model.fsync_dir(node)
@@ -433,6 +444,8 @@ class Syscalls:
             assert parent is not None
             op = self._before("link", dst, (src,))
             self.model.change_namespace("link", ((parent.ino, name, node.ino),))
+            if self._record_trace:
+                self.op_inodes[self.model.clock] = node.ino
             self._after(op)
 
     def rename(self, src: str, dst: str) -> None:
@@ -463,6 +476,8 @@ class Syscalls:
             model.change_namespace(
                 "rename", ((dparent.ino, dname, node.ino), (sparent.ino, sname, None)), flush
             )
+            if self._record_trace:
+                self.op_inodes[model.clock] = node.ino
             self._after(op)
 
     def chmod(self, path: str, mode: int) -> None:

@@ -1,4 +1,12 @@
-"""Operation records and the call site that issued them (outside faultfs and the stdlib)."""
+"""Operation records and the frames that issued them.
+
+Every recorded operation keeps a short stack: the frames from the first one
+outside faultfs (standard library included, so an ``os.link`` issued by
+``shutil`` is seen there) outward, up to the next faultfs frame (explore or a
+state machine calling the workload) or ``MAX_STACK_FRAMES``. ``Op.site`` is
+the first of them in the user's code: outside faultfs and the standard library
+(installed packages count as the user's code: they are what is under test).
+"""
 
 from __future__ import annotations
 
@@ -15,41 +23,118 @@ _STDLIB_DIRS = tuple(
         if sysconfig.get_paths().get(key)
     }
 )
-# Frames from these files are skipped: the interesting line is the caller's,
-# not shutil's or pathlib's. Site-packages sit under the stdlib directory on
-# some installs, so they are explicitly kept.
-_internal_cache: dict[str, bool] = {}
+# Frames kept per operation: enough to tell two callers of one helper apart.
+MAX_STACK_FRAMES = 6
+
+_kind_cache: dict[str, int] = {}
+_FAULTFS, _STDLIB, _USER = 0, 1, 2
 
 
-def _is_internal(filename: str) -> bool:
-    known = _internal_cache.get(filename)
+def _kind(filename: str) -> int:
+    known = _kind_cache.get(filename)
     if known is not None:
         return known
-    internal = filename.startswith(_FAULTFS_DIR)
-    if not internal and "-packages" not in filename:
-        internal = filename.startswith(_STDLIB_DIRS) or filename.startswith("<frozen")
-    _internal_cache[filename] = internal
-    return internal
+    if filename.startswith(_FAULTFS_DIR):
+        kind = _FAULTFS
+    elif "-packages" in filename:
+        # Site-packages sit under the stdlib directory on some installs: an
+        # installed library is code under test, not the standard library.
+        kind = _USER
+    elif filename.startswith(_STDLIB_DIRS) or filename.startswith("<frozen"):
+        kind = _STDLIB
+    else:
+        kind = _USER
+    _kind_cache[filename] = kind
+    return kind
+
+
+def is_user_file(filename: str) -> bool:
+    """Whether ``filename`` is the user's code (not faultfs, not the standard library)."""
+    return _kind(filename) == _USER
+
+
+class Frame(NamedTuple):
+    """One frame of the code that issued an operation."""
+
+    file: str
+    line: int
+    function: str
+
+    @property
+    def in_stdlib(self) -> bool:
+        return _kind(self.file) == _STDLIB
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}"
+
+    def display(self, relative_to: str | None = None) -> str:
+        """``file:line``, shortened: relative to ``relative_to``, or ``<stdlib>/name``."""
+        return f"{display_path(self.file, relative_to)}:{self.line}"
+
+
+def display_path(filename: str, relative_to: str | None = None) -> str:
+    """A source path as a report shows it."""
+    if relative_to and filename.startswith(relative_to.rstrip(os.sep) + os.sep):
+        return filename[len(relative_to.rstrip(os.sep)) + 1 :]
+    for prefix in _STDLIB_DIRS:
+        if filename.startswith(prefix) and "-packages" not in filename:
+            return "<stdlib>/" + filename[len(prefix) :]
+    marker = filename.rfind("-packages" + os.sep)
+    if marker >= 0:
+        return "<site-packages>/" + filename[marker + len("-packages" + os.sep) :]
+    return filename
+
+
+def call_stack(depth: int = 2) -> tuple[Frame, ...]:
+    """The issuing frames: from the first outside faultfs to the next faultfs frame."""
+    frame = sys._getframe(depth)
+    while frame is not None and _kind(frame.f_code.co_filename) == _FAULTFS:
+        frame = frame.f_back  # type: ignore[assignment]
+    out: list[Frame] = []
+    while frame is not None and len(out) < MAX_STACK_FRAMES:
+        code = frame.f_code
+        if _kind(code.co_filename) == _FAULTFS:
+            break
+        out.append(Frame(code.co_filename, frame.f_lineno, code.co_name))
+        frame = frame.f_back  # type: ignore[assignment]
+    if out and all(_kind(f.file) != _USER for f in out):
+        # Deep in the standard library: still name the user's line that led there.
+        while frame is not None and _kind(frame.f_code.co_filename) != _USER:
+            frame = frame.f_back  # type: ignore[assignment]
+        if frame is not None:
+            code = frame.f_code
+            out.append(Frame(code.co_filename, frame.f_lineno, code.co_name))
+    return tuple(out)
+
+
+def user_site(stack: tuple[Frame, ...]) -> str:
+    """``file:line`` of the first frame of ``stack`` in the user's code."""
+    for frame in stack:
+        if _kind(frame.file) == _USER:
+            return f"{frame.file}:{frame.line}"
+    return str(stack[0]) if stack else "<unknown>"
 
 
 def call_site(depth: int = 2) -> str:
     """``file:line`` of the innermost frame outside faultfs and the standard library."""
-    frame = sys._getframe(depth)
-    while frame is not None:
-        filename = frame.f_code.co_filename
-        if not _is_internal(filename):
-            return f"{filename}:{frame.f_lineno}"
-        frame = frame.f_back  # type: ignore[assignment]
-    return "<unknown>"
+    return user_site(call_stack(depth + 1))
 
 
 class Op(NamedTuple):
-    """One mutating operation: what, on which path, with which arguments, from where."""
+    """One mutating operation: what, on which path, with which arguments, from where.
+
+    ``site`` is the first frame in the user's code; ``stack`` every recorded
+    frame from the first one outside faultfs (which may be the standard
+    library's); ``seq`` the model's clock after the operation (it matches
+    operations to the unsynced changes they left).
+    """
 
     kind: str
     path: str
     args: tuple[object, ...]
     site: str
+    stack: tuple[Frame, ...] = ()
+    seq: int = 0
 
     def __str__(self) -> str:
         args = " ".join(str(a) for a in self.args)

@@ -20,8 +20,9 @@ from typing import Any
 
 import pytest
 
-from faultfs._explore import ExploreReport, explore
+from faultfs._explore import explore
 from faultfs._fs import FaultFS
+from faultfs._report import ExploreReport
 
 _MARKER = "faultfs"
 _FIXTURE_OPTIONS = ("profile", "outside", "block_size", "record_trace", "root")
@@ -68,7 +69,8 @@ def faultfs_explore(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[
     """``faultfs_explore(workload, recover_and_check, **explore_kwargs)``.
 
     Runs explore() under a fresh virtual root and fails the test with the
-    grouped report unless ``expect_failures=True`` is passed.
+    report (its causes, source paths relative to the rootdir, no traceback)
+    unless ``expect_failures=True`` is passed.
     """
     options = _options(request)
 
@@ -84,8 +86,8 @@ def faultfs_explore(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[
             if name in options:
                 kwargs.setdefault(name, options[name])
         report = explore(workload, recover_and_check, **kwargs)
-        if not expect_failures:
-            report.assert_ok()
+        if not expect_failures and not report.ok:
+            pytest.fail(report.text(str(request.config.rootpath)), pytrace=False)
         return report
 
     return run

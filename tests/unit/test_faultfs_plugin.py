@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 
 from faultfs import FaultFS
-from faultfs.errors import ExploreFailed
 
 
 def test_fixture_is_active_under_a_virtual_root(faultfs: FaultFS, tmp_path: Path) -> None:
@@ -67,5 +66,5 @@ def test_explore_helper(faultfs_explore: Any) -> None:
     assert faultfs_explore(synced_write, check).ok
     report = faultfs_explore(unsynced_write, check, expect_failures=True)
     assert "power" in report.modes_failed()
-    with pytest.raises(ExploreFailed, match="failures at"):
+    with pytest.raises(pytest.fail.Exception, match="from 2 causes"):
         faultfs_explore(unsynced_write, check)

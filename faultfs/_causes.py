@@ -1,0 +1,530 @@
+"""Causes, not symptoms: the missing durability step behind a failing crash image.
+
+A failing image says where a crash landed. The cause is the persistence
+assumption that broke (ALICE's "vulnerability"): which unsynced operation the
+program relied on. For a failing image at one crash point this module
+
+1. rebuilds the disk with *every* unsynced operation kept; if even that fails,
+   the state itself is the problem (an update that is not atomic, or data a
+   failed fsync dropped for good);
+2. for a torn image, rebuilds it with the torn write simply missing; if that
+   passes, the tear is the cause (recovery does not handle a torn write);
+3. otherwise loses the operations the failing image lost, one at a time
+   (then a 1-minimal set when no single one suffices), and names each whose
+   loss alone breaks the check, with what made it matter: a later rename that
+   published the file, a later acknowledgement, an earlier truncate.
+
+Every rebuilt disk obeys the profile (a journal loses a suffix of namespace
+changes; auto_da_alloc keeps a replaced file's data with its rename). Checks
+are cached by image content, so the analysis costs at most one check per
+unsynced operation per crash point.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from faultfs._images import ImageChoice, durable_image, process_image
+from faultfs._model import TRUNCATE, Model
+from faultfs._trace import Frame, Op
+
+# Callers shown after an operation's own frame in a report.
+SHOWN_CALLERS = 2
+# Operations that advance the model's clock (their seq names them uniquely).
+CLOCKED_KINDS = frozenset(
+    ("create", "write", "truncate", "rename", "unlink", "mkdir", "rmdir", "link")
+)
+
+
+class Outcome(NamedTuple):
+    """Why a check failed: the exception text, its traceback and the user frame that raised."""
+
+    error: str
+    traceback: str
+    frame: Frame | None
+
+
+Verdict = Callable[[Model], "Outcome | None"]
+
+
+class Step(NamedTuple):
+    """One operation (or acknowledgement) a cause is made of."""
+
+    role: str  # "write", "rename", "create", "acknowledged", "failed fsync", ...
+    kind: str  # the operation's kind ("ack" for an acknowledgement)
+    path: str
+    args: tuple[object, ...]
+    frames: tuple[Frame, ...]
+
+    @property
+    def site(self) -> str:
+        for frame in self.frames:
+            if not frame.in_stdlib:
+                return str(frame)
+        return str(self.frames[0]) if self.frames else "<unknown>"
+
+
+def _step(role: str, op: Op) -> Step:
+    return Step(role, op.kind, op.path, op.args, op.stack)
+
+
+def _ack_step(frames: tuple[Frame, ...]) -> Step:
+    return Step("acknowledged", "ack", "", (), frames)
+
+
+class Finding(NamedTuple):
+    """One cause found on one failing image; explore merges findings by ``key``."""
+
+    kind: str
+    key: tuple[object, ...]
+    steps: tuple[Step, ...]
+    note: str  # torn shape, errno, the check's error: what the summary quotes
+
+
+# ------------------------------------------------------------------- units
+
+
+def _anchored(finding: Finding) -> bool:
+    """Whether a finding says why the program relied on the lost operation.
+
+    A plain loss (no later rename, acknowledgement or truncate involved) has
+    no reason of its own: in a set of operations lost together it yields to a
+    member that has one.
+    """
+    if finding.kind in ("unsynced-data", "lost-truncate"):
+        return False
+    if finding.kind == "entry-not-durable":
+        return any(s.role == "acknowledged" for s in finding.steps)
+    return True
+
+
+class Unit(NamedTuple):
+    """One unsynced operation at the crash point."""
+
+    meta: bool
+    ident: int  # index into Model.meta_pending, or the data op's gseq
+    gseq: int
+    ino: int  # the data op's inode (0 for namespace changes)
+
+
+class CrashPoint:
+    """Everything needed to analyse the failing images of one crash point."""
+
+    def __init__(
+        self,
+        model: Model,
+        trace: Iterable[Op],
+        op_inodes: dict[int, int],
+        ack_marks: list[tuple[int, tuple[Frame, ...]]],
+        verdict: Verdict,
+    ) -> None:
+        self.model = model
+        self.trace = list(trace)
+        self.op_inodes = op_inodes
+        self.ack_marks = ack_marks
+        self.verdict = verdict
+        self.by_seq = {op.seq: op for op in self.trace if op.kind in CLOCKED_KINDS}
+        units = [Unit(True, i, m.gseq, 0) for i, m in enumerate(model.meta_pending)]
+        for node in model.inodes.values():
+            if not node.is_dir:
+                units += [Unit(False, op[0], op[0], node.ino) for op in node.pending]
+        self.units = sorted(units, key=lambda u: u.gseq)
+        self._full_ok: bool | None = None
+        self._alone: dict[Unit, bool] = {}
+
+    # ----------------------------------------------------------- rebuilding
+
+    def without(self, lost: Iterable[Unit]) -> Model:
+        """The disk with every unsynced operation but ``lost`` kept (closed per profile)."""
+        lost = set(lost)
+        meta = [u.ident for u in self.units if u.meta and u not in lost]
+        if self.model.profile.meta_journal:
+            first_lost = min((u.ident for u in lost if u.meta), default=None)
+            if first_lost is not None:
+                meta = [i for i in meta if i < first_lost]  # a journal loses a suffix
+        data = [u.ident for u in self.units if not u.meta and u not in lost]
+        return durable_image(self.model, ImageChoice(meta=frozenset(meta), data=frozenset(data)))
+
+    def fails(self, lost: Iterable[Unit]) -> bool:
+        return self.verdict(self.without(lost)) is not None
+
+    def _fails_alone(self, unit: Unit) -> bool:
+        known = self._alone.get(unit)
+        if known is None:
+            known = self._alone[unit] = self.fails((unit,))
+        return known
+
+    # ------------------------------------------------------------- analysis
+
+    def analyze(self, choice: ImageChoice | None, outcome: Outcome) -> list[Finding]:
+        """The causes behind one failing image of this crash point."""
+        if self._full_ok is None:
+            self._full_ok = not self.fails(())
+        if not self._full_ok:
+            return self._state_itself(outcome)
+        if choice is None or choice.everything:
+            return self._state_itself(outcome)  # the page cache kept everything
+        if choice.torn is not None:
+            torn_ino = choice.tear[0] if choice.tear is not None else 0
+            landed = {
+                u for u in self.units if not u.meta and u.ino == torn_ino and u.gseq < choice.torn
+            }
+            if not self.fails(u for u in self.units if u not in landed):
+                return [self._torn(choice, outcome)]
+            lost0 = [u for u in self.units if u not in landed]
+        else:
+            kept = self._kept(choice)
+            lost0 = [u for u in self.units if u not in kept]
+        singles = [u for u in lost0 if self._fails_alone(u)]
+        if singles:
+            return _merge_same_key([self._lost(u) for u in singles])
+        return self._lost_together(lost0, outcome)
+
+    def _kept(self, choice: ImageChoice) -> set[Unit]:
+        kept_data = set(choice.data)
+        for index in choice.meta:
+            flush = self.model.meta_pending[index].flush
+            if flush is not None:
+                ino, upto = flush
+                kept_data.update(u.ident for u in self.units if u.ino == ino and u.gseq <= upto)
+        return {
+            u
+            for u in self.units
+            if (u.meta and u.ident in choice.meta) or (not u.meta and u.ident in kept_data)
+        }
+
+    def _lost_together(self, lost0: list[Unit], outcome: Outcome) -> list[Finding]:
+        if not lost0 or not self.fails(lost0):
+            # The profile's closure kept something the image lost (or nothing
+            # was lost): the failure is not explained by losing operations.
+            return self._state_itself(outcome)
+        needed = list(lost0)
+        for unit in list(needed):
+            trial = [u for u in needed if u is not unit]
+            if trial and self.fails(trial):
+                needed = trial
+        findings = [self._lost(u) for u in needed]
+        # A member whose loss the program relied on (a later rename published
+        # it, an acknowledgement promised it, a truncate preceded it) is the
+        # cause; the others only had to be lost too for the damage to show
+        # (a later rename that would have hidden it, say).
+        anchored = [f for f in findings if _anchored(f)]
+        if anchored:
+            return _merge_same_key(anchored)
+        steps = tuple(_step(self._role(u), op) for u in needed if (op := self._op(u)) is not None)
+        key = ("lost-together", tuple(sorted((s.kind, s.site) for s in steps)))
+        return [Finding("lost-together", key, steps, "")]
+
+    # -------------------------------------------------------------- causes
+
+    def _op(self, unit: Unit) -> Op | None:
+        return self.by_seq.get(unit.gseq)
+
+    def _role(self, unit: Unit) -> str:
+        if unit.meta:
+            return self.model.meta_pending[unit.ident].kind
+        op = self._op(unit)
+        return op.kind if op is not None else "write"
+
+    def _ack_after(self, clock: int) -> tuple[Frame, ...] | None:
+        for mark_clock, frames in self.ack_marks:
+            if mark_clock >= clock:
+                return frames
+        return None
+
+    def _lost(self, unit: Unit) -> Finding:
+        op = self._op(unit)
+        if op is None:  # untraced (record_trace=False): name the kind only
+            op = Op(self._role(unit), "?", (), "<untraced>")
+        if unit.meta:
+            entry: tuple[Step, ...] = (_step(op.kind, op),)
+            ack = self._ack_after(unit.gseq)
+            if ack is not None:
+                entry += (_ack_step(ack),)
+            return Finding("entry-not-durable", ("entry-not-durable", op.kind, op.site), entry, "")
+        node = self.model.inodes[unit.ino]
+        if op.kind == "truncate":
+            return Finding(
+                "lost-truncate", ("lost-truncate", op.site), (_step("truncate", op),), ""
+            )
+        for gseq, kind, _size, _payload in node.pending:
+            if kind == TRUNCATE and gseq < unit.gseq:
+                truncate = self.by_seq.get(gseq)
+                if truncate is not None:
+                    steps = (_step("truncate", truncate), _step("write", op))
+                    return Finding(
+                        "in-place-rewrite", ("in-place-rewrite", truncate.site), steps, ""
+                    )
+        publisher = self._published_by(unit)
+        if publisher is not None:
+            steps = (_step("write", op), _step(publisher.kind, publisher))
+            return Finding(
+                "unsynced-before-rename", ("unsynced-before-rename", publisher.site), steps, ""
+            )
+        ack = self._ack_after(unit.gseq)
+        if ack is not None:
+            steps = (_step("write", op), _ack_step(ack))
+            key = ("unsynced-before-ack", _site(ack))
+            return Finding("unsynced-before-ack", key, steps, "")
+        return Finding("unsynced-data", ("unsynced-data", op.site), (_step("write", op),), "")
+
+    def _published_by(self, unit: Unit) -> Op | None:
+        """The first rename or link after ``unit`` that gave its file a new name."""
+        for op in self.trace:
+            published = op.kind in ("rename", "link") and op.seq > unit.gseq
+            if published and self.op_inodes.get(op.seq) == unit.ino:
+                return op
+        return None
+
+    def _torn(self, choice: ImageChoice, outcome: Outcome) -> Finding:
+        assert choice.torn is not None
+        op = self.by_seq.get(choice.torn) or Op("write", "?", (), "<untraced>")
+        steps = [_step("write", op)]
+        if outcome.frame is not None:
+            steps.append(Step("recovery", "check", "", (), (outcome.frame,)))
+        shape = choice.detail.rsplit("torn: ", 1)[-1]
+        return Finding("torn-write", ("torn-write", op.site), tuple(steps), shape)
+
+    def _state_itself(self, outcome: Outcome) -> list[Finding]:
+        if self.model.dropped and self.verdict(process_image(self.model)) is None:
+            return [self._dropped(entry) for entry in self.model.dropped]
+        # The state between two operations is the problem. Crashing after one
+        # operation and before the next leave the same state: name it by the
+        # last operation that completed.
+        done = [op for op in self.trace if op.kind in CLOCKED_KINDS]
+        if not done:
+            return [Finding("not-atomic", ("not-atomic", "<start>"), (), outcome.error)]
+        last = done[-1]
+        if last.kind == "truncate":
+            steps = (_step("truncate", last),)
+            return [Finding("in-place-rewrite", ("in-place-rewrite", last.site), steps, "")]
+        step = _step("after", last)
+        return [Finding("not-atomic", ("not-atomic", last.site), (step,), outcome.error)]
+
+    def _dropped(self, entry: tuple[int, int, tuple[tuple[int, int, int, bytes], ...]]) -> Finding:
+        ino, clock, ops = entry
+        seqs = {op[0] for op in ops}
+        steps = [_step("write", op) for op in self.trace if op.seq in seqs and op.kind == "write"]
+        failed = next(
+            (
+                op
+                for op in self.trace
+                if op.kind in ("fsync", "fdatasync")
+                and op.seq == clock
+                and op.args
+                and str(op.args[0]).startswith("failed")
+            ),
+            None,
+        )
+        note = ""
+        if failed is not None:
+            steps.append(_step("failed fsync", failed))
+            note = str(failed.args[0]).removeprefix("failed: ")
+            after = self.trace[self.trace.index(failed) + 1 :]
+            retry = next(
+                (
+                    op
+                    for op in after
+                    if op.kind in ("fsync", "fdatasync")
+                    and op.path == failed.path
+                    and not (op.args and str(op.args[0]).startswith("failed"))
+                ),
+                None,
+            )
+            if retry is not None:
+                steps.append(_step("retried fsync", retry))
+        ack = self._ack_after(clock)
+        if ack is not None:
+            steps.append(_ack_step(ack))
+        key = ("fsync-error", failed.site if failed is not None else str(ino))
+        return Finding("fsync-error", key, tuple(steps), note)
+
+
+def _merge_same_key(findings: list[Finding]) -> list[Finding]:
+    out: dict[tuple[object, ...], Finding] = {}
+    for finding in findings:
+        known = out.get(finding.key)
+        if known is None:
+            out[finding.key] = finding
+        else:
+            have = {(s.role, s.site) for s in known.steps}
+            extra = tuple(s for s in finding.steps if (s.role, s.site) not in have)
+            out[finding.key] = known._replace(steps=known.steps + extra)
+    return list(out.values())
+
+
+def _site(frames: tuple[Frame, ...]) -> str:
+    for frame in frames:
+        if not frame.in_stdlib:
+            return str(frame)
+    return str(frames[0]) if frames else "<unknown>"
+
+
+# ------------------------------------------------------------- describing
+
+
+@dataclass(frozen=True)
+class Where:
+    """How a report shortens paths: file paths relative to the FaultFS root, sources to a dir."""
+
+    root: str
+    source_root: str | None = None
+
+    def path(self, path: str) -> str:
+        if path == self.root:
+            return "."
+        if path.startswith(self.root + "/"):
+            return path[len(self.root) + 1 :]
+        return path
+
+    def frames(self, step: Step) -> str:
+        """The first frame outside faultfs, the first in the user's code, and two callers."""
+        frames = step.frames
+        if not frames:
+            return "<unknown>"
+        src = self.source_root
+        text = f"{frames[0].display(src)} ({frames[0].function})"
+        rest = frames[1:]
+        if frames[0].in_stdlib:
+            user = next((i for i, f in enumerate(frames) if not f.in_stdlib), None)
+            if user is not None:
+                text += f", called from {frames[user].display(src)} ({frames[user].function})"
+                rest = frames[user + 1 :]
+        for caller in rest[:SHOWN_CALLERS]:
+            text += f" <- {caller.display(src)} ({caller.function})"
+        return text
+
+    def site(self, step: Step) -> str:
+        user = next((f for f in step.frames if not f.in_stdlib), None)
+        frame = user or (step.frames[0] if step.frames else None)
+        return frame.display(self.source_root) if frame is not None else "<unknown>"
+
+
+def describe(kind: str, steps: tuple[Step, ...], note: str, where: Where) -> tuple[str, str]:
+    """(summary, fix) of a cause, with paths shortened by ``where``."""
+    by_role: dict[str, list[Step]] = {}
+    for step in steps:
+        by_role.setdefault(step.role, []).append(step)
+
+    def at(role: str) -> str:
+        return " and ".join(sorted({where.site(s) for s in by_role.get(role, [])})) or "?"
+
+    def first(role: str) -> Step | None:
+        found = by_role.get(role)
+        return found[0] if found else None
+
+    write = first("write")
+    file = where.path(write.path) if write is not None else "?"
+    acked = (
+        f" before it was acknowledged at {at('acknowledged')}" if "acknowledged" in by_role else ""
+    )
+    if kind == "unsynced-before-rename":
+        publisher = first("rename") or first("link")
+        verb = publisher.kind if publisher is not None else "rename"
+        summary = (
+            f"data written to {file} at {at('write')} was never fsynced before the {verb} at "
+            f"{at(verb)} made it visible"
+        )
+        return (
+            summary,
+            f"fsync the file before the {verb} (os.fsync on its descriptor after the last write)",
+        )
+    if kind == "unsynced-before-ack":
+        summary = f"data written to {file} at {at('write')} was never fsynced{acked}"
+        return (
+            summary,
+            "fsync the file before acknowledging (or acknowledge only after an fsync returned)",
+        )
+    if kind == "unsynced-data":
+        summary = (
+            f"data written to {file} at {at('write')} was never fsynced, and recovery needs it"
+        )
+        return summary, "fsync the file after writing it"
+    if kind == "in-place-rewrite":
+        truncate = first("truncate")
+        name = where.path(truncate.path) if truncate is not None else file
+        summary = (
+            f"{name} was truncated at {at('truncate')} and rewritten at {at('write')} in place: "
+            "the crash kept the truncation without the new data"
+        )
+        return summary, (
+            "write the new content to a temporary file, fsync it, rename it over the old one, "
+            "then fsync the directory"
+        )
+    if kind == "lost-truncate":
+        summary = (
+            f"the truncate of {file} at {at('truncate')} was never fsynced, and recovery needs it"
+        )
+        return summary, "fsync the file after truncating it"
+    if kind == "entry-not-durable":
+        entry = next((s for s in steps if s.role != "acknowledged"), None)
+        return _entry(entry, acked, where)
+    if kind == "fsync-error":
+        summary = (
+            f"data written to {file} at {at('write')} was dropped when the fsync at "
+            f"{at('failed fsync')} failed"
+        )
+        if note:
+            summary += f" ({note})"
+        if "retried fsync" in by_role:
+            summary += f"; the retried fsync at {at('retried fsync')} succeeded without writing it"
+        if "acknowledged" in by_role:
+            summary += f", and it was acknowledged at {at('acknowledged')}"
+        return summary, (
+            "after a failed fsync treat the unsynced data as lost: stop, or rewrite it and fsync "
+            "again; a retried fsync returns success without writing the dropped pages"
+        )
+    if kind == "torn-write":
+        summary = f"the write to {file} at {at('write')} was torn by the crash ({note})"
+        if "recovery" in by_role:
+            summary += f" and recovery failed on it at {at('recovery')}"
+        return summary, (
+            "make each record self-checking (length and checksum) and have recovery cut a torn "
+            "tail before reading or appending"
+        )
+    if kind == "lost-together":
+        parts = ", ".join(f"{s.kind} {where.path(s.path)} at {where.site(s)}" for s in steps)
+        summary = f"losing these unsynced operations together breaks recovery: {parts}"
+        return summary, "fsync them (and their directories) before relying on them"
+    crash = steps[0] if steps else None
+    if crash is None:
+        summary = "the starting state fails the check even with nothing lost"
+    else:
+        summary = (
+            f"a crash right after the {crash.kind} of {where.path(crash.path)} at "
+            f"{where.site(crash)} leaves a state recovery rejects even with every write on the "
+            "disk (a kill -9 shows it too)"
+        )
+    return summary, (
+        "make the update atomic (write a new file, fsync it, rename it into place) or make "
+        "recovery accept this intermediate state"
+    )
+
+
+def _entry(entry: Step | None, acked: str, where: Where) -> tuple[str, str]:
+    if entry is None:
+        return "a directory entry was never made durable", "fsync the directory"
+    path = where.path(entry.path)
+    parent = where.path(entry.path.rsplit("/", 1)[0] or "/")
+    site = where.site(entry)
+    if entry.kind == "rename":
+        dst = str(entry.args[0]).removeprefix("-> ") if entry.args else "?"
+        summary = (
+            f"the rename of {path} to {where.path(dst)} at {site} was never made durable{acked}"
+        )
+        dst_parent = where.path(dst.rsplit("/", 1)[0] or "/")
+        dirs = parent if dst_parent == parent else f"{dst_parent} and {parent}"
+        return summary, f"fsync the directory ({dirs}) after the rename"
+    if entry.kind == "mkdir":
+        summary = f"the directory {path} created at {site} was never made durable{acked}"
+        return summary, f"fsync its parent directory ({parent}) after mkdir"
+    if entry.kind in ("unlink", "rmdir"):
+        summary = f"the removal of {path} at {site} was never made durable{acked}"
+        return summary, f"fsync its directory ({parent}) after removing it"
+    if entry.kind == "link":
+        summary = f"the link {path} created at {site} was never made durable{acked}"
+        return summary, f"fsync its directory ({parent}) after linking"
+    summary = f"the entry {path} created at {site} was never made durable{acked}"
+    return summary, f"fsync its directory ({parent}) after creating it"

@@ -1,0 +1,283 @@
+"""What explore() hands back: failing images, grouped by their cause, and the report text."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from faultfs._causes import Finding, Step, Where, describe
+from faultfs._fs import FaultFS, Snapshot
+from faultfs._trace import Op
+from faultfs.errors import ExploreFailed, NondeterministicWorkload, SimulatedCrash
+
+Workload = Callable[[FaultFS], Any]
+# The crash point after the workload returned (no boundary is armed for it).
+END = -1
+END_SITE = "<after the workload returned>"
+# How many causes and symptom groups a report prints in full.
+REPORT_MAX_ENTRIES = 20
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One crash image on which recovery or its check raised."""
+
+    boundary: int
+    phase: str
+    op: Op
+    mode: str
+    image_index: int
+    seed: int
+    detail: str
+    error: str
+    traceback: str
+    trace: tuple[Op, ...] = field(repr=False)
+    acked: tuple[Any, ...] = field(repr=False)
+    profile: str = "posix"
+    findings: tuple[Finding, ...] = field(default=(), repr=False)
+
+    @property
+    def site(self) -> str:
+        """Where the crash landed (the symptom): the crashed operation's user frame."""
+        return self.op.site
+
+    @property
+    def key(self) -> str:
+        """Reproduction key: ``report.replay(failure, workload)`` rebuilds the image."""
+        where = "end" if self.boundary == END else str(self.boundary)
+        return (
+            f"profile={self.profile} boundary={where} mode={self.mode} "
+            f"image=#{self.image_index} seed={self.seed}"
+        )
+
+
+@dataclass
+class Cause:
+    """One missing durability step and every failing image it explains."""
+
+    kind: str
+    key: tuple[object, ...]
+    steps: tuple[Step, ...]
+    note: str
+    root: str
+    failures: list[Failure] = field(default_factory=list, repr=False)
+
+    def describe(self, source_root: str | None = None) -> tuple[str, str]:
+        """(summary, fix) with source paths relative to ``source_root``."""
+        return describe(self.kind, self.steps, self.note, Where(self.root, source_root))
+
+    @property
+    def summary(self) -> str:
+        return self.describe()[0]
+
+    @property
+    def fix(self) -> str:
+        return self.describe()[1]
+
+    @property
+    def modes(self) -> dict[str, int]:
+        """Failing images per crash mode."""
+        return dict(Counter(f.mode for f in self.failures))
+
+    @property
+    def profiles(self) -> dict[str, int]:
+        return dict(Counter(f.profile for f in self.failures))
+
+    def _merge(self, finding: Finding) -> None:
+        known = {(s.role, s.site) for s in self.steps}
+        extra = tuple(s for s in finding.steps if (s.role, s.site) not in known)
+        if extra:
+            self.steps = tuple(sorted(self.steps + extra, key=_step_order))
+
+
+def _step_order(step: Step) -> int:
+    order = ("truncate", "write", "failed fsync", "retried fsync", "recovery", "acknowledged")
+    return order.index(step.role) if step.role in order else 1
+
+
+@dataclass
+class ExploreReport:
+    """The result of explore(): counts, failing images, and their causes."""
+
+    profiles: tuple[str, ...]
+    modes: tuple[str, ...]
+    root: str = "/"
+    boundaries: int = 0
+    images_checked: int = 0
+    images_reused: int = 0
+    # Extra images cause analysis built and checked (each unsynced operation lost alone).
+    images_analysed: int = 0
+    failures: list[Failure] = field(default_factory=list)
+    bases: dict[str, Snapshot] = field(default_factory=dict, repr=False)
+
+    @property
+    def profile(self) -> str:
+        return ",".join(self.profiles)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    def causes(self) -> list[Cause]:
+        """Failing images grouped by the missing step behind them, in order of first appearance."""
+        out: dict[tuple[object, ...], Cause] = {}
+        for failure in self.failures:
+            for finding in failure.findings:
+                cause = out.get(finding.key)
+                if cause is None:
+                    cause = out[finding.key] = Cause(
+                        finding.kind, finding.key, finding.steps, finding.note, self.root
+                    )
+                else:
+                    cause._merge(finding)
+                if not cause.failures or cause.failures[-1] is not failure:
+                    cause.failures.append(failure)
+        return list(out.values())
+
+    def groups(self) -> dict[str, list[Failure]]:
+        """Failures by where the crash landed (symptoms), in order of first appearance."""
+        out: dict[str, list[Failure]] = {}
+        for failure in self.failures:
+            out.setdefault(failure.site, []).append(failure)
+        return out
+
+    def failures_per_mode(self) -> dict[str, int]:
+        """Failing images per crash mode (modes without failures are left out)."""
+        return _ordered(Counter(f.mode for f in self.failures), self.modes)
+
+    def failures_per_profile(self) -> dict[str, int]:
+        """Failing images per file-system profile (profiles without failures are left out)."""
+        return _ordered(Counter(f.profile for f in self.failures), self.profiles)
+
+    def modes_failed(self) -> set[str]:
+        return {f.mode for f in self.failures}
+
+    def assert_ok(self) -> None:
+        """Raise ExploreFailed (an AssertionError) with the report text if anything failed."""
+        __tracebackhide__ = True
+        if self.failures:
+            raise ExploreFailed(self.text())
+
+    def replay(self, failure: Failure, workload: Workload) -> FaultFS:
+        """Re-run ``workload`` to ``failure``'s crash point and return its failing image."""
+        base = self.bases.get(failure.profile)
+        assert base is not None, f"report has no base snapshot for profile {failure.profile}"
+        fs = FaultFS.from_snapshot(base)
+        if failure.boundary == END:
+            with fs:
+                workload(fs)
+        else:
+            run_armed(fs, workload, failure.boundary)
+        return fs.crash_image(failure.mode, seed=failure.seed, index=failure.image_index)
+
+    def __str__(self) -> str:
+        return self.text(os.getcwd())
+
+    def text(self, source_root: str | None = None) -> str:
+        """The report; source paths relative to ``source_root``, file paths to the FaultFS root."""
+        where = Where(self.root, source_root)
+        causes = self.causes()
+        per_mode = _counts(_ordered(self.failures_per_mode(), self.modes))
+        lines = [
+            f"faultfs explore: profile={self.profile} modes={','.join(self.modes)}",
+            f"  {self.boundaries} boundaries, {self.images_checked} images checked "
+            f"({self.images_reused} identical images reused"
+            + (
+                f", {self.images_analysed} more for cause analysis)"
+                if self.images_analysed
+                else ")"
+            ),
+        ]
+        if not self.failures:
+            lines.append("  no failing image")
+            return "\n".join(lines)
+        unexplained = [f for f in self.failures if not f.findings]
+        tail = f" from {len(causes)} cause{'s' if len(causes) != 1 else ''}" if causes else ""
+        lines.append(f"  {len(self.failures)} failing images ({per_mode}){tail}")
+        if len(self.profiles) > 1:
+            lines.append(f"  failing images per profile: {_counts(self.failures_per_profile())}")
+        for number, cause in enumerate(causes[:REPORT_MAX_ENTRIES], start=1):
+            summary, fix = cause.describe(source_root)
+            lines += ["", f"[{number}] {summary}", f"    fix: {fix}"]
+            lines += [f"    {_step_line(s, where)}" for s in cause.steps]
+            profiles = f"; profiles: {_counts(cause.profiles)}" if len(self.profiles) > 1 else ""
+            lines.append(
+                f"    seen in {len(cause.failures)} failing images "
+                f"({_counts(_ordered(cause.modes, self.modes))}){profiles}"
+            )
+            # The example shows an image this cause alone explains, if there is one.
+            alone = (f for f in cause.failures if len(f.findings) == 1)
+            lines += _example(next(alone, cause.failures[0]), where)
+        if unexplained:
+            lines += [
+                "",
+                f"{len(unexplained)} failing images without an analysed cause, by crash site:",
+            ]
+            by_site: dict[str, list[Failure]] = {}
+            for failure in unexplained:
+                by_site.setdefault(failure.site, []).append(failure)
+            for site, failures in list(by_site.items())[:REPORT_MAX_ENTRIES]:
+                modes = _counts(Counter(f.mode for f in failures))
+                lines.append(f"  {_short(site, source_root)} ({len(failures)}: {modes})")
+                lines += _example(failures[0], where)
+        return "\n".join(lines)
+
+
+def _ordered(counter: dict[str, int], order: tuple[str, ...]) -> dict[str, int]:
+    return {name: counter[name] for name in order if name in counter}
+
+
+def _counts(counter: dict[str, int]) -> str:
+    return ", ".join(f"{name} {count}" for name, count in counter.items())
+
+
+def _short(site: str, source_root: str | None) -> str:
+    if source_root and site.startswith(source_root.rstrip("/") + "/"):
+        return site[len(source_root.rstrip("/")) + 1 :]
+    return site
+
+
+def _step_line(step: Step, where: Where) -> str:
+    if step.kind == "ack":
+        return f"acknowledged at {where.frames(step)}"
+    if step.kind == "check":
+        return f"recovery failed at {where.frames(step)}"
+    if step.kind == "rename" and step.args:
+        what = f"rename {where.path(step.path)} -> {where.path(str(step.args[0])[3:])}"
+    elif step.kind == "link" and step.args:
+        what = f"link {where.path(str(step.args[0]))} -> {where.path(step.path)}"
+    else:
+        what = " ".join([step.kind, where.path(step.path), *map(str, step.args)])
+    if step.role == "retried fsync":
+        what += " (retried)"
+    return f"{what} at {where.frames(step)}"
+
+
+def _example(failure: Failure, where: Where) -> list[str]:
+    if failure.boundary == END:
+        crash = "after the workload returned"
+    else:
+        crash = f"{failure.phase} {failure.op.kind} {where.path(failure.op.path)}"
+    return [
+        f"    e.g. {failure.key}: crash {crash}",
+        f"      image: {failure.detail}",
+        f"      error: {failure.error.replace(where.root + '/', '')}",
+    ]
+
+
+def run_armed(fs: FaultFS, workload: Workload, boundary: int) -> None:
+    """Run ``workload`` on ``fs`` with a crash armed at ``boundary``; it must get there."""
+    fs.arm(boundary)
+    try:
+        with fs:
+            workload(fs)
+    except SimulatedCrash:
+        pass
+    if not fs.crashed:
+        raise NondeterministicWorkload(
+            f"the workload passed {fs.boundaries} boundaries this time and never reached "
+            f"boundary {boundary}; make it deterministic (seeded randomness, fresh state per run)"
+        )
