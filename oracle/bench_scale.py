@@ -32,6 +32,7 @@ from typing import Any
 
 from substrat import events
 from substrat.eventlog import LOG_NAME, encode_entry
+from substrat.registry import REGISTRY_DIR
 from substrat.session import Session, SessionState
 from substrat.session.store import AGENTS_DIR, RECORD_NAME
 
@@ -77,7 +78,13 @@ def _turn_lines(
         first_seq + 1,
         context,
         events.TURN_COMPLETE,
-        {"turn_id": turn_id, "response": _RESPONSE, "transcript": transcript, "effects": effects},
+        {
+            "turn_id": turn_id,
+            "prompt": prompt,
+            "response": _RESPONSE,
+            "transcript": transcript,
+            "effects": effects,
+        },
     )
     return start, complete
 
@@ -109,6 +116,7 @@ def generate_root(path: Path, agents: int, events_per_agent: int) -> ScaleRoot:
         if parent is not None:
             children.setdefault(parent, []).append(i)
     user_lines: list[bytes] = []
+    registered: list[bytes] = []
     total_bytes = 0
     turns = (events_per_agent - 2) // 2
     for i in range(agents):
@@ -121,6 +129,14 @@ def generate_root(path: Path, agents: int, events_per_agent: int) -> ScaleRoot:
         parent = parent_of[i]
         context = {"session_id": sid}
         name = f"agent-{i}"
+        if parent is None:
+            entry = {"session_id": sid, "agent_id": agent_id, "name": name}
+            entry |= {"provider": "scripted", "model": "m"}
+            registered.append(
+                _entry(
+                    len(registered) + 1, {"endpoint": REGISTRY_DIR}, events.ROOT_REGISTERED, entry
+                )
+            )
         lines = [
             _entry(1, context, events.SESSION_CREATED, {"provider": "scripted", "model": "m"}),
             _entry(
@@ -178,6 +194,8 @@ def generate_root(path: Path, agents: int, events_per_agent: int) -> ScaleRoot:
         blob = b"".join(user_lines)
         total_bytes += len(blob)
         (path / "user" / LOG_NAME).write_bytes(blob)
+    (path / REGISTRY_DIR).mkdir()
+    (path / REGISTRY_DIR / LOG_NAME).write_bytes(b"".join(registered))
     return ScaleRoot(path, agents, agents * (2 + 2 * turns) + len(user_lines), total_bytes)
 
 

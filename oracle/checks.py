@@ -33,6 +33,7 @@ from substrat.agents import USER, AgentState
 from substrat.eventlog import LogRead, read_log
 from substrat.providers.chat_history import conversation_problems
 from substrat.providers.scripted import chain_digest
+from substrat.registry import read_registry
 from substrat.session import SessionState
 
 if TYPE_CHECKING:
@@ -255,12 +256,48 @@ def check_recovery(model: Model, orch: Orchestrator) -> ModelState:
         problems = diff(expected(state), got, names)
         if not problems:
             check_invariants(orch, state, reads)
+            check_registry(model, orch)
             return state
         reports.append(f"against the model {label}:\n    " + "\n    ".join(problems))
     raise OracleViolation(
         "recovered state matches no allowed outcome\n  " + "\n  ".join(reports),
         trace=model.trace_lines(),
     )
+
+
+def check_registry(model: Model, orch: Orchestrator) -> None:
+    """The root registry after a crash and a recovery.
+
+    * Every root acknowledged before the crash was registered before the crash:
+      recovery registers only the in-flight ``create_root``'s root (committed,
+      not yet registered) and never an acknowledged one.
+    * No registered root is reported lost (nothing here deletes a directory, so
+      a registration must never run ahead of a durable creation).
+    * After recovery every live root is registered and the registry reads clean.
+    """
+    problems: list[str] = []
+    report = orch.recovery_report
+    assert report is not None
+    acked_roots = {a.agent_id for a in model.state.agents.values() if a.parent_id is None}
+    for sid in report.roots_registered:
+        node = orch.tree.by_session(sid)
+        if node is not None and node.agent_id in acked_roots:
+            problems.append(f"acknowledged root {node.name} was not registered before the crash")
+    if report.lost_roots:
+        problems.append(f"registered roots reported lost: {report.lost_roots[:_SHOWN]}")
+    if report.registry_problem is not None:
+        problems.append(f"the registry is unusable: {report.registry_problem}")
+    registry = read_registry(orch.root)
+    if registry.damage:
+        problems.append(f"the registry has damage after recovery: {registry.damage}")
+    for node in orch.tree.roots():
+        if node.session_id not in registry.roots:
+            problems.append(f"live root {node.name} is not registered after recovery")
+    if problems:
+        raise OracleViolation(
+            "root registry broken after recovery:\n  " + "\n  ".join(problems),
+            trace=model.trace_lines(),
+        )
 
 
 def check_invariants(

@@ -20,7 +20,11 @@ def conversation_from_log(path: Path) -> list[TurnRecord]:
 
 
 def conversation_from_entries(entries: Iterable[Entry]) -> list[TurnRecord]:
-    """Completed turns, in order, from a log's healthy entries (as ``read_log`` gives them)."""
+    """Completed turns, in order, from a log's healthy entries (as ``read_log`` gives them).
+
+    Every readable ``turn.complete`` is a turn of the conversation; its prompt is
+    the one its ``turn.start`` logged, or the copy ``turn.complete`` carries.
+    """
     starts: dict[str, str] = {}
     turns: list[TurnRecord] = []
     for entry in entries:
@@ -29,13 +33,18 @@ def conversation_from_entries(entries: Iterable[Entry]) -> list[TurnRecord]:
             starts[str(data.get("turn_id"))] = str(data.get("prompt", ""))
         elif event == events.TURN_COMPLETE:
             turn_id = str(data.get("turn_id"))
-            if turn_id in starts:
-                turns.append(
-                    TurnRecord(
-                        turn_id,
-                        starts.pop(turn_id),
-                        str(data.get("response", "")),
-                        list(data.get("transcript") or []),
-                    )
+            # turn.complete is the commit record: the turn is in the history even when
+            # its turn.start line is damaged (the prompt is in both; logs written before
+            # turn.complete carried it show an empty prompt, and fsck says so)
+            prompt = starts.pop(turn_id, None)
+            if prompt is None:
+                prompt = str(data.get("prompt", ""))
+            turns.append(
+                TurnRecord(
+                    turn_id,
+                    prompt,
+                    str(data.get("response", "")),
+                    list(data.get("transcript") or []),
                 )
+            )
     return turns

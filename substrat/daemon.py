@@ -69,6 +69,11 @@ NOTABLE_RECOVERY_KEYS = (
     "records_rebuilt",
     "log_repairs",
     "log_damage",
+    "lost_roots",
+    "unreadable",
+    "registry_problem",
+    "roots_registered",
+    "creations_rebuilt",
 )
 """A report with any of these is published even after a clean shutdown."""
 EXIT_OK = 0
@@ -122,6 +127,9 @@ class Daemon:
     def status(self) -> dict[str, Any]:
         orch = getattr(self, "orch", None)
         agents = orch.agents() if orch is not None else []
+        # what the start found and still stands until a restart: each entry says what to do
+        report = orch.recovery_report if orch is not None else None
+        held = report.to_dict() if report is not None else {}
         return {
             "pid": self.pid,
             "version": __version__,
@@ -140,6 +148,9 @@ class Daemon:
             "limits": self.server.limits.to_dict(),
             "previous_shutdown": self.previous_shutdown,
             "last_recovery": self._notice,
+            "unreadable": list(held.get("unreadable") or []),
+            "lost_roots": list(held.get("lost_roots") or []),
+            "registry_problem": held.get("registry_problem"),
             "stopping": self._stop.is_set(),
         }
 
@@ -238,6 +249,18 @@ class Daemon:
         report = self.orch.recovery_report
         data: dict[str, Any] = report.to_dict() if report is not None else {}
         log.info("recovery: %s", summarize_recovery(data))
+        for lost in data.get("lost_roots") or []:
+            log.error("lost root agent: %s", lost["what_to_do"])
+        for item in data.get("unreadable") or []:
+            log.warning(
+                "agent %s held back (%s on %s): %s",
+                item["session_id"],
+                item["error"],
+                item["path"],
+                item["what_to_do"],
+            )
+        if data.get("registry_problem"):
+            log.error("root registry: %s", data["registry_problem"])
         notable = any(data.get(key) for key in NOTABLE_RECOVERY_KEYS)
         if self.previous_shutdown == "unclean" or notable:
             self._notice = {
@@ -307,6 +330,14 @@ def summarize_recovery(data: dict[str, Any]) -> str:
         ("detached", "agent detached", "agents detached"),
         ("quarantined", "record quarantined", "records quarantined"),
         ("records_rebuilt", "record rebuilt", "records rebuilt"),
+        ("roots_registered", "root registered", "roots registered"),
+        (
+            "creations_rebuilt",
+            "root creation rebuilt from the registry",
+            "root creations rebuilt from the registry",
+        ),
+        ("lost_roots", "ROOT AGENT LOST", "ROOT AGENTS LOST"),
+        ("unreadable", "agent held back (files unreadable)", "agents held back (files unreadable)"),
     ):
         value = data.get(key)
         if value:
@@ -315,6 +346,8 @@ def summarize_recovery(data: dict[str, Any]) -> str:
     if damage:
         total = sum(sum(kinds.values()) for kinds in damage.values())
         parts.append(f"{plural(total, 'damaged log line')} skipped in {plural(len(damage), 'log')}")
+    if data.get("registry_problem"):
+        parts.append(f"root registry unusable: {data['registry_problem']}")
     return ", ".join(parts)
 
 

@@ -143,6 +143,11 @@ class RootLockedError(SubstratError):
     """Another daemon holds the root's lock; stop it or use another root."""
 
 
+class RootRegistryError(SubstratError):
+    """The root registry (``roots/events.jsonl``) cannot be read or written, so no root
+    agent can be created; stop the daemon, run `substrat fsck --repair`, start it again."""
+
+
 class RootPermissionError(SubstratError, PermissionError):
     """The root is owned by another user or cannot be made private (mode 0700)."""
 

@@ -19,6 +19,8 @@ MESSAGE_ENQUEUED = "message.enqueued"
 MESSAGE_DELIVERED = "message.delivered"
 TOOL_REPAIRED = "tool.repaired"
 PROVIDER_SESSION = "provider.session"
+ROOT_REGISTERED = "root.registered"
+"""Written only to the root registry (``roots/events.jsonl``), never to an agent's log."""
 
 KNOWN_EVENTS: frozenset[str] = frozenset(
     {
@@ -34,5 +36,6 @@ KNOWN_EVENTS: frozenset[str] = frozenset(
         MESSAGE_DELIVERED,
         TOOL_REPAIRED,
         PROVIDER_SESSION,
+        ROOT_REGISTERED,
     }
 )

@@ -34,7 +34,6 @@ not run (no such root, root locked, I/O error).
 
 from __future__ import annotations
 
-import asyncio
 import fcntl
 import os
 from collections.abc import Callable
@@ -42,10 +41,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from substrat import persistence, recovery
+from substrat import access, persistence, recovery_plan
+from substrat.access import Unreadable
 from substrat.errors import FsckError, RootLockedError
-from substrat.eventlog import LOG_NAME, PENDING_NAME, EventLog, decode_line, read_log
+from substrat.eventlog import LOG_NAME, PENDING_NAME, decode_line, read_log
+from substrat.facts import collect_facts
+from substrat.fsck_repair import repair_root
 from substrat.logs import USER_DIR
+from substrat.registry import REGISTRY_DIR, registry_path
 from substrat.rpc import lock as root_lock
 from substrat.session import SessionStore
 from substrat.session.store import AGENTS_DIR, QUARANTINE_DIR, RECORD_NAME
@@ -57,8 +60,10 @@ EXIT_ERROR = 2
 DAMAGE, LEFTOVER, NOTICE = "damage", "leftover", "notice"
 _SESSION_FILES = frozenset({RECORD_NAME, LOG_NAME, PENDING_NAME})
 _ROOT_FILES = frozenset(
-    {"daemon.lock", "daemon.sock", "daemon.log", AGENTS_DIR, USER_DIR, QUARANTINE_DIR}
+    {"daemon.lock", "daemon.sock", "daemon.log", AGENTS_DIR, USER_DIR, QUARANTINE_DIR, REGISTRY_DIR}
 )
+THEN = "run `substrat fsck` again"
+"""The step after fixing an unreadable agent (see substrat.access)."""
 _LINE_DAMAGE = (
     "nul_bytes",
     "invalid_utf8",
@@ -170,7 +175,7 @@ def check(root: str | os.PathLike[str], *, repair: bool = False) -> FsckReport:
         _inspect(path, report)
         report.name_agents()
         if repair and report.problems:
-            _repair(path, report)
+            repair_root(path, report)
             after = FsckReport(str(path), repair)
             _inspect(path, after)
             left = {(f.kind, f.path) for f in after.problems}
@@ -263,12 +268,20 @@ def _inspect(root: Path, report: FsckReport) -> None:
             "no session.json",
             repair="rebuild from the log (or quarantine the session)",
         )
+    unreadable: dict[str, Unreadable] = {}
     for sid in good:
         directory = store.session_dir(sid)
         if not directory.is_dir():
             continue  # reported above as a bad name: a file where a session should be
-        _inspect_log(directory / LOG_NAME, report)
-        for name in sorted(os.listdir(directory)):
+        if sid in scan.unreadable:
+            continue  # reported with the plan's findings below
+        try:
+            _inspect_log(directory / LOG_NAME, report, turns=True)
+            names = sorted(os.listdir(directory))
+        except OSError as exc:  # EACCES, EIO: this session only
+            unreadable[sid] = access.unreadable(sid, directory, exc, then=THEN)
+            continue
+        for name in names:
             if name.endswith(persistence.TMP_SUFFIX):
                 report.add(
                     "stray_temp",
@@ -282,8 +295,9 @@ def _inspect(root: Path, report: FsckReport) -> None:
     user_log = root / USER_DIR / LOG_NAME
     if user_log.parent.is_dir():
         _inspect_log(user_log, report)
+    _inspect_registry(root, report)
     try:
-        _inspect_plan(root, report)
+        _inspect_plan(root, report, unreadable)
     except OSError as exc:  # one odd entry must not hide the rest of the report
         report.add(
             "unanalyzable",
@@ -305,11 +319,13 @@ def _inspect(root: Path, report: FsckReport) -> None:
             )
 
 
-def _inspect_log(path: Path, report: FsckReport) -> None:
+def _inspect_log(path: Path, report: FsckReport, *, turns: bool = False) -> None:
     if not path.exists():
         return
     report.logs += 1
     read = read_log(path)
+    if turns:
+        _inspect_turns(path, read.entries, report)
     report.entries += len(read.entries)
     lines: dict[str, list[int]] = {}
     for item in read.damage.items:
@@ -379,13 +395,105 @@ def _inspect_pending(pending: Path, entries: list[dict[str, Any]], report: FsckR
         report.add("stale_pending", pending, LEFTOVER, f"pending entry {why}", repair="remove it")
 
 
-def _inspect_plan(root: Path, report: FsckReport) -> None:
+def _inspect_turns(path: Path, entries: list[dict[str, Any]], report: FsckReport) -> None:
+    """Committed turns whose ``turn.start`` is unreadable (see docs/events.md, Turn ids)."""
+    headless = collect_facts(path.parent.name, entries).headless_turns
+    if not headless:
+        return
+    ids = ", ".join(str(t["turn_id"]) for t in headless[:10]) + (
+        " ..." if len(headless) > 10 else ""
+    )
+    if all(t["prompt_kept"] for t in headless):
+        report.add(
+            "turn_start_lost",
+            path,
+            NOTICE,
+            f"committed turn(s) {ids} have no readable turn.start; nothing is lost "
+            "(turn.complete carries the prompt)",
+            count=len(headless),
+        )
+    else:
+        report.add(
+            "turn_prompt_lost",
+            path,
+            DAMAGE,
+            f"committed turn(s) {ids} have no readable turn.start and their turn.complete "
+            "(written by an older version) has no prompt: the history shows them with an "
+            "empty prompt; their responses and effects are intact",
+            count=len(headless),
+        )
+
+
+def _inspect_registry(root: Path, report: FsckReport) -> None:
+    path = registry_path(root)
+    if (os.path.lexists(path.parent) and not path.parent.is_dir()) or (
+        os.path.lexists(path) and not path.is_file()
+    ):
+        report.add(
+            "bad_registry",
+            path.parent,
+            DAMAGE,
+            "the root registry is not a directory holding a file; no root can be created",
+            repair="move it to quarantine/, rebuild it from the logs (recovery)",
+        )
+        return
+    try:
+        _inspect_log(path, report)
+    except OSError as exc:
+        item = access.unreadable(REGISTRY_DIR, path, exc, then=THEN)
+        report.add(
+            "unreadable_registry",
+            path,
+            DAMAGE,
+            f"{item.error}: no root can be created; {item.what_to_do}",
+        )
+
+
+def _inspect_plan(root: Path, report: FsckReport, unreadable: dict[str, Unreadable]) -> None:
     store = SessionStore(root)
-    for plan in recovery.analyze(root).agents:
-        where = store.session_dir(plan.session_id)
-        if plan.path is not None:
-            report.agents[plan.session_id] = plan.path
-        if plan.status.startswith("orphan"):
+    plan = recovery_plan.analyze(root, then=THEN)
+    for item in plan.unreadable:
+        unreadable.setdefault(item.session_id, item)
+    for sid, item in sorted(unreadable.items()):
+        if item.held_by is not None:
+            report.add(
+                "held",
+                store.session_dir(sid),
+                NOTICE,
+                f"not served while its ancestor {item.held_by} is unreadable; {item.what_to_do}",
+            )
+        else:
+            report.add(
+                "unreadable",
+                store.session_dir(sid),
+                DAMAGE,
+                f"{item.error} on {item.path}: the daemon holds this agent back; {item.what_to_do}",
+            )
+    for lost in plan.lost_roots:
+        report.add("lost_root", lost["path"], DAMAGE, lost["what_to_do"])
+    for sid in plan.roots_to_register:
+        report.add(
+            "unregistered_root",
+            registry_path(root),
+            LEFTOVER,
+            f"live root {sid} is not in the registry (a crash right after its creation, or "
+            "a damaged registry line)",
+            repair="register it (recovery)",
+        )
+    for sid in plan.creations_to_rebuild:
+        report.add(
+            "creation_from_registry",
+            store.log_path(sid),
+            DAMAGE,
+            "this registered root's agent.created is unreadable; recovery takes it from the "
+            "registry",
+            repair="log agent.created again (recovery)",
+        )
+    for agent in plan.agents:
+        where = store.session_dir(agent.session_id)
+        if agent.path is not None:
+            report.agents[agent.session_id] = agent.path
+        if agent.status.startswith("orphan"):
             report.add(
                 "orphan_session",
                 where,
@@ -393,86 +501,14 @@ def _inspect_plan(root: Path, report: FsckReport) -> None:
                 "live record but no agent.created: a crash during creation",
                 repair="terminate it (recovery)",
             )
-        elif plan.to_reconcile and (
-            plan.status == "live" or plan.status.startswith("record to rebuild")
+        elif agent.to_reconcile and (
+            agent.status == "live" or agent.status.startswith("record to rebuild")
         ):
             report.add(
                 "unreconciled",
                 where,
                 DAMAGE,
-                f"{plural(len(plan.to_reconcile), 'effect')} of committed turns not applied",
-                count=len(plan.to_reconcile),
+                f"{plural(len(agent.to_reconcile), 'effect')} of committed turns not applied",
+                count=len(agent.to_reconcile),
                 repair="roll forward (recovery)",
             )
-
-
-# -- repair -----------------------------------------------------------------------------
-
-
-def _repair(root: Path, report: FsckReport) -> None:
-    store = SessionStore(root)
-    quarantine = root / QUARANTINE_DIR
-    kinds = {f.kind for f in report.problems}
-    for finding in report.problems:
-        target = root / finding.path
-        if finding.kind in ("stray_temp", "stale_socket") and os.path.lexists(target):
-            persistence.durable_unlink(target)
-            finding.repaired = True
-        elif finding.kind == "bad_name" and os.path.lexists(target):
-            persistence.durable_mkdir(quarantine)
-            persistence.durable_rename(target, _free_name(quarantine, f"bad-name.{target.name}"))
-            finding.repaired = True
-    if "corrupt_record" in kinds:
-        store.scan(quarantine=True)
-    logs = [store.log_path(sid) for sid in store.list_dirs()[0]]
-    logs.append(root / USER_DIR / LOG_NAME)
-    for log_path in logs:
-        if log_path.exists() or log_path.with_name(PENDING_NAME).exists():
-            EventLog(log_path).close()  # open repairs; close removes the pending file
-            _drop_damaged_lines(log_path, quarantine)
-    report.recovery = asyncio.run(_recover(root))
-    for sid in report.recovery.get("unrecoverable", []):
-        directory = store.session_dir(sid)
-        if directory.exists():
-            persistence.durable_mkdir(quarantine)
-            persistence.durable_rename(directory, _free_name(quarantine, f"{sid}.session"))
-
-
-async def _recover(root: Path) -> dict[str, Any]:
-    from substrat.orchestrator import Orchestrator
-
-    orch = await Orchestrator.open(root)
-    try:
-        report = orch.recovery_report
-        return report.to_dict() if report is not None else {}
-    finally:
-        await orch.close()
-
-
-def _drop_damaged_lines(log_path: Path, quarantine: Path) -> int:
-    """Rewrite a log without its damaged lines, which go to ``quarantine/``."""
-    raw = persistence.read_bytes(log_path)
-    keep = bytearray()
-    dropped = bytearray()
-    seen: set[int] = set()
-    for piece in raw.split(b"\n")[:-1]:  # after EventLog's repair every line ends in \n
-        decoded = decode_line(piece)
-        if isinstance(decoded, str) or decoded["seq"] in seen:
-            dropped += piece + b"\n"
-            continue
-        seen.add(decoded["seq"])
-        keep += piece + b"\n"
-    if not dropped:
-        return 0
-    persistence.durable_mkdir(quarantine)
-    name = f"{log_path.parent.name}.{log_path.name}.damaged"
-    persistence.atomic_write(_free_name(quarantine, name), bytes(dropped))
-    persistence.atomic_write(log_path, bytes(keep))
-    return dropped.count(b"\n")
-
-
-def _free_name(directory: Path, stem: str) -> Path:
-    index = 0
-    while os.path.lexists(directory / f"{stem}.{index}"):
-        index += 1
-    return directory / f"{stem}.{index}"

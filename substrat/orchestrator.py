@@ -3,7 +3,9 @@
 Every operation is durable before it is acknowledged:
 
 * ``create_root``: the record is written, then ``session.created`` and
-  ``agent.created`` are logged; the latter is the commit point.
+  ``agent.created`` are logged; the latter is the commit point. The root is
+  then registered in the root registry (``substrat.registry``) before the
+  call returns, so a registered root's directory is known to have existed.
 * ``run_turn``: ``turn.start`` is logged before the provider is called;
   ``turn.complete`` carries everything the turn's tool calls staged and is
   the commit point; the effects (children, messages, terminations, consumed
@@ -49,6 +51,7 @@ from substrat.multiplexer import Multiplexer, stop_later
 from substrat.providers.base import ProviderSession
 from substrat.providers.registry import ProviderRegistry, default_registry
 from substrat.queries import AgentInfo, QueryMixin
+from substrat.registry import RootRegistry, root_entry
 from substrat.scheduler import ChunkSink, TurnScheduler
 from substrat.session import Session, SessionState, SessionStore
 from substrat.terminated import Graveyard, TerminatedAgent
@@ -112,6 +115,7 @@ class Orchestrator(QueryMixin, CommitMixin, WakeMixin):
         self.store = SessionStore(self.root)
         self.logs = LogPool(self.store, clock=self.clock)
         self.graveyard = Graveyard(self.store)
+        self.roots = RootRegistry(self.root, clock=self.clock)
         self.tree = AgentTree()
         self.inboxes = InboxRegistry()
         self.scheduler = TurnScheduler()
@@ -137,6 +141,7 @@ class Orchestrator(QueryMixin, CommitMixin, WakeMixin):
             return
         await self.mux.suspend_all()
         self.logs.close_all()
+        self.roots.close()
         self.closed = True
 
     # -- notifications -----------------------------------------------------
@@ -198,6 +203,7 @@ class Orchestrator(QueryMixin, CommitMixin, WakeMixin):
         validate_name(name)
         if self.tree.name_taken(None, name):
             raise NameCollisionError(f"a root agent named {name!r} exists; pick another name")
+        self.roots.check_usable()
         backend = self.registry.get(provider)
         model = model or backend.default_model
         node = AgentNode(
@@ -223,6 +229,8 @@ class Orchestrator(QueryMixin, CommitMixin, WakeMixin):
         self._log_creation(node, parent_session_id=None)
         self.tree.add(node)
         self.turn_counts[node.agent_id] = 0
+        # after the commit point: a registered root is one whose creation is durable
+        self.roots.register(root_entry(node))
         await self.mux.admit(node, live)
         if node.state is AgentState.TERMINATED:
             # terminated while a slot was made for it: a dead agent must not hold a slot

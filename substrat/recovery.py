@@ -3,23 +3,36 @@
 Runs when an :class:`~substrat.orchestrator.Orchestrator` opens a root:
 
 1. ``SessionStore.recover()``: ACTIVE records become SUSPENDED (no provider
-   session survives a crash); unreadable records are quarantined.
+   session survives a crash); corrupt records are quarantined. A record that
+   cannot be read at all (EACCES, EIO) is left alone: that agent is held back
+   (see step 8).
 2. Every live session's log is repaired (a torn tail cut, a pending entry
-   replayed) and distilled into :class:`AgentFacts` in the same single read;
-   the log is left closed (it is opened for writing when first written to).
-3. Records lost to damage are rebuilt from ``session.created`` and
+   replayed) and distilled into :class:`~substrat.facts.AgentFacts` in the
+   same single read; the log is left closed (it is opened for writing when
+   first written to). A log that cannot be read or repaired holds its agent
+   back. The turn counter is the highest turn any entry names
+   (:mod:`substrat.facts`), so ids are never handed out twice.
+3. The root registry (:mod:`substrat.registry`) is read: a registered root
+   whose directory is gone is reported as lost (``lost_roots``); a registered
+   root whose ``agent.created`` is unreadable gets it back from the registry
+   (``creations_rebuilt``, logged again).
+4. Records lost to damage are rebuilt from ``session.created`` and
    ``agent.created`` when the log has them.
-4. The tree is rebuilt from ``agent.created`` / ``agent.terminated``. A
-   session with no ``agent.created`` that no committed turn spawned is an
-   orphan of a crash during ``create_root``: it is marked TERMINATED. An agent
-   whose ancestor was terminated is terminated too (a cascade cut short).
-5. Committed turns are rolled forward: a child their ``turn.complete`` spawned
+5. The tree is rebuilt from ``agent.created`` / ``agent.terminated``. A
+   session with no ``agent.created`` that no committed turn spawned and the
+   registry does not know is an orphan of a crash during ``create_root``: it
+   is marked TERMINATED. An agent whose ancestor was terminated is terminated
+   too (a cascade cut short). Live roots the registry lacks are registered.
+6. Committed turns are rolled forward: a child their ``turn.complete`` spawned
    but that does not exist, a message it sent that the recipient's log never
    received (this is how a reply stranded in B's log reaches A), a
    termination it ordered.
-6. Inboxes (the user's included) are rebuilt as enqueued minus delivered.
-7. A turn started but never completed is the one lost in flight; the agent is
+7. Inboxes (the user's included) are rebuilt as enqueued minus delivered.
+   A turn started but never completed is the one lost in flight; the agent is
    told at its next turn (``resume_roots`` gives roots that turn at once).
+8. Agents held back (``unreadable``: their files failed, or an ancestor's did)
+   are not served and nothing of theirs is written; the report says what to do
+   (:mod:`substrat.access`), and they come back at the next start once fixed.
 
 Every step checks before it writes, so recovery is idempotent: running it
 twice, or crashing during it and running it again, ends in the same state.
@@ -29,14 +42,24 @@ twice, or crashing during it and running it again, ends in the same state.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from substrat import events
+from substrat import access, events
+from substrat.access import Unreadable
 from substrat.agents import USER, AgentNode, AgentState, MessageEnvelope
-from substrat.eventlog import DamageReport, Entry, iter_log, repair_log
+from substrat.eventlog import repair_log
+from substrat.facts import AgentFacts as AgentFacts
+from substrat.facts import collect_facts as collect_facts
+from substrat.facts import read_facts as read_facts
+from substrat.registry import (
+    REGISTRY_DIR,
+    RegistryRead,
+    creation_from_registry,
+    lost_root,
+    quarantined_sessions,
+    root_entry,
+)
 from substrat.session import Quarantined, Session, SessionState
 
 if TYPE_CHECKING:
@@ -44,6 +67,8 @@ if TYPE_CHECKING:
     from substrat.recovery_plan import RecoveryPlan
 
 RESUME_PROMPT = "Continue where you left off."
+THEN = "restart the daemon"
+"""The step after fixing an unreadable agent (see substrat.access)."""
 _NOTICE_PROMPT_CHARS = 200
 
 
@@ -56,112 +81,6 @@ def lost_turn_notice(lost: dict[str, Any]) -> str:
         f"[substrat: the daemon restarted. Your turn {lost.get('turn_id')} (prompt: {prompt!r}) "
         "was lost in flight: none of its tool calls took effect.]\n"
     )
-
-
-@dataclass
-class AgentFacts:
-    """What one log says, distilled in a single pass."""
-
-    session_id: str
-    session_created: dict[str, Any] | None = None
-    created: dict[str, Any] | None = None
-    terminated: bool = False
-    enqueued: dict[str, dict[str, Any]] = field(default_factory=dict)
-    delivered: set[str] = field(default_factory=set)
-    committed: list[dict[str, Any]] = field(default_factory=list)
-    """The ``effects`` of every completed turn that spawned, sent or terminated
-    something, in order (turns with none of these have nothing to roll forward;
-    keeping only these keeps a long log's facts small)."""
-    turn_starts: int = 0
-    completed_turns: int = 0
-    last_complete_seq: int = 0
-    last_complete: dict[str, Any] | None = None
-    open_turns: dict[str, str] = field(default_factory=dict)
-    """The turn started and neither completed nor failed (one turn at a time per
-    agent, so at most the newest one)."""
-    lost_notice: dict[str, Any] | None = None
-    """A turn an earlier recovery closed as lost, not yet followed by a completed one:
-    the agent has still to be told about it."""
-    entries: int = 0
-    damage: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def lost_turn(self) -> dict[str, Any] | None:
-        if not self.open_turns:
-            return None
-        turn_id, prompt = list(self.open_turns.items())[-1]
-        return {"turn_id": turn_id, "prompt": prompt}
-
-    def pending(self) -> list[dict[str, Any]]:
-        return [m for i, m in self.enqueued.items() if i not in self.delivered]
-
-    def add_all(self, entries: Iterable[Entry]) -> None:
-        for entry in entries:
-            self.add(entry)
-
-    def add(self, entry: Entry) -> None:
-        """Fold one log entry (in file order) into the facts."""
-        self.entries += 1
-        event = entry.get("event")
-        data = entry.get("data")
-        if type(data) is not dict:
-            return
-        if event == events.TURN_START:
-            self.turn_starts += 1
-            # a newer start means any older open turn was lost (and closed) before it
-            self.open_turns = {str(data.get("turn_id")): str(data.get("prompt", ""))}
-        elif event == events.TURN_COMPLETE:
-            turn_id = str(data.get("turn_id"))
-            prompt = self.open_turns.pop(turn_id, "")
-            effects = data.get("effects") or {}
-            if effects.get("spawns") or effects.get("messages") or effects.get("terminations"):
-                self.committed.append(effects)
-            delivered = effects.get("delivered")
-            if delivered:
-                self.delivered.update(str(i) for i in delivered)
-            self.completed_turns += 1
-            self.lost_notice = None
-            self.last_complete_seq = int(entry["seq"])
-            self.last_complete = {
-                "turn_id": turn_id,
-                "prompt": prompt,
-                "response": data.get("response", ""),
-            }
-        elif event == events.MESSAGE_ENQUEUED:
-            if MessageEnvelope.is_valid(data):
-                self.enqueued[str(data["message_id"])] = data
-            else:
-                self.damage["unreadable_message"] = self.damage.get("unreadable_message", 0) + 1
-        elif event == events.MESSAGE_DELIVERED:
-            ids = data.get("message_ids") or [data.get("message_id")]
-            self.delivered.update(str(i) for i in ids if i)
-        elif event == events.TURN_FAILED:
-            prompt = self.open_turns.pop(str(data.get("turn_id")), "")
-            if data.get("lost"):
-                self.lost_notice = {
-                    "turn_id": str(data.get("turn_id")),
-                    "prompt": str(data.get("prompt", prompt)),
-                }
-        elif event == events.AGENT_CREATED:
-            self.created = data
-        elif event == events.SESSION_CREATED:
-            self.session_created = data
-        elif event == events.AGENT_TERMINATED:
-            self.terminated = True
-
-
-def collect_facts(session_id: str, entries: Iterable[Entry]) -> AgentFacts:
-    facts = AgentFacts(session_id)
-    for entry in entries:
-        facts.add(entry)
-    return facts
-
-
-def read_facts(session_id: str, path: Path) -> AgentFacts:
-    damage = DamageReport()
-    facts = collect_facts(session_id, iter_log(path, damage))
-    facts.damage.update(damage.counts())
-    return facts
 
 
 @dataclass
@@ -182,6 +101,18 @@ class RecoveryReport:
     log_repairs: dict[str, dict[str, Any]] = field(default_factory=dict)
     log_damage: dict[str, dict[str, int]] = field(default_factory=dict)
     events_read: int = 0
+    lost_roots: list[dict[str, Any]] = field(default_factory=list)
+    """Registered root agents whose directory is gone: lost data (see substrat.registry)."""
+    roots_registered: list[str] = field(default_factory=list)
+    """Live roots the registry lacked (a crash right after their creation, or a damaged
+    registry line), registered now."""
+    creations_rebuilt: list[str] = field(default_factory=list)
+    """Registered roots whose ``agent.created`` was unreadable, logged again from the registry."""
+    unreadable: list[Unreadable] = field(default_factory=list)
+    """Agents held back (not served, not changed) because their files failed (EACCES,
+    EIO, ...), and their descendants; each says what to do (see substrat.access)."""
+    registry_problem: str | None = None
+    """Why the root registry could not be read (roots cannot be created until it is fixed)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -202,6 +133,11 @@ class RecoveryReport:
             "log_repairs": dict(self.log_repairs),
             "log_damage": dict(self.log_damage),
             "events_read": self.events_read,
+            "lost_roots": list(self.lost_roots),
+            "roots_registered": list(self.roots_registered),
+            "creations_rebuilt": list(self.creations_rebuilt),
+            "unreadable": [u.to_dict() for u in self.unreadable],
+            "registry_problem": self.registry_problem,
         }
 
 
@@ -225,7 +161,17 @@ async def recover(orch: Orchestrator) -> RecoveryReport:
     store = orch.store
     scan = store.recover()
     report.quarantined = list(scan.quarantined)
+    unreadable = {
+        sid: access.unreadable(sid, store.session_dir(sid), exc, then=THEN)
+        for sid, exc in scan.unreadable.items()
+    }
+    registry = orch.roots.load()
+    report.registry_problem = registry.problem
+    if registry.damage:
+        report.log_damage[REGISTRY_DIR] = dict(registry.damage)
     records = {s.session_id: s for s in scan.sessions}
+    directories = set(records) | set(scan.missing_records) | set(scan.unreadable)
+    directories |= {q.name for q in scan.quarantined if q.kind != "bad_name"}
     candidates = [sid for sid, s in records.items() if s.state is not SessionState.TERMINATED]
     candidates += scan.missing_records
     candidates += [q.name for q in scan.quarantined if q.kind != "bad_name"]
@@ -233,11 +179,22 @@ async def recover(orch: Orchestrator) -> RecoveryReport:
     facts: dict[str, AgentFacts] = {}
     for sid in sorted(set(candidates)):
         path = orch.logs.path(sid)
-        if not os.path.exists(path):
+        try:
+            os.stat(path)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            unreadable[sid] = access.unreadable(sid, path, exc, then=THEN)
             continue
         orch.logs.close(sid)  # the repair below must be the only open of this log
         collected = AgentFacts(sid)
-        opened = repair_log(path, collected.add_all)
+        try:
+            opened = repair_log(path, collected.add_all)
+            kept = opened.kept_damage()
+            collected.count_damage(path, kept)
+        except OSError as exc:  # EACCES, EIO, a failed fsync: it costs this agent only
+            unreadable[sid] = access.unreadable(sid, path, exc, then=THEN)
+            continue
         if (
             opened.truncated_bytes
             or opened.pending_replayed
@@ -252,11 +209,30 @@ async def recover(orch: Orchestrator) -> RecoveryReport:
                 "pending_replayed": opened.pending_replayed,
                 "pending_discarded": opened.pending_discarded,
             }
-        collected.damage.update(opened.kept_damage().counts())
+        collected.damage.update(kept.counts())
         facts[sid] = collected
         report.events_read += collected.entries
         if facts[sid].damage:
             report.log_damage[sid] = facts[sid].damage
+    for sid in unreadable:
+        records.pop(sid, None)
+    candidates = [sid for sid in candidates if sid not in unreadable]
+
+    gone = quarantined_sessions(store)
+    for sid, data in sorted(registry.roots.items()):
+        if sid not in directories:
+            if sid not in gone:
+                report.lost_roots.append(lost_root(data))
+            continue
+        if sid in unreadable or sid not in candidates:
+            continue  # held back, or terminated
+        root_facts = facts.get(sid)
+        if root_facts is None:  # its log is gone: as lost as a missing directory
+            report.lost_roots.append(lost_root(data, what="events.jsonl"))
+            continue
+        if root_facts.created is None and not root_facts.terminated:
+            creation_from_registry(root_facts, data)
+            report.creations_rebuilt.append(sid)
 
     for sid in sorted(set(candidates) - records.keys()):
         rebuilt = _rebuilt_record(facts[sid]) if sid in facts else None
@@ -280,7 +256,7 @@ async def recover(orch: Orchestrator) -> RecoveryReport:
         f = facts.get(sid)
         if f is not None and f.terminated:
             store.transition(session, SessionState.TERMINATED)
-        elif (f is None or f.created is None) and sid not in spawned:
+        elif (f is None or f.created is None) and sid not in spawned | registry.roots.keys():
             store.transition(session, SessionState.TERMINATED)
             report.orphans_terminated.append(sid)
 
@@ -292,7 +268,13 @@ async def recover(orch: Orchestrator) -> RecoveryReport:
         and sid in records
         and records[sid].state is not SessionState.TERMINATED
     }
-    _build_tree(orch, live, records, facts, report)
+    _build_tree(orch, live, records, facts, unreadable, report)
+    for sid in report.creations_rebuilt:
+        if sid in live:
+            created = live[sid].created
+            assert created is not None
+            orch.logs.get(sid).log(events.AGENT_CREATED, created)
+    _register_roots(orch, live, registry, report)
     user_log = orch.logs.path(USER)
     user_facts = AgentFacts(USER)
     if os.path.exists(user_log.parent):
@@ -300,7 +282,7 @@ async def recover(orch: Orchestrator) -> RecoveryReport:
         # repaired and replayed in the same read that collects it, like every other log
         user_facts.damage.update(repair_log(user_log, user_facts.add_all).kept_damage().counts())
     report.events_read += user_facts.entries
-    _roll_forward(orch, live, facts, records, user_facts, report)
+    _roll_forward(orch, live, facts, records, user_facts, set(unreadable), report)
     _rebuild_inboxes(orch, live, user_facts, report)
     for node in orch.tree.walk():
         f = live.get(node.session_id)
@@ -316,10 +298,25 @@ async def recover(orch: Orchestrator) -> RecoveryReport:
             )
             report.lost_turns.append({"agent_id": node.agent_id, **lost})
         node.lost_turn = lost or f.lost_notice
+    report.unreadable = sorted(unreadable.values(), key=lambda u: u.session_id)
     report.agents = len(orch.tree)
     report.roots = len(orch.tree.roots())
     orch.tree.check()
     return report
+
+
+def _register_roots(
+    orch: Orchestrator, live: dict[str, AgentFacts], registry: RegistryRead, report: RecoveryReport
+) -> None:
+    """Register every live root the registry lacks (the tree stays built from the logs)."""
+    if registry.problem is not None:
+        return  # reported; nothing can be written to it
+    for node in orch.tree.roots():
+        created = live[node.session_id].created
+        assert created is not None
+        if created.get("parent_session_id") is None and node.session_id not in registry.roots:
+            orch.roots.register(root_entry(node))
+            report.roots_registered.append(node.session_id)
 
 
 def _build_tree(
@@ -327,9 +324,15 @@ def _build_tree(
     live: dict[str, AgentFacts],
     records: dict[str, Session],
     facts: dict[str, AgentFacts],
+    unreadable: dict[str, Unreadable],
     report: RecoveryReport,
 ) -> None:
-    """Add live agents parents first; cascade terminations that a crash cut short."""
+    """Add live agents parents first; cascade terminations that a crash cut short.
+
+    A descendant of an unreadable agent is held back with it (added to
+    ``unreadable``): where it belongs, and whether a cascade reached it, is in
+    the log that cannot be read.
+    """
     added: set[str] = set()
     pending = dict(live)
     while pending:
@@ -337,6 +340,13 @@ def _build_tree(
         for sid, f in sorted(pending.items()):
             assert f.created is not None
             parent_sid = f.created.get("parent_session_id")
+            if parent_sid in unreadable:
+                ancestor = unreadable[parent_sid].held_by or parent_sid
+                where = orch.store.session_dir(sid)
+                unreadable[sid] = access.held(sid, where, ancestor, then=THEN)
+                del pending[sid]
+                progressed = True
+                continue
             if parent_sid is not None and parent_sid not in added:
                 parent_facts = facts.get(parent_sid)
                 parent_dead = (parent_facts is not None and parent_facts.terminated) or (
@@ -406,7 +416,7 @@ def _add_node(
     )
     orch.tree.add(node)
     orch.sessions[sid] = session
-    orch.turn_counts[node.agent_id] = f.turn_starts
+    orch.turn_counts[node.agent_id] = f.turn_counter
     orch.last_complete_seq[node.agent_id] = f.last_complete_seq
 
 
@@ -416,6 +426,7 @@ def _roll_forward(
     facts: dict[str, AgentFacts],
     records: dict[str, Session],
     user_facts: AgentFacts,
+    held: set[str],
     report: RecoveryReport,
 ) -> None:
     """Finish the effects of committed turns that a crash cut short.
@@ -433,11 +444,16 @@ def _roll_forward(
                     record is not None and record.state is SessionState.TERMINATED
                 ):
                     continue  # spawned, lived and was terminated since
+                if spawn["session_id"] in held:
+                    continue  # its files cannot be read: it comes back when they can
                 if orch.materialize_child(spawn, node) is not None:
                     report.reconciled.append(f"spawn:{spawn['agent_id']}")
                     child = child_facts or AgentFacts(spawn["session_id"])
                     child.created = {"agent_id": spawn["agent_id"], "name": spawn["name"]}
                     live[spawn["session_id"]] = child
+                    # a child whose agent.created was damaged may have turns already
+                    orch.turn_counts[spawn["agent_id"]] = child.turn_counter
+                    orch.last_complete_seq[spawn["agent_id"]] = child.last_complete_seq
     for node in list(orch.tree.walk()):
         for effects in _committed(live, node):
             for data in effects.get("messages", []):

@@ -8,13 +8,23 @@ messages to redeliver and the effects to roll forward.
 
 from __future__ import annotations
 
+import errno
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from substrat import access
+from substrat.access import Unreadable
 from substrat.agents import USER
-from substrat.recovery import read_facts
+from substrat.facts import AgentFacts, read_facts
+from substrat.registry import (
+    RegistryRead,
+    creation_from_registry,
+    lost_root,
+    quarantined_sessions,
+    read_registry,
+)
 from substrat.session import SessionState, SessionStore
 
 
@@ -43,26 +53,56 @@ class RecoveryPlan:
     agents: list[AgentPlan]
     user_pending: list[str]
     quarantined: list[dict[str, str]]
+    lost_roots: list[dict[str, Any]] = field(default_factory=list)
+    """Registered roots whose directory is gone (lost data)."""
+    roots_to_register: list[str] = field(default_factory=list)
+    creations_to_rebuild: list[str] = field(default_factory=list)
+    unreadable: list[Unreadable] = field(default_factory=list)
+    registry_problem: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "agents": [a.to_dict() for a in self.agents],
             "user_pending": list(self.user_pending),
             "quarantined": list(self.quarantined),
+            "lost_roots": list(self.lost_roots),
+            "roots_to_register": list(self.roots_to_register),
+            "creations_to_rebuild": list(self.creations_to_rebuild),
+            "unreadable": [u.to_dict() for u in self.unreadable],
+            "registry_problem": self.registry_problem,
         }
 
 
-def analyze(root: str | os.PathLike[str]) -> RecoveryPlan:
-    """What recovery would do, per agent, without writing anything."""
+def analyze(root: str | os.PathLike[str], *, then: str = "restart the daemon") -> RecoveryPlan:
+    """What recovery would do, per agent, without writing anything.
+
+    ``then`` ends the advice given for an unreadable agent (see substrat.access).
+    """
     store = SessionStore(root)
     scan = store.scan(quarantine=False)
+    unreadable = {
+        sid: access.unreadable(sid, store.session_dir(sid), exc, then=then)
+        for sid, exc in scan.unreadable.items()
+    }
     records = {s.session_id: s for s in scan.sessions}
-    sids = sorted(
+    directories = sorted(
         set(records)
         | set(scan.missing_records)
         | {q.name for q in scan.quarantined if q.kind != "bad_name"}
     )
-    facts = {sid: read_facts(sid, store.log_path(sid)) for sid in sids}
+    facts: dict[str, AgentFacts] = {}
+    for sid in directories:
+        try:
+            facts[sid] = read_facts(sid, store.log_path(sid))
+            _check_writable(store.log_path(sid))
+        except OSError as exc:
+            unreadable[sid] = access.unreadable(sid, store.log_path(sid), exc, then=then)
+    for sid in unreadable:
+        records.pop(sid, None)
+    registry = read_registry(root)
+    lost, rebuild = _registered(registry, store, facts, records, set(directories) | set(unreadable))
+    _hold_descendants(store, facts, unreadable, then)
+    sids = sorted(facts)
     user = read_facts(USER, Path(root) / "user" / "events.jsonl")
     known: dict[str, set[str]] = {USER: set(user.enqueued)}
     agent_session = {}
@@ -127,6 +167,8 @@ def analyze(root: str | os.PathLike[str]) -> RecoveryPlan:
         record = records.get(sid)
         if dead(sid):
             status = "terminated"
+        elif f.created is None and sid in registry.roots:
+            status = "lost (its log is gone)"
         elif f.created is None:
             status = "spawn to roll forward" if sid in spawned else "orphan (will be terminated)"
         elif (fate := doomed(sid)) is not None:
@@ -152,6 +194,8 @@ def analyze(root: str | os.PathLike[str]) -> RecoveryPlan:
                         reconcile.append(f"terminate {name}")
                 for spawn in effects.get("spawns", []):
                     child = facts.get(spawn["session_id"])
+                    if spawn["session_id"] in unreadable:
+                        continue  # held back with its files; recovery leaves it alone
                     if child is None or child.created is None:
                         reconcile.append(f"spawn {spawn['name']}")
         plans.append(
@@ -168,5 +212,89 @@ def analyze(root: str | os.PathLike[str]) -> RecoveryPlan:
                 damage=f.damage,
             )
         )
+    for sid, item in sorted(unreadable.items()):
+        plans.append(
+            AgentPlan(
+                session_id=sid,
+                agent_id=None,
+                name=None,
+                path=None,
+                status="held (an ancestor is unreadable)" if item.held_by else "unreadable",
+                last_completed_turn=None,
+                lost_turn=None,
+                to_redeliver=[],
+                to_reconcile=[],
+                damage={},
+            )
+        )
     quarantined = [{"name": q.name, "kind": q.kind, "reason": q.reason} for q in scan.quarantined]
-    return RecoveryPlan(plans, [m["message_id"] for m in user.pending()], quarantined)
+    to_register = [
+        p.session_id
+        for p in plans
+        if p.status in ("live", "record to rebuild from the log")
+        and (facts[p.session_id].created or {}).get("parent_session_id") is None
+        and p.session_id not in registry.roots
+        and registry.problem is None
+    ]
+    return RecoveryPlan(
+        sorted(plans, key=lambda p: p.session_id),
+        [m["message_id"] for m in user.pending()],
+        quarantined,
+        lost_roots=lost,
+        roots_to_register=to_register,
+        creations_to_rebuild=rebuild,
+        unreadable=sorted(unreadable.values(), key=lambda u: u.session_id),
+        registry_problem=registry.problem,
+    )
+
+
+def _check_writable(log: Path) -> None:
+    """Recovery opens every log it repairs for writing: a read-only one holds its agent back."""
+    if os.path.exists(log) and not os.access(log, os.W_OK):
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(log))
+
+
+def _registered(
+    registry: RegistryRead,
+    store: SessionStore,
+    facts: dict[str, AgentFacts],
+    records: dict[str, Any],
+    directories: set[str],
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """Registered roots that are lost, and those whose creation recovery rebuilds (and
+    does so in ``facts``, as recovery would)."""
+    lost: list[dict[str, Any]] = []
+    rebuild: list[str] = []
+    gone = quarantined_sessions(store)
+    for sid, data in sorted(registry.roots.items()):
+        if sid not in directories:
+            if sid not in gone:
+                lost.append(lost_root(data))
+            continue
+        f = facts.get(sid)
+        record = records.get(sid)
+        if f is None or (record is not None and record.state is SessionState.TERMINATED):
+            continue
+        if f.entries == 0 and not f.damage and not os.path.exists(store.log_path(sid)):
+            lost.append(lost_root(data, what="events.jsonl"))
+            continue
+        if f.created is None and not f.terminated:
+            creation_from_registry(f, data)
+            rebuild.append(sid)
+    return lost, rebuild
+
+
+def _hold_descendants(
+    store: SessionStore, facts: dict[str, AgentFacts], unreadable: dict[str, Unreadable], then: str
+) -> None:
+    """Move the descendants of unreadable agents from ``facts`` to ``unreadable``."""
+    changed = True
+    while changed:
+        changed = False
+        for sid, f in sorted(facts.items()):
+            parent = (f.created or {}).get("parent_session_id")
+            if parent in unreadable:
+                ancestor = unreadable[parent].held_by or parent
+                unreadable[sid] = access.held(sid, store.session_dir(sid), ancestor, then=then)
+                del facts[sid]
+                changed = True

@@ -100,7 +100,13 @@ class TurnScheduler:
                 raise
             raise ProviderError(f"turn {turn_id} failed: {reason}") from exc
         response = "".join(chunks)
-        data = {"turn_id": turn_id, "response": response, "transcript": transcript}
+        # the prompt again: a damaged turn.start must not cost a committed turn its prompt
+        data = {
+            "turn_id": turn_id,
+            "prompt": prompt,
+            "response": response,
+            "transcript": transcript,
+        }
         data.update(commit(response, transcript))
         seq = log.log(events.TURN_COMPLETE, data)
         return TurnOutcome(response, transcript, seq)

@@ -86,7 +86,10 @@ class Graveyard:
             self._by_id = {}
             for session in self._store.scan(quarantine=False).sessions:
                 if session.state is SessionState.TERMINATED:
-                    found = read_terminated(self._store, session.session_id)
+                    try:
+                        found = read_terminated(self._store, session.session_id)
+                    except OSError:  # unreadable (EACCES, EIO): left out, like a live one
+                        continue
                     if found is not None:
                         self._add(found)
         return self._by_id

@@ -193,6 +193,10 @@ def _print_plan(opts: Opts, plan: dict[str, Any]) -> None:
         out.print(f"user inbox: {count} to redeliver")
     for q in plan.get("quarantined", []):
         out.print(f"[yellow]to quarantine:[/] {esc(q['name'])} ({esc(q['reason'])})")
+    for sid in plan.get("roots_to_register", []):
+        out.print(f"root to register: {render.short(sid)}")
+    for line in render.problem_lines(plan):
+        out.print(line)
 
 
 @click.command("demo")

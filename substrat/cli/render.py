@@ -244,10 +244,13 @@ def recovery_lines(notice: dict[str, Any] | None, names: dict[str, str] | None =
         ("records_rebuilt", "session records rebuilt"),
         ("unrecoverable", "sessions unrecoverable"),
         ("detached", "agents detached from a lost parent"),
+        ("roots_registered", "roots registered from their logs"),
+        ("creations_rebuilt", "root creations rebuilt from the registry"),
     ):
         items = report.get(key) or []
         if items:
             lines.append(f"{label}: [bold]{len(items)}[/]")
+    lines += problem_lines(report)
     for q in report.get("quarantined", []):
         lines.append(f"[yellow]quarantined:[/] {esc(q.get('name'))} ({esc(q.get('reason'))})")
     damage = report.get("log_damage") or {}
@@ -257,6 +260,22 @@ def recovery_lines(notice: dict[str, Any] | None, names: dict[str, str] | None =
     repairs = report.get("log_repairs") or {}
     if repairs:
         lines.append(f"logs repaired on open: [bold]{len(repairs)}[/]")
+    return lines
+
+
+def problem_lines(report: dict[str, Any]) -> list[str]:
+    """Lost roots, agents held back, an unusable registry: each with what to do (markup)."""
+    lines = []
+    for lost in report.get("lost_roots") or []:
+        lines.append(f"[bold red]lost root agent:[/] {esc(lost.get('what_to_do'))}")
+    for item in report.get("unreadable") or []:
+        head = "held back" if item.get("held_by") else f"unreadable ({esc(item.get('error'))})"
+        lines.append(
+            f"[bold red]{head}:[/] agent {short(item.get('session_id'))} at "
+            f"{esc(item.get('path'))}; {esc(item.get('what_to_do'))}"
+        )
+    if report.get("registry_problem"):
+        lines.append(f"[bold red]root registry unusable:[/] {esc(report['registry_problem'])}")
     return lines
 
 

@@ -41,6 +41,9 @@ class ScanResult:
     quarantined: list[Quarantined] = field(default_factory=list)
     missing_records: list[str] = field(default_factory=list)
     """Session directories with no ``session.json`` (recovery may rebuild them)."""
+    unreadable: dict[str, OSError] = field(default_factory=dict)
+    """Sessions whose record could not be read or written (EACCES, EIO, ...): nothing
+    is wrong with the record itself, so it is left where it is (see substrat.access)."""
 
 
 class SessionStore:
@@ -129,10 +132,13 @@ class SessionStore:
             except FileNotFoundError:
                 result.missing_records.append(session_id)
                 continue
-            except (OSError, CorruptRecordError) as exc:
+            except CorruptRecordError as exc:
                 result.quarantined.append(
                     self._quarantine(session_id, f"unreadable: {exc}", "unreadable", quarantine)
                 )
+                continue
+            except OSError as exc:  # the disk or the permissions, not the record: keep it
+                result.unreadable[session_id] = exc
                 continue
             try:
                 result.sessions.append(Session.from_record(raw, expected_id=session_id))
@@ -149,9 +155,13 @@ class SessionStore:
         is stale. Running this twice gives the same result.
         """
         result = self.scan()
-        for session in result.sessions:
+        for session in list(result.sessions):
             if session.state is SessionState.ACTIVE:
-                self.transition(session, SessionState.SUSPENDED)
+                try:
+                    self.transition(session, SessionState.SUSPENDED)
+                except OSError as exc:  # e.g. a read-only directory: this session only
+                    result.sessions.remove(session)
+                    result.unreadable[session.session_id] = exc
         return result
 
     def _quarantine(self, session_id: str, reason: str, kind: str, move: bool) -> Quarantined:

@@ -192,7 +192,8 @@ def test_every_event_the_code_writes_is_documented_with_its_fields(root: Path) -
     table = documented_events()
     assert set(table) == set(events.KNOWN_EVENTS)
     seen: set[str] = set()
-    for log in [*root.glob("agents/*/events.jsonl"), root / "user" / "events.jsonl"]:
+    logs = [*root.glob("agents/*/events.jsonl"), root / "user" / "events.jsonl"]
+    for log in [*logs, root / "roots" / "events.jsonl"]:
         for entry in read_log(log).entries:
             seen.add(entry["event"])
             undocumented = set(entry["data"]) - table[entry["event"]]

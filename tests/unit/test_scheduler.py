@@ -92,6 +92,7 @@ def test_turn_start_is_durable_before_the_provider_runs(tmp_path: Path) -> None:
             events.TURN_COMPLETE,
             {
                 "turn_id": "t1",
+                "prompt": "hi",
                 "response": "Hello",
                 "transcript": [{"role": "assistant", "content": "Hello"}],
                 "effects": {"spawns": [], "response_seen": "Hello"},

@@ -1,0 +1,77 @@
+"""An agent whose files cannot be read or written: what happened and what to do.
+
+One agent's ``EACCES`` or ``EIO`` must cost that agent, never the daemon. Recovery
+holds such an agent back (it is not served, and nothing of it is changed: no
+quarantine, no termination, no repair), serves every other one, and reports it
+here; so do ``daemon status`` and ``fsck``. Its descendants are held with it:
+their place in the tree, and whether a cascade reached them, is in its log.
+Fixing the cause and restarting brings all of them back as they were.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from dataclasses import dataclass
+from typing import Any
+
+_PERMISSION = (errno.EACCES, errno.EPERM)
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """One agent held back because its files could not be used."""
+
+    session_id: str
+    path: str
+    error: str
+    what_to_do: str
+    held_by: str | None = None
+    """For a descendant held with an unreadable ancestor: that ancestor's session id."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def describe(exc: OSError) -> str:
+    """``Permission denied (EACCES)``: the message and the errno's name."""
+    name = errno.errorcode.get(exc.errno or 0, "")
+    text = exc.strerror or str(exc)
+    return f"{text} ({name})" if name else text
+
+
+def unreadable(
+    session_id: str, path: str | os.PathLike[str], exc: OSError, *, then: str
+) -> Unreadable:
+    """The report of an agent whose ``path`` failed with ``exc``; ``then`` is the next step
+    (for example "restart the daemon")."""
+    where = os.fspath(exc.filename) if exc.filename else os.fspath(path)
+    directory = os.path.dirname(where) if where.endswith((".json", ".jsonl")) else where
+    if exc.errno in _PERMISSION:
+        uid = os.geteuid()
+        todo = (
+            f"give uid {uid} (the daemon's user) read and write access to {directory} and "
+            f"its files (for example `chown -R {uid} {directory} && chmod -R u+rwX "
+            f"{directory}`), then {then}"
+        )
+    elif exc.errno == errno.EIO:
+        todo = (
+            f"the disk failed to read or write {where}: check the device (dmesg, SMART), "
+            f"copy {directory} somewhere safe, then {then}"
+        )
+    elif exc.errno == errno.EROFS:
+        todo = f"{where} is on a read-only file system: remount it read-write, then {then}"
+    else:
+        todo = f"fix {where} ({describe(exc)}), then {then}"
+    return Unreadable(session_id, where, describe(exc), todo + "; nothing of it was changed")
+
+
+def held(session_id: str, path: str | os.PathLike[str], ancestor: str, *, then: str) -> Unreadable:
+    """A descendant held back with its unreadable ancestor."""
+    return Unreadable(
+        session_id,
+        os.fspath(path),
+        f"its ancestor {ancestor} is unreadable",
+        f"comes back with {ancestor}: fix that one, then {then}",
+        held_by=ancestor,
+    )

@@ -1,0 +1,124 @@
+"""``substrat fsck --repair``: the repairs, once :mod:`substrat.fsck` has found what to do.
+
+File-level fixes first (stray temp files and a stale socket removed; bad names,
+corrupt records and an unusable root registry moved to ``quarantine/``), then
+every log is opened with ``EventLog`` (cuts torn tails, replays or drops the
+pending entry) and rewritten without its damaged lines (atomically; the lines
+go to ``quarantine/``), then recovery runs (the code the daemon runs at start),
+and sessions it cannot rebuild are moved to ``quarantine/`` whole. An agent
+whose files cannot be read is skipped and left exactly as it is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from substrat import events, persistence
+from substrat.eventlog import LOG_NAME, PENDING_NAME, EventLog, decode_line
+from substrat.facts import names_turn, turn_ceiling
+from substrat.logs import USER_DIR
+from substrat.registry import registry_path
+from substrat.session import SessionStore
+from substrat.session.store import AGENTS_DIR, QUARANTINE_DIR
+
+if TYPE_CHECKING:
+    from substrat.fsck import FsckReport
+
+
+def repair_root(root: Path, report: FsckReport) -> None:
+    """Repair what ``report`` found (the lock is held exclusively); see substrat.fsck."""
+    store = SessionStore(root)
+    quarantine = root / QUARANTINE_DIR
+    kinds = {f.kind for f in report.problems}
+    for finding in report.problems:
+        target = root / finding.path
+        if finding.kind in ("stray_temp", "stale_socket") and os.path.lexists(target):
+            persistence.durable_unlink(target)
+            finding.repaired = True
+        elif finding.kind == "bad_name" and os.path.lexists(target):
+            persistence.durable_mkdir(quarantine)
+            persistence.durable_rename(target, _free_name(quarantine, f"bad-name.{target.name}"))
+            finding.repaired = True
+        elif finding.kind == "bad_registry" and os.path.lexists(target):
+            # recovery registers every live root again from the logs
+            persistence.durable_mkdir(quarantine)
+            persistence.durable_rename(target, _free_name(quarantine, "registry"))
+    if "corrupt_record" in kinds:
+        store.scan(quarantine=True)
+    logs = [store.log_path(sid) for sid in store.list_dirs()[0]]
+    logs += [root / USER_DIR / LOG_NAME, registry_path(root)]
+    for log_path in logs:
+        try:
+            if os.path.exists(log_path) or os.path.exists(log_path.with_name(PENDING_NAME)):
+                EventLog(log_path).close()  # open repairs; close removes the pending file
+                _drop_damaged_lines(log_path, quarantine)
+        except OSError:
+            continue  # unreadable (reported): it is left exactly as it is
+    report.recovery = asyncio.run(_recover(root))
+    for sid in report.recovery.get("unrecoverable", []):
+        directory = store.session_dir(sid)
+        if directory.exists():
+            persistence.durable_mkdir(quarantine)
+            persistence.durable_rename(directory, _free_name(quarantine, f"{sid}.session"))
+
+
+async def _recover(root: Path) -> dict[str, Any]:
+    from substrat.orchestrator import Orchestrator
+
+    orch = await Orchestrator.open(root)
+    try:
+        report = orch.recovery_report
+        return report.to_dict() if report is not None else {}
+    finally:
+        await orch.close()
+
+
+def _drop_damaged_lines(log_path: Path, quarantine: Path) -> int:
+    """Rewrite a log without its damaged lines, which go to ``quarantine/``.
+
+    An agent's damaged line after its last readable turn line may have been
+    the start of a turn (see substrat.facts): a ``turn.failed`` marked
+    ``reserved`` keeps that turn's id from being handed out again.
+    """
+    raw = persistence.read_bytes(log_path)
+    ceiling = turn_ceiling(log_path) if log_path.parent.parent.name == AGENTS_DIR else 0
+    highest = 0
+    keep = bytearray()
+    dropped = bytearray()
+    seen: set[int] = set()
+    for piece in raw.split(b"\n")[:-1]:  # after EventLog's repair every line ends in \n
+        decoded = decode_line(piece)
+        if isinstance(decoded, str) or decoded["seq"] in seen:
+            dropped += piece + b"\n"
+            continue
+        seen.add(decoded["seq"])
+        keep += piece + b"\n"
+        highest = max(highest, names_turn(decoded) or 0)
+    if not dropped:
+        return 0
+    persistence.durable_mkdir(quarantine)
+    name = f"{log_path.parent.name}.{log_path.name}.damaged"
+    persistence.atomic_write(_free_name(quarantine, name), bytes(dropped))
+    persistence.atomic_write(log_path, bytes(keep))
+    if ceiling > highest:
+        with EventLog(log_path, {"session_id": log_path.parent.name}) as log:
+            log.log(
+                events.TURN_FAILED,
+                {
+                    "turn_id": f"t{ceiling}",
+                    "error": "fsck --repair quarantined damaged lines that may have held "
+                    "this turn's start; its id is reserved",
+                    "reserved": True,
+                },
+            )
+    return dropped.count(b"\n")
+
+
+def _free_name(directory: Path, stem: str) -> Path:
+    index = 0
+    while os.path.lexists(directory / f"{stem}.{index}"):
+        index += 1
+    return directory / f"{stem}.{index}"

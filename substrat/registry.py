@@ -1,0 +1,191 @@
+"""The root registry: which root agents must exist, kept outside their own directories.
+
+A root agent lives only in ``agents/<session-id>/``; a child is also named by
+its parent's committed ``turn.complete``. So a deleted root directory would
+leave nothing behind that knew the root existed. The registry,
+``<root>/roots/events.jsonl``, is an event log (the same format, writer and
+durability as an agent's log: write-ahead pending file, fsync before
+returning, torn tails cut on open, damaged lines skipped and reported) with
+one ``root.registered`` entry per root agent.
+
+The tree is still rebuilt from the agents' logs; the registry only says which
+roots must exist, and so which missing directories are lost data.
+
+Crash rule (create, then register): ``create_root`` writes the record,
+``session.created`` and ``agent.created`` (the commit point), then the
+registration, and only then answers. So a registration exists only for a root
+whose ``agent.created`` was durable: a registered root with no directory is
+always lost data, never a creation cut short. A crash between the commit point
+and the registration leaves a committed root that is not registered yet;
+recovery registers every live root its logs show and the registry lacks (the
+same rule rebuilds the registry after damage). A root whose creation never
+reached ``agent.created`` is never registered, and recovery terminates it as an
+orphan, as before.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from substrat import events, persistence
+from substrat.agents import AgentNode
+from substrat.errors import RootRegistryError
+from substrat.eventlog import (
+    LOG_NAME,
+    Clock,
+    Entry,
+    EventLog,
+    read_log,
+    repair_log,
+    utc_now_iso,
+)
+from substrat.facts import AgentFacts
+from substrat.session import SessionStore
+
+REGISTRY_DIR = "roots"
+FIELDS = ("session_id", "agent_id", "name", "provider", "model")
+_QUARANTINED_SESSION = re.compile(r"([0-9a-f]{32})\.session\.[0-9]+")
+
+
+def root_entry(node: AgentNode) -> dict[str, Any]:
+    """The ``root.registered`` data of a root agent."""
+    return {
+        "session_id": node.session_id,
+        "agent_id": node.agent_id,
+        "name": node.name,
+        "provider": node.provider,
+        "model": node.model,
+    }
+
+
+def creation_from_registry(facts: AgentFacts, data: dict[str, Any]) -> None:
+    """Stand in for a registered root's unreadable ``agent.created`` (and ``session.created``)."""
+    facts.created = {
+        "agent_id": data.get("agent_id"),
+        "name": data.get("name"),
+        "parent_session_id": None,
+        "instructions": str((facts.session_created or {}).get("system_prompt", "")),
+    }
+    if facts.session_created is None:
+        facts.session_created = {"provider": data.get("provider"), "model": data.get("model")}
+
+
+def lost_root(data: dict[str, Any], *, what: str = "") -> dict[str, Any]:
+    """The report of a registered root whose directory (or ``what`` in it) is gone."""
+    sid = str(data.get("session_id"))
+    where = f"agents/{sid}" + (f"/{what}" if what else "")
+    return {
+        "session_id": sid,
+        "agent_id": data.get("agent_id"),
+        "name": data.get("name"),
+        "path": where,
+        "what_to_do": (
+            f"{where} (root agent {data.get('name')!r}) is gone: its turns, messages and "
+            f"children are lost; restore it from a backup, then restart the daemon"
+        ),
+    }
+
+
+def quarantined_sessions(store: SessionStore) -> set[str]:
+    """Session ids an earlier ``fsck --repair`` moved into ``quarantine/`` whole.
+
+    Such a root is not lost: it is held there, and fsck said so when it moved it.
+    """
+    try:
+        names = os.listdir(store.quarantine_dir)
+    except FileNotFoundError:
+        return set()
+    return {m.group(1) for n in names if (m := _QUARANTINED_SESSION.fullmatch(n))}
+
+
+def registry_path(root: str | os.PathLike[str]) -> Path:
+    return Path(root) / REGISTRY_DIR / LOG_NAME
+
+
+@dataclass
+class RegistryRead:
+    """What the registry holds: session id -> its ``root.registered`` data."""
+
+    roots: dict[str, dict[str, Any]] = field(default_factory=dict)
+    damage: dict[str, int] = field(default_factory=dict)
+    problem: str | None = None
+    """Why the registry could not be read at all (then ``roots`` is empty)."""
+
+    def add_all(self, entries: list[Entry]) -> None:
+        for entry in entries:
+            data = entry.get("data")
+            if entry.get("event") == events.ROOT_REGISTERED and type(data) is dict:
+                sid = data.get("session_id")
+                if isinstance(sid, str):
+                    self.roots[sid] = data
+
+
+def read_registry(root: str | os.PathLike[str]) -> RegistryRead:
+    """Read the registry without changing anything (for fsck and the dry run)."""
+    read = RegistryRead()
+    path = registry_path(root)
+    try:
+        log = read_log(path)
+    except OSError as exc:
+        read.problem = f"{path}: {exc}"
+        return read
+    read.add_all(log.entries)
+    read.damage = log.damage.counts()
+    return read
+
+
+class RootRegistry:
+    """The registry of one root, opened lazily, appended to by ``create_root``."""
+
+    def __init__(self, root: str | os.PathLike[str], *, clock: Clock = utc_now_iso) -> None:
+        self.path = registry_path(root)
+        self._clock = clock
+        self._log: EventLog | None = None
+        self.read = RegistryRead()
+
+    def load(self) -> RegistryRead:
+        """Repair and read the registry (recovery does this once, first); leave it closed.
+
+        A registry that cannot be read is reported in ``problem``, never raised:
+        the daemon still serves every agent (only creating roots waits for a fix).
+        """
+        self.close()
+        read = RegistryRead()
+        try:
+            if os.path.lexists(self.path.parent) and not os.path.isdir(self.path.parent):
+                raise NotADirectoryError(f"{self.path.parent} is not a directory")
+            if os.path.lexists(self.path) and not os.path.isfile(self.path):
+                raise IsADirectoryError(f"{self.path} is not a regular file")
+            if os.path.exists(self.path):
+                read.damage = repair_log(self.path, read.add_all).kept_damage().counts()
+        except OSError as exc:
+            read = RegistryRead(problem=f"{self.path}: {exc}")
+        self.read = read
+        return read
+
+    def check_usable(self) -> None:
+        """Raise RootRegistryError (saying what to do) if no root can be registered."""
+        if self.read.problem is not None:
+            raise RootRegistryError(
+                f"the root registry is unusable ({self.read.problem}), so no root agent can "
+                "be created; stop the daemon, run `substrat fsck --repair`, start it again"
+            )
+
+    def register(self, data: dict[str, Any]) -> None:
+        """Register a root durably (returns after the fsync)."""
+        assert set(data) == set(FIELDS), data
+        self.check_usable()
+        if self._log is None or self._log.closed:
+            persistence.durable_mkdir(self.path.parent)
+            self._log = EventLog(self.path, {"endpoint": REGISTRY_DIR}, clock=self._clock)
+        self._log.log(events.ROOT_REGISTERED, data)
+        self.read.roots[data["session_id"]] = dict(data)
+
+    def close(self) -> None:
+        if self._log is not None:
+            self._log.close()
+            self._log = None

@@ -1,0 +1,224 @@
+"""An unreadable agent costs that agent, not the daemon.
+
+One agent's files are made unusable the ways a user's root meets it (a mode-000
+directory, log or record; a read-only directory; an unreadable parent, which
+holds its child back too). The daemon and fsck run as a non-root user would
+see it: as child processes without CAP_DAC_OVERRIDE / CAP_DAC_READ_SEARCH
+(tests/support/privileges.py), so the modes apply even though the tests run
+as root. The daemon starts, serves every other agent, and says which agent it
+held back and what to do (recovery report, ``daemon status``, daemon.log);
+fsck reports it (exit 1) and ``--repair`` leaves it untouched; once the modes
+are fixed the agent comes back whole. EIO is shown in-process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from substrat import logread
+from substrat.client import Client, stop_daemon
+from substrat.orchestrator import Orchestrator
+from tests.support.privileges import unprivileged, why_not_available
+
+CLI = [sys.executable, "-c", "import sys; from substrat.cli import main; sys.exit(main())"]
+_UNAVAILABLE = why_not_available()
+needs_unprivileged = pytest.mark.skipif(
+    _UNAVAILABLE is not None, reason=f"cannot run a child that file modes apply to: {_UNAVAILABLE}"
+)
+
+
+def cli(root: Path, *args: str, drop: bool = True) -> subprocess.CompletedProcess[str]:
+    """A ``substrat`` command (``--json``), as a non-root user unless ``drop`` is False."""
+    return subprocess.run(
+        [*CLI, *args, "--root", str(root), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=unprivileged() if drop else None,
+    )
+
+
+async def _build(root: Path) -> dict[str, str]:
+    orch = await Orchestrator.open(root)
+    try:
+        for name in ("alpha", "beta", "gamma"):
+            await orch.create_root(name, f"{name} instructions")
+        await orch.run_turn("alpha", "@spawn kid helper")
+        await orch.run_turn("alpha/kid", "kid's own turn")
+        await orch.run_turn("beta", "beta remembers this")
+        await orch.run_turn("gamma", "hi")
+        return {a.path: a.session_id for a in orch.agents()}
+    finally:
+        await orch.close()
+
+
+def _histories(root: Path) -> dict[str, list[tuple[str, str]]]:
+    with Client(root) as client:
+        return {
+            a["path"]: [
+                (t["turn_id"], t["prompt"])
+                for t in client.call("agent.history", {"agent": a["agent_id"]})["turns"]
+            ]
+            for a in client.call("agent.list")
+        }
+
+
+def _fingerprint(directory: Path) -> dict[str, tuple[int, str]]:
+    out = {}
+    for path in sorted([directory, *directory.rglob("*")]):
+        info = path.lstat()
+        digest = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else ""
+        out[str(path)] = (info.st_mode, digest)
+    return out
+
+
+# (what is made unusable, the agents held back)
+SHAPES = {
+    "directory": ("beta", 0o000, "", {"beta"}),
+    "log": ("beta", 0o000, "events.jsonl", {"beta"}),
+    "record": ("beta", 0o000, "session.json", {"beta"}),
+    "read_only": ("beta", 0o500, "", {"beta"}),
+    "parent": ("alpha", 0o000, "", {"alpha", "alpha/kid"}),
+}
+
+
+@pytest.fixture
+def daemons(tmp_path: Path) -> Iterator[list[Path]]:
+    roots: list[Path] = []
+    yield roots
+    for root in roots:
+        stop_daemon(root, timeout_s=30)
+
+
+@needs_unprivileged
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_one_unreadable_agent_costs_only_itself(
+    shape: str, root: Path, daemons: list[Path]
+) -> None:
+    sessions = asyncio.run(_build(root))
+    agent, mode, file, held = SHAPES[shape]
+    directory = root / "agents" / sessions[agent]
+    target = directory / file if file else directory
+    before = _fingerprint(directory)
+    with_everything = root.parent / "reference"
+    _copy_and_serve(root, with_everything)
+    if shape == "read_only":
+        for child in directory.iterdir():
+            child.chmod(0o400)
+    healthy = {path for path in sessions if path not in held}
+    target.chmod(mode)
+    try:
+        # 1. the daemon starts, serves every other agent, and says what it held back
+        daemons.append(root)
+        started = cli(root, "daemon", "start")
+        assert started.returncode == 0, started.stderr + (root / "daemon.log").read_text()
+        with Client(root) as client:
+            assert {a["path"] for a in client.call("agent.list")} == healthy
+            answer = client.call("agent.send", {"agent": "gamma", "prompt": "still here?"})
+            assert answer["turn_id"] == "t2"
+        status = json.loads(cli(root, "daemon", "status", drop=False).stdout)
+        held_sids = {item["session_id"]: item for item in status["unreadable"]}
+        assert set(held_sids) == {sessions[p] for p in held}
+        first = held_sids[sessions[agent]]
+        assert first["held_by"] is None and "chmod" in first["what_to_do"]
+        assert "EACCES" in first["error"]
+        report = status["last_recovery"]["report"]
+        assert {item["session_id"] for item in report["unreadable"]} == set(held_sids)
+        assert "held back" in (root / "daemon.log").read_text()
+        assert cli(root, "daemon", "stop").returncode == 0
+
+        # 2. fsck reports it with what to do; --repair leaves it exactly as it was
+        checked = cli(root, "fsck")
+        assert checked.returncode == 1, checked.stdout + checked.stderr
+        findings = json.loads(checked.stdout)["findings"]
+        unreadable = [f for f in findings if f["kind"] == "unreadable"]
+        assert [f["path"] for f in unreadable] == [f"agents/{sessions[agent]}"]
+        assert "chmod" in unreadable[0]["detail"]
+        problems = [f["kind"] for f in findings if f["severity"] != "notice"]
+        assert problems == ["unreadable"], findings
+        repaired = cli(root, "fsck", "--repair")
+        assert repaired.returncode == 1, repaired.stdout + repaired.stderr
+    finally:
+        target.chmod(0o700 if not file else 0o600)
+        if shape == "read_only":
+            for child in directory.iterdir():
+                child.chmod(0o600)
+    assert _fingerprint(directory) == before, "nothing of the held agent may change"
+
+    # 3. fixed: it comes back whole, with the others' new turn kept
+    assert cli(root, "daemon", "start").returncode == 0
+    got = _histories(root)
+    want = _histories(with_everything)
+    assert set(got) == set(sessions)
+    for path in sessions:
+        extra = [("t2", "still here?")] if path == "gamma" else []
+        assert got[path] == want[path] + extra, path
+    status = json.loads(cli(root, "daemon", "status", drop=False).stdout)
+    assert status["unreadable"] == []
+
+
+def _copy_and_serve(root: Path, copy: Path) -> None:
+    """A reference copy of the healthy root, served by a daemon for its histories."""
+    shutil.copytree(root, copy)
+    started = subprocess.run(
+        [*CLI, "daemon", "start", "--root", str(copy)], capture_output=True, timeout=120
+    )
+    assert started.returncode == 0
+
+
+@pytest.fixture(autouse=True)
+def _stop_reference(tmp_path: Path) -> Iterator[None]:
+    yield
+    reference = tmp_path / "reference"
+    if reference.exists():
+        stop_daemon(reference, timeout_s=30)
+
+
+def test_eio_on_one_log_holds_that_agent_back(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    sessions = asyncio.run(_build(root))
+    broken = str(root / "agents" / sessions["beta"] / "events.jsonl")
+    real_open = open
+
+    def failing_open(path: Any, *args: Any, **kwargs: Any) -> Any:
+        if str(path) == broken:
+            raise OSError(errno.EIO, os.strerror(errno.EIO), str(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(logread, "open", failing_open, raising=False)
+
+    async def reopen() -> None:
+        orch = await Orchestrator.open(root)
+        try:
+            assert {a.path for a in orch.agents()} == {"alpha", "alpha/kid", "gamma"}
+            report = orch.recovery_report
+            assert report is not None
+            (item,) = report.unreadable
+            assert item.session_id == sessions["beta"] and "EIO" in item.error
+            assert "check the device" in item.what_to_do
+            assert (await orch.run_turn("gamma", "fine")).turn_id == "t2"
+        finally:
+            await orch.close()
+
+    asyncio.run(reopen())
+    monkeypatch.undo()
+
+    async def fixed() -> set[str]:
+        orch = await Orchestrator.open(root)
+        try:
+            return {a.path for a in orch.agents()}
+        finally:
+            await orch.close()
+
+    assert asyncio.run(fixed()) == set(sessions)
