@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import errno
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 _PERMISSION = (errno.EACCES, errno.EPERM)
@@ -28,6 +28,8 @@ class Unreadable:
     what_to_do: str
     held_by: str | None = None
     """For a descendant held with an unreadable ancestor: that ancestor's session id."""
+    name: str | None = None
+    """The agent's name when something readable knows it (the root registry does, for a root)."""
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -66,7 +68,19 @@ def unreadable(
     return Unreadable(session_id, where, describe(exc), todo + "; nothing of it was changed")
 
 
-def held(session_id: str, path: str | os.PathLike[str], ancestor: str, *, then: str) -> Unreadable:
+def named(items: dict[str, Unreadable], names: dict[str, str]) -> list[Unreadable]:
+    """The held agents, sorted, each with the name ``names`` (session id -> name) knows."""
+    return [replace(item, name=names.get(sid, item.name)) for sid, item in sorted(items.items())]
+
+
+def held(
+    session_id: str,
+    path: str | os.PathLike[str],
+    ancestor: str,
+    *,
+    then: str,
+    name: str | None = None,
+) -> Unreadable:
     """A descendant held back with its unreadable ancestor."""
     return Unreadable(
         session_id,
@@ -74,4 +88,5 @@ def held(session_id: str, path: str | os.PathLike[str], ancestor: str, *, then: 
         f"its ancestor {ancestor} is unreadable",
         f"comes back with {ancestor}: fix that one, then {then}",
         held_by=ancestor,
+        name=name,
     )

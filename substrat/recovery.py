@@ -298,7 +298,8 @@ async def recover(orch: Orchestrator) -> RecoveryReport:
             )
             report.lost_turns.append({"agent_id": node.agent_id, **lost})
         node.lost_turn = lost or f.lost_notice
-    report.unreadable = sorted(unreadable.values(), key=lambda u: u.session_id)
+    names = {sid: str(data.get("name")) for sid, data in registry.roots.items()}
+    report.unreadable = access.named(unreadable, names)
     report.agents = len(orch.tree)
     report.roots = len(orch.tree.roots())
     orch.tree.check()
@@ -343,7 +344,8 @@ def _build_tree(
             if parent_sid in unreadable:
                 ancestor = unreadable[parent_sid].held_by or parent_sid
                 where = orch.store.session_dir(sid)
-                unreadable[sid] = access.held(sid, where, ancestor, then=THEN)
+                name = str(f.created.get("name"))
+                unreadable[sid] = access.held(sid, where, ancestor, then=THEN, name=name)
                 del pending[sid]
                 progressed = True
                 continue

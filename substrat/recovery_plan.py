@@ -243,7 +243,9 @@ def analyze(root: str | os.PathLike[str], *, then: str = "restart the daemon") -
         lost_roots=lost,
         roots_to_register=to_register,
         creations_to_rebuild=rebuild,
-        unreadable=sorted(unreadable.values(), key=lambda u: u.session_id),
+        unreadable=access.named(
+            unreadable, {sid: str(data.get("name")) for sid, data in registry.roots.items()}
+        ),
         registry_problem=registry.problem,
     )
 
@@ -295,6 +297,8 @@ def _hold_descendants(
             parent = (f.created or {}).get("parent_session_id")
             if parent in unreadable:
                 ancestor = unreadable[parent].held_by or parent
-                unreadable[sid] = access.held(sid, store.session_dir(sid), ancestor, then=then)
+                name = str((f.created or {}).get("name"))
+                where = store.session_dir(sid)
+                unreadable[sid] = access.held(sid, where, ancestor, then=then, name=name)
                 del facts[sid]
                 changed = True

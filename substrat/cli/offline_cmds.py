@@ -43,6 +43,9 @@ def fsck(opts: Opts, repair: bool) -> None:
     if report.findings:
         for part in _findings(report, repair, out.width):
             out.print(part)
+    for f in report.problems:
+        if f.repair is None:  # nothing fsck can do: the advice in full, never cut to fit
+            out.print(f"[bold red]{esc(f.kind)}[/] {esc(f.path)}: {esc(f.detail)}")
     problems = report.problems
     if not problems:
         out.print("[green]clean[/]")
@@ -148,6 +151,9 @@ PLAN_STATUS = {
     "record to rebuild from the log": "to rebuild",
     "will be terminated (an ancestor was terminated)": "to terminate",
     "will be terminated (a committed turn ordered it)": "to terminate",
+    "unreadable": "unreadable",
+    "held (an ancestor is unreadable)": "held",
+    "lost (its log is gone)": "lost",
 }
 """Short words for the table; ``--json`` keeps the full status."""
 

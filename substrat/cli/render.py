@@ -270,9 +270,11 @@ def problem_lines(report: dict[str, Any]) -> list[str]:
         lines.append(f"[bold red]lost root agent:[/] {esc(lost.get('what_to_do'))}")
     for item in report.get("unreadable") or []:
         head = "held back" if item.get("held_by") else f"unreadable ({esc(item.get('error'))})"
+        who = (
+            esc(item.get("name")) if item.get("name") else f"agent {short(item.get('session_id'))}"
+        )
         lines.append(
-            f"[bold red]{head}:[/] agent {short(item.get('session_id'))} at "
-            f"{esc(item.get('path'))}; {esc(item.get('what_to_do'))}"
+            f"[bold red]{head}:[/] {who} at {esc(item.get('path'))}; {esc(item.get('what_to_do'))}"
         )
     if report.get("registry_problem"):
         lines.append(f"[bold red]root registry unusable:[/] {esc(report['registry_problem'])}")

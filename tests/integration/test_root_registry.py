@@ -16,8 +16,6 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -29,32 +27,12 @@ from oracle.workload import Step
 from substrat import fsck
 from substrat.client import Client, DaemonProcess
 from substrat.orchestrator import Orchestrator
-
-
-async def _build(root: Path) -> dict[str, str]:
-    orch = await Orchestrator.open(root)
-    try:
-        for name in ("alpha", "beta", "gamma"):
-            await orch.create_root(name, f"{name} instructions")
-        await orch.run_turn("alpha", "@spawn kid helper")
-        await orch.run_turn("beta", "hello")
-        return {a.path: a.session_id for a in orch.agents()}
-    finally:
-        await orch.close()
+from tests.support.roots import cli, three_roots
 
 
 @pytest.fixture
 def built(root: Path) -> dict[str, str]:
-    return asyncio.run(_build(root))
-
-
-CLI = [sys.executable, "-c", "import sys; from substrat.cli import main; sys.exit(main())"]
-
-
-def cli(root: Path, *args: str, as_json: bool = True) -> subprocess.CompletedProcess[str]:
-    """A ``substrat`` command as a process (``--json`` unless told otherwise)."""
-    flags = ["--root", str(root), *(["--json"] if as_json else [])]
-    return subprocess.run([*CLI, *args, *flags], capture_output=True, text=True, timeout=120)
+    return asyncio.run(three_roots(root))
 
 
 def _served(root: Path) -> set[str]:

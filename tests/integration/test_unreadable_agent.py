@@ -20,7 +20,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,9 +29,9 @@ import pytest
 from substrat import logread
 from substrat.client import Client, stop_daemon
 from substrat.orchestrator import Orchestrator
+from tests.support import roots
 from tests.support.privileges import unprivileged, why_not_available
 
-CLI = [sys.executable, "-c", "import sys; from substrat.cli import main; sys.exit(main())"]
 _UNAVAILABLE = why_not_available()
 needs_unprivileged = pytest.mark.skipif(
     _UNAVAILABLE is not None, reason=f"cannot run a child that file modes apply to: {_UNAVAILABLE}"
@@ -41,27 +40,7 @@ needs_unprivileged = pytest.mark.skipif(
 
 def cli(root: Path, *args: str, drop: bool = True) -> subprocess.CompletedProcess[str]:
     """A ``substrat`` command (``--json``), as a non-root user unless ``drop`` is False."""
-    return subprocess.run(
-        [*CLI, *args, "--root", str(root), "--json"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        preexec_fn=unprivileged() if drop else None,
-    )
-
-
-async def _build(root: Path) -> dict[str, str]:
-    orch = await Orchestrator.open(root)
-    try:
-        for name in ("alpha", "beta", "gamma"):
-            await orch.create_root(name, f"{name} instructions")
-        await orch.run_turn("alpha", "@spawn kid helper")
-        await orch.run_turn("alpha/kid", "kid's own turn")
-        await orch.run_turn("beta", "beta remembers this")
-        await orch.run_turn("gamma", "hi")
-        return {a.path: a.session_id for a in orch.agents()}
-    finally:
-        await orch.close()
+    return roots.cli(root, *args, preexec=unprivileged() if drop else None)
 
 
 def _histories(root: Path) -> dict[str, list[tuple[str, str]]]:
@@ -107,7 +86,7 @@ def daemons(tmp_path: Path) -> Iterator[list[Path]]:
 def test_one_unreadable_agent_costs_only_itself(
     shape: str, root: Path, daemons: list[Path]
 ) -> None:
-    sessions = asyncio.run(_build(root))
+    sessions = asyncio.run(roots.three_roots(root))
     agent, mode, file, held = SHAPES[shape]
     directory = root / "agents" / sessions[agent]
     target = directory / file if file else directory
@@ -133,6 +112,10 @@ def test_one_unreadable_agent_costs_only_itself(
         assert set(held_sids) == {sessions[p] for p in held}
         first = held_sids[sessions[agent]]
         assert first["held_by"] is None and "chmod" in first["what_to_do"]
+        assert first["name"] == agent, "a root's name is in the registry"
+        if shape == "parent":
+            assert held_sids[sessions["alpha/kid"]]["name"] == "kid"
+            assert held_sids[sessions["alpha/kid"]]["held_by"] == sessions["alpha"]
         assert "EACCES" in first["error"]
         report = status["last_recovery"]["report"]
         assert {item["session_id"] for item in report["unreadable"]} == set(held_sids)
@@ -172,10 +155,8 @@ def test_one_unreadable_agent_costs_only_itself(
 def _copy_and_serve(root: Path, copy: Path) -> None:
     """A reference copy of the healthy root, served by a daemon for its histories."""
     shutil.copytree(root, copy)
-    started = subprocess.run(
-        [*CLI, "daemon", "start", "--root", str(copy)], capture_output=True, timeout=120
-    )
-    assert started.returncode == 0
+    started = roots.cli(copy, "daemon", "start")
+    assert started.returncode == 0, started.stderr
 
 
 @pytest.fixture(autouse=True)
@@ -187,7 +168,7 @@ def _stop_reference(tmp_path: Path) -> Iterator[None]:
 
 
 def test_eio_on_one_log_holds_that_agent_back(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    sessions = asyncio.run(_build(root))
+    sessions = asyncio.run(roots.three_roots(root))
     broken = str(root / "agents" / sessions["beta"] / "events.jsonl")
     real_open = open
 

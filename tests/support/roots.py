@@ -1,0 +1,41 @@
+"""A small root built with the real orchestrator, and the CLI run as a process, for tests."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from substrat.orchestrator import Orchestrator
+
+CLI = [sys.executable, "-c", "import sys; from substrat.cli import main; sys.exit(main())"]
+"""``substrat`` through this interpreter (no console script on PATH needed)."""
+
+
+async def three_roots(root: Path) -> dict[str, str]:
+    """Roots alpha (with a child, kid), beta and gamma, one turn each; path -> session id."""
+    orch = await Orchestrator.open(root)
+    try:
+        for name in ("alpha", "beta", "gamma"):
+            await orch.create_root(name, f"{name} instructions")
+        await orch.run_turn("alpha", "@spawn kid helper")
+        await orch.run_turn("alpha/kid", "kid's own turn")
+        await orch.run_turn("beta", "beta remembers this")
+        await orch.run_turn("gamma", "hi")
+        return {a.path: a.session_id for a in orch.agents()}
+    finally:
+        await orch.close()
+
+
+def cli(
+    root: Path,
+    *args: str,
+    as_json: bool = True,
+    preexec: Callable[[], None] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """A ``substrat`` command on ``root`` (``--json`` unless told otherwise)."""
+    flags = ["--root", str(root), *(["--json"] if as_json else [])]
+    return subprocess.run(
+        [*CLI, *args, *flags], capture_output=True, text=True, timeout=120, preexec_fn=preexec
+    )
