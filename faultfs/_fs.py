@@ -90,6 +90,17 @@ class FaultFS(Syscalls):
     call has one boundary before and one after it). After a crash,
     ``crash_image(mode)`` returns a new FaultFS holding what the disk would
     show; recovery runs on that.
+
+    ``profile`` names the file system whose crash behaviour is modelled
+    (``posix``, ``ext4-ordered``, ``lazyfs``). ``outside`` says what happens
+    to paths outside ``root`` while active. ``block_size`` (bytes, default
+    4096) is the unit in which the torn mode lands a write on the block-based
+    profiles (posix, ext4-ordered): a write is cut only at multiples of it, so
+    at 4096 a small append inside one block is never torn into a partial
+    prefix there (it can still land as zeros, or as garbage on posix); use 512
+    to model a disk that only guarantees sector atomicity. LazyFS splits
+    writes by bytes, whatever the block size. ``record_trace`` keeps ``trace``
+    and the issuing frames (needed for cause analysis).
     """
 
     def __init__(

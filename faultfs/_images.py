@@ -2,8 +2,9 @@
 
 * process: everything the process saw (the page cache survives a kill -9).
 * power: only the durable layer.
-* torn: power, with one unsynced write of one file torn at block boundaries,
-  or its extension landed as zeros or garbage.
+* torn: power, with one unsynced write of one file half-done in one of the
+  shapes the profile allows (block-aligned parts, zeros or garbage in an
+  extension, LazyFS's byte-granular parts).
 * reorder: power plus a subset of the unsynced operations, closed under the
   profile's ordering rules (a journal persists namespace changes in order;
   auto_da_alloc forces a replaced file's data out with the rename).
@@ -26,6 +27,9 @@ MODES = ("process", "power", "torn", "reorder")
 MAX_EXHAUSTIVE_UNITS = 10
 # A write spanning many blocks is torn at no more than this many boundaries.
 MAX_CUTS_PER_WRITE = 4
+# LazyFS's torn-op fault splits a write into this many equal parts (its
+# documented example, parts=3).
+LAZYFS_PARTS = 3
 
 
 @dataclass(frozen=True)
@@ -78,6 +82,7 @@ def _build(
             for target in node.entries.values():
                 image.inodes[target].nlink += 1
     image.next_ino = max(model.next_ino, max(image.inodes) + 1)
+    image.clock = model.clock  # keeps operation order monotonic across crashes
     return image
 
 
@@ -161,16 +166,23 @@ def durable_files(model: Model) -> list[tuple[str, Inode]]:
 
 
 def _tears(
-    prior: bytes, offset: int, payload: bytes, block_size: int, rng: random.Random
+    prior: bytes,
+    offset: int,
+    payload: bytes,
+    block_size: int,
+    rng: random.Random,
+    shapes: frozenset[str],
 ) -> Iterator[tuple[str, bytes]]:
-    """The ways one write can be half-done on the disk, given the bytes before it."""
+    """The ``shapes`` in which one write can be half-done on the disk, given the bytes before it."""
     if not payload:
         return
     end = offset + len(payload)
     size = len(prior)
     if end > size:
-        yield "size extended, data zeros", prior + bytes(end - size)
-        yield "size extended, garbage", prior + rng.randbytes(end - size)
+        if "zeros" in shapes:
+            yield "size extended, data zeros", prior + bytes(end - size)
+        if "garbage" in shapes:
+            yield "size extended, garbage", prior + rng.randbytes(end - size)
     cuts = list(range((offset // block_size + 1) * block_size, end, block_size))
     if len(cuts) > MAX_CUTS_PER_WRITE:
         step = (len(cuts) - 1) / (MAX_CUTS_PER_WRITE - 1)
@@ -178,11 +190,36 @@ def _tears(
     blocks = len(cuts) + 1
     for cut in cuts:
         head = apply_data_ops(prior, [(0, WRITE, offset, payload[: cut - offset])])
-        yield f"first blocks up to byte {cut} of {blocks} blocks landed", head
-        if end > len(head):
+        if "prefix" in shapes:
+            yield f"first blocks up to byte {cut} of {blocks} blocks landed", head
+        if "prefix-zeros" in shapes and end > len(head):
             yield f"first blocks up to byte {cut} landed, zero tail", head + bytes(end - len(head))
-        tail = apply_data_ops(prior, [(0, WRITE, cut, payload[cut - offset :])])
-        yield f"blocks from byte {cut} landed (hole before)", tail
+        if "suffix" in shapes:
+            tail = apply_data_ops(prior, [(0, WRITE, cut, payload[cut - offset :])])
+            yield f"blocks from byte {cut} landed (hole before)", tail
+    if "parts" in shapes:
+        for persisted, parts in lazyfs_parts(len(payload)):
+            ops = [(0, WRITE, offset + start, payload[start:stop]) for start, stop in parts]
+            yield f"parts {persisted} of {LAZYFS_PARTS} landed", apply_data_ops(prior, ops)
+
+
+def lazyfs_parts(length: int) -> Iterator[tuple[tuple[int, ...], list[tuple[int, int]]]]:
+    """LazyFS torn-op with ``parts=3``: each proper subset of parts, as byte ranges.
+
+    As in LazyFS's split_write, a part is ``length // 3`` bytes and the
+    remainder joins the last part of the persisted subset.
+    """
+    each, extra = divmod(length, LAZYFS_PARTS)
+    for count in range(1, LAZYFS_PARTS):
+        for persisted in itertools.combinations(range(1, LAZYFS_PARTS + 1), count):
+            ranges = []
+            for number in persisted:
+                start = (number - 1) * each
+                stop = start + each + (extra if number == persisted[-1] else 0)
+                if stop > start:
+                    ranges.append((start, stop))
+            if ranges:
+                yield persisted, ranges
 
 
 def torn_choices(model: Model, block_size: int, seed: int) -> Iterator[ImageChoice]:
@@ -192,7 +229,8 @@ def torn_choices(model: Model, block_size: int, seed: int) -> Iterator[ImageChoi
         for index, op in enumerate(node.pending):
             _gseq, kind, arg, payload = op
             if kind == WRITE:
-                for detail, content in _tears(prior, arg, payload, block_size, rng):
+                tears = _tears(prior, arg, payload, block_size, rng, model.profile.torn_shapes)
+                for detail, content in tears:
                     yield ImageChoice(
                         tear=(node.ino, content),
                         torn=op[0],

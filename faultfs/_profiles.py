@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from faultfs.errors import ConfigError
+
+# The ways one unsynced write can be half-done on the disk after a crash (see
+# docs/faultfs.md, "Torn writes", for which file system leaves which):
+#   zeros         the file's size covers the write, its new range reads zeros
+#   garbage       the same, but the new range holds stale bytes
+#   prefix        the first blocks landed (an extension ends after them)
+#   prefix-zeros  the first blocks landed, the rest of the extension reads zeros
+#   suffix        the blocks after a cut landed, the ones before did not
+#   parts         LazyFS torn-op: the write split into three equal parts (the
+#                 remainder joins the last persisted part), any of them landed
+TORN_SHAPES = ("zeros", "garbage", "prefix", "prefix-zeros", "suffix", "parts")
 
 
 @dataclass(frozen=True)
@@ -27,13 +38,39 @@ class Profile:
     # Renaming over an existing file forces the source's data out first, as
     # ext4's auto_da_alloc heuristic does.
     replace_flushes_data: bool
+    # The torn shapes (TORN_SHAPES) a crash may leave of one unsynced write.
+    torn_shapes: frozenset[str] = field(default=frozenset(TORN_SHAPES))
+
+    def __post_init__(self) -> None:
+        unknown = set(self.torn_shapes) - set(TORN_SHAPES)
+        if unknown:
+            raise ConfigError(f"unknown torn shapes {sorted(unknown)}; choose from {TORN_SHAPES}")
 
 
+# POSIX promises nothing about a crash: the strict profile allows every shape
+# any modelled file system leaves, so code that passes it passes them all.
 POSIX = Profile("posix", meta_immediate=False, meta_journal=False, replace_flushes_data=False)
+# data=ordered writes data blocks before the metadata that exposes them, so an
+# extension never shows stale blocks; with unwritten extents (dioread_nolock,
+# the default since Linux 5.6) the size can be committed before the blocks are
+# converted, which reads as zeros. Whole blocks only.
 EXT4_ORDERED = Profile(
-    "ext4-ordered", meta_immediate=False, meta_journal=True, replace_flushes_data=True
+    "ext4-ordered",
+    meta_immediate=False,
+    meta_journal=True,
+    replace_flushes_data=True,
+    torn_shapes=frozenset(("zeros", "prefix", "prefix-zeros", "suffix")),
 )
-LAZYFS = Profile("lazyfs", meta_immediate=True, meta_journal=False, replace_flushes_data=False)
+# LazyFS persists the chosen parts of a torn write with pwrite on the backing
+# file (lazyfs.cpp, split_write): real bytes or holes, never garbage, at byte
+# granularity.
+LAZYFS = Profile(
+    "lazyfs",
+    meta_immediate=True,
+    meta_journal=False,
+    replace_flushes_data=False,
+    torn_shapes=frozenset(("parts",)),
+)
 
 PROFILES: dict[str, Profile] = {p.name: p for p in (POSIX, EXT4_ORDERED, LAZYFS)}
 

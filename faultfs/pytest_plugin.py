@@ -9,7 +9,9 @@ the distribution can use them::
         ...
 
 Options go in a marker: ``@pytest.mark.faultfs(profile="ext4-ordered",
-outside="refuse", block_size=512)``.
+outside="refuse", block_size=512)``; they are FaultFS's (``block_size`` is
+the torn-write unit in bytes, 4096 by default) and ``faultfs_explore`` passes
+``profile`` and ``block_size`` on to explore().
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         f"{_MARKER}(profile='posix', outside='passthrough', block_size=4096, root=None): "
-        "options for the faultfs fixture",
+        "options for the faultfs fixtures (block_size: the torn-write unit in bytes)",
     )
 
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
-from faultfs import FaultFS
+from faultfs import FaultFS, Profile
 from faultfs.errors import ConfigError
 
 ROOT = "/faultfs-images"
@@ -127,30 +127,87 @@ def test_unlink_and_link_durability() -> None:
 # ------------------------------------------------------------------- torn
 
 
-def test_torn_small_append_extends_with_zeros_or_garbage() -> None:
+def torn_contents(
+    profile: str, prior: bytes, payload: bytes, flags: int, block_size: int
+) -> list[bytes]:
+    """The torn images of one unsynced write of ``payload`` onto a durable file ``prior``."""
+
     def steps(fs: FaultFS) -> None:
-        write(fs.path("log"), b"rec0\n", sync=True)
+        write(fs.path("f"), prior, sync=True)
         fsync_path(fs.root)
-        write(fs.path("log"), b"rec1\n", flags=os.O_APPEND)
+        write(fs.path("f"), payload, flags=flags)
 
-    images = trees(run("posix", steps), "torn")
-    assert images[0] == {"log": b"rec0\n\0\0\0\0\0"}
-    garbage = images[1]["log"]
-    assert garbage is not None and garbage[:5] == b"rec0\n" and len(garbage) == 10
-    assert garbage[5:] != b"rec1\n"
-    assert len(images) == 2
+    images = trees(run(profile, steps, block_size=block_size), "torn")
+    contents = [tree["f"] for tree in images]
+    assert all(c is not None for c in contents)
+    assert len(set(contents)) == len(contents)  # distinct images only
+    return [c for c in contents if c is not None]
 
 
-def test_torn_multi_block_write_lands_block_aligned_parts() -> None:
-    def steps(fs: FaultFS) -> None:
-        write(fs.path("f"), b"a" * 8, sync=True)
-        fsync_path(fs.root)
-        write(fs.path("f"), b"b" * 8, flags=0)  # overwrite in place: two 4-byte blocks
+Z = b"\0"
+# Appending b"abcdefghi" to b"0123" with 4-byte blocks (cuts at bytes 8 and 12).
+APPEND_EXT4 = {
+    b"0123" + Z * 9,  # zeros: the size was committed, the blocks never converted
+    b"0123abcd",  # prefix: the first block landed, the size covers it
+    b"0123abcdefgh",
+    b"0123abcd" + Z * 5,  # prefix-zeros
+    b"0123abcdefgh" + Z,
+    b"0123" + Z * 4 + b"efghi",  # suffix: a later block landed first
+    b"0123" + Z * 8 + b"i",
+}
+APPEND_LAZYFS = {  # torn-op parts=3, each 3 bytes: every proper subset persisted
+    b"0123abc",
+    b"0123" + Z * 3 + b"def",
+    b"0123" + Z * 6 + b"ghi",
+    b"0123abcdef",
+    b"0123abc" + Z * 3 + b"ghi",
+    b"0123" + Z * 3 + b"defghi",
+}
 
-    images = trees(run("posix", steps, block_size=4), "torn")
-    assert {"f": b"bbbbaaaa"} in images  # the first block landed
-    assert {"f": b"aaaabbbb"} in images  # only the second did
-    assert {"f": b"a" * 8} not in images and {"f": b"b" * 8} not in images
+
+@pytest.mark.parametrize(
+    ("profile", "expected"),
+    [("ext4-ordered", APPEND_EXT4), ("lazyfs", APPEND_LAZYFS)],
+)
+def test_torn_append_leaves_exactly_the_profiles_shapes(profile: str, expected: set[bytes]) -> None:
+    got = torn_contents(profile, b"0123", b"abcdefghi", os.O_APPEND, block_size=4)
+    assert set(got) == expected
+
+
+def test_posix_torn_append_allows_every_shape_plus_garbage() -> None:
+    got = set(torn_contents("posix", b"0123", b"abcdefghi", os.O_APPEND, block_size=4))
+    garbage = got - APPEND_EXT4 - APPEND_LAZYFS
+    assert got >= APPEND_EXT4 | APPEND_LAZYFS
+    (stale,) = garbage  # exactly one more: the extension holding stale bytes
+    assert stale[:4] == b"0123" and len(stale) == 13 and stale[4:] != b"abcdefghi"
+
+
+def test_torn_overwrite_in_place_keeps_old_bytes_where_nothing_landed() -> None:
+    def got(profile: str) -> set[bytes]:
+        return set(torn_contents(profile, b"a" * 8, b"b" * 8, 0, block_size=4))
+
+    ext4 = {b"bbbbaaaa", b"aaaabbbb"}  # one of the two blocks landed; no extension
+    # parts of 2 bytes, the remainder (2) joins the last persisted part
+    lazyfs = {b"bbbbaaaa", b"aabbbbaa", b"aaaabbbb", b"bbbbbbaa", b"bbaabbbb", b"aabbbbbb"}
+    assert got("ext4-ordered") == ext4
+    assert got("lazyfs") == lazyfs
+    assert got("posix") == ext4 | lazyfs
+
+
+def test_a_small_append_is_never_torn_into_a_prefix_at_4096_on_ext4() -> None:
+    record = b"rec1\n"
+    ext4 = torn_contents("ext4-ordered", b"rec0\n", record, os.O_APPEND, block_size=4096)
+    assert ext4 == [b"rec0\n" + Z * 5]  # the whole block or nothing: zeros at worst
+    lazyfs = set(torn_contents("lazyfs", b"rec0\n", record, os.O_APPEND, block_size=4096))
+    # LazyFS splits by bytes, whatever the block size: a prefix is possible there.
+    assert b"rec0\nrec" in lazyfs and b"rec0\nrec1" in lazyfs
+    posix = set(torn_contents("posix", b"rec0\n", record, os.O_APPEND, block_size=4096))
+    assert set(ext4) | lazyfs < posix and len(posix) == len(lazyfs) + 2  # + zeros, garbage
+
+
+def test_unknown_torn_shape_is_refused() -> None:
+    with pytest.raises(ConfigError, match="torn shapes"):
+        Profile("mine", False, False, False, torn_shapes=frozenset(("confetti",)))
 
 
 def test_torn_image_of_a_fully_synced_state_is_the_power_image() -> None:
