@@ -30,6 +30,8 @@ from faultfs._images import ImageChoice, durable_image, process_image
 from faultfs._model import TRUNCATE, Model
 from faultfs._trace import Frame, Op
 
+# Operations that destroy an old copy of data (what a new copy must precede).
+DESTRUCTIVE_KINDS = frozenset(("truncate", "unlink", "rmdir"))
 # Callers shown after an operation's own frame in a report.
 SHOWN_CALLERS = 2
 # Operations that advance the model's clock (their seq names them uniquely).
@@ -93,10 +95,10 @@ def _anchored(finding: Finding) -> bool:
     no reason of its own: in a set of operations lost together it yields to a
     member that has one.
     """
-    if finding.kind in ("unsynced-data", "lost-truncate"):
+    if finding.kind == "lost-truncate":
         return False
-    if finding.kind == "entry-not-durable":
-        return any(s.role == "acknowledged" for s in finding.steps)
+    if finding.kind in ("entry-not-durable", "unsynced-data"):
+        return any(s.role in ("acknowledged", "then") for s in finding.steps)
     return True
 
 
@@ -241,8 +243,11 @@ class CrashPoint:
         if unit.meta:
             entry: tuple[Step, ...] = (_step(op.kind, op),)
             ack = self._ack_after(unit.gseq)
+            later = self._destroyed_after(unit.gseq, op.path) if ack is None else None
             if ack is not None:
                 entry += (_ack_step(ack),)
+            elif later is not None:
+                entry += (_step("then", later),)
             return Finding("entry-not-durable", ("entry-not-durable", op.kind, op.site), entry, "")
         node = self.model.inodes[unit.ino]
         if op.kind == "truncate":
@@ -268,7 +273,23 @@ class CrashPoint:
             steps = (_step("write", op), _ack_step(ack))
             key = ("unsynced-before-ack", _site(ack))
             return Finding("unsynced-before-ack", key, steps, "")
-        return Finding("unsynced-data", ("unsynced-data", op.site), (_step("write", op),), "")
+        lost: tuple[Step, ...] = (_step("write", op),)
+        later = self._destroyed_after(unit.gseq, op.path)
+        if later is not None:
+            lost += (_step("then", later),)
+        return Finding("unsynced-data", ("unsynced-data", op.site), lost, "")
+
+    def _destroyed_after(self, gseq: int, path: str) -> Op | None:
+        """The first later truncate, unlink or rmdir of another file: what made a loss matter.
+
+        ALICE's ordering vulnerabilities: a new copy must be durable before
+        the old one is destroyed. Every operation after the lost one is kept
+        when a single loss is tried, so the first such op is the one relied on.
+        """
+        for op in self.trace:
+            if op.seq > gseq and op.kind in DESTRUCTIVE_KINDS and op.path != path:
+                return op
+        return None
 
     def _published_by(self, unit: Unit) -> Op | None:
         """The first rename or link after ``unit`` that gave its file a new name."""
@@ -417,9 +438,12 @@ def describe(kind: str, steps: tuple[Step, ...], note: str, where: Where) -> tup
 
     write = first("write")
     file = where.path(write.path) if write is not None else "?"
-    acked = (
-        f" before it was acknowledged at {at('acknowledged')}" if "acknowledged" in by_role else ""
-    )
+    acked = ""
+    if "acknowledged" in by_role:
+        acked = f" before it was acknowledged at {at('acknowledged')}"
+    elif "then" in by_role:
+        then = by_role["then"][0]
+        acked = f" before the {then.kind} of {where.path(then.path)} at {at('then')}"
     if kind == "unsynced-before-rename":
         publisher = first("rename") or first("link")
         verb = publisher.kind if publisher is not None else "rename"
@@ -438,6 +462,9 @@ def describe(kind: str, steps: tuple[Step, ...], note: str, where: Where) -> tup
             "fsync the file before acknowledging (or acknowledge only after an fsync returned)",
         )
     if kind == "unsynced-data":
+        if acked:
+            summary = f"data written to {file} at {at('write')} was never fsynced{acked}"
+            return summary, f"fsync the file{acked}"
         summary = (
             f"data written to {file} at {at('write')} was never fsynced, and recovery needs it"
         )
@@ -459,8 +486,11 @@ def describe(kind: str, steps: tuple[Step, ...], note: str, where: Where) -> tup
         )
         return summary, "fsync the file after truncating it"
     if kind == "entry-not-durable":
-        entry = next((s for s in steps if s.role != "acknowledged"), None)
-        return _entry(entry, acked, where)
+        entry = next((s for s in steps if s.role not in ("acknowledged", "then")), None)
+        summary, fix = _entry(entry, acked, where)
+        if "then" in by_role:
+            fix += f", before the {by_role['then'][0].kind} at {at('then')}"
+        return summary, fix
     if kind == "fsync-error":
         summary = (
             f"data written to {file} at {at('write')} was dropped when the fsync at "

@@ -79,3 +79,13 @@ class ExploreFailed(FaultFSError, AssertionError):
     operation at the crash, each with its trace and reproduction key. Use
     ``report.replay(failure, workload)`` to get the failing image back.
     """
+
+
+class RecoveryCheckFailed(FaultFSError, AssertionError):
+    """A CrashStateMachine's check failed on a recovered crash image.
+
+    The message says which step crashed where, in which mode and profile, what
+    the image kept, and how the recovered state differs from what the
+    acknowledged operations require. Hypothesis prints the shrunk steps that
+    reproduce it; run them again to debug.
+    """

@@ -1,0 +1,494 @@
+"""Crash-recovery state machines for your own storage code, in Hypothesis's style.
+
+Subclass :class:`CrashStateMachine`, write rules with this module's
+:func:`rule` (a drop-in for :func:`hypothesis.stateful.rule`) that perform
+operations on your store and record what it acknowledged, and say how to
+recover and what the recovered store must hold::
+
+    from hypothesis import strategies as st
+    from faultfs.stateful import CrashStateMachine, rule
+
+    class KVMachine(CrashStateMachine):
+        def recover(self):                      # at the start and after every crash
+            self.store = KVStore(self.fs.root)  # KVStore's own recovery runs here
+
+        @rule(key=st.sampled_from("ab"), value=st.text(max_size=3))
+        def put(self, key, value):
+            with self.acknowledging(("put", key, value)):
+                self.store.put(key, value)
+
+        def observe(self):
+            return self.store.items()
+
+        def expected(self, acked):
+            state = {}
+            for _op, key, value in acked:
+                state[key] = value
+            return state
+
+    TestKV = KVMachine.TestCase
+
+Every rule gets a ``crash`` argument: ``None`` (run it), or a :class:`Crash`
+that crashes it at an I/O boundary inside it (or right after it) in a crash
+mode, takes one crash image, recovers (itself crashed sometimes), and checks
+the recovered store against the acknowledged operations. The file-system
+profile is drawn once per run. Hypothesis shrinks a failure to a short list
+of steps, printed as code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, NamedTuple
+
+try:
+    from hypothesis import strategies as st
+except ImportError:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        "faultfs.stateful builds on Hypothesis, which is not installed: pip install hypothesis"
+    ) from None
+from hypothesis.stateful import (
+    Bundle,
+    MultipleResults,
+    RuleBasedStateMachine,
+    consumes,
+    multiple,
+    precondition,
+)
+from hypothesis.stateful import initialize as _initialize
+from hypothesis.stateful import invariant as _invariant
+from hypothesis.stateful import rule as _rule
+
+from faultfs._causes import CrashPoint, Finding, Outcome, Where, describe
+from faultfs._fs import DEFAULT_BLOCK_SIZE, FaultFS
+from faultfs._images import MODES
+from faultfs._model import Model
+from faultfs._profiles import PROFILES, get_profile
+from faultfs._trace import display_path, is_user_file
+from faultfs.errors import ConfigError, RecoveryCheckFailed, SimulatedCrash
+
+__all__ = [
+    "Bundle",
+    "Crash",
+    "CrashStateMachine",
+    "consumes",
+    "initialize",
+    "invariant",
+    "multiple",
+    "precondition",
+    "rule",
+]
+
+# The argument every crashable rule takes (the drawn crash plan, or None).
+CRASH_ARG = "crash"
+# Image seeds drawn per crash: several images of one crash point differ.
+IMAGE_SEEDS = 8
+_MARKER = "_faultfs_rule"
+
+
+@dataclass(frozen=True)
+class Crash:
+    """Where a step crashes and what the crash leaves.
+
+    ``at`` is the I/O boundary inside the step (each mutating call has one
+    before and one after it; past the step's last boundary the crash comes
+    right after the step returned). ``mode`` is the crash mode, ``image`` the
+    seed that picks one of its images. ``recovery_at``, if set, crashes
+    recovery too at that boundary (same mode and seed), then recovers again.
+    """
+
+    at: int
+    mode: str
+    image: int = 0
+    recovery_at: int | None = None
+
+    def __repr__(self) -> str:
+        extra = "" if not self.image else f", image={self.image}"
+        if self.recovery_at is not None:
+            extra += f", recovery_at={self.recovery_at}"
+        return f"Crash(at={self.at}, mode={self.mode!r}{extra})"
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(repr(self))
+
+
+class _RuleSpec(NamedTuple):
+    function: Callable[..., Any]
+    crashes: bool
+    targets: Any
+    target: Any
+    arguments: dict[str, Any]
+
+
+def rule(
+    *,
+    targets: Sequence[Bundle[Any]] = (),
+    target: Bundle[Any] | None = None,
+    crashes: bool = True,
+    **kwargs: st.SearchStrategy[Any],
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """:func:`hypothesis.stateful.rule` for a :class:`CrashStateMachine`.
+
+    The rule runs inside the machine's FaultFS. Unless ``crashes=False``, it
+    also takes a drawn ``crash`` argument (a :class:`Crash` or ``None``): the
+    base class crashes the step there, recovers and checks. Give
+    ``crashes=False`` to rules that only read.
+    """
+    if CRASH_ARG in kwargs:
+        raise ConfigError(f"a rule argument may not be called {CRASH_ARG!r}: faultfs draws it")
+
+    def mark(function: Callable[..., Any]) -> Callable[..., Any]:
+        spec = _RuleSpec(function, crashes, targets, target, dict(kwargs))
+        setattr(function, _MARKER, spec)
+        return function
+
+    return mark
+
+
+def initialize(
+    *, targets: Sequence[Bundle[Any]] = (), target: Bundle[Any] | None = None, **kwargs: Any
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """:func:`hypothesis.stateful.initialize`, run inside the machine's FaultFS (never crashed)."""
+
+    def decorate(function: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(function)
+        def step(self: CrashStateMachine, **arguments: Any) -> Any:
+            with self.fs:
+                return function(self, **arguments)
+
+        decorator: Any = _initialize(targets=targets, target=target, **kwargs)  # type: ignore[arg-type]
+        return decorator(step)
+
+    return decorate
+
+
+def invariant(
+    *, check_during_init: bool = False
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """:func:`hypothesis.stateful.invariant`, run inside the machine's FaultFS."""
+
+    def decorate(function: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(function)
+        def check(self: CrashStateMachine) -> Any:
+            with self.fs:
+                return function(self)
+
+        return _invariant(check_during_init=check_during_init)(check)
+
+    return decorate
+
+
+class CrashStateMachine(RuleBasedStateMachine):
+    """A Hypothesis state machine whose steps crash, recover and check.
+
+    Override :meth:`recover` (open the store on ``self.fs``; its recovery
+    runs here) and either :meth:`observe` and :meth:`expected`, or
+    :meth:`check`. Mark what the store acknowledged with
+    :meth:`acknowledging` (or :meth:`ack`). Optional: :meth:`setup` for files
+    that exist before the first step.
+
+    Class attributes configure the crashes: ``profiles`` (drawn once per
+    run), ``modes``, ``root`` (the simulated directory, never touched on the
+    real disk), ``block_size`` (bytes, the torn-write unit of the block-based
+    profiles: at 4096 a small append inside one block is never torn into a
+    partial prefix there), ``max_crash_at`` (how deep inside a step a crash is
+    drawn, in boundaries) and ``crash_recovery`` (whether recovery itself is
+    crashed too).
+    """
+
+    root: ClassVar[str] = "/faultfs-machine"
+    profiles: ClassVar[tuple[str, ...]] = ("posix", "ext4-ordered", "lazyfs")
+    modes: ClassVar[tuple[str, ...]] = MODES
+    block_size: ClassVar[int] = DEFAULT_BLOCK_SIZE
+    max_crash_at: ClassVar[int] = 64
+    crash_recovery: ClassVar[bool] = True
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        _check_config(cls)
+        plans = _crash_plans(cls)
+        for name in dir(cls):
+            value = getattr(cls, name, None)
+            spec = getattr(value, _MARKER, None)
+            if spec is None or not callable(value):
+                continue
+            # Rebuild every crashable rule for this class (its modes and
+            # limits), from the function as it was before conversion.
+            source = getattr(value, "_faultfs_source", value)
+            arguments = dict(spec.arguments)
+            if spec.crashes:
+                arguments[CRASH_ARG] = plans
+            has_targets = spec.targets != () or spec.target is not None
+            step = _step_function(source, spec.crashes, has_targets)
+            converted = _rule(targets=spec.targets, target=spec.target, **arguments)(step)
+            converted._faultfs_source = source
+            setattr(converted, _MARKER, spec)
+            setattr(cls, name, converted)
+        if len(cls.profiles) > 1:
+            draw = _initialize(profile=st.sampled_from(cls.profiles))
+            cls.use_profile = draw(use_profile)
+        elif hasattr(cls, "use_profile"):
+            cls.use_profile = None
+
+    def __init__(self) -> None:
+        super().__init__()
+        cls = type(self)
+        self.fs = FaultFS(cls.root, cls.profiles[0], block_size=cls.block_size)
+        self.acked: list[Any] = []
+        self.inflight: Any = None
+        self.crashes = 0
+        with self.fs:
+            self.setup()
+        self.fs.sync_all()
+        with self.fs:
+            self.recover()
+
+    # ---------------------------------------------------------------- hooks
+
+    def setup(self) -> None:
+        """Create what exists before the first step (runs inside ``self.fs``; made durable)."""
+
+    def recover(self) -> None:
+        """Open the store on ``self.fs``: at the start, and on every crash image."""
+        raise NotImplementedError("override recover(): open your store on self.fs.root")
+
+    def observe(self) -> Any:
+        """The recovered store's state, comparable with :meth:`expected`'s result."""
+        raise NotImplementedError("override observe() and expected(), or check()")
+
+    def expected(self, acked: list[Any]) -> Any:
+        """The state the acknowledged operations ``acked`` (in order) imply."""
+        raise NotImplementedError("override observe() and expected(), or check()")
+
+    def check(self) -> None:
+        """After recovery: the store holds exactly what was acknowledged.
+
+        The interrupted operation (``self.inflight``) may or may not have
+        happened; if it did, it counts as acknowledged from now on. Override
+        for other contracts (raise AssertionError on a violation; call
+        :meth:`ack` for an in-flight effect that survived).
+        """
+        got = self.observe()
+        want = self.expected(self.acked)
+        if got == want:
+            return
+        if self.inflight is not None:
+            with_inflight = self.expected([*self.acked, self.inflight])
+            if got == with_inflight:
+                self.ack(self.inflight)
+                return
+            raise AssertionError(
+                f"recovered state {got!r}; the acknowledged operations require {want!r}, "
+                f"or {with_inflight!r} if the interrupted {self.inflight!r} landed"
+            )
+        raise AssertionError(
+            f"recovered state {got!r}; the acknowledged operations require {want!r}"
+        )
+
+    # -------------------------------------------------------------- helpers
+
+    def ack(self, effect: Any) -> None:
+        """Record that the store acknowledged ``effect``: it must survive any crash."""
+        self.acked.append(effect)
+        self.fs.ack(effect)
+
+    @contextlib.contextmanager
+    def acknowledging(self, effect: Any) -> Iterator[None]:
+        """``effect`` is in flight while the block runs, acknowledged when it returns."""
+        self.inflight = effect
+        yield
+        self.inflight = None
+        self.ack(effect)
+
+    # ------------------------------------------------------------ machinery
+
+    def _run_step(
+        self, function: Callable[..., Any], arguments: dict[str, Any], plan: Crash | None
+    ) -> Any:
+        if plan is None:
+            with self.fs:
+                return function(self, **arguments)
+        self.inflight = None
+        before = self.fs.boundaries
+        self.fs.arm(plan.at)
+        result: Any = multiple()
+        crashed_inside = False
+        try:
+            with self.fs:
+                result = function(self, **arguments)
+        except SimulatedCrash:
+            crashed_inside = True
+        finally:
+            self.fs.disarm()
+        where = (
+            f"at boundary {plan.at} inside"
+            if crashed_inside
+            else f"right after (it passed {self.fs.boundaries - before} boundaries)"
+        )
+        self._crash_and_recover(plan, f"{plan.mode} crash {where} {function.__name__}()")
+        return multiple() if crashed_inside else result
+
+    def _crash_and_recover(self, plan: Crash, what: str) -> None:
+        self.crashes += 1
+        crashed = self.fs
+        acked, inflight = list(self.acked), self.inflight
+        image = crashed.crash_image(plan.mode, seed=plan.image)
+        analysable = True
+        try:
+            if plan.recovery_at is not None:
+                image.arm(plan.recovery_at)
+                try:
+                    error = self._recover_and_check(image)
+                except SimulatedCrash:
+                    what += f", then a crash at boundary {plan.recovery_at} inside recovery"
+                    analysable = False  # the failing image is an image of an image
+                    self.acked, self.inflight = list(acked), inflight
+                    image = image.crash_image(plan.mode, seed=plan.image)
+                    error = self._recover_and_check(image)
+                finally:
+                    image.disarm()
+            else:
+                error = self._recover_and_check(image)
+            if error is None:
+                return
+            origin = image.origin
+            detail = origin.detail if origin is not None else ""
+            message = (
+                f"after a {what} (profile {image.profile}, image: {detail}) and recovery: {error}"
+            )
+            if analysable and _reporting():
+                message += _causes_text(self._analyse(crashed, image, acked, inflight), crashed)
+        finally:
+            self.inflight = None
+        # Raised without its context: Hypothesis tells failures apart by where
+        # they were raised, and every failed recovery is one kind of failure.
+        raise RecoveryCheckFailed(message) from None
+
+    def _recover_and_check(self, image: FaultFS) -> str | None:
+        """Recover on ``image`` and check it; the failure as text, or None."""
+        self.fs = image
+        try:
+            with image:
+                self.recover()
+            with image:
+                self.check()
+        except AssertionError as exc:
+            return str(exc) or "AssertionError"
+        except Exception as exc:  # recovery that raises is a failed recovery
+            return f"{type(exc).__name__}: {exc}{_raised_at(exc)}"
+        return None
+
+    def _analyse(
+        self, crashed: FaultFS, image: FaultFS, acked: list[Any], inflight: Any
+    ) -> list[Finding]:
+        """Which unsynced operation the failure relied on (explore's cause analysis)."""
+        origin = image.origin
+        assert origin is not None
+        failing = self.fs
+
+        def verdict(model: Model) -> Outcome | None:
+            candidate = crashed._spawn(model, origin.mode, None, origin.seed, "cause analysis")
+            self.acked, self.inflight = list(acked), inflight
+            error = self._recover_and_check(candidate)
+            return None if error is None else Outcome(error, "", None)
+
+        point = CrashPoint(
+            crashed.model, crashed.trace, crashed.op_inodes, crashed.ack_marks, verdict
+        )
+        try:
+            return point.analyze(origin.choice, Outcome("", "", None))
+        finally:
+            self.fs, self.acked, self.inflight = failing, acked, inflight
+
+
+def _reporting() -> bool:
+    """Whether this failure will be shown: outside Hypothesis, or its final replay.
+
+    Cause analysis re-runs recovery once per unsynced operation; while
+    Hypothesis is still shrinking, nobody reads the message.
+    """
+    try:
+        from hypothesis.control import current_build_context
+
+        return bool(current_build_context().is_final)
+    except Exception:  # no build context: called directly, always shown
+        return True
+
+
+def _causes_text(findings: list[Finding], crashed: FaultFS) -> str:
+    where = Where(crashed.root, os.getcwd())
+    text = ""
+    for finding in findings:
+        summary, fix = describe(finding.kind, finding.steps, finding.note, where)
+        text += f"\ncause: {summary}\n  fix: {fix}"
+    return text
+
+
+def _raised_at(exc: BaseException) -> str:
+    """`` (at file:line)`` of the innermost user frame that raised ``exc``."""
+    found = ""
+    tb = exc.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if is_user_file(code.co_filename):
+            found = f" (at {display_path(code.co_filename, os.getcwd())}:{tb.tb_lineno})"
+        tb = tb.tb_next
+    return found
+
+
+def use_profile(self: CrashStateMachine, profile: str) -> None:
+    """The file-system profile of this run (drawn once, before any other step)."""
+    # Switching is sound only with nothing pending: whatever ran before the
+    # draw (setup, the first recovery) becomes durable first.
+    self.fs.sync_all()
+    self.fs.model.profile = get_profile(profile)
+
+
+def _step_function(
+    function: Callable[..., Any], crashes: bool, has_targets: bool
+) -> Callable[..., Any]:
+    @functools.wraps(function)
+    def step(self: CrashStateMachine, **arguments: Any) -> Any:
+        plan = arguments.pop(CRASH_ARG, None) if crashes else None
+        result = self._run_step(function, arguments, plan)
+        if isinstance(result, MultipleResults) and not has_targets:
+            return None  # a crashed step adds nothing to a bundle, and has none here
+        return result
+
+    return step
+
+
+def _crash_plans(cls: type[CrashStateMachine]) -> st.SearchStrategy[Crash | None]:
+    recovery: st.SearchStrategy[int | None] = st.none()
+    if cls.crash_recovery:
+        recovery = st.one_of(st.none(), st.integers(1, cls.max_crash_at))
+    plans = st.builds(
+        Crash,
+        at=st.integers(1, cls.max_crash_at),
+        mode=st.sampled_from(cls.modes),
+        image=st.integers(0, IMAGE_SEEDS - 1),
+        recovery_at=recovery,
+    )
+    # Most steps run uncrashed (a crash resets the store), and None shrinks first.
+    return st.one_of(st.none(), st.none(), plans)
+
+
+def _check_config(cls: type[CrashStateMachine]) -> None:
+    if not cls.profiles:
+        raise ConfigError(f"{cls.__name__}.profiles needs at least one profile")
+    for name in cls.profiles:
+        if name not in PROFILES:
+            raise ConfigError(
+                f"{cls.__name__}.profiles: unknown profile {name!r}; choose from {sorted(PROFILES)}"
+            )
+    for mode in cls.modes:
+        if mode not in MODES:
+            raise ConfigError(
+                f"{cls.__name__}.modes: unknown crash mode {mode!r}; choose from {MODES}"
+            )
+    if cls.max_crash_at < 1:
+        raise ConfigError(f"{cls.__name__}.max_crash_at must be >= 1, got {cls.max_crash_at}")
