@@ -33,15 +33,16 @@ from substrat.errors import (
     RequestTimeoutError,
     RpcError,
 )
+from substrat.rootdir import DAEMON_LOG_NAME, prepare_root
 from substrat.rpc import lock, protocol
-from substrat.rpc.transport import connect, prepare_root, socket_path
+from substrat.rpc.transport import connect, socket_path
 
 DEFAULT_TIMEOUT_S = 30.0
 CONNECT_TIMEOUT_S = 5.0
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
 MAX_MESSAGE_BYTES = 256 << 20
-LOG_NAME = "daemon.log"
+LOG_NAME = DAEMON_LOG_NAME
 _POLL_S = 0.05
 
 Notification = tuple[str, dict[str, Any]]
@@ -360,14 +361,18 @@ def start_daemon(
     *,
     timeout_s: float = START_TIMEOUT_S,
     daemon_args: list[str] | None = None,
+    create: bool = True,
 ) -> tuple[int, bool]:
     """Start a daemon in the background and wait until it answers ``ping``.
 
     Returns ``(pid, started)``: ``started`` is False when one was already
-    running. Its output goes to ``<root>/daemon.log``. Raises DaemonStartError
-    (with the log's tail) if it exits or stays silent.
+    running. Its output goes to ``<root>/daemon.log``. The root is prepared
+    first (:func:`~substrat.rootdir.prepare_root`; created only if ``create``):
+    a path that cannot be a root raises a RootError with nothing written.
+    Raises DaemonStartError (with the log's tail) if the daemon exits or stays
+    silent.
     """
-    root_path = prepare_root(root)
+    root_path = prepare_root(root, create=create)
     answer = ping(root_path)
     if answer is not None:
         return int(answer["pid"]), False
@@ -435,15 +440,19 @@ def connect_or_start(
     autostart: bool = True,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     on_start: Callable[[int], None] | None = None,
+    create: bool = True,
 ) -> Client:
-    """A connected client; starts the daemon first when none runs and ``autostart``."""
+    """A connected client; starts the daemon first when none runs and ``autostart``.
+
+    ``create=False`` never makes a root: starting a daemon then needs one there.
+    """
     client = Client(root, timeout_s=timeout_s)
     try:
         return client.connect()
     except DaemonNotRunningError:
         if not autostart:
             raise
-    pid, started = start_daemon(root)
+    pid, started = start_daemon(root, create=create)
     if started and on_start is not None:
         on_start(pid)
     return client.connect()

@@ -5,8 +5,10 @@ Run it with ``python -m substrat.daemon --root R`` (foreground) or
 
 Life of a daemon:
 
-1. make the root private (0700) and take its lock (a second daemon is refused
-   with a message naming the first);
+1. prepare the root (:func:`substrat.rootdir.prepare_root`: create, adopt or
+   upgrade it; a directory that is not a root or cannot be written is refused,
+   untouched) and take its lock (a second daemon is refused with a message
+   naming the first);
 2. read the lock file's clean-shutdown marker: ``running`` means the previous
    daemon died without shutting down;
 3. open the orchestrator, which recovers the root from its logs, and log a
@@ -20,8 +22,9 @@ Life of a daemon:
 SIGKILL at any moment loses nothing that was acknowledged: an answer is sent
 only after the orchestrator made the operation durable.
 
-Exit codes: 0 clean stop, 1 failed to start (see the log), 2 bad arguments,
-3 the root is locked by another daemon.
+Exit codes: 0 clean stop, 1 failed to start (see the log), 2 bad arguments or
+a root it cannot use (not a root, not writable, another user's), 3 the root is
+locked by another daemon.
 """
 
 from __future__ import annotations
@@ -39,12 +42,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from substrat import __version__
-from substrat.errors import AgentBusyError, RootLockedError, SubstratError
+from substrat.errors import AgentBusyError, RootError, RootLockedError, SubstratError
 from substrat.eventlog import utc_now_iso
+from substrat.rootdir import prepare_root
 from substrat.rpc.lock import RootLock
 from substrat.rpc.methods import build_methods
 from substrat.rpc.server import Limits, RpcServer
-from substrat.rpc.transport import bind_private, prepare_root, socket_path
+from substrat.rpc.transport import bind_private, socket_path
 from substrat.words import plural
 
 if TYPE_CHECKING:
@@ -405,6 +409,9 @@ def main(argv: list[str] | None = None) -> int:
     except RootLockedError as exc:
         log.error("%s", exc)
         return EXIT_LOCKED
+    except RootError as exc:
+        log.error("cannot start: %s", exc)
+        return EXIT_USAGE
     except SubstratError as exc:
         log.error("cannot start: %s", exc)
         return EXIT_FAILED

@@ -148,8 +148,24 @@ class RootRegistryError(SubstratError):
     agent can be created; stop the daemon, run `substrat fsck --repair`, start it again."""
 
 
-class RootPermissionError(SubstratError, PermissionError):
-    """The root is owned by another user or cannot be made private (mode 0700)."""
+class RootError(SubstratError):
+    """The root cannot be used for this command; nothing was written. Every command exits 2."""
+
+
+class NotARootError(RootError):
+    """No substrat root there: nothing, an empty directory, or a directory substrat did not make.
+
+    Commands that only read never create a root; ``substrat daemon start`` or
+    ``substrat agent create`` does, in a new or empty private directory.
+    """
+
+
+class RootUnusableError(RootError):
+    """The root is not a directory, or cannot be read or written (read-only, permissions)."""
+
+
+class RootPermissionError(RootError, PermissionError):
+    """The root is owned by another user, or is an empty directory open to others."""
 
 
 class DaemonError(SubstratError):

@@ -49,6 +49,7 @@ from substrat.facts import collect_facts
 from substrat.fsck_repair import repair_root
 from substrat.logs import USER_DIR
 from substrat.registry import REGISTRY_DIR, registry_path
+from substrat.rootdir import LEGACY_NAMES, MARKER_NAME
 from substrat.rpc import lock as root_lock
 from substrat.session import SessionStore
 from substrat.session.store import AGENTS_DIR, QUARANTINE_DIR, RECORD_NAME
@@ -59,9 +60,7 @@ EXIT_DAMAGE = 1
 EXIT_ERROR = 2
 DAMAGE, LEFTOVER, NOTICE = "damage", "leftover", "notice"
 _SESSION_FILES = frozenset({RECORD_NAME, LOG_NAME, PENDING_NAME})
-_ROOT_FILES = frozenset(
-    {"daemon.lock", "daemon.sock", "daemon.log", AGENTS_DIR, USER_DIR, QUARANTINE_DIR, REGISTRY_DIR}
-)
+_ROOT_FILES = frozenset({*LEGACY_NAMES, MARKER_NAME})
 THEN = "run `substrat fsck` again"
 """The step after fixing an unreadable agent (see substrat.access)."""
 _LINE_DAMAGE = (

@@ -23,7 +23,7 @@ def agent_group() -> None:
 
 
 @agent_group.command("create")
-@daemon_command()
+@daemon_command(creates_root=True)
 @click.argument("name")
 @click.option("-i", "--instructions", default="", help="The agent's system prompt.")
 @click.option("--provider", default="scripted", show_default=True)

@@ -4,7 +4,9 @@ Exit codes of every command (docs/daemon.md):
 
 * 0: done;
 * 1: the daemon refused the request (unknown agent, busy, ...), or fsck found damage;
-* 2: usage error, unusable root, or fsck could not run;
+* 2: usage error; no root there for a command that needs one; a directory that
+  is not a root, or a root that cannot be used (see :mod:`substrat.rootdir`);
+  or fsck could not run;
 * 3: no daemon to talk to: not running (with ``--no-autostart``), failed to
   start, died mid-request, or silent past ``--timeout``.
 """
@@ -23,12 +25,13 @@ import click
 from rich.console import Console
 
 from substrat import client as client_mod
+from substrat import rootdir
 from substrat.cli.explain import reword
 from substrat.errors import (
     DaemonError,
     FsckError,
+    RootError,
     RootLockedError,
-    RootPermissionError,
     RpcError,
     SocketPathTooLongError,
     SubstratError,
@@ -50,6 +53,18 @@ class Opts:
     json: bool = False
     timeout_s: float = client_mod.DEFAULT_TIMEOUT_S
     autostart: bool = True
+    creates_root: bool | None = False
+    """True: the command may create the root; False: it needs one to exist;
+    None: it picks its own root (``demo``)."""
+
+    def check_root(self) -> None:
+        """Refuse, before anything is written, a root path this command cannot use."""
+        if self.creates_root is None:
+            return
+        if self.creates_root:
+            rootdir.refuse_foreign(self.root)
+        else:
+            rootdir.require_root(self.root)
 
     @property
     def out(self) -> Console:
@@ -67,7 +82,11 @@ class Opts:
                 self.err.print(f"[dim]substrat: started the daemon (pid {pid}) for {self.root}[/]")
 
         return client_mod.connect_or_start(
-            self.root, autostart=self.autostart, timeout_s=self.timeout_s, on_start=started
+            self.root,
+            autostart=self.autostart,
+            timeout_s=self.timeout_s,
+            on_start=started,
+            create=bool(self.creates_root),
         )
 
     def call(self, method: str, params: dict[str, Any] | None = None, **kw: Any) -> Any:
@@ -78,7 +97,7 @@ class Opts:
 def _root_option(func: F) -> F:
     return click.option(
         "--root",
-        type=click.Path(file_okay=False, path_type=Path),
+        type=click.Path(path_type=Path),
         envvar="SUBSTRAT_HOME",
         default=None,
         help="Substrat root (default: $SUBSTRAT_HOME or ~/.substrat).",
@@ -91,23 +110,35 @@ def _json_option(func: F) -> F:
     )
 
 
-def offline_command(func: Callable[..., Any]) -> Callable[..., Any]:
-    """Adds --root and --json; the command receives ``opts`` first."""
+def offline_command(
+    *, creates_root: bool = False
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Adds --root and --json; the command receives ``opts`` first.
 
-    @_root_option
-    @_json_option
-    @functools.wraps(func)
-    def wrapper(root: Path | None, as_json: bool, **kwargs: Any) -> Any:
-        opts = Opts(root=_resolve(root), json=as_json)
-        return guarded(opts, func, **kwargs)
+    Unless ``creates_root``, the command refuses a path that is not a root yet.
+    """
 
-    return wrapper
+    def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
+        @_root_option
+        @_json_option
+        @functools.wraps(func)
+        def wrapper(root: Path | None, as_json: bool, **kwargs: Any) -> Any:
+            opts = Opts(root=_resolve(root), json=as_json, creates_root=creates_root)
+            return guarded(opts, func, **kwargs)
+
+        return wrapper
+
+    return decorate
 
 
 def daemon_command(
-    default_timeout_s: float = client_mod.DEFAULT_TIMEOUT_S,
+    default_timeout_s: float = client_mod.DEFAULT_TIMEOUT_S, *, creates_root: bool = False
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Adds --root, --json, --timeout and --no-autostart; the command receives ``opts``."""
+    """Adds --root, --json, --timeout and --no-autostart; the command receives ``opts``.
+
+    Unless ``creates_root``, the command refuses a path that is not a root yet
+    (and so never starts a daemon there).
+    """
 
     def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
         @_root_option
@@ -130,7 +161,7 @@ def daemon_command(
         def wrapper(
             root: Path | None, as_json: bool, timeout_s: float, no_autostart: bool, **kwargs: Any
         ) -> Any:
-            opts = Opts(_resolve(root), as_json, timeout_s, not no_autostart)
+            opts = Opts(_resolve(root), as_json, timeout_s, not no_autostart, creates_root)
             return guarded(opts, func, **kwargs)
 
         return wrapper
@@ -143,12 +174,13 @@ def _resolve(root: Path | None) -> Path:
 
 
 def guarded(opts: Opts, func: Callable[..., Any], **kwargs: Any) -> Any:
-    """Run a command body; turn substrat errors into a message and an exit code."""
+    """Check the root, run a command body; turn substrat errors into a message and exit code."""
     try:
+        opts.check_root()
         return func(opts, **kwargs)
     except RpcError as exc:
         fail(opts, reword(exc, func.__name__), EXIT_FAILED, code=exc.code)
-    except (RootPermissionError, SocketPathTooLongError, FsckError) as exc:
+    except (RootError, SocketPathTooLongError, FsckError) as exc:
         fail(opts, exc, EXIT_USAGE)
     except (DaemonError, RootLockedError) as exc:
         fail(opts, exc, EXIT_UNAVAILABLE)

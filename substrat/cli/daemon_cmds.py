@@ -57,7 +57,7 @@ _start_timeout = click.option(
 
 
 @daemon_group.command("start")
-@offline_command
+@offline_command(creates_root=True)
 @click.option("--foreground", is_flag=True, help="Run in this terminal (logs to stderr).")
 @_start_timeout
 @_heartbeat
@@ -100,7 +100,7 @@ def _status(opts: Opts) -> dict[str, Any] | None:
 
 
 @daemon_group.command("stop")
-@offline_command
+@offline_command()
 @click.option(
     "--timeout",
     "timeout_s",
@@ -121,7 +121,7 @@ def stop(opts: Opts, timeout_s: float) -> None:
 
 
 @daemon_group.command("restart")
-@offline_command
+@offline_command(creates_root=True)
 @_start_timeout
 @_heartbeat
 @_grace
@@ -138,7 +138,7 @@ def restart(opts: Opts, timeout_s: float, heartbeat_s: float | None, grace_s: fl
 
 
 @daemon_group.command("status")
-@offline_command
+@offline_command()
 @click.option("--pid", "only_pid", is_flag=True, help="Print only the pid (for kill, scripts).")
 @click.option(
     "--timeout", "timeout_s", type=click.FloatRange(min=0.1), default=10.0, show_default=True

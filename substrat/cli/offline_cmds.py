@@ -11,6 +11,7 @@ from typing import Any
 import click
 from rich.console import RenderableType
 
+from substrat import rootdir
 from substrat.cli import render
 from substrat.cli.common import EXIT_FAILED, Opts, emit_json, esc, guarded, offline_command
 from substrat.errors import FsckError, RootLockedError
@@ -20,7 +21,7 @@ SEVERITY_STYLE = {"damage": "bold red", "leftover": "yellow", "notice": "dim"}
 
 
 @click.command("fsck")
-@offline_command
+@offline_command()
 @click.option("--repair", is_flag=True, help="Repair what is found (the daemon must be stopped).")
 def fsck(opts: Opts, repair: bool) -> None:
     """Check a stopped root offline: logs, records, pending and temp files, orphans.
@@ -31,6 +32,8 @@ def fsck(opts: Opts, repair: bool) -> None:
     """
     from substrat import fsck as fsck_mod
 
+    if repair:
+        rootdir.prepare_root(opts.root, create=False)  # writable? (an old root gets its marker)
     report = fsck_mod.check(opts.root, repair=repair)
     if opts.json:
         emit_json(report.to_dict())
@@ -68,7 +71,7 @@ def fsck(opts: Opts, repair: bool) -> None:
 
 
 @click.command("recover")
-@offline_command
+@offline_command()
 @click.option("--dry-run", is_flag=True, help="Only show what recovery would do.")
 def recover(opts: Opts, dry_run: bool) -> None:
     """What recovery does to a root, per agent (the daemon runs it at every start).
@@ -79,8 +82,6 @@ def recover(opts: Opts, dry_run: bool) -> None:
     """
     from substrat import recovery
 
-    if not opts.root.is_dir():
-        raise FsckError(f"{opts.root} is not a directory (no substrat root there)")
     if dry_run:
         plan = recovery.analyze(opts.root).to_dict()
         if opts.json:
@@ -88,6 +89,7 @@ def recover(opts: Opts, dry_run: bool) -> None:
         else:
             _print_plan(opts, plan)
         return
+    rootdir.prepare_root(opts.root, create=False)
     data = asyncio.run(_recover_now(opts.root))
     if opts.json:
         emit_json(data)
@@ -213,7 +215,9 @@ def demo(as_json: bool, keep: bool) -> None:
 
     Exits 1 if an acknowledged turn did not survive (it never should).
     """
-    guarded(Opts(root=Path(tempfile.gettempdir()), json=as_json), _demo, keep=keep)
+    guarded(
+        Opts(root=Path(tempfile.gettempdir()), json=as_json, creates_root=None), _demo, keep=keep
+    )
 
 
 def _demo(opts: Opts, keep: bool) -> None:

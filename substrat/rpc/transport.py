@@ -17,12 +17,11 @@ import struct
 from collections.abc import Iterator
 from pathlib import Path
 
-from substrat.errors import RootPermissionError, SocketPathTooLongError
+from substrat.errors import SocketPathTooLongError
 
 SOCKET_NAME = "daemon.sock"
 MAX_SUN_PATH_BYTES = 107
 SOCKET_MODE = 0o600
-ROOT_MODE = 0o700
 _PROC_FD = Path("/proc/self/fd")
 
 
@@ -96,25 +95,3 @@ def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
     raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
     pid, uid, gid = struct.unpack("3i", raw)
     return pid, uid, gid
-
-
-def prepare_root(root: str | os.PathLike[str]) -> Path:
-    """Create the root if needed and make sure it is ours and private (0700).
-
-    A root owned by another user is refused; a root we own with looser
-    permissions is tightened, because the socket inside must not be reachable
-    by others even by path.
-    """
-    from substrat import persistence
-
-    path = Path(root).expanduser().absolute()
-    persistence.durable_mkdir(path)
-    info = os.stat(path)
-    if info.st_uid != os.getuid():
-        raise RootPermissionError(
-            f"root {path} belongs to uid {info.st_uid}, not to you (uid {os.getuid()}); "
-            "use a root of your own (--root or SUBSTRAT_HOME)"
-        )
-    if stat.S_IMODE(info.st_mode) != ROOT_MODE:
-        os.chmod(path, ROOT_MODE)
-    return path

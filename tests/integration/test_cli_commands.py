@@ -31,10 +31,10 @@ def root(tmp_path: Path) -> Iterator[Path]:
 
 
 def test_commands_start_the_daemon_on_demand_unless_told_not_to(root: Path) -> None:
-    refused = run(root, "agent", "list", "--no-autostart")
+    refused = run(root, "agent", "create", "lead", "--no-autostart")
     assert refused.returncode == 3
     assert "no daemon is running" in refused.stderr
-    assert not lock.is_held(root)
+    assert not lock.is_held(root) and not root.exists()
     created = run(root, "agent", "create", "lead", "-i", "lead the way")
     assert created.returncode == 0, created.stderr
     assert "started the daemon" in created.stderr
@@ -43,8 +43,8 @@ def test_commands_start_the_daemon_on_demand_unless_told_not_to(root: Path) -> N
 
 
 def test_daemon_lifecycle_commands(root: Path) -> None:
-    down = run(root, "daemon", "status")
-    assert down.returncode == 3 and "no daemon running" in down.stdout
+    nothing = run(root, "daemon", "status")
+    assert nothing.returncode == 2 and "no substrat root at" in nothing.stderr
     started = as_json(run(root, "daemon", "start", "--json"))
     assert started["started"] is True and started["status"]["pid"] == started["pid"]
     again = as_json(run(root, "daemon", "start", "--json"))
@@ -188,7 +188,7 @@ def test_watch_count_exits_and_filters(root: Path) -> None:
 
 def test_fsck_and_recover_exit_codes(root: Path, tmp_path: Path) -> None:
     missing = run(tmp_path / "nowhere", "fsck")
-    assert missing.returncode == 2 and "not a directory" in missing.stderr
+    assert missing.returncode == 2 and "no substrat root at" in missing.stderr
     run(root, "agent", "create", "slow", "--provider", "paced", "--model", "3000ms")
     busy = run(root, "fsck")
     assert busy.returncode == 2 and "substrat daemon stop" in busy.stderr

@@ -20,8 +20,9 @@ import pytest
 
 from substrat.client import Client, DaemonProcess
 from substrat.errors import DaemonDiedError, RootPermissionError, RpcError
+from substrat.rootdir import prepare_root
 from substrat.rpc import lock, protocol
-from substrat.rpc.transport import MAX_SUN_PATH_BYTES, prepare_root, socket_path
+from substrat.rpc.transport import MAX_SUN_PATH_BYTES, socket_path
 from substrat.session import SessionState, SessionStore
 
 Start = Callable[..., DaemonProcess]
@@ -60,8 +61,8 @@ def test_second_daemon_on_the_same_root_is_refused(start: Start, tmp_path: Path)
 
 def test_root_and_socket_permissions(start: Start, tmp_path: Path) -> None:
     root = tmp_path / "loose"
-    root.mkdir(mode=0o755)
-    os.chmod(root, 0o755)
+    start(root).terminate()
+    os.chmod(root, 0o755)  # a root of ours, loosened since: tightened again
     start(root)
     assert stat.S_IMODE(os.stat(root).st_mode) == 0o700
     sock = socket_path(root)
@@ -83,7 +84,7 @@ def test_root_owned_by_another_user_is_refused(tmp_path: Path) -> None:
         text=True,
         timeout=30,
     )
-    assert proc.returncode == 1
+    assert proc.returncode == 2
     assert "belongs to uid 65534" in proc.stderr
 
 

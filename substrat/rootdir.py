@@ -1,0 +1,309 @@
+"""What a substrat root is, and the only place that makes or adopts one.
+
+Substrat never changes the mode or the contents of a directory it did not
+create. A directory is a root when it holds the marker file
+``substrat-root.json`` (written durably when the root is made, with the
+format version), or when it is a root left by a version from before the
+marker (a *legacy* root, see :func:`inspect`). Anything else that exists is
+not a root:
+
+* missing, or an empty directory: no root yet. Only the commands that create
+  (``daemon start``/``restart``, ``agent create``, the daemon process itself)
+  make one there; an empty directory is adopted only if it is already private
+  (no group or other permission bits) and ours, and it is never chmodded;
+* not empty and not a root (a home directory, ``/tmp``, a project): refused,
+  with the entries that make it so, before anything is written;
+* not a directory, unreadable, not writable (read-only file system, an
+  immutable directory, no write permission), owned by another user: unusable,
+  refused with one line saying what to do.
+
+:func:`require_root` is for commands that only read (they never create a
+root); :func:`prepare_root` is for everything that writes (it creates, adopts
+or upgrades, and checks that the root can be written). Both raise
+:class:`~substrat.errors.RootError` subclasses, which every command turns into
+exit status 2.
+"""
+
+from __future__ import annotations
+
+import enum
+import errno
+import json
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from substrat import __version__, persistence
+from substrat.errors import NotARootError, RootPermissionError, RootUnusableError
+from substrat.eventlog import utc_now_iso
+from substrat.logs import USER_DIR
+from substrat.registry import REGISTRY_DIR
+from substrat.rpc import lock
+from substrat.rpc.transport import SOCKET_NAME
+from substrat.session.model import validate_session_id
+from substrat.session.store import AGENTS_DIR, QUARANTINE_DIR
+
+MARKER_NAME = "substrat-root.json"
+MARKER_FORMAT = "substrat-root"
+MARKER_VERSION = 1
+"""The newest root format this code reads and writes."""
+MAX_MARKER_BYTES = 4096
+DAEMON_LOG_NAME = "daemon.log"
+LEGACY_NAMES = frozenset(
+    {
+        AGENTS_DIR,
+        USER_DIR,
+        QUARANTINE_DIR,
+        REGISTRY_DIR,
+        lock.LOCK_NAME,
+        SOCKET_NAME,
+        DAEMON_LOG_NAME,
+    }
+)
+"""What a root made before the marker may hold at its top level."""
+_LISTED_MAX = 5
+
+
+class RootState(enum.Enum):
+    MISSING = "missing"
+    EMPTY = "empty"
+    ROOT = "root"
+    LEGACY = "legacy"
+    FOREIGN = "foreign"
+
+
+@dataclass(frozen=True)
+class RootInfo:
+    """What is at a root path (see :func:`inspect`)."""
+
+    path: Path
+    state: RootState
+    version: int | None = None
+    """The marker's format version (ROOT only; None if the marker is unreadable)."""
+    strangers: tuple[str, ...] = ()
+    """FOREIGN only: the entries that make the directory not a root."""
+
+    @property
+    def is_root(self) -> bool:
+        return self.state in (RootState.ROOT, RootState.LEGACY)
+
+
+def _unusable(path: Path, exc: OSError, doing: str) -> RootUnusableError:
+    reason = {
+        errno.EROFS: "it is on a read-only file system",
+        errno.EACCES: "permission denied",
+        errno.EPERM: "the operation is not permitted (an immutable directory?)",
+        errno.ENOTDIR: "a component of the path is not a directory",
+        errno.ENOSPC: "no space left on the device",
+        errno.EDQUOT: "the disk quota is exceeded",
+    }.get(exc.errno or 0, exc.strerror or str(exc))
+    return RootUnusableError(
+        f"cannot use {path} as a substrat root: {doing} failed: {reason}; "
+        "use --root or SUBSTRAT_HOME to pick a directory you can write"
+    )
+
+
+def inspect(root: str | os.PathLike[str]) -> RootInfo:
+    """Classify ``root`` without writing anything.
+
+    A legacy root (made by a version without the marker) holds nothing at its
+    top level but substrat's own names (``agents/``, ``user/``,
+    ``quarantine/``, ``daemon.lock``, ``daemon.sock``, ``daemon.log``, and
+    ``*.tmp`` leftovers of those), and shows substrat's hand: a
+    ``daemon.lock`` with a daemon's record in it, or an ``agents/`` directory
+    holding session directories (or nothing). Raises RootUnusableError
+    when the path is not a directory or cannot be read.
+    """
+    path = Path(root).expanduser().absolute()
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        return RootInfo(path, RootState.MISSING)
+    except OSError as exc:
+        raise _unusable(path, exc, "looking it up") from None
+    if not stat.S_ISDIR(info.st_mode):
+        raise RootUnusableError(
+            f"cannot use {path} as a substrat root: it is not a directory; "
+            "point --root or SUBSTRAT_HOME at a directory"
+        )
+    try:
+        names = sorted(os.listdir(path))
+    except OSError as exc:
+        raise _unusable(path, exc, "listing it") from None
+    if MARKER_NAME in names:
+        return RootInfo(path, RootState.ROOT, version=_marker_version(path))
+    if not [n for n in names if n != MARKER_NAME + persistence.TMP_SUFFIX]:
+        return RootInfo(path, RootState.EMPTY)  # a crash may leave the marker's temp file
+    strangers = tuple(n for n in names if _base_name(n) not in LEGACY_NAMES)
+    if not strangers and _looks_made_by_substrat(path, names):
+        return RootInfo(path, RootState.LEGACY)
+    return RootInfo(path, RootState.FOREIGN, strangers=strangers or tuple(names))
+
+
+def _base_name(name: str) -> str:
+    return name.removesuffix(persistence.TMP_SUFFIX)
+
+
+def _looks_made_by_substrat(path: Path, names: list[str]) -> bool:
+    if lock.LOCK_NAME in names:
+        try:
+            info = lock.read_info(path)
+        except OSError:
+            info = None
+        if info is not None and info.state in ("running", "stopped"):
+            return True
+    if AGENTS_DIR not in names or not (path / AGENTS_DIR).is_dir():
+        return False
+    try:
+        sessions = os.listdir(path / AGENTS_DIR)
+    except OSError:
+        return False
+    # One session directory is evidence enough (fsck reports the odd names
+    # beside it); a project's own agents/ directory holds none.
+    return not sessions or any(_is_session_id(name) for name in sessions)
+
+
+def _is_session_id(name: str) -> bool:
+    try:
+        validate_session_id(name)
+    except ValueError:
+        return False
+    return True
+
+
+def _marker_version(path: Path) -> int | None:
+    try:
+        with open(path / MARKER_NAME, "rb") as handle:
+            body = json.loads(handle.read(MAX_MARKER_BYTES))
+    except (OSError, ValueError):
+        return None
+    version = body.get("version") if isinstance(body, dict) else None
+    return version if isinstance(version, int) and not isinstance(version, bool) else None
+
+
+def _no_root_message(info: RootInfo) -> str:
+    path = info.path
+    if info.state is RootState.FOREIGN:
+        listed = ", ".join(info.strangers[:_LISTED_MAX])
+        more = f" and {len(info.strangers) - _LISTED_MAX} more" if len(info.strangers) > 5 else ""
+        return (
+            f"{path} is not a substrat root and not empty (it holds {listed}{more}, "
+            f"and no {MARKER_NAME}); "
+            "substrat never writes into a directory it did not create: point --root or "
+            "SUBSTRAT_HOME at a new or empty directory"
+        )
+    what = "nothing is there" if info.state is RootState.MISSING else "an empty directory"
+    return (
+        f"no substrat root at {path} ({what}); `substrat daemon start --root {path}` or "
+        f"`substrat agent create NAME --root {path}` creates one"
+    )
+
+
+def require_root(root: str | os.PathLike[str]) -> RootInfo:
+    """The root at ``root``, for a command that only reads: nothing is created or written.
+
+    Raises NotARootError when there is no root there (missing, empty, or a
+    directory that is not a root) and RootUnusableError when the path cannot
+    be read.
+    """
+    info = inspect(root)
+    if not info.is_root:
+        raise NotARootError(_no_root_message(info))
+    _check_version(info)
+    return info
+
+
+def refuse_foreign(root: str | os.PathLike[str]) -> RootInfo:
+    """Fail early, writing nothing, if a creating command could not use ``root``."""
+    info = inspect(root)
+    if info.state is RootState.FOREIGN:
+        raise NotARootError(_no_root_message(info))
+    _check_version(info)
+    return info
+
+
+def _check_version(info: RootInfo) -> None:
+    if info.version is not None and info.version > MARKER_VERSION:
+        raise RootUnusableError(
+            f"{info.path} is a substrat root of format {info.version}, newer than this "
+            f"substrat {__version__} reads (format {MARKER_VERSION}); upgrade substrat"
+        )
+
+
+def prepare_root(root: str | os.PathLike[str], *, create: bool = True) -> Path:
+    """Make ``root`` ready for writing and return its absolute path.
+
+    Creates it when missing (mode 0700, durably) if ``create``; adopts an empty
+    directory that is ours and already private (never chmods it); writes the
+    marker into a new, adopted or legacy root (an atomic write, fsynced, with
+    its directory); tightens a root of ours with looser permissions to 0700
+    (the socket inside must not be reachable by others). Refuses, writing
+    nothing: a directory that is not a root, one owned by another user, an
+    empty one with group or other permissions, one that cannot be written.
+    """
+    info = inspect(root)
+    path = info.path
+    if info.state is RootState.FOREIGN or (not create and not info.is_root):
+        raise NotARootError(_no_root_message(info))
+    _check_version(info)
+    if info.state is RootState.MISSING:
+        try:
+            persistence.durable_mkdir(path)
+        except OSError as exc:
+            raise _unusable(path, exc, "creating it") from None
+    mode = _check_owner_and_access(path)
+    if info.state is RootState.EMPTY and mode & 0o077:
+        raise RootPermissionError(
+            f"{path} is empty but readable by others (mode {mode:04o}); substrat does not "
+            f"change the mode of a directory it did not create: run `chmod 700 {path}` "
+            "to make it private, or pick another directory"
+        )
+    if info.state is not RootState.ROOT or info.version != MARKER_VERSION:
+        _write_marker(path)
+    if info.state in (RootState.ROOT, RootState.LEGACY) and mode & 0o077:
+        try:
+            # Our own root, loosened since: the socket inside must stay private.
+            os.chmod(path, mode & ~0o077)
+        except OSError as exc:
+            raise _unusable(path, exc, "making it private (chmod 700)") from None
+    return path
+
+
+def _check_owner_and_access(path: Path) -> int:
+    info = os.stat(path)
+    if info.st_uid != os.getuid():
+        raise RootPermissionError(
+            f"root {path} belongs to uid {info.st_uid}, not to you (uid {os.getuid()}); "
+            "use a root of your own (--root or SUBSTRAT_HOME)"
+        )
+    if not os.access(path, os.R_OK | os.W_OK | os.X_OK):
+        # access() also says no for a read-only mount (EROFS) and an immutable
+        # directory (EPERM); tell the first apart, without writing anything.
+        if os.statvfs(path).f_flag & os.ST_RDONLY:
+            raise _unusable(path, OSError(errno.EROFS, "read-only"), "writing to it")
+        mode = stat.S_IMODE(info.st_mode)
+        if mode & 0o700 != 0o700:
+            raise RootUnusableError(
+                f"cannot use {path} as a substrat root: its mode {mode:04o} does not let you "
+                f"read and write it; `chmod 700 {path}` fixes that"
+            )
+        raise RootUnusableError(
+            f"cannot use {path} as a substrat root: it cannot be written although its mode "
+            f"is {mode:04o}; is it immutable (`lsattr -d {path}`, `chattr -i` clears that)?"
+        )
+    return stat.S_IMODE(info.st_mode)
+
+
+def _write_marker(path: Path) -> None:
+    body = {
+        "format": MARKER_FORMAT,
+        "version": MARKER_VERSION,
+        "created_at": utc_now_iso(),
+        "created_by": f"substrat {__version__}",
+    }
+    try:
+        persistence.atomic_write(path / MARKER_NAME, json.dumps(body).encode() + b"\n")
+    except OSError as exc:
+        cause = exc.__cause__ if isinstance(exc.__cause__, OSError) else exc
+        raise _unusable(path, cause, f"writing {MARKER_NAME}") from None
