@@ -15,7 +15,6 @@ import hashlib
 import json
 import os
 import shutil
-import signal
 import stat
 import subprocess
 import sys
@@ -25,8 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from substrat.client import stop_daemon
 from substrat.rpc import lock
+from tests.support.cli import stop_or_kill
 
 SUBSTRAT = shutil.which("substrat") or ""
 pytestmark = pytest.mark.skipif(not SUBSTRAT, reason="the substrat console script is not installed")
@@ -74,7 +73,7 @@ def _no_daemon_left_behind() -> Iterator[None]:
     while _TOUCHED:
         root = _TOUCHED.pop()
         with contextlib.suppress(OSError):
-            stop(root)
+            stop_or_kill(root)
 
 
 def run(
@@ -122,24 +121,15 @@ def one_line(proc: subprocess.CompletedProcess[str]) -> str:
     return lines[0]
 
 
-def stop(root: Path) -> None:
-    try:
-        stop_daemon(root, timeout_s=10)
-    except Exception:
-        info = lock.read_info(root)
-        if info is not None and info.pid is not None and lock.is_held(root):
-            os.kill(info.pid, signal.SIGKILL)
-
-
 @pytest.fixture
 def made_root(tmp_path: Path) -> Iterator[Path]:
     """A root made by ``agent create``, its daemon stopped."""
     root = tmp_path / "root"
     created = run(root, "agent", "create", "lead")
     assert created.returncode == 0, created.stderr
-    stop(root)
+    stop_or_kill(root)
     yield root
-    stop(root)
+    stop_or_kill(root)
 
 
 def test_a_shared_directory_is_refused_and_left_untouched(tmp_path: Path) -> None:
@@ -192,7 +182,7 @@ def test_an_empty_directory_is_adopted_only_if_already_private(tmp_path: Path) -
         listed = run(path, "agent", "list", "--json")
         assert [a["path"] for a in json.loads(listed.stdout)] == ["lead"]
     finally:
-        stop(path)
+        stop_or_kill(path)
 
 
 def test_a_root_from_before_the_marker_is_accepted_and_upgraded(made_root: Path) -> None:
@@ -204,7 +194,7 @@ def test_a_root_from_before_the_marker_is_accepted_and_upgraded(made_root: Path)
     assert listed.returncode == 0, listed.stderr
     assert [a["path"] for a in json.loads(listed.stdout)] == ["lead"]
     assert json.loads((made_root / MARKER_NAME).read_text())["version"] == MARKER_VERSION
-    stop(made_root)
+    stop_or_kill(made_root)
     clean = run(made_root, "fsck", "--json")
     assert clean.returncode == 0 and json.loads(clean.stdout)["findings"] == []
 
@@ -271,7 +261,7 @@ def tmpfs(tmp_path: Path) -> Iterator[Path]:
 def test_a_root_on_a_read_only_file_system(tmpfs: Path) -> None:
     root = tmpfs / "root"
     assert run(root, "agent", "create", "lead").returncode == 0
-    stop(root)
+    stop_or_kill(root)
     deadline = time.monotonic() + 20
     while True:  # busy until the stopped daemon has exited and closed daemon.log
         remount = subprocess.run(

@@ -18,8 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from substrat.client import stop_daemon
-from substrat.rpc import lock
+from tests.support.cli import stop_or_kill
 
 README = Path(__file__).parents[2] / "README.md"
 BLOCK = re.compile(r"```sh\n(.*?)```", re.DOTALL)
@@ -59,12 +58,7 @@ def guide_script(commands: list[tuple[str, int]]) -> str:
 def guide_root(tmp_path: Path) -> Iterator[Path]:
     root = tmp_path / "home"
     yield root
-    try:
-        stop_daemon(root, timeout_s=10)
-    except Exception:
-        info = lock.read_info(root)
-        if info is not None and info.pid is not None and lock.is_held(root):
-            os.kill(info.pid, signal.SIGKILL)
+    stop_or_kill(root)
 
 
 def test_guide_has_the_walkthrough_commands() -> None:
