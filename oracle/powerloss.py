@@ -51,6 +51,9 @@ DEFAULT_CYCLES = 100
 DEFAULT_SEED = 20261125
 DEFAULT_MAX_RUN_S = 1.0
 MIN_RUN_S = 0.05
+MIN_ACKS_PER_CYCLE = 5
+"""A cut waits (up to MAX_WAIT_FOR_ACKS_S) until the cycle has this many acknowledgements."""
+MAX_WAIT_FOR_ACKS_S = 30.0
 DEFAULT_INJECT_PROBABILITY = 0.3
 DEFAULT_CACHE_SIZE_BYTES = 64 * 1024 * 1024
 DAEMON_START_TIMEOUT_S = 60.0
@@ -238,8 +241,16 @@ class Campaign:
                     report.losses += 1
                     report.problems += [f"cycle {index}, served: {p}" for p in problems]
                     return False
+            enough = self.model.acked_ops + MIN_ACKS_PER_CYCLE
             driver.start()
             time.sleep(self.rng.uniform(MIN_RUN_S, self.max_run_s))
+            # On a loaded machine the random pause can end before any work is done:
+            # cut only once the cycle has something to lose (the cut point stays random).
+            deadline = time.monotonic() + MAX_WAIT_FOR_ACKS_S
+            while (
+                self.model.acked_ops < enough and driver.is_alive() and time.monotonic() < deadline
+            ):
+                time.sleep(0.01)
             if self.rng.random() < self.inject_probability:
                 fired = self._inject()
         finally:
