@@ -22,14 +22,16 @@ running daemon serves with the model. :mod:`oracle.powerloss` uses all three.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from oracle.checks import check_recovery
+from oracle.checks import Reads, check_recovery, expected, observe, outcome_if_applied
 from oracle.errors import OracleViolation
+from oracle.losses import Lost, lost_between
 from oracle.model import Model, ModelAgent, ModelState
 from substrat.agents import USER
 from substrat.client import Client
@@ -275,8 +277,9 @@ def served_differences(want: Served, got: Served) -> list[str]:
     return out
 
 
-def check_served(root: Path, model: Model, *, after_crash: bool) -> list[str]:
-    """Differences between what the daemon serves and the model (empty when equal)."""
+def check_served(root: Path, model: Model, *, after_crash: bool) -> tuple[list[str], Lost]:
+    """Differences between what the daemon serves and the model (empty when equal),
+    and what of the acknowledged state the daemon no longer serves."""
     problems = []
     with Client(root, timeout_s=RPC_TIMEOUT_S) as client:
         status = client.call("daemon.status")
@@ -286,4 +289,38 @@ def check_served(root: Path, model: Model, *, after_crash: bool) -> list[str]:
                 f"{status['previous_shutdown']!r})"
             )
         got = served_state(client)
-    return problems + served_differences(model_served(model.state), got)
+    want = model_served(model.state)
+    return problems + served_differences(want, got), lost_between(want, got)
+
+
+def lost_offline(root: Path, model: Model) -> Lost:
+    """After :func:`check_offline` failed: what of the acknowledged state the root lost.
+
+    The root is opened again (recovery is idempotent) and compared with each
+    outcome the check allows: without the in-flight operation, and with it
+    applied when the disk shows it (an applied termination or ``@inbox`` turn
+    legitimately removes things). The smaller loss is the one reported.
+    """
+    lock = RootLock.acquire(root)
+    try:
+        return asyncio.run(_lost_offline(root, model))
+    finally:
+        lock.release()
+
+
+async def _lost_offline(root: Path, model: Model) -> Lost:
+    from substrat.daemon import build_registry
+    from substrat.orchestrator import Orchestrator
+
+    orch = await Orchestrator.open(root, registry=build_registry())
+    try:
+        reads = Reads(orch)
+        got = observe(orch, reads)
+        outcomes = [model.copy_state()]
+        with contextlib.suppress(OracleViolation):  # an in-flight turn that is itself wrong
+            applied = outcome_if_applied(model, orch, got, reads)
+            if applied is not None:
+                outcomes.append(applied)
+        return min((lost_between(expected(s), got) for s in outcomes), key=lambda lost: lost.count)
+    finally:
+        await orch.close()

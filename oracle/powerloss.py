@@ -35,15 +35,16 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from faultfs.errors import FaultFSError
 from oracle.checks import expected
-from oracle.daemon_driver import Driver, check_offline, check_served
+from oracle.daemon_driver import Driver, check_offline, check_served, lost_offline
 from oracle.errors import OracleViolation
+from oracle.losses import Lost
 from oracle.model import Model
+from oracle.powerloss_report import CycleResult, PowerLossReport
 from substrat.client import DaemonProcess
 from substrat.errors import DaemonError
 
@@ -107,69 +108,6 @@ class _PlainDisk:
         pass
 
 
-@dataclass
-class PowerLossReport:
-    """The numbers of one campaign; ``losses`` must be 0."""
-
-    seed: int
-    disk: str
-    cycles_requested: int
-    cycles: int = 0
-    acknowledged: int = 0
-    refused: int = 0
-    power_cuts: int = 0
-    """Cuts made by SIGKILL followed by a LazyFS clear-cache."""
-    lazyfs_crashes: int = 0
-    """Cuts made by an armed LazyFS crash fault firing."""
-    injections_unfired: int = 0
-    """Armed faults that found no matching operation in time (a clear-cache cut followed)."""
-    in_flight_at_cut: int = 0
-    in_flight_applied: int = 0
-    lost_turns_reported: int = 0
-    redelivered_reported: int = 0
-    io_errors_after_lazyfs_crash: int = 0
-    errored_but_applied: int = 0
-    """Operations answered with an I/O error that recovery nevertheless shows as done."""
-    agents_at_end: int = 0
-    state_bytes: int = 0
-    """Size of the state directories after the last check."""
-    turns_at_end: int = 0
-    seconds: float = 0.0
-    losses: int = 0
-    problems: list[str] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems and self.cycles == self.cycles_requested
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self) | {"ok": self.ok}
-
-    def render(self) -> str:
-        lines = [
-            f"# Power-loss campaign: {'PASS' if self.ok else 'FAIL'}",
-            "",
-            f"- disk: {self.disk}, seed {self.seed}, {self.seconds:.1f} s",
-            f"- cycles: {self.cycles} of {self.cycles_requested}",
-            f"- acknowledged operations: {self.acknowledged} (cleanly refused: {self.refused})",
-            f"- acknowledged operations lost: {self.losses}",
-            f"- cuts: {self.power_cuts} SIGKILL + clear-cache, {self.lazyfs_crashes} LazyFS "
-            f"crash faults ({self.injections_unfired} armed faults did not fire in time)",
-            f"- operations in flight at a cut: {self.in_flight_at_cut} "
-            f"(survived: {self.in_flight_applied})",
-            f"- recovery reported: {self.lost_turns_reported} turns lost in flight, "
-            f"{self.redelivered_reported} pending messages put back in inboxes",
-            f"- I/O errors answered after LazyFS died: {self.io_errors_after_lazyfs_crash} "
-            f"(operation done all the same: {self.errored_but_applied})",
-            f"- at the end: {self.agents_at_end} live agents, {self.turns_at_end} turns, "
-            f"{self.state_bytes / 2**20:.1f} MiB of state",
-        ]
-        if self.problems:
-            lines += ["", "## Problems", ""]
-            lines += ["```", *self.problems, "```"]
-        return "\n".join(lines) + "\n"
-
-
 # -- the campaign ----------------------------------------------------------------------------
 
 
@@ -229,17 +167,30 @@ class Campaign:
         ).start(timeout_s=DAEMON_START_TIMEOUT_S)
 
     def cycle(self, index: int) -> bool:
-        """Start, load, cut, remount, check. False when a problem stops the campaign."""
+        """Start, load, cut, remount, check. False when a problem stops the campaign.
+
+        The cycle is counted in the report however it ends (a failed check, an
+        exception): its acknowledged operations and what its check found lost.
+        """
+        result = CycleResult(str(index + 1))
+        before = self.model.acked_ops
+        try:
+            result.ok = self._cycle(index, result)
+            return result.ok
+        finally:
+            result.acknowledged = self.model.acked_ops - before
+            self.report.record(result, self.model.acked_ops)
+
+    def _cycle(self, index: int, result: CycleResult) -> bool:
         report = self.report
         daemon = self._daemon()
         driver = Driver(self.root, self.model, random.Random(self.rng.random()), index * 10**6)
         fired = False
         try:
             if index:
-                problems = check_served(self.root, self.model, after_crash=True)
+                problems, result.lost = check_served(self.root, self.model, after_crash=True)
                 if problems:
-                    report.losses += 1
-                    report.problems += [f"cycle {index}, served: {p}" for p in problems]
+                    report.problems += [f"cycle {index + 1}, served: {p}" for p in problems]
                     return False
             enough = self.model.acked_ops + MIN_ACKS_PER_CYCLE
             driver.start()
@@ -258,6 +209,7 @@ class Campaign:
         if not fired:
             self.disk.clear_cache(LAZYFS_TIMEOUT_S)
             report.power_cuts += 1
+        result.cut = "LazyFS crash fault" if fired else "SIGKILL + clear-cache"
         driver.stop.set()
         driver.join(DRIVER_JOIN_TIMEOUT_S)
         if driver.is_alive():
@@ -266,8 +218,12 @@ class Campaign:
             raise driver.error
         report.refused += driver.refused
         if driver.violation is not None:
-            report.losses += 1  # an answer that does not continue the acknowledged history
-            report.problems.append(f"cycle {index}, acknowledged answer: {driver.violation}")
+            # An answer that does not continue the acknowledged history.
+            first_line = str(driver.violation).splitlines()[0]
+            result.lost.other.append(
+                f"an answer contradicted the acknowledged history: {first_line}"
+            )
+            report.problems.append(f"cycle {index + 1}, acknowledged answer: {driver.violation}")
             return False
         if driver.unexpected is not None:
             if not fired:
@@ -275,6 +231,7 @@ class Campaign:
                 return False
             report.io_errors_after_lazyfs_crash += 1
         in_flight = self.model.crashed()
+        result.in_flight = in_flight.describe() if in_flight is not None else ""
         self.disk.remount(LAZYFS_TIMEOUT_S)
         if self.after_cut is not None:
             self.after_cut(Path(self.disk.mount_dir))
@@ -282,11 +239,10 @@ class Campaign:
         try:
             state, recovery = check_offline(self.root, self.model)
         except OracleViolation as exc:
-            report.losses += 1
-            report.problems.append(f"cycle {index}, recovered: {exc}")
+            report.problems.append(f"cycle {index + 1}, recovered: {exc}")
+            result.lost = self._lost_offline()
             return False
         self.model.settle(state)
-        report.acknowledged = self.model.acked_ops
         if in_flight is not None:
             applied = expected(state) != before
             report.in_flight_at_cut += 1
@@ -311,6 +267,12 @@ class Campaign:
             f"{report.acknowledged} acknowledged so far"
         )
         return True
+
+    def _lost_offline(self) -> Lost:
+        try:
+            return lost_offline(self.root, self.model)
+        except Exception as exc:  # the report must still say that something was lost
+            return Lost(other=[f"the recovered root could not be read back: {exc}"])
 
     def _inject(self) -> bool:
         """Arm a LazyFS crash fault and wait for it to fire; True if LazyFS died."""
@@ -342,17 +304,21 @@ class Campaign:
 
     def finish(self) -> None:
         """A last restart and check, then a clean stop."""
-        daemon = self._daemon()
+        result = CycleResult("final", cut="none: a clean stop")
         try:
-            problems = check_served(self.root, self.model, after_crash=self.report.cycles > 0)
-            if problems:
-                self.report.losses += 1
+            daemon = self._daemon()
+            try:
+                after_crash = self.report.cycles > 0
+                problems, result.lost = check_served(self.root, self.model, after_crash=after_crash)
                 self.report.problems += [f"final, served: {p}" for p in problems]
-            status = daemon.terminate(timeout_s=DAEMON_STOP_TIMEOUT_S)
-            if status != 0:
-                self.report.problems.append(f"the daemon's clean stop exited {status}")
+                status = daemon.terminate(timeout_s=DAEMON_STOP_TIMEOUT_S)
+                if status != 0:
+                    self.report.problems.append(f"the daemon's clean stop exited {status}")
+                result.ok = not problems and status == 0
+            finally:
+                daemon.kill()
         finally:
-            daemon.kill()
+            self.report.record(result, self.model.acked_ops)
 
 
 def run_campaign(

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from oracle.daemon_driver import Served, served_differences
+from oracle.losses import lost_between
 from oracle.powerloss import MIN_ACKS_PER_CYCLE, lazyfs_unavailable_reason, run_campaign
 from substrat.agents import USER
 
@@ -53,36 +56,122 @@ def test_the_campaign_on_a_plain_directory_loses_nothing(tmp_path: Path) -> None
     assert report.agents_at_end > 0 and report.turns_at_end > 0
 
 
-def _drop_completed_turns(state_dir: Path) -> None:
-    """Plant a loss: cut every completed turn out of the busiest agent's log."""
-    logs = sorted(
-        (p.read_text().count('"event":"turn.complete"'), str(p))
-        for p in (state_dir / "agents").glob("*/events.jsonl")
-    )
-    if not logs or logs[-1][0] < 2:
-        return  # too little acknowledged yet; a later cycle plants it
-    path = Path(logs[-1][1])
-    kept = [line for line in path.read_text().splitlines(True) if "turn.complete" not in line]
+def _drop_completed_turns(planted: list[int]) -> Callable[[Path], None]:
+    """Plant a loss: cut every completed turn out of the busiest agent's log (once)."""
+
+    def plant(state_dir: Path) -> None:
+        logs = sorted(
+            (p.read_text().count('"event":"turn.complete"'), str(p))
+            for p in (state_dir / "agents").glob("*/events.jsonl")
+        )
+        if planted or not logs or logs[-1][0] < 2:
+            return  # too little acknowledged yet; a later cycle plants it
+        path = Path(logs[-1][1])
+        lines = path.read_text().splitlines(True)
+        kept = [line for line in lines if "turn.complete" not in line]
+        _write_durably(path, kept)
+        planted.append(len(lines) - len(kept))
+
+    return plant
+
+
+def _write_durably(path: Path, lines: list[str]) -> None:
     with open(path, "w") as handle:
-        handle.writelines(kept)
+        handle.writelines(lines)
         handle.flush()
         os.fsync(handle.fileno())
 
 
 def test_a_loss_planted_after_the_cut_is_reported(tmp_path: Path) -> None:
     out = tmp_path / "out"
+    planted: list[int] = []
     report = run_campaign(
-        out, cycles=4, seed=5, max_run_s=0.5, lazyfs=False, after_cut=_drop_completed_turns
+        out, cycles=4, seed=5, max_run_s=0.5, lazyfs=False, after_cut=_drop_completed_turns(planted)
     )
     assert not report.ok
-    assert report.losses == 1
-    assert report.cycles < 4
+    assert report.cycles < 4 and planted
+    # The turns cut out are named, one by one; the one in flight at the cut may be among
+    # them without being a loss (it was never acknowledged).
+    assert planted[0] - 1 <= len(report.lost.turns) <= planted[0]
+    assert report.losses == report.lost.count >= len(report.lost.turns)
+    assert len({t.split(" turn ")[0] for t in report.lost.turns}) == 1  # one agent's turns
     text = "\n".join(report.problems)
     assert "recovered state matches no allowed outcome" in text
     assert "conversation of" in text
-    assert "FAIL" in report.render()
+    rendered = report.render()
+    assert "FAIL" in rendered and f"{len(report.lost.turns)} turns (" in rendered
     # The disk as it was at the failure is kept for reproduction.
     assert list((out / "state-at-failure" / "agents").iterdir())
+
+
+def _delete_every_agent_in_cycle(cycle: int) -> Callable[[Path], None]:
+    """Plant the loss of every agent directory after the cut of cycle ``cycle`` (1-based)."""
+    seen: list[Path] = []
+
+    def plant(state_dir: Path) -> None:
+        seen.append(state_dir)
+        if len(seen) == cycle:
+            for agent_dir in (state_dir / "agents").iterdir():
+                shutil.rmtree(agent_dir)
+
+    return plant
+
+
+def test_the_failing_cycle_is_counted_with_what_it_lost(tmp_path: Path) -> None:
+    """Its acknowledged operations are in the totals; every lost agent is named."""
+    report = run_campaign(
+        tmp_path / "out",
+        cycles=3,
+        seed=11,
+        max_run_s=0.3,
+        lazyfs=False,
+        after_cut=_delete_every_agent_in_cycle(2),
+    )
+    assert not report.ok and report.cycles == 1
+    first, failing = report.cycle_results
+    assert first.ok and first.lost.count == 0 and not failing.ok
+    assert first.acknowledged >= MIN_ACKS_PER_CYCLE
+    assert failing.acknowledged >= MIN_ACKS_PER_CYCLE
+    assert report.acknowledged == first.acknowledged + failing.acknowledged
+    # Every acknowledged agent was deleted: each is named, with its turns.
+    assert report.agents_at_end > 0
+    assert len(report.lost.agents) == report.agents_at_end == len(failing.lost.agents)
+    assert len(report.lost.turns) == report.turns_at_end
+    assert report.losses == report.lost.count > 0
+    rendered = report.render()
+    assert f"acknowledged operations: {report.acknowledged} in 2 cycles" in rendered
+    assert f"acknowledged and lost: {report.losses}: {report.agents_at_end} agent" in rendered
+    assert "| 2 (FAILED) |" in rendered
+    assert report.to_dict()["cycle_results"][1]["lost_count"] == failing.lost.count
+
+
+def test_lost_between_names_every_lost_agent_turn_and_message() -> None:
+    lead, kid, ghost = "a" * 32, "b" * 32, "c" * 32
+    want = Served(
+        agents={lead: ("lead", None, ""), kid: ("kid", lead, "")},
+        turns={lead: [("p1", "r1"), ("p2", "r2"), ("p3", "r3")], kid: [("k1", "r")]},
+        inboxes={lead: {"m1", "m2"}, kid: {"m3"}, USER: {"u1"}},
+    )
+    got = Served(
+        agents={lead: ("lead", None, ""), ghost: ("ghost", None, "")},
+        turns={lead: [("p1", "r1"), ("p2", "changed")], ghost: []},
+        inboxes={lead: {"m2", "m9"}, ghost: set(), USER: set()},
+    )
+    lost = lost_between(want, got)
+    assert lost.agents == [f"kid ({'b' * 8})"]
+    assert lost.turns == [
+        f"lead ({'a' * 8}) turn 2: 'p2'",
+        f"lead ({'a' * 8}) turn 3: 'p3'",
+        f"kid ({'b' * 8}) turn 1: 'k1'",
+    ]
+    assert lost.messages == [
+        f"m3 in the inbox of kid ({'b' * 8})",
+        f"m1 in the inbox of lead ({'a' * 8})",
+        "u1 in the inbox of user",
+    ]
+    assert lost.count == 7
+    assert lost.summary(shown=1).startswith(f"1 agent (kid ({'b' * 8})), 3 turns (lead")
+    assert lost_between(want, want).count == 0 and lost_between(want, want).summary() == "nothing"
 
 
 def test_without_lazyfs_the_command_fails_saying_how_to_get_it(tmp_path: Path) -> None:
