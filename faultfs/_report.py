@@ -264,8 +264,14 @@ def _example(failure: Failure, where: Where) -> list[str]:
     return [
         f"    e.g. {failure.key}: crash {crash}",
         f"      image: {failure.detail}",
-        f"      error: {failure.error.replace(where.root + '/', '')}",
+        f"      error: {_relative(failure.error, where.root)}",
     ]
+
+
+def _relative(text: str, root: str) -> str:
+    """``text`` with paths under the FaultFS root made relative, continuation lines indented."""
+    text = text.replace(root + "/", "").replace(root, ".")
+    return text.replace("\n", "\n             ")
 
 
 def run_armed(fs: FaultFS, workload: Workload, boundary: int) -> None:

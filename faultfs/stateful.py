@@ -309,6 +309,7 @@ class CrashStateMachine(RuleBasedStateMachine):
     def _run_step(
         self, function: Callable[..., Any], arguments: dict[str, Any], plan: Crash | None
     ) -> Any:
+        __tracebackhide__ = True
         if plan is None:
             with self.fs:
                 return function(self, **arguments)
@@ -333,6 +334,7 @@ class CrashStateMachine(RuleBasedStateMachine):
         return multiple() if crashed_inside else result
 
     def _crash_and_recover(self, plan: Crash, what: str) -> None:
+        __tracebackhide__ = True
         self.crashes += 1
         crashed = self.fs
         acked, inflight = list(self.acked), self.inflight
@@ -453,6 +455,7 @@ def _step_function(
 ) -> Callable[..., Any]:
     @functools.wraps(function)
     def step(self: CrashStateMachine, **arguments: Any) -> Any:
+        __tracebackhide__ = True  # pytest shows the user's frames, not these
         plan = arguments.pop(CRASH_ARG, None) if crashes else None
         result = self._run_step(function, arguments, plan)
         if isinstance(result, MultipleResults) and not has_targets:
