@@ -210,5 +210,9 @@ class RpcError(DaemonError):
         self.data = data
 
 
+class BadInputError(SubstratError, ValueError):
+    """A command's input was refused before anything was sent (an empty or oversized prompt)."""
+
+
 class FsckError(SubstratError):
     """fsck could not run on this root (no root there, a daemon holds it, an I/O error)."""

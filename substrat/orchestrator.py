@@ -42,6 +42,7 @@ from substrat.conversation import conversation_from_log
 from substrat.errors import (
     AgentBusyError,
     AgentError,
+    AgentTerminatedError,
     HasChildrenError,
     NameCollisionError,
 )
@@ -55,7 +56,7 @@ from substrat.registry import RootRegistry, root_entry
 from substrat.scheduler import ChunkSink, TurnScheduler
 from substrat.session import Session, SessionState, SessionStore
 from substrat.terminated import Graveyard, TerminatedAgent
-from substrat.tools import AgentToolContext, TurnEffects
+from substrat.tools import AgentToolContext, StatusSink, TurnEffects
 from substrat.wake import WakeMixin
 from substrat.words import plural
 
@@ -156,6 +157,8 @@ class Orchestrator(QueryMixin, CommitMixin, WakeMixin):
         return unsubscribe
 
     def emit(self, kind: str, payload: dict[str, Any]) -> None:
+        """Tell subscribers ``kind`` happened; ``time`` (ISO 8601 UTC) is added."""
+        payload = {**payload, "time": utc_now_iso()}
         for listener in list(self._listeners):
             try:
                 listener(kind, payload)
@@ -317,15 +320,31 @@ class Orchestrator(QueryMixin, CommitMixin, WakeMixin):
     # -- turns ----------------------------------------------------------------
 
     async def run_turn(
-        self, agent: str, prompt: str, *, on_chunk: ChunkSink | None = None
+        self,
+        agent: str,
+        prompt: str,
+        *,
+        on_chunk: ChunkSink | None = None,
+        on_status: StatusSink | None = None,
+        wait: bool = False,
     ) -> TurnResult:
-        """Run one turn of ``agent`` with ``prompt``; returns once it is committed."""
+        """Run one turn of ``agent`` with ``prompt``; returns once it is committed.
+
+        ``on_status(event, data)`` hears how the turn goes (``turn.waiting``,
+        ``turn.started``, ``turn.tool``, ``turn.retrying``). A busy agent raises
+        AgentBusyError, or with ``wait`` is waited for.
+        """
         if not isinstance(prompt, str):
             raise TypeError("prompt must be a string")
         if len(prompt) > MAX_PROMPT_CHARS:
             raise ValueError(f"prompt is over {MAX_PROMPT_CHARS} characters")
         node = self.resolve_live(agent)
-        return await self._turn(node, prompt, [], on_chunk)
+        if wait and self.scheduler.is_busy(node.session_id):
+            if on_status is not None:
+                on_status("turn.waiting", {"agent_id": node.agent_id})
+            while self.scheduler.is_busy(node.session_id):  # the wake loop may get in first
+                await self.scheduler.wait_idle(node.session_id)
+        return await self._turn(node, prompt, [], on_chunk, on_status=on_status)
 
     async def _turn(
         self,
@@ -333,9 +352,16 @@ class Orchestrator(QueryMixin, CommitMixin, WakeMixin):
         prompt: str,
         consumed: list[MessageEnvelope],
         on_chunk: ChunkSink | None,
+        *,
+        on_status: StatusSink | None = None,
     ) -> TurnResult:
         if node.state is AgentState.TERMINATED:
-            raise AgentError(f"agent {node.name} is terminated")
+            raise AgentTerminatedError(f"agent {self.tree.path(node.agent_id)} is terminated")
+        if self.scheduler.is_busy(node.session_id):
+            path = self.tree.path(node.agent_id)
+            raise AgentBusyError(f"agent {path} is running a turn; retry when idle").with_details(
+                agent=path
+            )
         self.scheduler.claim(node.session_id)
         previous_state = node.state
         node.state = AgentState.BUSY
@@ -348,7 +374,10 @@ class Orchestrator(QueryMixin, CommitMixin, WakeMixin):
             prompt = recovery.lost_turn_notice(node.lost_turn) + prompt
         context = self._context(node)
         inbox = self.inboxes.inbox(node.agent_id)
-        self.emit("turn.started", {"agent_id": node.agent_id, "turn_id": effects.turn_id})
+        started = {"agent_id": node.agent_id, "turn_id": effects.turn_id}
+        self.emit("turn.started", started)
+        if on_status is not None:
+            on_status("turn.started", started)
         try:
             live = await self.mux.acquire(node)
         except BaseException:
@@ -360,6 +389,7 @@ class Orchestrator(QueryMixin, CommitMixin, WakeMixin):
             self.turn_counts[node.agent_id] = number - 1
             raise
         context.effects = effects
+        context.on_status = on_status
         try:
             outcome = await self.scheduler.run(
                 _AgentLog(self.logs, node),
@@ -382,6 +412,7 @@ class Orchestrator(QueryMixin, CommitMixin, WakeMixin):
             raise
         finally:
             context.effects = None
+            context.on_status = None
             self.scheduler.release(node.session_id)
             self.mux.release(node)
         self.last_complete_seq[node.agent_id] = outcome.complete_seq

@@ -44,6 +44,7 @@ class TurnScheduler:
 
     def __init__(self) -> None:
         self._busy: set[str] = set()
+        self._idle: dict[str, asyncio.Event] = {}
 
     def is_busy(self, session_id: str) -> bool:
         return session_id in self._busy
@@ -59,6 +60,14 @@ class TurnScheduler:
 
     def release(self, session_id: str) -> None:
         self._busy.discard(session_id)
+        idle = self._idle.pop(session_id, None)
+        if idle is not None:
+            idle.set()
+
+    async def wait_idle(self, session_id: str) -> None:
+        """Return once the session's running turn (if any) has released it."""
+        if session_id in self._busy:
+            await self._idle.setdefault(session_id, asyncio.Event()).wait()
 
     async def run(
         self,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -26,6 +27,9 @@ from substrat.words import plural
 
 if TYPE_CHECKING:
     from substrat.orchestrator import Orchestrator
+
+StatusSink = Callable[[str, dict[str, Any]], None]
+"""Told ``(event, data)`` while a turn runs: ``turn.tool``, ``turn.retrying``, ..."""
 
 MAX_PAYLOAD_CHARS = 64 * 1024
 MAX_CHILDREN_PER_AGENT = 64
@@ -108,6 +112,67 @@ TOOL_SPECS: list[ToolSpec] = [
 ]
 
 
+_JSON_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,),
+    "boolean": (bool,),
+    "integer": (int,),
+    "number": (int, float),
+    "object": (dict,),
+    "array": (list,),
+}
+MAX_REPORTED_CHARS = 300
+"""Longest argument or result text in a ``turn.tool`` event (the commit keeps it all)."""
+
+
+def _json_type(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    for name, kinds in (("a number", (int, float)), ("a string", (str,))):
+        if isinstance(value, kinds):
+            return name
+    return "an array" if isinstance(value, list) else "an object"
+
+
+def argument_problem(spec: ToolSpec, arguments: dict[str, Any]) -> str | None:
+    """Why ``arguments`` do not fit ``spec``, in the tool's own terms; None if they do."""
+    properties: dict[str, Any] = spec.parameters.get("properties") or {}
+    required = [r for r in spec.parameters.get("required") or [] if r not in arguments]
+    if required:
+        wanted = ", ".join(
+            f"{r} ({properties.get(r, {}).get('description') or properties.get(r, {}).get('type')})"
+            for r in required
+        )
+        noun = "argument" if len(required) == 1 else "arguments"
+        return f"{spec.name} needs the {noun} {wanted}"
+    unknown = sorted(set(arguments) - set(properties))
+    if unknown:
+        takes = ", ".join(properties) or "none"
+        noun = "argument" if len(unknown) == 1 else "arguments"
+        return f"{spec.name} has no {noun} {', '.join(unknown)}; its arguments are: {takes}"
+    for name, value in arguments.items():
+        kinds = _JSON_TYPES.get(properties[name].get("type", ""))
+        if kinds is None:
+            continue
+        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+            want = properties[name]["type"]
+            article = "an" if want[0] in "aeiou" else "a"
+            return f"{name} must be {article} {want} (got {_json_type(value)})"
+    return None
+
+
+def _clip(value: Any) -> Any:
+    """Long strings shortened for an event (events are for watching, not for records)."""
+    if isinstance(value, str) and len(value) > MAX_REPORTED_CHARS:
+        return value[: MAX_REPORTED_CHARS - 1] + "…"
+    if isinstance(value, dict):
+        return {k: _clip(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_clip(v) for v in value]
+    return value
+
+
 def idempotency_key(caller: str, tool: str, arguments: dict[str, Any], call_id: str) -> str:
     if call_id:
         return call_id
@@ -146,6 +211,8 @@ class AgentToolContext:
         self._orch = orch
         self._node = node
         self.effects: TurnEffects | None = None
+        self.on_status: StatusSink | None = None
+        """The caller of the running turn, told what the turn does (set per turn)."""
 
     @property
     def session_id(self) -> str:
@@ -161,6 +228,14 @@ class AgentToolContext:
     def note(self, event: str, data: dict[str, Any]) -> None:
         self._orch.log_provider_note(self._node, event, data)
 
+    def report(self, event: str, data: dict[str, Any]) -> None:
+        """Publish ``event`` for watchers and tell the turn's caller; nothing is logged."""
+        turn_id = self.effects.turn_id if self.effects is not None else None
+        payload = {"agent_id": self._node.agent_id, "turn_id": turn_id, **_clip(data)}
+        self._orch.emit(event, payload)
+        if self.on_status is not None:
+            self.on_status(event, payload)
+
     async def call_tool(self, name: str, arguments: dict[str, Any], call_id: str) -> str:
         effects = self.effects
         if effects is None:
@@ -172,16 +247,22 @@ class AgentToolContext:
             return f"error: more than {MAX_CALLS_PER_TURN} tool calls in one turn"
         effects.calls += 1
         handler = getattr(self, f"_tool_{name}", None)
-        if handler is None:
-            result = f"error: unknown tool {name!r}"
+        spec = next((s for s in TOOL_SPECS if s.name == name), None)
+        if handler is None or spec is None:
+            known = ", ".join(s.name for s in TOOL_SPECS)
+            result = f"error: unknown tool {name!r}; the tools are: {known}"
+        elif (problem := argument_problem(spec, arguments)) is not None:
+            result = f"error: {problem}"
         else:
             try:
                 result = handler(effects, **arguments)
-            except TypeError as exc:
-                result = f"error: bad arguments for {name}: {exc}"
             except (ToolError, ValueError, AgentNotFoundError) as exc:
                 result = f"error: {exc}"
         effects.results[key] = result
+        self.report(
+            "turn.tool",
+            {"tool": name, "call_id": call_id, "arguments": arguments, "result": result},
+        )
         return result
 
     # -- helpers ---------------------------------------------------------

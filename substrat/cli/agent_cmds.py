@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
-import sys
-from typing import Any
-
 import click
 
 from substrat.cli import render
 from substrat.cli.common import Opts, daemon_command, emit_json, esc
+from substrat.cli.turns import TurnView, read_prompt
+from substrat.errors import DaemonError
 from substrat.words import plural, when
 
 SEND_TIMEOUT_S = 600.0
+SEND_EXAMPLES = """\b
+Examples:
+  substrat agent send lead "Who is on the crew?"
+  echo "Summarise the log." | substrat agent send lead -
+  substrat agent send --wait lead/scout "Report back."
+"""
 
 
 @click.group("agent")
@@ -43,46 +48,52 @@ def create(opts: Opts, name: str, instructions: str, provider: str, model: str |
         )
 
 
-@agent_group.command("send")
+@agent_group.command("send", epilog=SEND_EXAMPLES)
 @daemon_command(SEND_TIMEOUT_S)
 @click.argument("agent")
 @click.argument("prompt")
-@click.option("--no-stream", is_flag=True, help="Print the response only when it is complete.")
-def send(opts: Opts, agent: str, prompt: str, no_stream: bool) -> None:
+@click.option("--no-stream", is_flag=True, help="Print the response only once it is committed.")
+@click.option(
+    "--wait", is_flag=True, help="If AGENT is running a turn, wait for it instead of failing."
+)
+def send(opts: Opts, agent: str, prompt: str, no_stream: bool, wait: bool) -> None:
     """Send PROMPT to AGENT and print its response as it streams ('-' reads stdin).
 
-    The answer is printed only after the turn is durable: if the daemon dies
-    first, the command says so and exits 3.
+    The text streams as the model writes it; the turn counts only once it is
+    committed (durably logged), which a final line on stderr confirms. If the
+    daemon dies or the provider fails first, that line says the text above
+    was not committed, and the command exits non-zero. With --json nothing
+    streams: the committed turn is printed once it is durable.
     """
-    if prompt == "-":
-        prompt = sys.stdin.read()
+    prompt = read_prompt(prompt)
     stream = not (no_stream or opts.json)
-    streamed: list[str] = []
-
-    def on_chunk(method: str, params: dict[str, Any]) -> None:
-        if method == "turn.chunk":
-            streamed.append(params.get("text", ""))
-            click.echo(params.get("text", ""), nl=False)
-            sys.stdout.flush()
-
-    result = opts.call(
-        "agent.send",
-        {"agent": agent, "prompt": prompt, "stream": stream},
-        on_notification=on_chunk if stream else None,
-    )
-    if opts.json:
-        emit_json(result)
-        return
-    if not stream:
-        click.echo(result["response"], nl=False)
-    click.echo()
-    extras = []
-    if result.get("spawned"):
-        extras.append(f"spawned {len(result['spawned'])}")
-    if result.get("messages_sent"):
-        extras.append(f"sent {len(result['messages_sent'])} messages")
-    tail = f" · {', '.join(extras)}" if extras else ""
-    opts.err.print(f"[dim]turn {esc(result['turn_id'])} committed{esc(tail)}[/]")
+    with opts.connect() as conn, TurnView(opts.out, opts.err, agent) as view:
+        try:
+            result = conn.call(
+                "agent.send",
+                {
+                    "agent": agent,
+                    "prompt": prompt,
+                    "stream": stream,
+                    "progress": stream,
+                    "wait": wait,
+                },
+                on_notification=view.on_notification if stream else None,
+            )
+        except DaemonError as exc:
+            if not opts.json:
+                view.not_committed(exc)
+            raise
+        except KeyboardInterrupt:
+            if not opts.json:
+                view.detached()
+            raise
+        if opts.json:
+            emit_json(result)
+            return
+        if not stream:
+            click.echo(result["response"], nl=not result["response"].endswith("\n"))
+        view.committed(result)
 
 
 @agent_group.command("list")

@@ -28,6 +28,7 @@ from substrat import client as client_mod
 from substrat import rootdir
 from substrat.cli.explain import reword
 from substrat.errors import (
+    BadInputError,
     DaemonError,
     FsckError,
     RootError,
@@ -180,7 +181,7 @@ def guarded(opts: Opts, func: Callable[..., Any], **kwargs: Any) -> Any:
         return func(opts, **kwargs)
     except RpcError as exc:
         fail(opts, reword(exc, func.__name__), EXIT_FAILED, code=exc.code)
-    except (RootError, SocketPathTooLongError, FsckError) as exc:
+    except (RootError, SocketPathTooLongError, FsckError, BadInputError) as exc:
         fail(opts, exc, EXIT_USAGE)
     except (DaemonError, RootLockedError) as exc:
         fail(opts, exc, EXIT_UNAVAILABLE)

@@ -64,6 +64,10 @@ class AgentContext(Protocol):
         """Ask for a provider event (e.g. ``tool.repaired``) to be logged durably."""
         ...
 
+    def report(self, event: str, data: dict[str, Any]) -> None:
+        """Tell whoever watches how the turn is going (e.g. ``turn.retrying``); not logged."""
+        ...
+
 
 @runtime_checkable
 class ProviderSession(Protocol):

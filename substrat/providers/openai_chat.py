@@ -282,7 +282,17 @@ class OpenAISession:
                         f"{where} still failing after {config.max_retries} retries "
                         f"({describe(exc)}); nothing of this turn was kept, send it again later"
                     ) from exc
-                await self._provider.sleep(self._provider.backoff_s(attempt, retry_after_s))
+                delay_s = self._provider.backoff_s(attempt, retry_after_s)
+                self._context.report(
+                    "turn.retrying",
+                    {
+                        "attempt": attempt,
+                        "max_retries": config.max_retries,
+                        "delay_s": round(delay_s, 3),
+                        "error": describe(exc),
+                    },
+                )
+                await self._provider.sleep(delay_s)
 
     @staticmethod
     def _check_prefix(emitted: str, content: str) -> None:

@@ -26,6 +26,8 @@ MAX_ACK_IDS = 10_000
 
 ORCHESTRATOR_EVENTS = (
     "turn.started",
+    "turn.tool",
+    "turn.retrying",
     "turn.completed",
     "turn.failed",
     "agent.created",
@@ -83,8 +85,12 @@ def build_methods(daemon: DaemonView) -> MethodTable:
 
     async def send(call: Call) -> dict[str, Any]:
         p = call.params
+        if not p["prompt"].strip():
+            raise RequestError(
+                protocol.INVALID_PARAMS, "the prompt is empty; a turn needs something to answer"
+            )
         agent = daemon.orch.get(p["agent"])
-        on_chunk = None
+        on_chunk = on_status = None
         if p["stream"]:
 
             def on_chunk(text: str) -> None:
@@ -93,7 +99,20 @@ def build_methods(daemon: DaemonView) -> MethodTable:
                     {"request_id": call.request_id, "agent_id": agent.agent_id, "text": text},
                 )
 
-        result = await daemon.orch.run_turn(agent.agent_id, p["prompt"], on_chunk=on_chunk)
+            def on_status(event: str, data: dict[str, Any]) -> None:
+                status = event.removeprefix("turn.")
+                call.notify(
+                    "turn.status",
+                    {**data, "request_id": call.request_id, "status": status},
+                )
+
+        result = await daemon.orch.run_turn(
+            agent.agent_id,
+            p["prompt"],
+            on_chunk=on_chunk,
+            on_status=on_status if p["progress"] else None,
+            wait=p["wait"],
+        )
         return result.to_dict()
 
     async def list_agents(call: Call) -> list[dict[str, Any]]:
@@ -198,6 +217,8 @@ def build_methods(daemon: DaemonView) -> MethodTable:
                 agent_ref,
                 Param("prompt", _STR, max_chars=MAX_PROMPT_CHARS),
                 Param("stream", _BOOL, False, False),
+                Param("wait", _BOOL, False, False),
+                Param("progress", _BOOL, False, False),
             ),
             is_turn=True,
         ),

@@ -256,7 +256,7 @@ def test_concurrent_turn_on_the_same_agent_is_refused(root: Path) -> None:
         first = asyncio.create_task(orch.run_turn("alpha", "park one"))
         await gate.entered.wait()
         assert orch.get("alpha").state is AgentState.BUSY and orch.busy_turns == 1
-        with pytest.raises(AgentBusyError, match="already running a turn"):
+        with pytest.raises(AgentBusyError, match="agent alpha is running a turn"):
             await orch.run_turn("alpha", "two")
         gate.release.set()
         assert (await first).response.endswith("done park one")
@@ -498,7 +498,13 @@ def test_subscribers_see_a_turn_and_a_broken_one_breaks_nothing(root: Path) -> N
     async def go() -> None:
         orch = await Orchestrator.open(root)
         seen: list[str] = []
-        unsubscribe = orch.subscribe(lambda kind, data: seen.append(kind))
+        times: list[str] = []
+
+        def listen(kind: str, data: dict[str, Any]) -> None:
+            seen.append(kind)
+            times.append(data["time"])
+
+        unsubscribe = orch.subscribe(listen)
 
         def broken(kind: str, data: dict[str, Any]) -> None:
             raise RuntimeError("subscriber bug")
@@ -509,13 +515,16 @@ def test_subscribers_see_a_turn_and_a_broken_one_breaks_nothing(root: Path) -> N
         assert seen == [
             "agent.created",
             "turn.started",
+            "turn.tool",
+            "turn.tool",
             "agent.created",
             "message.enqueued",
             "turn.completed",
         ]
+        assert times == sorted(times)  # every event carries when it happened
         unsubscribe()
         await orch.run_turn("boss", "quiet")
-        assert len(seen) == 5
+        assert len(seen) == 7
         await orch.close()
 
     run(go())

@@ -69,6 +69,9 @@ class CutContext:
     def note(self, event: str, data: dict[str, Any]) -> None:
         self._inner.note(event, data)
 
+    def report(self, event: str, data: dict[str, Any]) -> None:
+        self._inner.report(event, data)
+
     async def call_tool(self, name: str, arguments: dict[str, Any], call_id: str) -> str:
         index, self._seen = self._seen, self._seen + 1
         if self._cut == ("before_tool", index):

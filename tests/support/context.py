@@ -39,6 +39,7 @@ class RecordingContext:
         }
         self.calls: list[tuple[str, dict[str, Any], str]] = []
         self.notes: list[tuple[str, dict[str, Any]]] = []
+        self.reports: list[tuple[str, dict[str, Any]]] = []
         self.before_call: Callable[[str, dict[str, Any], str], None] | None = None
 
     @property
@@ -65,6 +66,9 @@ class RecordingContext:
 
     def note(self, event: str, data: dict[str, Any]) -> None:
         self.notes.append((event, data))
+
+    def report(self, event: str, data: dict[str, Any]) -> None:
+        self.reports.append((event, data))
 
 
 class SimulatedCrash(BaseException):

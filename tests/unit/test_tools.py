@@ -124,10 +124,15 @@ def test_unknown_tools_and_bad_arguments_come_back_as_text(root: Path) -> None:
             ("spawn_agent", {"name": "../etc"}, "8"),
             ("spawn_agent", {"name": "parent"}, "9"),
         )
-        assert results[0] == "error: unknown tool 'launch_rockets'"
-        assert results[1].startswith("error: bad arguments for spawn_agent")
-        assert results[2].startswith("error: bad arguments for send_message")
+        assert results[0].startswith("error: unknown tool 'launch_rockets'; the tools are: ")
+        # Bad arguments are said in the tool's terms, never as a Python TypeError.
+        assert results[1] == (
+            "error: spawn_agent has no argument colour; its arguments are: name, instructions"
+        )
+        assert results[2] == "error: send_message needs the argument recipient (string)"
+        assert results[3] == "error: recipient must be a string (got a number)"
         assert all(r.startswith("error: ") for r in results), results
+        assert not any("positional" in r or "()" in r for r in results), results
         assert "text must be a string" in results[6]
         assert "invalid agent name" in results[7]
         assert "'parent' is reserved" in results[8]  # it would shadow the parent alias
