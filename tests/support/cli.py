@@ -52,7 +52,14 @@ def spawn(
         stderr=subprocess.PIPE,
         text=True,
         env=env if env is not None else cli_env(root),
+        # Tests interrupt it with SIGINT, as a user's Ctrl-C would; a test run started in
+        # the background of a shell inherits SIGINT ignored, and so would the CLI.
+        preexec_fn=_default_sigint,
     )
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def as_json(proc: subprocess.CompletedProcess[str]) -> Any:
