@@ -129,7 +129,8 @@ def test_rm_of_a_parent_names_the_cascade_option(root: Path) -> None:
 
 
 def test_a_busy_agent_is_named_and_wait_queues_behind_it(root: Path) -> None:
-    run(root, "agent", "create", "slow", "--provider", "paced", "--model", "2000ms")
+    # Long enough that the second command starts well inside it, even on a loaded machine.
+    run(root, "agent", "create", "slow", "--provider", "paced", "--model", "8000ms")
     first = spawn(root, "agent", "send", "slow", "first")
     wait_busy(root)
     busy = run(root, "agent", "send", "slow", "second")
