@@ -264,7 +264,7 @@ class Campaign:
         cut = "LazyFS crash fault" if fired else "SIGKILL + clear-cache"
         self.log(
             f"cycle {index + 1}/{report.cycles_requested}: {cut}; {flight}; "
-            f"{report.acknowledged} acknowledged so far"
+            f"{self.model.acked_ops} acknowledged so far"
         )
         return True
 

@@ -96,13 +96,14 @@ class PowerLossReport:
 
     def render(self) -> str:
         ran = len([c for c in self.cycle_results if c.label != "final"])
+        failed = any(not c.ok for c in self.cycle_results)
         lines = [
             f"# Power-loss campaign: {'PASS' if self.ok else 'FAIL'}",
             "",
             f"- disk: {self.disk}, seed {self.seed}, {self.seconds:.1f} s",
             f"- cycles: {self.cycles} of {self.cycles_requested} passed ({ran} ran)",
-            f"- acknowledged operations: {self.acknowledged} in {ran} cycles, a failing one "
-            f"included (cleanly refused: {self.refused})",
+            f"- acknowledged operations: {self.acknowledged} in {ran} cycles"
+            f"{', the failing one included' if failed else ''} (cleanly refused: {self.refused})",
             f"- acknowledged and lost: {self.losses}: {self.lost.summary()}",
             f"- cuts: {self.power_cuts} SIGKILL + clear-cache, {self.lazyfs_crashes} LazyFS "
             f"crash faults ({self.injections_unfired} armed faults did not fire in time)",

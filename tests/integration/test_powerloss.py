@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -91,10 +92,11 @@ def test_a_loss_planted_after_the_cut_is_reported(tmp_path: Path) -> None:
     assert not report.ok
     assert report.cycles < 4 and planted
     # The turns cut out are named, one by one; the one in flight at the cut may be among
-    # them without being a loss (it was never acknowledged).
-    assert planted[0] - 1 <= len(report.lost.turns) <= planted[0]
+    # them without being a loss (it was never acknowledged). Children the cut turns had
+    # spawned lose their place too, so other agents' turns may follow.
+    per_agent = Counter(t.split(" turn ")[0] for t in report.lost.turns)
+    assert planted[0] - 1 <= per_agent.most_common(1)[0][1] <= planted[0]
     assert report.losses == report.lost.count >= len(report.lost.turns)
-    assert len({t.split(" turn ")[0] for t in report.lost.turns}) == 1  # one agent's turns
     text = "\n".join(report.problems)
     assert "recovered state matches no allowed outcome" in text
     assert "conversation of" in text
