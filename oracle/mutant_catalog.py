@@ -82,8 +82,16 @@ CATALOG: tuple[Mutant, ...] = (
         "durable_mkdir of a directory that is already visible returns without fsyncing its "
         "parent, so a retry after a failed fsync acknowledges an entry that is not durable",
         "persistence.py",
-        "        fsync_dir(probe.parent)\n",
-        "        pass  # planted: trust what the page cache shows\n",
+        "    _make_ancestors_durable(probe)\n",
+        "    pass  # planted: trust what the page cache shows\n",
+    ),
+    Mutant(
+        "mkdir_trusts_visible_ancestors",
+        "durable_mkdir fsyncs the parent of an existing target but trusts every visible "
+        "ancestor, so a directory below one left by a failed call is acknowledged but lost",
+        "persistence.py",
+        "    _make_ancestors_durable(probe)\n",
+        "    if not missing:\n        fsync_dir(probe.parent)  # planted: the target alone\n",
     ),
     Mutant(
         "unlink_missing_not_fsynced",
@@ -167,12 +175,19 @@ CATALOG: tuple[Mutant, ...] = (
         "session_write_in_place",
         "session.json is rewritten in place (truncate, write, fsync) instead of atomically",
         "session/store.py",
-        "        persistence.atomic_write(self.record_path(session.session_id), "
-        "session.to_record())\n",
-        '        with open(self.record_path(session.session_id), "wb") as handle:\n'
+        "        persistence.atomic_write(record, session.to_record())\n",
+        '        with open(record, "wb") as handle:\n'
         "            handle.write(session.to_record())\n"
         "            handle.flush()\n"
         "            os.fsync(handle.fileno())\n",
+    ),
+    Mutant(
+        "session_save_trusts_visible_dir",
+        "SessionStore.save skips durable_mkdir when the session directory is visible, so a "
+        "save retried after a failed one writes into a directory that is not durable",
+        "session/store.py",
+        "        if not os.path.exists(record):\n",
+        "        if not os.path.isdir(self.session_dir(session.session_id)):\n",
     ),
     Mutant(
         "active_left_active",

@@ -7,6 +7,10 @@ in one place:
 * data is durable only after ``fsync`` of the file;
 * a new, renamed or removed directory entry is durable only after ``fsync`` of
   the directory that holds it;
+* a visible directory is not thereby durable (a call that failed or was killed
+  before that fsync leaves it in the page cache only), so callers pass every
+  directory they create files in through :func:`durable_mkdir`, which makes the
+  entries of the levels it finds visible durable too;
 * after a failed ``fsync`` nothing is acknowledged and the fsync is not retried
   as if the data were safe (Linux may already have dropped the dirty pages and
   marked them clean), so :class:`~substrat.errors.DurabilityError` is raised and
@@ -94,12 +98,16 @@ def _atomic_write(path: str | os.PathLike[str], data: bytes) -> None:
 def durable_mkdir(path: str | os.PathLike[str]) -> bool:
     """Create directory ``path`` (and missing parents) durably.
 
-    Returns True when something was created. Each created level is made durable
-    by an fsync of its parent, from the top down, so a crash never leaves a
-    durable child under a parent entry that was lost. An existing directory's
-    entry is fsynced too, so a retry after a failed fsync is durable.
+    Returns True when something was created. On return ``path`` and every
+    ancestor entry it relies on are durable: each created level by an fsync of
+    its parent, from the top down, so a crash never leaves a durable child under
+    a parent entry that was lost. A level that is already visible may have been
+    left by an earlier call that failed, or was killed, before its parent's fsync
+    (visible in the page cache, not on disk), and nothing on disk tells it apart
+    from an old one; so its entry and those above it are fsynced too, up to the
+    file system's root (see :func:`_make_ancestors_durable`).
     """
-    target = Path(path)
+    target = Path(os.path.abspath(path))
     missing: list[Path] = []
     probe = target
     while not os.path.isdir(probe):
@@ -107,10 +115,7 @@ def durable_mkdir(path: str | os.PathLike[str]) -> bool:
         if probe.parent == probe:
             break
         probe = probe.parent
-    if not missing:
-        # It exists (probe is the target), maybe from an earlier attempt whose
-        # fsync failed: make sure its entry is durable before saying so.
-        fsync_dir(probe.parent)
+    _make_ancestors_durable(probe)
     for level in reversed(missing):
         try:
             os.mkdir(level, _DIR_MODE)
@@ -119,6 +124,31 @@ def durable_mkdir(path: str | os.PathLike[str]) -> bool:
                 raise
         fsync_dir(level.parent)
     return bool(missing)
+
+
+def _make_ancestors_durable(existing: Path) -> None:
+    """Make the entry of the visible directory ``existing`` and of each ancestor durable.
+
+    fsyncs each parent from the file system's root (mount point) down to
+    ``existing``'s parent: top down, for the reason given in :func:`durable_mkdir`.
+    Each fsync is needed under POSIX rules, because any of these levels may be
+    one an interrupted call left visible but not durable; none is repeated by the
+    creation loop, which fsyncs ``existing`` and the levels below it. The walk
+    stops at a mount point (a file system's root needs no entry on it). A
+    directory this process may not open (``/home`` at mode 0711, say) is skipped:
+    it cannot be fsynced by us, and it holds no entry our calls made, since
+    creating one there fails at that very fsync.
+    """
+    chain: list[Path] = []
+    level = existing
+    while not os.path.ismount(level) and level.parent != level:
+        chain.append(level.parent)
+        level = level.parent
+    for parent in reversed(chain):
+        try:
+            fsync_dir(parent)
+        except PermissionError:  # from opening it; a failed fsync is a DurabilityError
+            continue
 
 
 def durable_create(path: str | os.PathLike[str]) -> None:

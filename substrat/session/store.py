@@ -70,10 +70,18 @@ class SessionStore:
         return path
 
     def save(self, session: Session) -> None:
-        """Write the record atomically; the directory is created if needed."""
-        if not os.path.isdir(self.session_dir(session.session_id)):
+        """Write the record atomically; the directory is created durably if needed.
+
+        A session's first record goes through :meth:`create_dir` even when the
+        directory is visible: a call that failed or was killed before its fsync
+        may have left it in the page cache only. Once a record is visible, the
+        save that wrote it had made the directory durable first (records are
+        written by this method alone), so later saves skip that step.
+        """
+        record = self.record_path(session.session_id)
+        if not os.path.exists(record):
             self.create_dir(session.session_id)
-        persistence.atomic_write(self.record_path(session.session_id), session.to_record())
+        persistence.atomic_write(record, session.to_record())
 
     def transition(self, session: Session, target: SessionState) -> None:
         """Change state and persist; the in-memory state changes only if the write did."""

@@ -88,6 +88,7 @@ MATRIX = [
     d.atomic_write_contract([100, 1500], retry=True),
     d.mkdir_contract(["a/b/c", "a/d", "e"]),
     d.mkdir_contract(["a/b/c", "a/d", "e"], retry=True),
+    d.mkdir_contract(["a/a", "a/b"], retry=True),
     d.create_contract(3),
     d.create_contract(3, retry=True),
     d.unlink_contract(3),

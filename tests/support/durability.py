@@ -412,15 +412,10 @@ def session_contract(blob_size: int, *, retry: bool = False) -> Contract:
     """save, transitions and a blob update: the record is always one whole version.
 
     With ``retry``, a step that fails (an injected EIO) is retried once: the failed
-    step left the session unchanged in memory, so the same call is valid again.
-    The session's directory then exists beforehand, because a retried first save
-    is a known gap (xfail in tests/unit/test_persistence_crash.py): save() skips
-    durable_mkdir when the directory is visible, though its entry may not be durable.
+    step left the session unchanged in memory, so the same call is valid again,
+    and a retried first save must make the directory the failed one left durable.
     """
     versions = session_versions(blob_size)
-
-    def setup(fs: FaultFS) -> None:
-        os.makedirs(SessionStore(fs.root).session_dir(SESSION_ID))
 
     def workload(fs: FaultFS) -> None:
         store = SessionStore(fs.root)
@@ -466,7 +461,7 @@ def session_contract(blob_size: int, *, retry: bool = False) -> Contract:
             assert store.load(SESSION_ID).state is not SessionState.ACTIVE
 
     name = f"SessionStore blob={blob_size}{' retry' if retry else ''}"
-    return Contract(name, workload, check, setup if retry else None)
+    return Contract(name, workload, check)
 
 
 def _save_blob(store: SessionStore, session: Session, blob: bytes) -> None:

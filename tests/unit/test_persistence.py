@@ -94,10 +94,48 @@ def test_durable_mkdir_creates_parents_and_fsyncs_each_parent(
         real(path)
 
     monkeypatch.setattr(persistence, "fsync_dir", spy)
+    above = _parents_from_the_mount_point(tmp_path)  # tmp_path's own entry lives there
     assert persistence.durable_mkdir(tmp_path / "a" / "b" / "c") is True
     assert (tmp_path / "a" / "b" / "c").is_dir()
-    assert synced == [str(tmp_path), str(tmp_path / "a"), str(tmp_path / "a" / "b")]
+    assert synced == [*above, str(tmp_path), str(tmp_path / "a"), str(tmp_path / "a" / "b")]
+    synced.clear()
+    # Existing: every level's entry again (any may be left by an interrupted call), top down.
     assert persistence.durable_mkdir(tmp_path / "a" / "b" / "c") is False
+    assert synced == [*above, str(tmp_path), str(tmp_path / "a"), str(tmp_path / "a" / "b")]
+
+
+def _parents_from_the_mount_point(path: Path) -> list[str]:
+    chain = []
+    while not os.path.ismount(path):
+        path = path.parent
+        chain.append(str(path))
+    return chain[::-1]
+
+
+def test_durable_mkdir_skips_an_ancestor_it_may_not_open_but_not_a_failed_fsync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An ancestor we may not read (``/home`` at 0711, say) cannot hold an entry a
+    call of ours made durable; the walk skips it instead of failing. A failed fsync
+    of an ancestor is never skipped."""
+    real = persistence.fsync_dir
+    synced: list[str] = []
+    refuse: list[BaseException] = [PermissionError(13, "Permission denied")]
+
+    def fsync_dir(path: str | os.PathLike[str]) -> None:
+        if Path(path) == tmp_path.parent:
+            raise refuse[0]
+        synced.append(os.fspath(path))
+        real(path)
+
+    monkeypatch.setattr(persistence, "fsync_dir", fsync_dir)
+    above = _parents_from_the_mount_point(tmp_path)
+    assert persistence.durable_mkdir(tmp_path / "a") is True
+    assert synced == [p for p in above if p != str(tmp_path.parent)] + [str(tmp_path)]
+    refuse[0] = DurabilityError("fsync of the parent failed")
+    with pytest.raises(DurabilityError):
+        persistence.durable_mkdir(tmp_path / "b")
+    assert not (tmp_path / "b").exists(), "nothing is created below an entry not made durable"
 
 
 def test_durable_unlink_and_rename(tmp_path: Path) -> None:
