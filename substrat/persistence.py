@@ -129,19 +129,18 @@ def durable_mkdir(path: str | os.PathLike[str]) -> bool:
 def _make_ancestors_durable(existing: Path) -> None:
     """Make the entry of the visible directory ``existing`` and of each ancestor durable.
 
-    fsyncs each parent from the file system's root (mount point) down to
-    ``existing``'s parent: top down, for the reason given in :func:`durable_mkdir`.
-    Each fsync is needed under POSIX rules, because any of these levels may be
-    one an interrupted call left visible but not durable; none is repeated by the
-    creation loop, which fsyncs ``existing`` and the levels below it. The walk
-    stops at a mount point (a file system's root needs no entry on it). A
-    directory this process may not open (``/home`` at mode 0711, say) is skipped:
-    it cannot be fsynced by us, and it holds no entry our calls made, since
-    creating one there fails at that very fsync.
+    fsyncs each parent from the file system's root down to ``existing``'s
+    parent: top down, for the reason given in :func:`durable_mkdir`. Each fsync
+    is needed under POSIX rules, because any of these levels may be one an
+    interrupted call left visible but not durable; none is repeated by the
+    creation loop, which fsyncs ``existing`` and the levels below it. A directory
+    this process may not open (``/home`` at mode 0711, say) is skipped: we cannot
+    fsync it, and it holds no entry a call of ours made, since creating one there
+    fails at that very fsync.
     """
     chain: list[Path] = []
     level = existing
-    while not os.path.ismount(level) and level.parent != level:
+    while not _is_fs_root(level):
         chain.append(level.parent)
         level = level.parent
     for parent in reversed(chain):
@@ -149,6 +148,21 @@ def _make_ancestors_durable(existing: Path) -> None:
             fsync_dir(parent)
         except PermissionError:  # from opening it; a failed fsync is a DurabilityError
             continue
+
+
+def _is_fs_root(level: Path) -> bool:
+    """True if ``level`` is the root of its file system, so its entry is no one's to sync.
+
+    That is ``/``, a mount point (its parent is on another device), or a level
+    whose parent cannot be looked up: then nothing above it is visible to us
+    (a file system simulator mounted there, or a search permission we lack).
+    """
+    if level.parent == level:
+        return True
+    try:
+        return os.stat(level.parent).st_dev != os.stat(level).st_dev
+    except OSError:
+        return True
 
 
 def durable_create(path: str | os.PathLike[str]) -> None:

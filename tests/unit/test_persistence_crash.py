@@ -248,3 +248,17 @@ def test_session_save_retried_after_eio_is_durable() -> None:
     assert contract.setup is None, "the retried first save must start from a bare root"
     for nth in range(1, d.count_fsyncs(contract) + 1):
         assert d.check_fsync_failure(contract, "posix", nth, images_per_mode=2).raised
+
+
+@pytest.mark.parametrize("outside", ["passthrough", "refuse"])
+def test_durable_mkdir_stops_at_the_root_of_a_simulated_file_system(outside: str) -> None:
+    """Above a FaultFS root there is nothing of ours (there, its real parent does not
+    even exist): the walk up ends at the root instead of failing on what lies above."""
+    fs = FaultFS("/substrat-no-such-parent/root", "posix", outside=outside)
+    with fs:
+        assert persistence.durable_mkdir(fs.path("a")) is True
+        assert persistence.durable_mkdir(fs.path("a", "b")) is True
+        assert persistence.durable_mkdir(fs.path("a", "b")) is False
+    image = fs.crash_image("power")
+    with image:
+        assert os.path.isdir(image.path("a", "b"))
