@@ -293,3 +293,120 @@ def test_stress_gate_uses_the_ci_profile_and_fails_when_it_ran_nothing(tmp_path:
     assert result.returncode == 5
     assert "no stress tests were collected" in result.stderr
     assert "hypothesis profile=ci" in result.stdout
+
+
+# -- .ci/run: the README's test command, then the stress suite under `ci` ------------
+
+FAKE_UNIT_TESTS = """
+import os
+
+
+def test_one():
+    pass
+
+
+def test_two():
+    assert os.environ.get("FAKE_BREAK_TESTS") != "1", "a broken unit test"
+"""
+
+FAKE_CI_STRESS_TESTS = """
+import os
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+pytestmark = pytest.mark.stress
+
+
+def test_runs_under_the_derandomized_ci_profile():
+    assert os.environ["HYPOTHESIS_PROFILE"] == "ci"
+    assert settings.default.derandomize
+
+
+@given(st.integers())
+def test_drawn(n):
+    assert os.environ.get("FAKE_BREAK_STRESS") != "1", "a broken stress test"
+"""
+
+# The real ci/tests.sh installs the project first; the fake project has nothing to install.
+FAKE_TESTS_SH = """#!/usr/bin/env bash
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python -m pytest tests/unit -p no:cacheprovider
+"""
+
+
+def _fake_ci_project(root: Path) -> Path:
+    (root / ".ci").mkdir(parents=True)
+    shutil.copy2(REPO / ".ci" / "run", root / ".ci" / "run")
+    (root / "ci").mkdir()
+    shutil.copy2(REPO / "ci" / "stress.sh", root / "ci" / "stress.sh")
+    (root / "ci" / "tests.sh").write_text(FAKE_TESTS_SH)
+    for kind, text in (("unit", FAKE_UNIT_TESTS), ("stress", FAKE_CI_STRESS_TESTS)):
+        (root / "tests" / kind).mkdir(parents=True)
+        (root / "tests" / kind / f"test_{kind}.py").write_text(text)
+    return root
+
+
+def _run_ci(root: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "HYPOTHESIS_"))}
+    base["PATH"] = os.path.dirname(sys.executable) + os.pathsep + base.get("PATH", "")
+    # A caller's profile must not leak into the stress run, which is always `ci`.
+    base.update({"CI_INSTALL_REDIS": "0", "STRESS_WORKERS": "0", "HYPOTHESIS_PROFILE": "default"})
+    base.update(env)
+    return subprocess.run(
+        ["bash", str(root / ".ci" / "run")],
+        cwd=root,
+        env=base,
+        capture_output=True,
+        text=True,
+        timeout=SCRIPT_TIMEOUT_S,
+    )
+
+
+def test_ci_run_calls_the_readme_test_command_then_the_stress_suite_under_ci() -> None:
+    text = (REPO / ".ci" / "run").read_text().replace("\\\n", " ")
+    commands = [line for line in text.splitlines() if not line.lstrip().startswith(("#", "echo"))]
+    calls = [(m.group(1), line) for line in commands for m in re.finditer(r"\bbash (ci/\S+)", line)]
+    assert [script for script, _ in calls] == ["ci/tests.sh", "ci/stress.sh"]
+    assert re.search(r"\bHYPOTHESIS_PROFILE=ci\s", calls[1][1]), calls[1][1]
+    # ci/tests.sh is the README's test command: install with the test stack, then `pytest`.
+    readme = (REPO / "README.md").read_text()
+    assert "pip install -e '.[dev]' && pytest" in readme
+    tests_sh = [
+        line.strip()
+        for line in (REPO / "ci" / "tests.sh").read_text().splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
+    assert "python -m pip install --quiet -e '.[dev]'" in tests_sh
+    assert tests_sh[-1] == "pytest"
+    # The PR gate runs the same two scripts in the same order.
+    pr_runs = [r for r in _runs(_load(WORKFLOWS_DIR / "pr.yml")) if CI_SCRIPT_REF.findall(r)]
+    assert [CI_SCRIPT_REF.findall(r)[0] for r in pr_runs] == ["ci/tests.sh", "ci/stress.sh"]
+
+
+def test_ci_run_shows_both_runs_with_their_counts_and_passes(tmp_path: Path) -> None:
+    result = _run_ci(_fake_ci_project(tmp_path / "project"))
+    out = result.stdout
+    assert result.returncode == 0, out + result.stderr
+    assert out.index("ci: [1/2] tests") < out.index("ci: [2/2] stress")
+    assert "stress: profile=ci" in out
+    lines = out.splitlines()
+    assert re.fullmatch(r"ci: tests \(pytest\): PASS: 2 passed in [0-9.]+s; \d+s", lines[-3])
+    assert re.fullmatch(
+        r"ci: stress \(ci profile\): PASS: 2 passed in [0-9.]+s; \d+s", lines[-2]
+    ), lines[-2]
+    assert re.fullmatch(r"ci: PASS: tests and stress \(ci profile\) both passed in \d+s", lines[-1])
+
+
+def test_ci_run_runs_the_stress_suite_even_when_the_tests_fail_and_reports_both(
+    tmp_path: Path,
+) -> None:
+    result = _run_ci(
+        _fake_ci_project(tmp_path / "project"), FAKE_BREAK_TESTS="1", FAKE_BREAK_STRESS="1"
+    )
+    lines = result.stdout.splitlines()
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert lines[-3].startswith("ci: tests (pytest): FAIL (exit 1): 1 failed, 1 passed in ")
+    assert lines[-2].startswith("ci: stress (ci profile): FAIL (exit 1): 1 failed, 1 passed in ")
+    assert lines[-1] == "ci: FAIL: tests FAIL (exit 1), stress (ci profile) FAIL (exit 1)"
