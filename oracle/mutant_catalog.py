@@ -82,7 +82,7 @@ CATALOG: tuple[Mutant, ...] = (
         "durable_mkdir of a directory that is already visible returns without fsyncing its "
         "parent, so a retry after a failed fsync acknowledges an entry that is not durable",
         "persistence.py",
-        "    _make_ancestors_durable(probe)\n",
+        "    _make_ancestors_durable(probe, base)\n",
         "    pass  # planted: trust what the page cache shows\n",
     ),
     Mutant(
@@ -90,7 +90,7 @@ CATALOG: tuple[Mutant, ...] = (
         "durable_mkdir fsyncs the parent of an existing target but trusts every visible "
         "ancestor, so a directory below one left by a failed call is acknowledged but lost",
         "persistence.py",
-        "    _make_ancestors_durable(probe)\n",
+        "    _make_ancestors_durable(probe, base)\n",
         "    if not missing:\n        fsync_dir(probe.parent)  # planted: the target alone\n",
     ),
     Mutant(

@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections import OrderedDict
 from pathlib import Path
 
-from substrat import persistence
 from substrat.agents import USER
 from substrat.eventlog import LOG_NAME, Clock, EventLog, utc_now_iso
 from substrat.session import SessionStore
@@ -44,7 +43,7 @@ class LogPool:
         # Not open, or poisoned by a failed write: (re)open, which repairs the tail.
         self._open.pop(endpoint, None)
         if endpoint == USER:
-            persistence.durable_mkdir(self.path(USER).parent)
+            self._store.make_dir(self.path(USER).parent)
             log = EventLog(self.path(USER), {"endpoint": USER}, clock=self._clock)
         else:
             log = EventLog(self.path(endpoint), {"session_id": endpoint}, clock=self._clock)

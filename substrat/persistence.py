@@ -95,7 +95,9 @@ def _atomic_write(path: str | os.PathLike[str], data: bytes) -> None:
     fsync_dir(target.parent)
 
 
-def durable_mkdir(path: str | os.PathLike[str]) -> bool:
+def durable_mkdir(
+    path: str | os.PathLike[str], *, durable_base: str | os.PathLike[str] | None = None
+) -> bool:
     """Create directory ``path`` (and missing parents) durably.
 
     Returns True when something was created. On return ``path`` and every
@@ -106,8 +108,16 @@ def durable_mkdir(path: str | os.PathLike[str]) -> bool:
     (visible in the page cache, not on disk), and nothing on disk tells it apart
     from an old one; so its entry and those above it are fsynced too, up to the
     file system's root (see :func:`_make_ancestors_durable`).
+
+    ``durable_base`` cuts that walk short: an ancestor of ``path`` (or ``path``
+    itself) whose own entry, and every one above it, the caller has already made
+    durable with an earlier ``durable_mkdir`` of it. Nothing at or above it is
+    fsynced again, so a store that made its root durable once pays one fsync per
+    level below the root.
     """
     target = Path(os.path.abspath(path))
+    base = None if durable_base is None else Path(os.path.abspath(durable_base))
+    assert base is None or target.is_relative_to(base), f"{base} is not above {target}"
     missing: list[Path] = []
     probe = target
     while not os.path.isdir(probe):
@@ -115,7 +125,8 @@ def durable_mkdir(path: str | os.PathLike[str]) -> bool:
         if probe.parent == probe:
             break
         probe = probe.parent
-    _make_ancestors_durable(probe)
+    assert base is None or probe.is_relative_to(base), f"durable_base {base} does not exist"
+    _make_ancestors_durable(probe, base)
     for level in reversed(missing):
         try:
             os.mkdir(level, _DIR_MODE)
@@ -126,21 +137,21 @@ def durable_mkdir(path: str | os.PathLike[str]) -> bool:
     return bool(missing)
 
 
-def _make_ancestors_durable(existing: Path) -> None:
+def _make_ancestors_durable(existing: Path, base: Path | None) -> None:
     """Make the entry of the visible directory ``existing`` and of each ancestor durable.
 
-    fsyncs each parent from the file system's root down to ``existing``'s
-    parent: top down, for the reason given in :func:`durable_mkdir`. Each fsync
-    is needed under POSIX rules, because any of these levels may be one an
-    interrupted call left visible but not durable; none is repeated by the
-    creation loop, which fsyncs ``existing`` and the levels below it. A directory
-    this process may not open (``/home`` at mode 0711, say) is skipped: we cannot
-    fsync it, and it holds no entry a call of ours made, since creating one there
-    fails at that very fsync.
+    fsyncs each parent from the file system's root (or from ``base``) down to
+    ``existing``'s parent: top down, for the reason given in
+    :func:`durable_mkdir`. Each fsync is needed under POSIX rules, because any of
+    these levels may be one an interrupted call left visible but not durable;
+    none is repeated by the creation loop, which fsyncs ``existing`` and the
+    levels below it. A directory this process may not open (``/home`` at mode
+    0711, say) is skipped: we cannot fsync it, and it holds no entry a call of
+    ours made, since creating one there fails at that very fsync.
     """
     chain: list[Path] = []
     level = existing
-    while not _is_fs_root(level):
+    while level != base and not _is_fs_root(level):
         chain.append(level.parent)
         level = level.parent
     for parent in reversed(chain):

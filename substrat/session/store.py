@@ -53,6 +53,8 @@ class SessionStore:
         self.root = Path(root)
         self.agents_dir = self.root / AGENTS_DIR
         self.quarantine_dir = self.root / QUARANTINE_DIR
+        # Directories whose entries, and all above them, this store made durable.
+        self._durable_dirs: set[Path] = set()
 
     def session_dir(self, session_id: str) -> Path:
         return self.agents_dir / validate_session_id(session_id)
@@ -66,8 +68,29 @@ class SessionStore:
     def create_dir(self, session_id: str) -> Path:
         """Create the session's directory durably (and the root's, if missing)."""
         path = self.session_dir(session_id)
-        persistence.durable_mkdir(path)
+        self.make_dir(path)
         return path
+
+    def make_dir(self, path: Path) -> bool:
+        """Create a directory under the root durably (see ``persistence.durable_mkdir``).
+
+        The first call makes the root's entry, and every one above it, durable
+        (the root may itself be left by an interrupted call). The store then
+        remembers each directory it made durable that holds others (the root,
+        ``agents/``) and fsyncs only below the deepest one: a new session
+        directory costs one fsync, as a plain mkdir would. Nothing substrat does
+        removes those directories while a store is open. Returns True if
+        something was created.
+        """
+        assert path.is_relative_to(self.root) and path != self.root, path
+        base = next((p for p in path.parents if p in self._durable_dirs), None)
+        if base is None:
+            persistence.durable_mkdir(self.root)
+            self._durable_dirs.add(self.root)
+            base = self.root
+        created = persistence.durable_mkdir(path, durable_base=base)
+        self._durable_dirs.add(path.parent)
+        return created
 
     def save(self, session: Session) -> None:
         """Write the record atomically; the directory is created durably if needed.
@@ -175,7 +198,7 @@ class SessionStore:
     def _quarantine(self, session_id: str, reason: str, kind: str, move: bool) -> Quarantined:
         if not move:
             return Quarantined(session_id, reason, kind)
-        persistence.durable_mkdir(self.quarantine_dir)
+        self.make_dir(self.quarantine_dir)
         stem = f"{session_id}.{RECORD_NAME}"
         index = 0
         while os.path.exists(self.quarantine_dir / f"{stem}.{index}"):

@@ -104,6 +104,31 @@ def test_durable_mkdir_creates_parents_and_fsyncs_each_parent(
     assert synced == [*above, str(tmp_path), str(tmp_path / "a"), str(tmp_path / "a" / "b")]
 
 
+def test_durable_mkdir_below_a_durable_base_fsyncs_only_from_the_base_down(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    synced: list[str] = []
+    real = persistence.fsync_dir
+
+    def spy(path: str | os.PathLike[str]) -> None:
+        synced.append(os.fspath(path))
+        real(path)
+
+    monkeypatch.setattr(persistence, "fsync_dir", spy)
+    base = tmp_path / "root"
+    base.mkdir()
+    assert persistence.durable_mkdir(base / "a" / "b", durable_base=base) is True
+    assert synced == [str(base), str(base / "a")]
+    synced.clear()
+    assert persistence.durable_mkdir(base / "a" / "b", durable_base=base) is False
+    assert synced == [str(base), str(base / "a")]
+    synced.clear()
+    assert persistence.durable_mkdir(base, durable_base=base) is False
+    assert synced == []
+    with pytest.raises(AssertionError, match="is not above"):
+        persistence.durable_mkdir(tmp_path / "elsewhere", durable_base=base)
+
+
 def _parents_from_the_mount_point(path: Path) -> list[str]:
     chain = []
     while path != path.parent and path.parent.stat().st_dev == path.stat().st_dev:

@@ -242,6 +242,23 @@ def test_session_save_over_a_directory_left_by_a_failed_save_is_durable() -> Non
         assert loaded.to_record() == session.to_record(), "acknowledged record lost"
 
 
+def test_session_save_under_a_root_left_by_a_failed_call_is_durable() -> None:
+    """A store fsyncs only from its root down once it made the root durable; the
+    first time, the root's own entry is made durable too (it may be left by a
+    call that failed, as here)."""
+    fs = FaultFS(d.ROOT, "posix")
+    session = Session(d.SESSION_ID, "scripted", "model-x", agent_id="a" * 32)
+    with fs:
+        fs.fail_next_fsync(fs.root)
+        with pytest.raises(DurabilityError):
+            persistence.durable_mkdir(fs.path("home"))
+        SessionStore(fs.path("home")).save(session)
+    image = fs.crash_image("power")
+    with image:
+        loaded = SessionStore(image.path("home")).load(d.SESSION_ID)
+        assert loaded.to_record() == session.to_record(), "acknowledged record lost"
+
+
 def test_session_save_retried_after_eio_is_durable() -> None:
     """The retry form of the session contract, with EIO on each fsync in turn."""
     contract = d.session_contract(300, retry=True)

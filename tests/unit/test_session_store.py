@@ -1,9 +1,11 @@
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
+from substrat import persistence
 from substrat.errors import InvalidSessionIdError, InvalidTransitionError, SessionNotFoundError
 from substrat.session import Session, SessionState, SessionStore, new_session_id
 
@@ -151,3 +153,33 @@ def test_stale_temp_file_is_ignored(root: Path) -> None:
     assert [s.session_id for s in store.scan().sessions] == [session.session_id]
     store.save(session)
     assert not tmp.exists()
+
+
+def test_directories_cost_one_fsync_each_once_the_root_is_durable(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The root's whole chain is fsynced once per store; after that a session's
+    directory costs what a plain durable mkdir does: one fsync of agents/ (and a
+    record's save, nothing more, once the record exists)."""
+    synced: list[Path] = []
+    real = persistence.fsync_dir
+
+    def spy(path: str | os.PathLike[str]) -> None:
+        synced.append(Path(path))
+        real(path)
+
+    monkeypatch.setattr(persistence, "fsync_dir", spy)
+    store = SessionStore(root)
+    store.create_dir("a" * 32)
+    assert synced[-2:] == [root, store.agents_dir]  # agents/ is new: its entry, then a's
+    assert root.parent in synced, "the root's own entry was not made durable"
+    synced.clear()
+    store.create_dir("b" * 32)
+    assert synced == [store.agents_dir]
+    synced.clear()
+    session = Session("c" * 32, "scripted", "model-x")
+    store.save(session)  # first record: the directory, then the record
+    assert synced == [store.agents_dir, store.session_dir("c" * 32)]
+    synced.clear()
+    store.transition(session, SessionState.ACTIVE)
+    assert synced == [store.session_dir("c" * 32)]
