@@ -133,6 +133,7 @@ class Orchestrator(QueryMixin, CommitMixin, WakeMixin):
     async def open(cls, root: str | Path, **kwargs: Any) -> Orchestrator:
         """Open a root: recover everything the logs hold, then serve."""
         orch = cls(root, **kwargs)
+        orch.store.make_root_durable()  # here, not in the first request's latency
         orch.recovery_report = await recovery.recover(orch)
         return orch
 

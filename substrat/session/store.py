@@ -71,23 +71,28 @@ class SessionStore:
         self.make_dir(path)
         return path
 
+    def make_root_durable(self) -> None:
+        """Create the root if missing and make its entry, and every one above it, durable.
+
+        Done once per store, at open (``Orchestrator.open``) or else by the first
+        :meth:`make_dir`: the root may itself be left by an interrupted call.
+        """
+        if self.root not in self._durable_dirs:
+            persistence.durable_mkdir(self.root)
+            self._durable_dirs.add(self.root)
+
     def make_dir(self, path: Path) -> bool:
         """Create a directory under the root durably (see ``persistence.durable_mkdir``).
 
-        The first call makes the root's entry, and every one above it, durable
-        (the root may itself be left by an interrupted call). The store then
-        remembers each directory it made durable that holds others (the root,
-        ``agents/``) and fsyncs only below the deepest one: a new session
-        directory costs one fsync, as a plain mkdir would. Nothing substrat does
-        removes those directories while a store is open. Returns True if
-        something was created.
+        The store remembers each directory it made durable that holds others
+        (the root, ``agents/``) and fsyncs only below the deepest one: a new
+        session directory costs one fsync, as a plain mkdir would. Nothing
+        substrat does removes those directories while a store is open. Returns
+        True if something was created.
         """
         assert path.is_relative_to(self.root) and path != self.root, path
-        base = next((p for p in path.parents if p in self._durable_dirs), None)
-        if base is None:
-            persistence.durable_mkdir(self.root)
-            self._durable_dirs.add(self.root)
-            base = self.root
+        self.make_root_durable()
+        base = next(p for p in path.parents if p in self._durable_dirs)
         created = persistence.durable_mkdir(path, durable_base=base)
         self._durable_dirs.add(path.parent)
         return created
