@@ -175,7 +175,7 @@ class FaultFS(Syscalls):
     def ack(self, item: Any) -> None:
         """Record that the program acknowledged ``item``; images carry the list along."""
         self.acked.append(item)
-        stack = call_stack(2) if self._record_trace else ()
+        stack = call_stack(2)[0] if self._record_trace else ()
         self.ack_marks.append((self.model.clock, stack))
 
     # ------------------------------------------------------------------ faults

@@ -26,7 +26,7 @@ from faultfs._fdtable import (
     oserror,
 )
 from faultfs._model import ROOT_INO, Inode, Model
-from faultfs._trace import Op, call_stack, user_site
+from faultfs._trace import Op, call_stack
 from faultfs.errors import IOAfterCrash, SimulatedCrash
 
 # A fixed umask of 022: reading the real one means changing it, which races.
@@ -74,8 +74,8 @@ class Syscalls:
 
     def _before(self, kind: str, path: str, args: tuple[object, ...]) -> Op:
         if self._record_trace:
-            stack = call_stack(3)
-            op = Op(kind, path, args, user_site(stack), stack)
+            stack, site = call_stack(3)
+            op = Op(kind, path, args, site, stack)
         else:
             op = Op(kind, path, args, "")
         self.boundaries += 1
@@ -85,15 +85,15 @@ class Syscalls:
 
     def _after(self, op: Op) -> None:
         if self._record_trace:
-            self.trace.append(op._replace(seq=self.model.clock))
+            self.trace.append(Op(op.kind, op.path, op.args, op.site, op.stack, self.model.clock))
         self.boundaries += 1
         if self.boundaries == self._crash_at:
             self._crash("after", op)
 
     def _crash(self, phase: str, op: Op) -> None:
         if not op.site:
-            stack = call_stack(4)
-            op = op._replace(site=user_site(stack), stack=stack)
+            stack, site = call_stack(4)
+            op = op._replace(site=site, stack=stack)
         self.crashed = True
         self._crash_at = None
         self.crash_point = (self.boundaries, phase, op)

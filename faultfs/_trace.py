@@ -23,8 +23,10 @@ _STDLIB_DIRS = tuple(
         if sysconfig.get_paths().get(key)
     }
 )
-# Frames kept per operation: enough to tell two callers of one helper apart.
-MAX_STACK_FRAMES = 6
+# Frames kept per operation: the first outside faultfs, the user's, and
+# callers enough to tell two callers of one helper apart.
+MAX_STACK_FRAMES = 4
+_new_tuple = tuple.__new__
 
 _kind_cache: dict[str, int] = {}
 _FAULTFS, _STDLIB, _USER = 0, 1, 2
@@ -85,26 +87,44 @@ def display_path(filename: str, relative_to: str | None = None) -> str:
     return filename
 
 
-def call_stack(depth: int = 2) -> tuple[Frame, ...]:
-    """The issuing frames: from the first outside faultfs to the next faultfs frame."""
+def call_stack(depth: int = 2) -> tuple[tuple[Frame, ...], str]:
+    """The issuing frames (first outside faultfs to the next faultfs frame), and the user site.
+
+    This runs for every recorded operation, so it reads the kind cache inline
+    and builds Frames without the NamedTuple constructor's Python call.
+    """
+    cache = _kind_cache
     frame = sys._getframe(depth)
-    while frame is not None and _kind(frame.f_code.co_filename) == _FAULTFS:
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        kind = cache.get(filename)
+        if (kind if kind is not None else _kind(filename)) != _FAULTFS:
+            break
         frame = frame.f_back  # type: ignore[assignment]
     out: list[Frame] = []
+    site = ""
     while frame is not None and len(out) < MAX_STACK_FRAMES:
         code = frame.f_code
-        if _kind(code.co_filename) == _FAULTFS:
+        filename = code.co_filename
+        kind = cache.get(filename)
+        if kind is None:
+            kind = _kind(filename)
+        if kind == _FAULTFS:
             break
-        out.append(Frame(code.co_filename, frame.f_lineno, code.co_name))
+        line = frame.f_lineno
+        out.append(_new_tuple(Frame, (filename, line, code.co_name)))
+        if not site and kind == _USER:
+            site = f"{filename}:{line}"
         frame = frame.f_back  # type: ignore[assignment]
-    if out and all(_kind(f.file) != _USER for f in out):
+    if out and not site:
         # Deep in the standard library: still name the user's line that led there.
         while frame is not None and _kind(frame.f_code.co_filename) != _USER:
             frame = frame.f_back  # type: ignore[assignment]
         if frame is not None:
             code = frame.f_code
-            out.append(Frame(code.co_filename, frame.f_lineno, code.co_name))
-    return tuple(out)
+            out.append(_new_tuple(Frame, (code.co_filename, frame.f_lineno, code.co_name)))
+            site = f"{code.co_filename}:{frame.f_lineno}"
+    return tuple(out), site or (str(out[0]) if out else "<unknown>")
 
 
 def user_site(stack: tuple[Frame, ...]) -> str:
@@ -117,7 +137,7 @@ def user_site(stack: tuple[Frame, ...]) -> str:
 
 def call_site(depth: int = 2) -> str:
     """``file:line`` of the innermost frame outside faultfs and the standard library."""
-    return user_site(call_stack(depth + 1))
+    return call_stack(depth + 1)[1]
 
 
 class Op(NamedTuple):
