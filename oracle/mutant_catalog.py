@@ -244,17 +244,17 @@ CATALOG: tuple[Mutant, ...] = (
     Mutant(
         "user_inbox_forgotten",
         "recovery rebuilds agents' inboxes but not the user's",
-        "recovery.py",
-        "    pending: list[dict[str, Any]] = list(user_facts.pending())\n",
+        "rollforward.py",
+        "    pending: list[dict[str, Any]] = list(user.pending())\n",
         "    pending: list[dict[str, Any]] = []  # planted: the user's inbox is forgotten\n",
     ),
     Mutant(
         "no_message_roll_forward",
         "recovery does not re-send messages of committed turns that a crash cut off "
         "(the stranded reply)",
-        "recovery.py",
-        '                if data["message_id"] not in target.enqueued:\n',
-        '                if False and data["message_id"] not in target.enqueued:  # planted\n',
+        "rollforward.py",
+        "                if not target.received(data):\n",
+        "                if False and not target.received(data):  # planted\n",
     ),
     Mutant(
         "no_cascade_on_recovery",

@@ -13,6 +13,7 @@ commit forward with the same code.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from substrat import events
@@ -31,7 +32,34 @@ from substrat.session import Session, SessionStore
 from substrat.tools import TurnEffects
 
 if TYPE_CHECKING:
-    from substrat.orchestrator import AgentInfo
+    from substrat.queries import AgentInfo
+
+
+@dataclass
+class TurnResult:
+    agent_id: str
+    turn_id: str
+    response: str
+    spawned: list[str] = field(default_factory=list)
+    messages_sent: list[str] = field(default_factory=list)
+    prompt: str = ""
+    """The prompt as logged (a lost-turn notice may precede the caller's text)."""
+    effects: dict[str, Any] = field(default_factory=dict)
+    """What the turn committed: spawns, messages, terminations, delivered ids."""
+    transcript: list[dict[str, Any]] = field(default_factory=list)
+    """The provider's record of the turn, as logged in ``turn.complete``."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "agent_id": self.agent_id,
+            "turn_id": self.turn_id,
+            "response": self.response,
+            "spawned": list(self.spawned),
+            "messages_sent": list(self.messages_sent),
+            "prompt": self.prompt,
+            "effects": self.effects,
+            "transcript": self.transcript,
+        }
 
 
 class CommitMixin:

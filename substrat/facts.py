@@ -102,6 +102,9 @@ class AgentFacts:
     lost_notice: dict[str, Any] | None = None
     """A turn an earlier recovery closed as lost, not yet followed by a completed one:
     the agent has still to be told about it."""
+    waiting: dict[str, str] = field(default_factory=dict)
+    """Requests sent before the log's checkpoint with no reply in it (message id ->
+    recipient); the requests sent after it are in ``committed``."""
     entries: int = 0
     damage: dict[str, int] = field(default_factory=dict)
 
@@ -114,6 +117,10 @@ class AgentFacts:
 
     def pending(self) -> list[dict[str, Any]]:
         return [m for i, m in self.enqueued.items() if i not in self.delivered]
+
+    def received(self, message: dict[str, Any]) -> bool:
+        """Whether this log ever received ``message`` (a ``message.enqueued`` for it)."""
+        return message["message_id"] in self.enqueued
 
     def add_all(self, entries: Iterable[Entry]) -> None:
         for entry in entries:

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from substrat import events, persistence
 from substrat.eventlog import LOG_NAME, PENDING_NAME, EventLog, decode_line
@@ -24,11 +25,23 @@ from substrat.registry import registry_path
 from substrat.session import SessionStore
 from substrat.session.store import AGENTS_DIR, QUARANTINE_DIR
 
-if TYPE_CHECKING:
-    from substrat.fsck import FsckReport
+
+class _Finding(Protocol):
+    kind: str
+    path: str
+    repaired: bool
 
 
-def repair_root(root: Path, report: FsckReport) -> None:
+class _Report(Protocol):
+    """What the repairs need of :class:`substrat.fsck.FsckReport`."""
+
+    recovery: dict[str, Any] | None
+
+    @property
+    def problems(self) -> Sequence[_Finding]: ...
+
+
+def repair_root(root: Path, report: _Report) -> None:
     """Repair what ``report`` found (the lock is held exclusively); see substrat.fsck."""
     store = SessionStore(root)
     quarantine = root / QUARANTINE_DIR

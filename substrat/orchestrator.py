@@ -23,11 +23,10 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from substrat import events, recovery
+from substrat import events, recovery, restore
 from substrat.agents import (
     USER,
     AgentNode,
@@ -37,7 +36,7 @@ from substrat.agents import (
     MessageEnvelope,
     validate_name,
 )
-from substrat.commit import CommitMixin
+from substrat.commit import CommitMixin, TurnResult
 from substrat.conversation import conversation_from_log
 from substrat.errors import (
     AgentBusyError,
@@ -68,33 +67,6 @@ Listener = Callable[[str, dict[str, Any]], None]
 
 def uuid_hex() -> str:
     return uuid.uuid4().hex
-
-
-@dataclass
-class TurnResult:
-    agent_id: str
-    turn_id: str
-    response: str
-    spawned: list[str] = field(default_factory=list)
-    messages_sent: list[str] = field(default_factory=list)
-    prompt: str = ""
-    """The prompt as logged (a lost-turn notice may precede the caller's text)."""
-    effects: dict[str, Any] = field(default_factory=dict)
-    """What the turn committed: spawns, messages, terminations, delivered ids."""
-    transcript: list[dict[str, Any]] = field(default_factory=list)
-    """The provider's record of the turn, as logged in ``turn.complete``."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "agent_id": self.agent_id,
-            "turn_id": self.turn_id,
-            "response": self.response,
-            "spawned": list(self.spawned),
-            "messages_sent": list(self.messages_sent),
-            "prompt": self.prompt,
-            "effects": self.effects,
-            "transcript": self.transcript,
-        }
 
 
 class Orchestrator(QueryMixin, CommitMixin, WakeMixin):
@@ -134,8 +106,19 @@ class Orchestrator(QueryMixin, CommitMixin, WakeMixin):
         """Open a root: recover everything the logs hold, then serve."""
         orch = cls(root, **kwargs)
         orch.store.make_root_durable()  # here, not in the first request's latency
-        orch.recovery_report = await recovery.recover(orch)
+        orch.recover()
         return orch
+
+    def recover(self) -> recovery.RecoveryReport:
+        """Rebuild everything from the root's logs (what :meth:`open` does first).
+
+        :func:`substrat.recovery.recover` reads and repairs the disk into a
+        value; :func:`substrat.restore.apply` serves it and finishes what
+        committed turns left undone, with this orchestrator's commit code.
+        """
+        recovered = recovery.recover(self.store, self.logs, self.roots)
+        self.recovery_report = restore.apply(self, recovered)
+        return self.recovery_report
 
     async def close(self) -> None:
         """Clean shutdown: suspend live sessions (blobs saved) and close the logs."""

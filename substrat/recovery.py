@@ -1,11 +1,16 @@
-"""Recovery: rebuild sessions, the tree, inboxes and conversations from the logs.
+"""Recovery: from the disk to a recovered state that the orchestrator applies.
 
-Runs when an :class:`~substrat.orchestrator.Orchestrator` opens a root:
+:func:`recover` runs when an :class:`~substrat.orchestrator.Orchestrator`
+opens a root. It takes the root's stores (records, logs, the root registry),
+imports nothing of the orchestrator, and returns a :class:`Recovered` value:
+the tree of live agents with their sessions and turn counters, and the
+roll-forward plan (:mod:`substrat.rollforward`) that the orchestrator applies
+with its own commit code (:mod:`substrat.restore`).
 
 1. ``SessionStore.recover()``: ACTIVE records become SUSPENDED (no provider
    session survives a crash); corrupt records are quarantined. A record that
    cannot be read at all (EACCES, EIO) is left alone: that agent is held back
-   (see step 8).
+   (see step 7).
 2. Every live session's log is repaired (a torn tail cut, a pending entry
    replayed) and distilled into :class:`~substrat.facts.AgentFacts` in the
    same single read; the log is left closed (it is opened for writing when
@@ -23,14 +28,10 @@ Runs when an :class:`~substrat.orchestrator.Orchestrator` opens a root:
    registry does not know is an orphan of a crash during ``create_root``: it
    is marked TERMINATED. An agent whose ancestor was terminated is terminated
    too (a cascade cut short). Live roots the registry lacks are registered.
-6. Committed turns are rolled forward: a child their ``turn.complete`` spawned
-   but that does not exist, a message it sent that the recipient's log never
-   received (this is how a reply stranded in B's log reaches A), a
-   termination it ordered.
-7. Inboxes (the user's included) are rebuilt as enqueued minus delivered.
-   A turn started but never completed is the one lost in flight; the agent is
-   told at its next turn (``resume_roots`` gives roots that turn at once).
-8. Agents held back (``unreadable``: their files failed, or an ancestor's did)
+6. The roll-forward is planned (committed turns' children, messages and
+   terminations a crash cut short; the turns lost in flight; inboxes as
+   enqueued minus delivered; requests still waiting for a reply).
+7. Agents held back (``unreadable``: their files failed, or an ancestor's did)
    are not served and nothing of theirs is written; the report says what to do
    (:mod:`substrat.access`), and they come back at the next start once fixed.
 
@@ -45,25 +46,27 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from substrat import access, events
+from substrat import access, events, rollforward
 from substrat.access import Unreadable
-from substrat.agents import USER, AgentNode, AgentState, MessageEnvelope
+from substrat.agents import USER, AgentNode, AgentTree
 from substrat.eventlog import repair_log
 from substrat.facts import AgentFacts as AgentFacts
 from substrat.facts import collect_facts as collect_facts
 from substrat.facts import read_facts as read_facts
+from substrat.logs import LogPool
 from substrat.registry import (
     REGISTRY_DIR,
     RegistryRead,
+    RootRegistry,
     creation_from_registry,
     lost_root,
     quarantined_sessions,
     root_entry,
 )
-from substrat.session import Quarantined, Session, SessionState
+from substrat.rollforward import RollForward
+from substrat.session import Quarantined, Session, SessionState, SessionStore
 
 if TYPE_CHECKING:
-    from substrat.orchestrator import Orchestrator
     from substrat.recovery_plan import RecoveryPlan
 
 RESUME_PROMPT = "Continue where you left off."
@@ -141,6 +144,28 @@ class RecoveryReport:
         }
 
 
+@dataclass
+class Recovered:
+    """What the disk says, ready to serve: the live tree and what is left to finish."""
+
+    report: RecoveryReport
+    tree: AgentTree
+    sessions: dict[str, Session]
+    """Session id -> record, for every agent in ``tree``."""
+    facts: dict[str, AgentFacts]
+    """Session id -> facts, for every agent in ``tree`` (turn counters, last commits)."""
+    plan: RollForward
+
+
+@dataclass
+class _Root:
+    """The stores of one root that recovery reads and repairs."""
+
+    store: SessionStore
+    logs: LogPool
+    roots: RootRegistry
+
+
 def _rebuilt_record(facts: AgentFacts) -> Session | None:
     created, session_created = facts.created, facts.session_created
     if created is None or session_created is None:
@@ -155,17 +180,17 @@ def _rebuilt_record(facts: AgentFacts) -> Session | None:
     )
 
 
-async def recover(orch: Orchestrator) -> RecoveryReport:
-    """Rebuild ``orch`` from its root (see the module docstring). Idempotent."""
+def recover(store: SessionStore, logs: LogPool, roots: RootRegistry) -> Recovered:
+    """Repair the root and say what it holds (see the module docstring). Idempotent."""
+    root = _Root(store, logs, roots)
     report = RecoveryReport()
-    store = orch.store
     scan = store.recover()
     report.quarantined = list(scan.quarantined)
     unreadable = {
         sid: access.unreadable(sid, store.session_dir(sid), exc, then=THEN)
         for sid, exc in scan.unreadable.items()
     }
-    registry = orch.roots.load()
+    registry = roots.load()
     report.registry_problem = registry.problem
     if registry.damage:
         report.log_damage[REGISTRY_DIR] = dict(registry.damage)
@@ -178,61 +203,16 @@ async def recover(orch: Orchestrator) -> RecoveryReport:
 
     facts: dict[str, AgentFacts] = {}
     for sid in sorted(set(candidates)):
-        path = orch.logs.path(sid)
-        try:
-            os.stat(path)
-        except FileNotFoundError:
-            continue
-        except OSError as exc:
-            unreadable[sid] = access.unreadable(sid, path, exc, then=THEN)
-            continue
-        orch.logs.close(sid)  # the repair below must be the only open of this log
-        collected = AgentFacts(sid)
-        try:
-            opened = repair_log(path, collected.add_all)
-            kept = opened.kept_damage()
-            collected.count_damage(path, kept)
-        except OSError as exc:  # EACCES, EIO, a failed fsync: it costs this agent only
-            unreadable[sid] = access.unreadable(sid, path, exc, then=THEN)
-            continue
-        if (
-            opened.truncated_bytes
-            or opened.pending_replayed
-            or opened.pending_discarded
-            not in (
-                None,
-                "already_logged",  # the normal leftover of a crash after a durable append
-            )
-        ):
-            report.log_repairs[sid] = {
-                "truncated_bytes": opened.truncated_bytes,
-                "pending_replayed": opened.pending_replayed,
-                "pending_discarded": opened.pending_discarded,
-            }
-        collected.damage.update(kept.counts())
-        facts[sid] = collected
-        report.events_read += collected.entries
-        if facts[sid].damage:
-            report.log_damage[sid] = facts[sid].damage
+        read = _read_agent(root, sid, report)
+        if isinstance(read, Unreadable):
+            unreadable[sid] = read
+        elif read is not None:
+            facts[sid] = read
     for sid in unreadable:
         records.pop(sid, None)
     candidates = [sid for sid in candidates if sid not in unreadable]
 
-    gone = quarantined_sessions(store)
-    for sid, data in sorted(registry.roots.items()):
-        if sid not in directories:
-            if sid not in gone:
-                report.lost_roots.append(lost_root(data))
-            continue
-        if sid in unreadable or sid not in candidates:
-            continue  # held back, or terminated
-        root_facts = facts.get(sid)
-        if root_facts is None:  # its log is gone: as lost as a missing directory
-            report.lost_roots.append(lost_root(data, what="events.jsonl"))
-            continue
-        if root_facts.created is None and not root_facts.terminated:
-            creation_from_registry(root_facts, data)
-            report.creations_rebuilt.append(sid)
+    _check_registered(root, registry, directories, candidates, facts, unreadable, report)
 
     for sid in sorted(set(candidates) - records.keys()):
         rebuilt = _rebuilt_record(facts[sid]) if sid in facts else None
@@ -268,60 +248,122 @@ async def recover(orch: Orchestrator) -> RecoveryReport:
         and sid in records
         and records[sid].state is not SessionState.TERMINATED
     }
-    _build_tree(orch, live, records, facts, unreadable, report)
+    tree = AgentTree()
+    _build_tree(root, tree, live, records, facts, unreadable, report)
     for sid in report.creations_rebuilt:
         if sid in live:
             created = live[sid].created
             assert created is not None
-            orch.logs.get(sid).log(events.AGENT_CREATED, created)
-    _register_roots(orch, live, registry, report)
-    user_log = orch.logs.path(USER)
-    user_facts = AgentFacts(USER)
-    if os.path.exists(user_log.parent):
-        orch.logs.close(USER)
-        # repaired and replayed in the same read that collects it, like every other log
-        user_facts.damage.update(repair_log(user_log, user_facts.add_all).kept_damage().counts())
-    report.events_read += user_facts.entries
-    _roll_forward(orch, live, facts, records, user_facts, set(unreadable), report)
-    _rebuild_inboxes(orch, live, user_facts, report)
-    for node in orch.tree.walk():
-        f = live.get(node.session_id)
-        if f is None:
-            continue
-        lost = f.lost_turn
-        if lost is not None:
-            # Closed durably, so the next start does not report it again; the
-            # agent is still told at its next turn (lost_notice).
-            orch.logs.get(node.session_id).log(
-                events.TURN_FAILED,
-                {**lost, "error": "lost in flight: the daemon stopped mid-turn", "lost": True},
-            )
-            report.lost_turns.append({"agent_id": node.agent_id, **lost})
-        node.lost_turn = lost or f.lost_notice
+            logs.get(sid).log(events.AGENT_CREATED, created)
+    _register_roots(root, tree, live, registry, report)
+    user_facts = _read_user(root, report)
+    held = set(unreadable)
+    in_tree = {node.session_id: live[node.session_id] for node in tree.walk()}
+    plan = rollforward.plan(tree, in_tree, facts, records, user_facts, held)
     names = {sid: str(data.get("name")) for sid, data in registry.roots.items()}
     report.unreadable = access.named(unreadable, names)
-    report.agents = len(orch.tree)
-    report.roots = len(orch.tree.roots())
-    orch.tree.check()
-    return report
+    sessions = {sid: records[sid] for sid in in_tree}
+    return Recovered(report, tree, sessions, in_tree, plan)
+
+
+def _read_agent(root: _Root, sid: str, report: RecoveryReport) -> AgentFacts | Unreadable | None:
+    """Repair one agent's log and distill it; None if it has no log, Unreadable if it failed."""
+    path = root.logs.path(sid)
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return access.unreadable(sid, path, exc, then=THEN)
+    root.logs.close(sid)  # the repair below must be the only open of this log
+    collected = AgentFacts(sid)
+    try:
+        opened = repair_log(path, collected.add_all)
+        kept = opened.kept_damage()
+        collected.count_damage(path, kept)
+    except OSError as exc:  # EACCES, EIO, a failed fsync: it costs this agent only
+        return access.unreadable(sid, path, exc, then=THEN)
+    if (
+        opened.truncated_bytes
+        or opened.pending_replayed
+        or opened.pending_discarded
+        not in (
+            None,
+            "already_logged",  # the normal leftover of a crash after a durable append
+        )
+    ):
+        report.log_repairs[sid] = {
+            "truncated_bytes": opened.truncated_bytes,
+            "pending_replayed": opened.pending_replayed,
+            "pending_discarded": opened.pending_discarded,
+        }
+    collected.damage.update(kept.counts())
+    report.events_read += collected.entries
+    if collected.damage:
+        report.log_damage[sid] = collected.damage
+    return collected
+
+
+def _read_user(root: _Root, report: RecoveryReport) -> AgentFacts:
+    """The user's log, repaired and replayed in the same read that collects it."""
+    user_log = root.logs.path(USER)
+    user_facts = AgentFacts(USER)
+    if os.path.exists(user_log.parent):
+        root.logs.close(USER)
+        user_facts.damage.update(repair_log(user_log, user_facts.add_all).kept_damage().counts())
+    report.events_read += user_facts.entries
+    return user_facts
+
+
+def _check_registered(
+    root: _Root,
+    registry: RegistryRead,
+    directories: set[str],
+    candidates: list[str],
+    facts: dict[str, AgentFacts],
+    unreadable: dict[str, Unreadable],
+    report: RecoveryReport,
+) -> None:
+    """Registered roots whose directory or log is gone are lost; an unreadable
+    ``agent.created`` of a registered root is rebuilt from the registry."""
+    gone = quarantined_sessions(root.store)
+    for sid, data in sorted(registry.roots.items()):
+        if sid not in directories:
+            if sid not in gone:
+                report.lost_roots.append(lost_root(data))
+            continue
+        if sid in unreadable or sid not in candidates:
+            continue  # held back, or terminated
+        root_facts = facts.get(sid)
+        if root_facts is None:  # its log is gone: as lost as a missing directory
+            report.lost_roots.append(lost_root(data, what="events.jsonl"))
+            continue
+        if root_facts.created is None and not root_facts.terminated:
+            creation_from_registry(root_facts, data)
+            report.creations_rebuilt.append(sid)
 
 
 def _register_roots(
-    orch: Orchestrator, live: dict[str, AgentFacts], registry: RegistryRead, report: RecoveryReport
+    root: _Root,
+    tree: AgentTree,
+    live: dict[str, AgentFacts],
+    registry: RegistryRead,
+    report: RecoveryReport,
 ) -> None:
     """Register every live root the registry lacks (the tree stays built from the logs)."""
     if registry.problem is not None:
         return  # reported; nothing can be written to it
-    for node in orch.tree.roots():
+    for node in tree.roots():
         created = live[node.session_id].created
         assert created is not None
         if created.get("parent_session_id") is None and node.session_id not in registry.roots:
-            orch.roots.register(root_entry(node))
+            root.roots.register(root_entry(node))
             report.roots_registered.append(node.session_id)
 
 
 def _build_tree(
-    orch: Orchestrator,
+    root: _Root,
+    tree: AgentTree,
     live: dict[str, AgentFacts],
     records: dict[str, Session],
     facts: dict[str, AgentFacts],
@@ -343,7 +385,7 @@ def _build_tree(
             parent_sid = f.created.get("parent_session_id")
             if parent_sid in unreadable:
                 ancestor = unreadable[parent_sid].held_by or parent_sid
-                where = orch.store.session_dir(sid)
+                where = root.store.session_dir(sid)
                 name = str(f.created.get("name"))
                 unreadable[sid] = access.held(sid, where, ancestor, then=THEN, name=name)
                 del pending[sid]
@@ -357,7 +399,7 @@ def _build_tree(
                     and parent_sid not in live
                 )
                 if parent_dead:
-                    _cascade_terminate(orch, sid, f, records[sid], report)
+                    _cascade_terminate(root, sid, f, records[sid], report)
                     del pending[sid]
                     progressed = True
                     continue
@@ -365,33 +407,33 @@ def _build_tree(
                     continue  # its parent is added first
                 report.detached.append(sid)
                 parent_sid = None
-            parent = None if parent_sid is None else orch.tree.by_session(parent_sid)
-            _add_node(orch, sid, f, records[sid], parent, report)
+            parent = None if parent_sid is None else tree.by_session(parent_sid)
+            _add_node(tree, sid, f, records[sid], parent, report)
             added.add(sid)
             del pending[sid]
             progressed = True
         if not progressed:  # a parent cycle can only come from damage: detach one
             sid = sorted(pending)[0]
             report.detached.append(sid)
-            _add_node(orch, sid, pending.pop(sid), records[sid], None, report)
+            _add_node(tree, sid, pending.pop(sid), records[sid], None, report)
             added.add(sid)
 
 
 def _cascade_terminate(
-    orch: Orchestrator, sid: str, f: AgentFacts, session: Session, report: RecoveryReport
+    root: _Root, sid: str, f: AgentFacts, session: Session, report: RecoveryReport
 ) -> None:
     assert f.created is not None
-    orch.logs.get(sid).log(
+    root.logs.get(sid).log(
         events.AGENT_TERMINATED, {"agent_id": f.created.get("agent_id"), "by": "recovery"}
     )
-    orch.logs.close(sid)
-    orch.store.transition(session, SessionState.TERMINATED)
+    root.logs.close(sid)
+    root.store.transition(session, SessionState.TERMINATED)
     f.terminated = True
     report.cascaded.append(sid)
 
 
 def _add_node(
-    orch: Orchestrator,
+    tree: AgentTree,
     sid: str,
     f: AgentFacts,
     session: Session,
@@ -401,120 +443,23 @@ def _add_node(
     assert f.created is not None
     name = str(f.created.get("name"))
     parent_id = None if parent is None else parent.agent_id
-    if orch.tree.name_taken(parent_id, name):
+    if tree.name_taken(parent_id, name):
         suffix = 1
-        while orch.tree.name_taken(parent_id, f"{name}-{suffix}"):
+        while tree.name_taken(parent_id, f"{name}-{suffix}"):
             suffix += 1
         name = f"{name}-{suffix}"
         report.detached.append(sid)
-    node = AgentNode(
-        agent_id=str(f.created.get("agent_id")),
-        session_id=sid,
-        name=name,
-        parent_id=parent_id,
-        instructions=str(f.created.get("instructions", "")),
-        provider=session.provider,
-        model=session.model,
+    tree.add(
+        AgentNode(
+            agent_id=str(f.created.get("agent_id")),
+            session_id=sid,
+            name=name,
+            parent_id=parent_id,
+            instructions=str(f.created.get("instructions", "")),
+            provider=session.provider,
+            model=session.model,
+        )
     )
-    orch.tree.add(node)
-    orch.sessions[sid] = session
-    orch.turn_counts[node.agent_id] = f.turn_counter
-    orch.last_complete_seq[node.agent_id] = f.last_complete_seq
-
-
-def _roll_forward(
-    orch: Orchestrator,
-    live: dict[str, AgentFacts],
-    facts: dict[str, AgentFacts],
-    records: dict[str, Session],
-    user_facts: AgentFacts,
-    held: set[str],
-    report: RecoveryReport,
-) -> None:
-    """Finish the effects of committed turns that a crash cut short.
-
-    Spawns first (a message may be addressed to a child spawned by another
-    turn), then messages, then terminations. ``live`` and the facts are kept in
-    step with what is written, so the inboxes are rebuilt without a re-read.
-    """
-    for node in list(orch.tree.walk()):
-        for effects in _committed(live, node):
-            for spawn in effects.get("spawns", []):
-                child_facts = facts.get(spawn["session_id"])
-                record = records.get(spawn["session_id"])
-                if (child_facts is not None and child_facts.terminated) or (
-                    record is not None and record.state is SessionState.TERMINATED
-                ):
-                    continue  # spawned, lived and was terminated since
-                if spawn["session_id"] in held:
-                    continue  # its files cannot be read: it comes back when they can
-                if orch.materialize_child(spawn, node) is not None:
-                    report.reconciled.append(f"spawn:{spawn['agent_id']}")
-                    child = child_facts or AgentFacts(spawn["session_id"])
-                    child.created = {"agent_id": spawn["agent_id"], "name": spawn["name"]}
-                    live[spawn["session_id"]] = child
-                    # a child whose agent.created was damaged may have turns already
-                    orch.turn_counts[spawn["agent_id"]] = child.turn_counter
-                    orch.last_complete_seq[spawn["agent_id"]] = child.last_complete_seq
-    for node in list(orch.tree.walk()):
-        for effects in _committed(live, node):
-            for data in effects.get("messages", []):
-                if not MessageEnvelope.is_valid(data):
-                    continue  # a kind from a newer version: nothing here can deliver it
-                recipient = data["recipient"]
-                if recipient == USER:
-                    target = user_facts
-                elif recipient in orch.tree:
-                    target = live[orch.tree.get(recipient).session_id]
-                else:
-                    continue  # the recipient was terminated: the message has no reader
-                if data["message_id"] not in target.enqueued:
-                    endpoint = USER if recipient == USER else target.session_id
-                    orch.logs.get(endpoint).log(events.MESSAGE_ENQUEUED, data)
-                    target.enqueued[data["message_id"]] = data
-                    report.reconciled.append(f"message:{data['message_id']}")
-    for node in list(orch.tree.walk()):
-        if node.agent_id not in orch.tree:
-            continue
-        for effects in _committed(live, node):
-            for agent_id in effects.get("terminations", []):
-                if agent_id in orch.tree:
-                    orch.terminate_now(agent_id)
-                    report.reconciled.append(f"terminate:{agent_id}")
-
-
-def _committed(live: dict[str, AgentFacts], node: AgentNode) -> list[dict[str, Any]]:
-    f = live.get(node.session_id)
-    return [] if f is None else f.committed
-
-
-def _rebuild_inboxes(
-    orch: Orchestrator,
-    live: dict[str, AgentFacts],
-    user_facts: AgentFacts,
-    report: RecoveryReport,
-) -> None:
-    """Inboxes = enqueued minus delivered; waiting = requests with no reply yet."""
-    pending: list[dict[str, Any]] = list(user_facts.pending())
-    for node in orch.tree.walk():
-        f = live[node.session_id]
-        pending.extend(f.pending())
-        replies = {m.get("reply_to") for m in f.enqueued.values() if m.get("kind") == "reply"}
-        for effects in f.committed:
-            for data in effects.get("messages", []):
-                if (
-                    data.get("kind") == "request"
-                    and data.get("message_id") not in replies
-                    and data.get("recipient") in orch.tree
-                ):
-                    node.waiting_on[data["message_id"]] = data["recipient"]
-        node.state = AgentState.WAITING if node.waiting_on else AgentState.IDLE
-    pending.sort(key=lambda m: (str(m.get("timestamp", "")), str(m.get("message_id"))))
-    for data in pending:
-        message = MessageEnvelope.from_dict(data)
-        if message.recipient == USER or message.recipient in orch.tree:
-            orch.inboxes.deliver(message)
-            report.redelivered.append(message.message_id)
 
 
 def analyze(root: str | os.PathLike[str]) -> RecoveryPlan:

@@ -20,13 +20,23 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from substrat.agents import USER, AgentNode, AgentState, MessageEnvelope, validate_name
+from substrat.agents import (
+    USER,
+    AgentNode,
+    AgentState,
+    AgentTree,
+    InboxRegistry,
+    MessageEnvelope,
+    validate_name,
+)
 from substrat.errors import AgentNotFoundError
 from substrat.providers.base import ToolSpec
 from substrat.words import plural
 
 if TYPE_CHECKING:
-    from substrat.orchestrator import Orchestrator
+    from collections.abc import Callable
+
+    from substrat.queries import AgentInfo
 
 StatusSink = Callable[[str, dict[str, Any]], None]
 """Told ``(event, data)`` while a turn runs: ``turn.tool``, ``turn.retrying``, ..."""
@@ -196,6 +206,21 @@ class DescribesEndpoints(Protocol):
     def describe_endpoint(self, endpoint: str) -> str: ...
 
 
+class ToolHost(DescribesEndpoints, Protocol):
+    """What the tools need of the orchestrator (they read; only the commit writes)."""
+
+    tree: AgentTree
+    inboxes: InboxRegistry
+    new_id: Callable[[], str]
+    clock: Callable[[], str]
+
+    def get(self, agent: str) -> AgentInfo: ...
+
+    def log_provider_note(self, node: AgentNode, event: str, data: dict[str, Any]) -> None: ...
+
+    def emit(self, kind: str, payload: dict[str, Any]) -> None: ...
+
+
 class ToolError(Exception):
     """A refused call; its text goes back to the model as the tool result."""
 
@@ -207,7 +232,7 @@ class AgentToolContext:
     in for each turn.
     """
 
-    def __init__(self, orch: Orchestrator, node: AgentNode) -> None:
+    def __init__(self, orch: ToolHost, node: AgentNode) -> None:
         self._orch = orch
         self._node = node
         self.effects: TurnEffects | None = None

@@ -20,7 +20,7 @@ from substrat.tools import render_messages
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from substrat.orchestrator import TurnResult
+    from substrat.commit import TurnResult
 
 MAX_WAKE_TURNS = 10_000
 

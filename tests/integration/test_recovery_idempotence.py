@@ -254,7 +254,7 @@ def test_crash_at_every_write_of_recovery_then_recover_again(tmp_path: Path) -> 
                 async def crashing(root: Path = root, held: list[Orchestrator] = held) -> None:
                     orch = Orchestrator(root, slots=2)  # what open() does, keeping hold
                     held.append(orch)
-                    await recovery.recover(orch)
+                    orch.recover()
 
                 with pytest.raises(Crash):
                     run(crashing())

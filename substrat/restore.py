@@ -1,0 +1,87 @@
+"""Applying a recovered state to a running orchestrator.
+
+:func:`substrat.recovery.recover` turns the disk into a
+:class:`~substrat.recovery.Recovered` value and writes only what needs no
+orchestrator (records, repairs, cascades, registrations). :func:`apply` hands
+that value to the orchestrator (anything shaped like :class:`Host`) and
+finishes the roll-forward with the orchestrator's own commit code, so a commit
+cut short by a crash is completed exactly as a live turn would have completed
+it: children created, messages logged into their recipients' logs, ordered
+terminations carried out; then turns lost in flight are closed in the log,
+inboxes filled and waits restored.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from substrat import events
+from substrat.agents import USER, AgentNode, AgentState, AgentTree, InboxRegistry, MessageEnvelope
+from substrat.logs import LogPool
+from substrat.recovery import Recovered, RecoveryReport
+from substrat.session import Session
+
+LOST_IN_FLIGHT = "lost in flight: the daemon stopped mid-turn"
+
+
+class Host(Protocol):
+    """What :func:`apply` needs of the orchestrator."""
+
+    tree: AgentTree
+    inboxes: InboxRegistry
+    logs: LogPool
+    sessions: dict[str, Session]
+    turn_counts: dict[str, int]
+    last_complete_seq: dict[str, int]
+
+    def materialize_child(self, spawn: dict[str, Any], parent: AgentNode) -> AgentNode | None: ...
+
+    def terminate_now(self, agent_id: str) -> list[str]: ...
+
+
+def apply(host: Host, recovered: Recovered) -> RecoveryReport:
+    """Serve ``recovered`` from ``host`` and finish its roll-forward; returns the report."""
+    report, plan = recovered.report, recovered.plan
+    host.tree = recovered.tree
+    host.sessions.update(recovered.sessions)
+    for node in host.tree.walk():
+        f = recovered.facts[node.session_id]
+        host.turn_counts[node.agent_id] = f.turn_counter
+        host.last_complete_seq[node.agent_id] = f.last_complete_seq
+    for spawn in plan.spawns:
+        if host.materialize_child(spawn.spawn, host.tree.get(spawn.parent_id)) is not None:
+            child = spawn.spawn["agent_id"]
+            report.reconciled.append(f"spawn:{child}")
+            # a child whose agent.created was damaged may have turns already
+            host.turn_counts[child] = spawn.facts.turn_counter
+            host.last_complete_seq[child] = spawn.facts.last_complete_seq
+    for endpoint, data in plan.messages:
+        host.logs.get(endpoint).log(events.MESSAGE_ENQUEUED, data)
+        report.reconciled.append(f"message:{data['message_id']}")
+    for agent_id in plan.terminations:
+        if agent_id in host.tree:
+            host.terminate_now(agent_id)
+            report.reconciled.append(f"terminate:{agent_id}")
+    for data in plan.pending:
+        message = MessageEnvelope.from_dict(data)
+        if message.recipient == USER or message.recipient in host.tree:
+            host.inboxes.deliver(message)
+            report.redelivered.append(message.message_id)
+    for node in host.tree.walk():
+        for message_id, recipient in plan.waiting.get(node.agent_id, {}).items():
+            if recipient in host.tree:
+                node.waiting_on[message_id] = recipient
+        node.state = AgentState.WAITING if node.waiting_on else AgentState.IDLE
+        lost = plan.lost.get(node.session_id)
+        if lost is not None:
+            # Closed durably, so the next start does not report it again; the
+            # agent is still told at its next turn (node.lost_turn).
+            host.logs.get(node.session_id).log(
+                events.TURN_FAILED, {**lost, "error": LOST_IN_FLIGHT, "lost": True}
+            )
+            report.lost_turns.append({"agent_id": node.agent_id, **lost})
+        node.lost_turn = lost or plan.notices.get(node.session_id)
+    report.agents = len(host.tree)
+    report.roots = len(host.tree.roots())
+    host.tree.check()
+    return report

@@ -1,0 +1,139 @@
+"""What recovery leaves for the orchestrator to finish: the roll-forward plan.
+
+A committed turn (its ``turn.complete`` is durable) happened, whatever a crash
+cut short after it. :func:`plan` reads the facts of the live agents and says
+what is left to do, without doing it: children spawned that do not exist,
+messages sent that their recipient's log never received, terminations ordered
+that did not happen, turns lost in flight, and then every inbox (enqueued minus
+delivered, the rolled-forward messages included) and every request still
+waiting for its reply. The orchestrator applies the plan with the same code a
+live turn's commit uses (:mod:`substrat.restore`).
+
+Nothing here touches the disk; the plan is a value, so the dry run and the
+tests can look at it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from substrat.agents import USER, AgentTree, MessageEnvelope
+from substrat.facts import AgentFacts
+from substrat.session import Session, SessionState
+
+
+@dataclass
+class Spawn:
+    """A child a committed turn spawned that does not exist yet."""
+
+    parent_id: str
+    spawn: dict[str, Any]
+    facts: AgentFacts
+    """The child's facts: empty, unless its log exists without a readable ``agent.created``."""
+
+
+@dataclass
+class RollForward:
+    spawns: list[Spawn] = field(default_factory=list)
+    messages: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    """(the recipient's endpoint: a session id or ``"user"``, the envelope), in order."""
+    terminations: list[str] = field(default_factory=list)
+    """Agent ids a committed turn ordered terminated; each is done if it is still alive."""
+    lost: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Session id -> the turn a crash cut off (to close in the log and tell the agent)."""
+    notices: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Session id -> a lost turn closed by an earlier recovery, not yet told to the agent."""
+    pending: list[dict[str, Any]] = field(default_factory=list)
+    """Every inbox's messages (the user's too) once the plan is applied, in arrival order."""
+    waiting: dict[str, dict[str, str]] = field(default_factory=dict)
+    """Agent id -> the requests it sent and awaits a reply to (message id -> recipient)."""
+
+
+def plan(
+    tree: AgentTree,
+    live: dict[str, AgentFacts],
+    facts: dict[str, AgentFacts],
+    records: dict[str, Session],
+    user: AgentFacts,
+    held: set[str],
+) -> RollForward:
+    """The roll-forward of the agents in ``tree`` (see the module docstring).
+
+    ``live`` maps the session of every agent in ``tree`` to its facts; the facts
+    of message recipients are updated as if the plan had run, so inboxes and
+    replies come out right without reading anything again.
+    """
+    out = RollForward()
+    sources = [(node, live[node.session_id]) for node in tree.walk()]
+    planned: dict[str, AgentFacts] = {}  # agent id of a child to spawn -> its facts
+    for node, f in sources:
+        for effects in f.committed:
+            for spawn in effects.get("spawns", []):
+                sid = spawn["session_id"]
+                child_facts = facts.get(sid)
+                record = records.get(sid)
+                if (child_facts is not None and child_facts.terminated) or (
+                    record is not None and record.state is SessionState.TERMINATED
+                ):
+                    continue  # spawned, lived and was terminated since
+                if sid in held:
+                    continue  # its files cannot be read: it comes back when they can
+                if spawn["agent_id"] in tree or spawn["agent_id"] in planned:
+                    continue
+                child = child_facts or AgentFacts(sid)
+                child.created = {"agent_id": spawn["agent_id"], "name": spawn["name"]}
+                planned[spawn["agent_id"]] = child
+                out.spawns.append(Spawn(node.agent_id, spawn, child))
+    children = [(s.spawn["agent_id"], s.facts) for s in out.spawns]
+    everyone = [(n.agent_id, f) for n, f in sources] + children
+    for _, f in everyone:
+        for effects in f.committed:
+            for data in effects.get("messages", []):
+                if not MessageEnvelope.is_valid(data):
+                    continue  # a kind from a newer version: nothing here can deliver it
+                recipient = data["recipient"]
+                if recipient == USER:
+                    target, endpoint = user, USER
+                elif recipient in tree:
+                    target = live[tree.get(recipient).session_id]
+                    endpoint = target.session_id
+                elif recipient in planned:
+                    target = planned[recipient]
+                    endpoint = target.session_id
+                else:
+                    continue  # the recipient was terminated: the message has no reader
+                if not target.received(data):
+                    out.messages.append((endpoint, data))
+                    target.enqueued[data["message_id"]] = data
+    for _, f in everyone:
+        for effects in f.committed:
+            out.terminations.extend(effects.get("terminations", []))
+    for agent_id, f in everyone:
+        if f.lost_turn is not None:
+            out.lost[f.session_id] = f.lost_turn
+        elif f.lost_notice is not None:
+            out.notices[f.session_id] = f.lost_notice
+        out.waiting[agent_id] = _waiting(f)
+    pending: list[dict[str, Any]] = list(user.pending())
+    for _, f in everyone:
+        pending.extend(f.pending())
+    pending.sort(key=lambda m: (str(m.get("timestamp", "")), str(m.get("message_id"))))
+    out.pending = pending
+    return out
+
+
+def _waiting(f: AgentFacts) -> dict[str, str]:
+    """Requests the agent sent with no reply in its log yet (its recipient may be gone)."""
+    replies = {m.get("reply_to") for m in f.enqueued.values() if m.get("kind") == "reply"}
+    waiting = {mid: to for mid, to in f.waiting.items() if mid not in replies}
+    for data in _messages(f):
+        if data.get("kind") == "request" and data.get("message_id") not in replies:
+            waiting[data["message_id"]] = data["recipient"]
+    return waiting
+
+
+def _messages(f: AgentFacts) -> Iterator[dict[str, Any]]:
+    for effects in f.committed:
+        yield from effects.get("messages", [])
