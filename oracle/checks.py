@@ -32,7 +32,7 @@ from substrat import events
 from substrat.agents import USER, AgentState
 from substrat.eventlog import LogRead, read_log
 from substrat.providers.chat_history import conversation_problems
-from substrat.providers.scripted import chain_digest
+from substrat.providers.scripted import chain_digest, reply_header
 from substrat.registry import read_registry
 from substrat.session import SessionState
 
@@ -208,7 +208,7 @@ def outcome_if_applied(
                 trace=model.trace_lines(),
             )
         if agent.provider in ("scripted", "fake"):
-            want = f"#{len(agent.turns) + 1} {chain_digest(agent.digest, extra.prompt)}"
+            want = reply_header(len(agent.turns) + 1, chain_digest(agent.digest, extra.prompt))
             if not extra.response.startswith(want):
                 raise OracleViolation(
                     f"the in-flight turn of {agent.name} committed a response that does not "

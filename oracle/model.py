@@ -20,7 +20,7 @@ from typing import Any
 
 from oracle.errors import OracleViolation
 from substrat.agents import USER
-from substrat.providers.scripted import chain_digest
+from substrat.providers.scripted import chain_digest, reply_header
 
 
 def canonical(transcript: list[dict[str, Any]]) -> str:
@@ -258,7 +258,7 @@ class Model:
         """
         if agent.provider not in ("scripted", "fake"):
             return
-        expected = f"#{len(agent.turns) + 1} {chain_digest(agent.digest, prompt)}"
+        expected = reply_header(len(agent.turns) + 1, chain_digest(agent.digest, prompt))
         if not response.startswith(expected):
             raise OracleViolation(
                 f"agent {agent.name}: response {response.splitlines()[0]!r} does not continue "

@@ -168,13 +168,15 @@ def check(root: str | os.PathLike[str], *, repair: bool = False) -> FsckReport:
             f"{path} is in use by {holder}; fsck checks a stopped root: run "
             f"`substrat daemon stop --root {path}` first"
         )
-    release = _hold_lock(path, exclusive=repair)
+    release, held = _hold_lock(path, exclusive=repair)
     try:
         report = FsckReport(str(path), repair)
         _inspect(path, report)
         report.name_agents()
         if repair and report.problems:
             repair_root(path, report)
+            if held is not None:  # recovery ran: the next daemon finds nothing to recover
+                held.mark_recovered("substrat fsck --repair")
             after = FsckReport(str(path), repair)
             _inspect(path, after)
             left = {(f.kind, f.path) for f in after.problems}
@@ -187,24 +189,27 @@ def check(root: str | os.PathLike[str], *, repair: bool = False) -> FsckReport:
         release()
 
 
-def _hold_lock(root: Path, *, exclusive: bool) -> Callable[[], None]:
-    """Keep daemons off the root during the check; returns the release function."""
+def _hold_lock(
+    root: Path, *, exclusive: bool
+) -> tuple[Callable[[], None], root_lock.RootLock | None]:
+    """Keep daemons off the root during the check: the release function, and the
+    exclusive lock when one was taken (for repairs)."""
     if exclusive:
         try:
             held = root_lock.RootLock.acquire(root, retry_s=0)
         except RootLockedError as exc:
             raise FsckError(str(exc)) from None
-        return held.release
+        return held.release, held
     try:
         fd = os.open(root_lock.lock_path(root), os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
-        return lambda: None  # a read-only check creates nothing
+        return (lambda: None), None  # a read-only check creates nothing
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except OSError:
         os.close(fd)
         raise FsckError(f"{root} became busy (a daemon is starting); retry") from None
-    return lambda: os.close(fd)
+    return (lambda: os.close(fd)), None
 
 
 # -- inspection (read-only) ------------------------------------------------------------

@@ -9,22 +9,39 @@ after ``--timeout`` seconds of silence. Exit codes are listed in
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from substrat import __version__
 from substrat.cli.agent_cmds import agent_group, inbox
+from substrat.cli.chat import chat
 from substrat.cli.daemon_cmds import daemon_group
 from substrat.cli.events_cmds import log, watch
+from substrat.cli.examples import add_examples
 from substrat.cli.offline_cmds import demo, fsck, recover
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="substrat")
-def main() -> None:
-    """Substrat: a crash-safe orchestrator for trees of LLM agents."""
+@click.option(
+    "--root",
+    "group_root",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Substrat root for the command that follows (the command's own --root wins; "
+    "default: $SUBSTRAT_HOME or ~/.substrat).",
+)
+def main(group_root: Path | None) -> None:
+    """Substrat: a crash-safe orchestrator for trees of LLM agents.
+
+    Every command takes --root DIR (here, before the command, or after it),
+    --json for scripts, and -h for its help with examples.
+    """
 
 
-for command in (daemon_group, agent_group, inbox, log, watch, fsck, recover, demo):
+for command in (daemon_group, agent_group, inbox, chat, log, watch, fsck, recover, demo):
     main.add_command(command)
+add_examples(main)
 
 __all__ = ["main"]

@@ -8,22 +8,18 @@ from substrat.cli import render
 from substrat.cli.common import Opts, daemon_command, emit_json, esc
 from substrat.cli.turns import TurnView, read_prompt
 from substrat.errors import DaemonError
+from substrat.providers.registry import provider_names
 from substrat.words import plural, when
 
 SEND_TIMEOUT_S = 600.0
-SEND_EXAMPLES = """\b
-Examples:
-  substrat agent send lead "Who is on the crew?"
-  echo "Summarise the log." | substrat agent send lead -
-  substrat agent send --wait lead/scout "Report back."
-"""
 
 
 @click.group("agent")
 def agent_group() -> None:
     """Create agents, send them turns, look at them, remove them.
 
-    AGENT is an agent id or its path (``lead/worker``).
+    AGENT is an agent's path (lead/worker), its id, or a unique prefix of the
+    id (at least 4 characters; the 8 that list and tree print will do).
     """
 
 
@@ -31,7 +27,13 @@ def agent_group() -> None:
 @daemon_command(creates_root=True)
 @click.argument("name")
 @click.option("-i", "--instructions", default="", help="The agent's system prompt.")
-@click.option("--provider", default="scripted", show_default=True)
+@click.option(
+    "--provider",
+    type=click.Choice(provider_names()),
+    default="scripted",
+    show_default=True,
+    help="Which backend runs the agent (README: Providers).",
+)
 @click.option("--model", default=None, help="Model (default: the provider's).")
 def create(opts: Opts, name: str, instructions: str, provider: str, model: str | None) -> None:
     """Create a root agent called NAME."""
@@ -48,7 +50,7 @@ def create(opts: Opts, name: str, instructions: str, provider: str, model: str |
         )
 
 
-@agent_group.command("send", epilog=SEND_EXAMPLES)
+@agent_group.command("send")
 @daemon_command(SEND_TIMEOUT_S)
 @click.argument("agent")
 @click.argument("prompt")
@@ -105,10 +107,16 @@ def send(opts: Opts, agent: str, prompt: str, no_stream: bool, wait: bool) -> No
     is_flag=True,
     help="Also list terminated agents (their logs are kept).",
 )
-def list_agents(opts: Opts, show_all: bool) -> None:
+@click.option(
+    "-q", "--quiet", is_flag=True, help="Print only the short ids, one per line (for scripts)."
+)
+def list_agents(opts: Opts, show_all: bool, quiet: bool) -> None:
     """List the live agents (with --all, the terminated ones too)."""
     agents = opts.call("agent.list", {"all": show_all})
-    if opts.json:
+    if quiet:
+        for a in agents:
+            click.echo(render.short(a["agent_id"]))
+    elif opts.json:
         emit_json(agents)
     elif not agents:
         opts.out.print("no agents yet: [bold]substrat agent create NAME[/]")

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+from click.core import ParameterSource
 from rich.console import Console
 
 from substrat import client as client_mod
@@ -171,7 +172,21 @@ def daemon_command(
 
 
 def _resolve(root: Path | None) -> Path:
+    """The root: the command's own --root, else the group's (``substrat --root DIR ...``),
+    else $SUBSTRAT_HOME, else ~/.substrat."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None and ctx.get_parameter_source("root") is not ParameterSource.COMMANDLINE:
+        root = group_root() or root
     return (root if root is not None else client_mod.default_root()).expanduser().absolute()
+
+
+def group_root() -> Path | None:
+    """The --root given before the command name (``substrat --root DIR agent list``)."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return None
+    value = ctx.find_root().params.get("group_root")
+    return value if isinstance(value, Path) else None
 
 
 def guarded(opts: Opts, func: Callable[..., Any], **kwargs: Any) -> Any:

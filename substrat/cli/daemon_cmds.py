@@ -1,9 +1,13 @@
-"""``substrat daemon start|stop|status|restart``."""
+"""``substrat daemon start|stop|status|restart|logs``."""
 
 from __future__ import annotations
 
+import os
 import sys
-from typing import Any
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any, BinaryIO
 
 import click
 
@@ -18,6 +22,7 @@ from substrat.cli.common import (
 )
 from substrat.errors import DaemonNotRunningError
 from substrat.rpc import lock
+from substrat.words import when
 
 
 @click.group("daemon")
@@ -141,7 +146,12 @@ def restart(opts: Opts, timeout_s: float, heartbeat_s: float | None, grace_s: fl
 @offline_command()
 @click.option("--pid", "only_pid", is_flag=True, help="Print only the pid (for kill, scripts).")
 @click.option(
-    "--timeout", "timeout_s", type=click.FloatRange(min=0.1), default=10.0, show_default=True
+    "--timeout",
+    "timeout_s",
+    type=click.FloatRange(min=0.1),
+    default=10.0,
+    show_default=True,
+    help="Seconds to wait for a running daemon to answer.",
 )
 def status(opts: Opts, only_pid: bool, timeout_s: float) -> None:
     """Is the daemon running? Uptime, load, and what its last recovery found.
@@ -160,16 +170,21 @@ def status(opts: Opts, only_pid: bool, timeout_s: float) -> None:
                 "state": info.state,
                 "started_at": info.started_at,
                 "stopped_at": info.stopped_at,
+                "recovered_by": info.recovered_by,
             }
         )
         if opts.json:
             emit_json({"running": False, "root": str(opts.root), "last_daemon": last})
         elif not only_pid:
             opts.out.print(f"[red]no daemon running[/] on {esc(opts.root)}")
-            if info is not None and info.state == "stopped":
+            if info is not None and info.state == "stopped" and info.recovered_by:
                 opts.out.print(
-                    f"  last daemon (pid {info.pid}) stopped cleanly at {info.stopped_at}"
+                    f"  last daemon (pid {info.pid}) died; `{esc(info.recovered_by)}` recovered "
+                    f"the root at {esc(when(info.stopped_at))}: nothing is left to recover"
                 )
+            elif info is not None and info.state == "stopped":
+                stopped = esc(when(info.stopped_at))
+                opts.out.print(f"  last daemon (pid {info.pid}) stopped cleanly at {stopped}")
             elif info is not None:
                 opts.out.print(
                     f"  [yellow]last daemon (pid {info.pid}) did not shut down cleanly[/]; "
@@ -198,3 +213,63 @@ def status(opts: Opts, only_pid: bool, timeout_s: float) -> None:
         out.print("  [bold]last recovery:[/]")
         for line in render.recovery_lines(notice, names):
             out.print(f"    {line}")
+
+
+LOG_POLL_S = 0.2
+
+
+@daemon_group.command("logs")
+@offline_command()
+@click.option(
+    "-n",
+    "--lines",
+    type=click.IntRange(min=0),
+    default=50,
+    show_default=True,
+    help="How many of the last lines to print first.",
+)
+@click.option("-f", "--follow", is_flag=True, help="Keep printing lines as the daemon adds them.")
+def logs(opts: Opts, lines: int, follow: bool) -> None:
+    """Print the daemon's log (<root>/daemon.log), like tail; -f follows it.
+
+    The log is for people: startups, what recovery found, refused
+    connections, shutdowns. With --json each line is {"line": ...}.
+    """
+    path = opts.root / client_mod.LOG_NAME
+
+    def show(line: str) -> None:
+        if opts.json:
+            emit_json({"line": line})
+        else:
+            click.echo(line)
+
+    try:
+        handle: BinaryIO = open(path, "rb")
+    except FileNotFoundError:
+        if not follow:
+            opts.err.print(f"no daemon log yet at {esc(path)}")
+            return
+        handle = _wait_for(path)
+    with handle:
+        for line in deque(handle, maxlen=lines) if lines else []:
+            show(line.decode("utf-8", "replace").rstrip("\n"))
+        handle.seek(0, os.SEEK_END)
+        while follow:
+            chunk = handle.readline()
+            if not chunk:
+                if os.path.getsize(path) < handle.tell():  # truncated: start over
+                    handle.seek(0)
+                time.sleep(LOG_POLL_S)
+                continue
+            while not chunk.endswith(b"\n"):  # a line still being written
+                time.sleep(LOG_POLL_S / 4)
+                chunk += handle.readline()
+            show(chunk.decode("utf-8", "replace").rstrip("\n"))
+
+
+def _wait_for(path: Path) -> BinaryIO:
+    while True:
+        try:
+            return open(path, "rb")
+        except FileNotFoundError:
+            time.sleep(LOG_POLL_S)

@@ -19,6 +19,7 @@ from substrat import client as client_mod
 from substrat.cli import render
 from substrat.cli.common import Opts, daemon_command, emit_json, esc
 from substrat.errors import DaemonError, DaemonNotRunningError, RpcError
+from substrat.eventlog import utc_now_iso
 from substrat.rpc.methods import EVENT_NAMES
 
 ALWAYS = ("daemon.heartbeat", "daemon.recovered", "daemon.stopping")
@@ -31,12 +32,16 @@ def stream_events(
     wanted: list[str] | None,
     *,
     reconnect: bool = True,
+    follow_restarts: bool = False,
     on_subscribed: Callable[[client_mod.Client, bool], None] | None = None,
 ) -> Iterator[tuple[str, dict[str, Any]]]:
     """Events from the daemon, plus local ``connection.lost/restored`` markers.
 
     ``on_subscribed(client, reconnected)`` runs right after each subscription,
-    so a caller can read state knowing no later event will be missed.
+    so a caller can read state knowing no later event will be missed. A
+    daemon that stops cleanly (it says ``daemon.stopping`` first) ends the
+    stream, unless ``follow_restarts``; one that dies is waited for. Local
+    markers carry a ``time`` like the daemon's events.
     """
     subscribe = sorted(set(wanted) | set(ALWAYS)) if wanted else []
     conn: client_mod.Client | None = None
@@ -61,7 +66,7 @@ def stream_events(
                 continue
             heartbeat_s = float(answer.get("heartbeat_s", 5.0))
             if not first:
-                yield "connection.restored", {"pid": answer.get("pid")}
+                yield "connection.restored", {"pid": answer.get("pid"), "time": utc_now_iso()}
             first, delay = False, 0.1
         try:
             note = conn.next_notification(heartbeat_s * SILENT_HEARTBEATS)
@@ -69,11 +74,14 @@ def stream_events(
                 conn.call("ping", timeout_s=min(opts.timeout_s, 10.0))
                 continue
         except DaemonError as exc:
+            stopped = conn.daemon_stopping
             conn.close()
             conn = None
+            if stopped and not follow_restarts:
+                return  # a clean stop: nothing more will come
             if not reconnect:
                 raise
-            yield "connection.lost", {"reason": str(exc).split(";")[0]}
+            yield "connection.lost", {"reason": str(exc).split(";")[0], "time": utc_now_iso()}
             continue
         name, params = note
         if name == "daemon.recovered":
@@ -105,13 +113,25 @@ def _filtered_out(name: str, wanted: list[str] | None) -> bool:
     "--count", type=click.IntRange(min=1), default=None, help="Exit after this many events."
 )
 @click.option("--heartbeats", is_flag=True, help="Show heartbeats too.")
-@click.option("--no-reconnect", is_flag=True, help="Exit when the connection drops.")
+@click.option("--no-reconnect", is_flag=True, help="Exit (status 3) when the connection drops.")
+@click.option(
+    "--follow-restarts",
+    is_flag=True,
+    help="Keep watching after a clean daemon stop, until a daemon answers again.",
+)
 def watch(
-    opts: Opts, events: tuple[str, ...], count: int | None, heartbeats: bool, no_reconnect: bool
+    opts: Opts,
+    events: tuple[str, ...],
+    count: int | None,
+    heartbeats: bool,
+    no_reconnect: bool,
+    follow_restarts: bool,
 ) -> None:
-    """Follow the daemon's events: turns, agents, messages, recoveries.
+    """Follow the daemon's events: turns, tool calls, agents, messages, recoveries.
 
-    Reconnects when the daemon restarts, and shows what the restart recovered.
+    Each line starts with the event's time. When the daemon dies, watch
+    waits for it, reconnects and shows what the restart recovered; when it
+    stops cleanly, watch ends (exit 0) unless --follow-restarts.
     """
     wanted = list(events) or None
     names: dict[str, str] = {}
@@ -121,7 +141,13 @@ def watch(
         if not opts.json:  # agents by path in the lines printed for people
             names.update(render.names_of(conn.call("agent.list")))
 
-    stream = stream_events(opts, wanted, reconnect=not no_reconnect, on_subscribed=learn_names)
+    stream = stream_events(
+        opts,
+        wanted,
+        reconnect=not no_reconnect,
+        follow_restarts=follow_restarts,
+        on_subscribed=learn_names,
+    )
     for name, params in stream:
         if name == "daemon.heartbeat":
             if not heartbeats:
@@ -139,6 +165,8 @@ def watch(
                     opts.out.print(f"    {line}")
             elif name == "connection.lost":
                 opts.out.print("    [dim]waiting for the daemon to come back...[/]")
+            elif name == "daemon.stopping" and not follow_restarts:
+                opts.out.print("    [dim]the daemon is stopping cleanly; watch ends with it[/]")
         shown += 1
         if count is not None and shown >= count:
             return
@@ -156,8 +184,17 @@ def watch(
     help="How many recent turns to print first.",
 )
 @click.option("-f", "--follow", is_flag=True, help="Keep printing turns as they complete.")
-def log(opts: Opts, agent: str, limit: int, follow: bool) -> None:
+@click.option(
+    "--follow-restarts",
+    is_flag=True,
+    help="With --follow: keep following after a clean daemon stop.",
+)
+def log(opts: Opts, agent: str, limit: int, follow: bool, follow_restarts: bool) -> None:
     """AGENT's conversation, from its event log (completed turns, in order).
+
+    AGENT may be terminated: its log is kept. With --follow it ends when the
+    agent is terminated or the daemon stops cleanly (unless --follow-restarts);
+    after a crash it waits for the daemon and catches up.
 
     With --follow it subscribes before reading the history, so no turn falls
     in between, and catches up from the log after a daemon restart.
@@ -184,6 +221,8 @@ def log(opts: Opts, agent: str, limit: int, follow: bool) -> None:
         if not history["total"] and not opts.json and not reconnected:
             opts.out.print(f"[dim]{esc(state['path'])} has no completed turns yet[/]")
 
+    if follow and opts.call("agent.show", {"agent": agent})["agent"]["state"] == "terminated":
+        follow = False  # nothing more will come: print what the log has, and end
     if not follow:
         if opts.json:  # one document: the agent, the total, the turns
             emit_json(opts.call("agent.history", {"agent": agent, "limit": limit}))
@@ -192,7 +231,8 @@ def log(opts: Opts, agent: str, limit: int, follow: bool) -> None:
             catch_up(conn, False)
         return
     wanted = ["turn.completed", "turn.failed", "agent.terminated"]
-    for name, params in stream_events(opts, wanted, on_subscribed=catch_up):
+    stream = stream_events(opts, wanted, follow_restarts=follow_restarts, on_subscribed=catch_up)
+    for name, params in stream:
         if name.startswith("connection.") or name == "daemon.recovered":
             if not opts.json:
                 opts.out.print(render.event_text(name, params, {}))

@@ -46,16 +46,22 @@ def reword(exc: RpcError, command: str) -> RpcError:
     elif kind == "AgentTerminatedError" and agent:
         message = f"{exc.message} (`substrat log {_q(agent)}` shows its conversation)"
     elif kind == "ProviderConfigError":
-        message = f"{exc.message}\n{_daemon_environment(data)}"
+        hint = _daemon_environment(data, exc.message)
+        message = f"{exc.message}\n{hint}" if hint else None
     if message is None:
         return exc
     return RpcError(exc.code, message, exc.data)
 
 
-def _daemon_environment(data: dict[str, Any]) -> str:
-    """Providers read the daemon's environment, not this shell's: say so, and what to do."""
+def _daemon_environment(data: dict[str, Any], message: str) -> str:
+    """Providers read the daemon's environment, not this shell's: say so, and what to do.
+
+    Empty when the daemon's message already says it and this shell has nothing to add.
+    """
     settings = [s for s in data.get("settings") or [] if isinstance(s, str)]
     here = [s for s in settings if os.environ.get(s)]
+    if not here and "substrat daemon restart" in message:
+        return ""
     if here:
         return (
             f"This shell has {', '.join(here)} set, but the daemon was started before (or "

@@ -13,8 +13,16 @@ from rich.console import RenderableType
 
 from substrat import rootdir
 from substrat.cli import render
-from substrat.cli.common import EXIT_FAILED, Opts, emit_json, esc, guarded, offline_command
-from substrat.errors import FsckError, RootLockedError
+from substrat.cli.common import (
+    EXIT_FAILED,
+    Opts,
+    emit_json,
+    esc,
+    group_root,
+    guarded,
+    offline_command,
+)
+from substrat.errors import BadInputError, FsckError, RootLockedError
 from substrat.words import plural
 
 SEVERITY_STYLE = {"damage": "bold red", "leftover": "yellow", "notice": "dim"}
@@ -110,6 +118,7 @@ async def _recover_now(root: Path) -> dict[str, Any]:
         orch = await Orchestrator.open(root)
         report = orch.recovery_report
         await orch.close()
+        held.mark_recovered("substrat recover")
         return report.to_dict() if report is not None else {}
     finally:
         held.release()
@@ -210,24 +219,45 @@ def _print_plan(opts: Opts, plan: dict[str, Any]) -> None:
 @click.command("demo")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable JSON output.")
 @click.option("--keep", is_flag=True, help="Keep the temporary root (its path is printed).")
-def demo(as_json: bool, keep: bool) -> None:
-    """Watch a daemon get SIGKILLed mid-run and come back, on a temporary root.
+@click.option(
+    "--root",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Run the demo in this new or empty directory, and keep it (default: a temporary "
+    "one; $SUBSTRAT_HOME is never used, the demo kills daemons).",
+)
+def demo(as_json: bool, keep: bool, root: Path | None) -> None:
+    """Watch a daemon get SIGKILLed mid-run and come back, on a root of its own.
 
     Exits 1 if an acknowledged turn did not survive (it never should).
     """
-    guarded(
-        Opts(root=Path(tempfile.gettempdir()), json=as_json, creates_root=None), _demo, keep=keep
+    where = root or group_root()
+    opts = Opts(
+        root=where.expanduser().absolute() if where else Path(tempfile.gettempdir()),
+        json=as_json,
+        creates_root=None,
     )
+    guarded(opts, _demo, keep=keep, own_root=where is not None)
 
 
-def _demo(opts: Opts, keep: bool) -> None:
+def _demo(opts: Opts, keep: bool, own_root: bool) -> None:
+    from substrat import rootdir
     from substrat.demo import run_demo
 
     def say(line: str) -> None:
         if not opts.json:
             opts.out.print(f"[cyan]●[/] {line}")
 
-    result = run_demo(say=say, keep=keep)
+    if own_root:
+        state = rootdir.inspect(opts.root).state
+        if state not in (rootdir.RootState.MISSING, rootdir.RootState.EMPTY):
+            raise BadInputError(
+                f"the demo needs a new or empty directory (it starts, kills and restarts a "
+                f"daemon there); {opts.root} is not empty. Pick another path, or leave out "
+                "--root for a temporary one"
+            )
+        keep = True
+    result = run_demo(opts.root if own_root else None, say=say, keep=keep)
     if opts.json:
         emit_json(result)
     else:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from rich.console import Console, JustifyMethod, RenderableType
@@ -226,6 +227,8 @@ def recovery_lines(notice: dict[str, Any] | None, names: dict[str, str] | None =
     shutdown = notice.get("previous_shutdown")
     if shutdown == "unclean":
         lines.append("[bold yellow]the previous daemon died without shutting down[/]")
+    elif shutdown == "recovered":
+        lines.append("the previous daemon died; the root was recovered offline since")
     lines.append(
         f"agents back: [bold]{report.get('agents', 0)}[/] "
         f"({plural(report.get('roots', 0), 'root')})"
@@ -283,6 +286,8 @@ def problem_lines(report: dict[str, Any]) -> list[str]:
 
 EVENT_STYLE = {
     "turn.started": "yellow",
+    "turn.tool": "cyan",
+    "turn.retrying": "yellow",
     "turn.completed": "green",
     "turn.failed": "red",
     "agent.created": "cyan",
@@ -297,14 +302,38 @@ EVENT_STYLE = {
 }
 
 
+def clock(params: dict[str, Any]) -> str:
+    """The event's time as HH:MM:SS in local time ("--:--:--" when it has none)."""
+    stamp = params.get("time") or params.get("at")
+    try:
+        return datetime.fromisoformat(str(stamp)).astimezone().strftime("%H:%M:%S")
+    except ValueError:
+        return "--:--:--"
+
+
+def tool_call(params: dict[str, Any]) -> str:
+    """``send_message(recipient=scout, text=map it) → sent message ... to lead/scout``."""
+    args = params.get("arguments") or {}
+    shown = ", ".join(f"{k}={excerpt(v, 40)}" for k, v in args.items())
+    return f"{params.get('tool')}({shown}) → {excerpt(params.get('result', ''), 60)}"
+
+
 def event_text(name: str, params: dict[str, Any], names: dict[str, str]) -> str:
-    """One line per event (markup)."""
+    """One line per event, starting with its time (markup)."""
     style = EVENT_STYLE.get(name, "white")
     agent = endpoint(params.get("agent_id", ""), names) if params.get("agent_id") else ""
+    turn = params.get("turn_id")
     if name == "turn.completed":
-        body = f"{agent} {params.get('turn_id')}: {excerpt(params.get('response', ''))}"
+        body = f"{agent} {turn}: {excerpt(params.get('response', ''))}"
     elif name in ("turn.started", "turn.failed"):
-        body = f"{agent} {params.get('turn_id')} {params.get('error', '')}".rstrip()
+        body = f"{agent} {turn} {params.get('error', '')}".rstrip()
+    elif name == "turn.tool":
+        body = f"{agent} {turn} {tool_call(params)}"
+    elif name == "turn.retrying":
+        body = (
+            f"{agent} {turn} attempt {params.get('attempt')}/{params.get('max_retries')} "
+            f"in {params.get('delay_s')}s: {params.get('error')}"
+        )
     elif name == "agent.created":
         body = f"{params.get('path')} ({short(params.get('agent_id'))})"
     elif name == "agent.terminated":
@@ -316,19 +345,20 @@ def event_text(name: str, params: dict[str, Any], names: dict[str, str]) -> str:
         )
     elif name == "message.delivered":
         ids = params.get("message_ids") or []
-        body = f"{len(ids)} to {endpoint(params.get('recipient'), names)}"
+        body = f"{plural(len(ids), 'message')} to {endpoint(params.get('recipient'), names)}"
     elif name == "daemon.heartbeat":
         body = (
-            f"pid {params.get('pid')} up {params.get('uptime_s')}s, {params.get('agents')} agents"
+            f"pid {params.get('pid')} up {params.get('uptime_s')}s, "
+            f"{plural(params.get('agents') or 0, 'agent')}"
         )
     elif name == "daemon.recovered":
         report = params.get("report") or {}
         body = (
             f"pid {params.get('pid')} after {params.get('previous_shutdown')} shutdown: "
-            f"{report.get('agents', 0)} agents, {len(report.get('lost_turns', []))} lost turns, "
+            f"{plural(report.get('agents', 0), 'agent')}, "
+            f"{plural(len(report.get('lost_turns', [])), 'lost turn')}, "
             f"{len(report.get('redelivered', []))} redelivered"
         )
     else:
-        body = " ".join(f"{k}={v}" for k, v in params.items())
-    text = Text(body)
-    return f"[{style}]{name:<18}[/] {esc(text.plain)}"
+        body = " ".join(f"{k}={v}" for k, v in params.items() if k != "time")
+    return f"[dim]{clock(params)}[/] [{style}]{name:<18}[/] {esc(body)}"

@@ -53,6 +53,7 @@ MAX_LINE_BYTES = 16 * 1024 * 1024
 STOP_GRACE_S = 3.0
 _MISSING_SESSION = "no conversation found"
 _OVERFLOW_MARKERS = ("prompt is too long", "context window", "context length")
+_LOGIN_MARKERS = ("not logged in", "please run /login", "invalid api key")
 
 
 @dataclass(frozen=True)
@@ -105,6 +106,8 @@ class _TurnOutcome:
     text: str = ""
     session_id: str | None = None
     result: dict[str, Any] | None = None
+    error: str | None = None
+    """The CLI's own error for the turn (``authentication_failed``, ...), with its text."""
 
 
 class ClaudeCodeSession:
@@ -175,9 +178,12 @@ class ClaudeCodeSession:
             async for text in self._run(self._command(config_path, resume), body, outcome):
                 yield text
         except _MissingSession:
-            # The CLI lost the conversation: start over and replay the log into it.
+            # The CLI lost the conversation: start over and replay the log into it. What the
+            # failed run reported goes: the real CLI names the unknown id in its result, and
+            # kept, that id would stand in for the new session's.
             self.cli_session_id = None
             self._note_reason = "replayed"
+            outcome = _TurnOutcome()
             body = self._replay(prompt)
             async for text in self._run(self._command(config_path, None), body, outcome):
                 yield text
@@ -264,6 +270,11 @@ class ClaudeCodeSession:
                 if isinstance(b, dict) and b.get("type") == "text"
             ]
             text = "".join(pieces)
+            if event.get("error"):
+                # A message the CLI made up to report a failure ("Not logged in"), not the
+                # model's answer: it must not stream as one.
+                outcome.error = f"{event['error']}: {text}" if text else str(event["error"])
+                return []
             if text:
                 if outcome.text:
                     text = "\n" + text
@@ -287,6 +298,15 @@ class ClaudeCodeSession:
         if result is not None and not result.get("is_error") and code == 0:
             return
         text = str((result or {}).get("result") or (result or {}).get("errors") or detail)
+        said = " ".join(text.split())[:300]
+        if (outcome.error or "").startswith("authentication_failed") or any(
+            marker in text.lower() for marker in _LOGIN_MARKERS
+        ):
+            raise ProviderConfigError(
+                f"claude-code: the Claude Code CLI is not logged in (it said: {said}); log in "
+                "as the user the daemon runs as (run `claude`, then /login) or set "
+                "ANTHROPIC_API_KEY in the daemon's environment, then `substrat daemon restart`"
+            ).with_details(settings=["ANTHROPIC_API_KEY"])
         if any(marker in text.lower() for marker in _OVERFLOW_MARKERS):
             raise ContextOverflowError(
                 f"claude-code: the conversation no longer fits the model ({text[:500]}); "
@@ -298,8 +318,12 @@ class ClaudeCodeSession:
                 "SUBSTRAT_CLAUDE_FORK=0 (a crash may then leave the cut turn in the CLI's memory)"
             )
         if result is not None:
+            # The subtype says how the run ended ("success" even when is_error is set), not
+            # what went wrong: only a failing one is worth naming.
+            subtype = result.get("subtype")
+            how = f" ({subtype})" if subtype and subtype != "success" else ""
             raise ProviderRejectedError(
-                f"claude-code: the CLI reported an error ({result.get('subtype')}): {text[:1000]}"
+                f"claude-code: the CLI reported an error{how}: {' '.join(text.split())[:1000]}"
             )
         raise ProviderUnavailableError(
             f"claude-code: the CLI exited with status {code} before finishing the turn"

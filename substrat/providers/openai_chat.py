@@ -375,7 +375,8 @@ class OpenAIProvider:
             raise ProviderConfigError(
                 "openai provider: no API key in the daemon's environment; set "
                 "SUBSTRAT_OPENAI_API_KEY (or OPENAI_API_KEY), or SUBSTRAT_OPENAI_BASE_URL for a "
-                "local server that needs none, where the daemon is started"
+                "local server that needs none, where the daemon is started (then "
+                "`substrat daemon restart`)"
             ).with_details(settings=list(SETTINGS))
 
     async def create(

@@ -57,6 +57,17 @@ class ProviderRegistry:
                 self.load_errors[ep.name] = f"{type(exc).__name__}: {exc}"
 
 
+BUILTIN = ("scripted", "fake", "openai", "claude-code")
+DAEMON_ONLY = ("paced",)
+"""Registered by the daemon itself (``substrat.daemon.build_registry``)."""
+
+
+def provider_names() -> list[str]:
+    """The names a daemon offers (built in, the daemon's own, installed plugins), unloaded."""
+    plugins = [ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)]
+    return sorted({*BUILTIN, *DAEMON_ONLY, *plugins})
+
+
 def _openai() -> Provider:
     # Imported on first use: the openai SDK is an optional dependency.
     from substrat.providers.openai_chat import OpenAIProvider

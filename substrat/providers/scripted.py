@@ -10,7 +10,8 @@ prompt, one per line, and calls the agent tools they name::
 ``\\n`` inside TEXT becomes a newline, so a message can carry directives for
 the agent that receives it. Other lines are just conversation.
 
-The response starts with ``#<turn number> <digest>``, where the digest chains
+The response starts with :func:`reply_header`, ``#<turn number> scripted
+reply; digest of the conversation so far: <digest>``, where the digest chains
 every prompt of the conversation so far. A session restored with a lost or
 stale history therefore answers differently, which is how the crash fuzzers
 notice a provider resumed from the wrong state. A Python callable can replace
@@ -52,6 +53,18 @@ _DIRECTIVES: dict[str, tuple[str, tuple[str, ...]]] = {
 def chain_digest(previous: str, prompt: str) -> str:
     """The next link of the conversation digest."""
     return hashlib.sha256(f"{previous}\x00{prompt}".encode()).hexdigest()[:16]
+
+
+def reply_header(number: int, digest: str) -> str:
+    """The first line of a scripted answer: the turn number and the conversation digest."""
+    return f"#{number} scripted reply; digest of the conversation so far: {digest}"
+
+
+def reply_digest(response: str) -> str | None:
+    """The conversation digest in a scripted answer's first line (None if it has none)."""
+    first = response.split("\n", 1)[0]
+    head, sep, digest = first.rpartition(": ")
+    return digest if sep and head.endswith("digest of the conversation so far") else None
 
 
 def parse_directives(prompt: str) -> list[tuple[str, dict[str, Any]]]:
@@ -108,7 +121,7 @@ class ScriptedSession:
             for index, (tool, args) in enumerate(parse_directives(prompt)):
                 result = await self._context.call_tool(tool, args, f"t{number}c{index}")
                 lines.append(f"{tool}: {result}")
-        response = "\n".join([f"#{number} {digest}", *lines])
+        response = "\n".join([reply_header(number, digest), *lines])
         for start in range(0, len(response), CHUNK_CHARS):
             yield response[start : start + CHUNK_CHARS]
         self._turns.append(TurnRecord(f"t{number}", prompt, response))

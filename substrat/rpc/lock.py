@@ -27,6 +27,7 @@ from typing import Any
 
 from substrat import persistence
 from substrat.errors import RootLockedError
+from substrat.eventlog import utc_now_iso
 
 LOCK_NAME = "daemon.lock"
 MAX_LOCK_BYTES = 4096
@@ -47,6 +48,9 @@ class LockInfo:
     state: str
     socket: str | None = None
     stopped_at: str | None = None
+    recovered_by: str | None = None
+    """Set when the root was recovered offline (``substrat recover``, ``fsck --repair``)
+    after its daemon died: the next daemon has nothing left to recover."""
 
     @classmethod
     def parse(cls, raw: bytes) -> LockInfo:
@@ -64,6 +68,7 @@ class LockInfo:
             state=str(body.get("state") or "unknown"),
             socket=_opt_str(body.get("socket")),
             stopped_at=_opt_str(body.get("stopped_at")),
+            recovered_by=_opt_str(body.get("recovered_by")),
         )
 
     def describe(self) -> str:
@@ -145,10 +150,31 @@ class RootLock:
 
     @property
     def previous_shutdown(self) -> str:
-        """``"clean"``, ``"unclean"`` (the last daemon died), or ``"none"`` (first start)."""
+        """``"clean"``, ``"unclean"`` (the last daemon died), ``"recovered"`` (it died, and
+        the root was recovered offline since), or ``"none"`` (first start)."""
         if self.previous is None:
             return "none"
-        return "clean" if self.previous.state == "stopped" else "unclean"
+        if self.previous.state != "stopped":
+            return "unclean"
+        return "recovered" if self.previous.recovered_by else "clean"
+
+    def mark_recovered(self, by: str) -> None:
+        """After an offline recovery of a root whose daemon died: nothing is left to recover.
+
+        The next daemon then says ``previous_shutdown: recovered`` instead of
+        claiming an unclean shutdown it would only find already handled.
+        """
+        if self.previous_shutdown != "unclean":
+            return
+        previous = self.previous
+        assert previous is not None
+        self.write(
+            pid=previous.pid,
+            started_at=previous.started_at,
+            state="stopped",
+            stopped_at=utc_now_iso(),
+            recovered_by=by,
+        )
 
     def write(self, **fields: Any) -> None:
         """Replace the file's content in place and fsync it."""

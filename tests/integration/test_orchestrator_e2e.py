@@ -26,7 +26,7 @@ from substrat.orchestrator import Orchestrator
 from substrat.providers.base import AgentContext, TurnRecord
 from substrat.providers.fake import FakeProvider
 from substrat.providers.registry import ProviderRegistry
-from substrat.providers.scripted import ScriptedProvider, chain_digest
+from substrat.providers.scripted import ScriptedProvider, chain_digest, reply_header
 from substrat.session import SessionState, SessionStore
 
 T = TypeVar("T")
@@ -41,7 +41,7 @@ def assert_conversation_continuous(orch: Orchestrator, agent: str) -> None:
     digest = ""
     for number, turn in enumerate(orch.history(agent), start=1):
         digest = chain_digest(digest, turn.prompt)
-        assert turn.response.startswith(f"#{number} {digest}"), (agent, number)
+        assert turn.response.startswith(reply_header(number, digest)), (agent, number)
 
 
 def logged(orch: Orchestrator, agent: str, event: str) -> list[dict[str, Any]]:

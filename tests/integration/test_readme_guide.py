@@ -72,6 +72,9 @@ def test_guide_has_the_walkthrough_commands() -> None:
         "substrat fsck",
         "substrat watch &",
         "substrat daemon stop",
+        "substrat agent list --all",
+        'substrat agent show "$(substrat agent list -q',
+        "printf 'How is the scout doing?\\n/log 1\\n' | substrat chat lead",
     ):
         assert any(c.startswith(needed) for c in commands), needed
 
@@ -115,4 +118,12 @@ def test_every_guide_command_runs_as_documented(guide_root: Path) -> None:
     assert "lost in flight: slowpoke turn t1" in out  # daemon start after the crash
     assert "lost in a crash:" in out  # agent show slowpoke
     assert "daemon stopped" in out
-    assert out.rstrip().endswith("$ kill %1") or "clean" in out.split("$ substrat daemon stop")[-1]
+    assert "clean" in out.split("$ substrat daemon stop")[-1]
+    # An id prefix names an agent; chat confirms its commit; removed agents stay listed.
+    shown = out.split("$ substrat agent show \"$(substrat agent list -q")[1]
+    assert shown.split("\n", 2)[1].startswith("lead  "), shown[:200]
+    assert "✓ turn t4 committed" in err  # the chat's turn (lead's fourth)
+    listed = out.split("$ substrat agent list --all")[1].split("$ ")[0]
+    assert "lead/scout" in listed and "terminated" in listed
+    assert "agent lead/scout was terminated at" in err
+    assert "watch ends with it" in out  # the background watch ended with the clean stop

@@ -19,7 +19,7 @@ import pytest
 from substrat import events
 from substrat.eventlog import read_log
 from substrat.orchestrator import Orchestrator
-from substrat.providers.scripted import chain_digest, decode_blob
+from substrat.providers.scripted import chain_digest, decode_blob, reply_digest, reply_header
 from substrat.session import SessionState, SessionStore
 
 T = TypeVar("T")
@@ -76,10 +76,10 @@ def test_history_survives_evict_restore_turns_crash(root: Path, turns_after_rest
         record = SessionStore(root).load(orch.get(alpha_id).session_id)
         assert record.state is SessionState.SUSPENDED  # ACTIVE at the crash, if restored
         assert [t.prompt for t in orch.history(alpha_id)] == prompts
-        assert [t.response.split()[1] for t in orch.history(alpha_id)] == digests(prompts)
+        assert [reply_digest(t.response) for t in orch.history(alpha_id)] == digests(prompts)
         result = await orch.run_turn(alpha_id, "after the crash")
         expected = digests([*prompts, "after the crash"])[-1]
-        assert result.response.startswith(f"#{len(prompts) + 1} {expected}")
+        assert result.response.startswith(reply_header(len(prompts) + 1, expected))
         # a stale blob is never trusted: with turns after the restore, the log rebuilds it
         source = restored_sources(orch, alpha_id)[-1]
         assert source == ("log" if turns_after_restore else "blob")
@@ -113,7 +113,9 @@ def test_children_conversations_survive_eviction_and_a_crash(root: Path) -> None
         assert await orch.run_pending() == 2
         for info in orch.agents():
             history = orch.history(info.agent_id)
-            assert [t.response.split()[1] for t in history] == digests([t.prompt for t in history])
+            assert [reply_digest(t.response) for t in history] == digests(
+                [t.prompt for t in history]
+            )
         await orch.close()
 
     run(after_crash())

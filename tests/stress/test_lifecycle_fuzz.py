@@ -49,7 +49,7 @@ from hypothesis.stateful import (
 from substrat.agents import USER, AgentState
 from substrat.errors import HasChildrenError, NameCollisionError
 from substrat.orchestrator import Orchestrator
-from substrat.providers.scripted import chain_digest
+from substrat.providers.scripted import chain_digest, reply_header
 from substrat.words import plural
 
 pytestmark = pytest.mark.stress
@@ -364,7 +364,7 @@ class LifecycleMachine(RuleBasedStateMachine):
             digest = ""
             for number, turn in enumerate(history, start=1):
                 digest = chain_digest(digest, turn.prompt)
-                assert turn.response.startswith(f"#{number} {digest}")
+                assert turn.response.startswith(reply_header(number, digest))
 
 
 TestLifecycle = LifecycleMachine.TestCase

@@ -166,7 +166,17 @@ def main(argv: list[str]) -> int:
     if resume:
         path = sessions / f"{resume}.json"
         if not path.exists():
+            # As the real CLI (2.1) does: the message on stderr, and a failed result that
+            # names the unknown id as its session.
             sys.stderr.write(f"No conversation found with session ID: {resume}\n")
+            failed = {
+                "type": "result",
+                "subtype": "error_during_execution",
+                "is_error": True,
+                "num_turns": 0,
+                "session_id": resume,
+            }
+            sys.stdout.write(json.dumps(failed) + "\n")
             return 1
         session = json.loads(path.read_text())
         if args.fork:

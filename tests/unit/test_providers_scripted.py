@@ -19,6 +19,7 @@ from substrat.providers.scripted import (
     chain_digest,
     decode_blob,
     parse_directives,
+    reply_header,
 )
 from tests.support.context import RecordingContext
 
@@ -84,7 +85,7 @@ def test_a_turn_calls_tools_in_order_and_names_its_digest() -> None:
         ]
         digest = chain_digest("", "@spawn a\n@send a hello")
         assert first.splitlines() == [
-            f"#1 {digest}",
+            f"#1 scripted reply; digest of the conversation so far: {digest}",
             "spawn_agent: error: unknown tool 'spawn_agent'",
             "send_message: error: unknown tool 'send_message'",
         ]
@@ -94,7 +95,7 @@ def test_a_turn_calls_tools_in_order_and_names_its_digest() -> None:
             {"role": "assistant", "content": first},
         ]
         second, _ = await turn(session, "again")
-        assert second == f"#2 {chain_digest(digest, 'again')}"
+        assert second == reply_header(2, chain_digest(digest, "again"))
         assert ctx.calls[-1][2] == "t1c1"  # no directives, no calls
 
     run(go())

@@ -1,0 +1,115 @@
+"""Options, help pages and small words (issue 14, items 6 and 7).
+
+``--root`` before or after the command, ``--provider`` choices, help for
+every option with an example on every page, ``daemon logs``, plurals, and the
+scripted provider's answers saying what they are.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import click
+import pytest
+
+from substrat.cli import main
+from substrat.cli.examples import commands
+from tests.support.cli import SUBSTRAT, as_json, cli_env, cli_root, read_json_until, run, spawn
+
+pytestmark = pytest.mark.skipif(not SUBSTRAT, reason="the substrat console script is not installed")
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Iterator[Path]:
+    yield from cli_root(tmp_path)
+
+
+def test_root_before_the_command_and_on_demo(root: Path, tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    env = cli_env(elsewhere)  # SUBSTRAT_HOME names another root: --root must win
+    created = run(root, "--root", str(root), "agent", "create", "lead", env=env)
+    assert created.returncode == 0, created.stderr
+    listed = as_json(run(root, "--root", str(root), "agent", "list", "--json", env=env))
+    assert [a["path"] for a in listed] == ["lead"]
+    assert not elsewhere.exists()
+    # The command's own --root wins over the group's.
+    own = run(root, "--root", str(elsewhere), "agent", "list", "--root", str(root), env=env)
+    assert own.returncode == 0 and "lead" in own.stdout
+    # demo: in a directory of its own choosing, never SUBSTRAT_HOME; kept afterwards.
+    refused = run(root, "demo", "--root", str(root), env=env)
+    assert refused.returncode == 2 and "needs a new or empty directory" in refused.stderr
+    place = tmp_path / "demo-here"
+    shown = run(root, "--root", str(place), "demo", "--json", env=env, timeout_s=180)
+    assert shown.returncode == 0, shown.stderr
+    result = json.loads(shown.stdout)
+    assert result["root"] == str(place) and result["survived"] is True
+    assert (place / "agents").is_dir()  # kept: it is the user's directory
+
+
+def test_provider_choices_are_listed_and_checked(root: Path) -> None:
+    helped = run(root, "agent", "create", "--help").stdout
+    for name in ("scripted", "fake", "openai", "claude-code", "paced"):
+        assert name in helped
+    wrong = run(root, "agent", "create", "lead", "--provider", "opena1")
+    assert wrong.returncode == 2
+    assert "'opena1' is not one of" in wrong.stderr and "'openai'" in wrong.stderr
+
+
+def _options(command: click.Command) -> list[click.Option]:
+    return [p for p in command.params if isinstance(p, click.Option) and p.name != "help"]
+
+
+def test_every_help_page_has_an_example_and_every_option_its_help() -> None:
+    pages = commands(main)
+    assert len(pages) >= 20
+    for path, command in pages:
+        ctx = click.Context(command, info_name=f"substrat {path}".strip())
+        page = command.get_help(ctx)
+        assert re.search(r"Examples:\n(?: +.*\n)* +substrat ", page), path
+        assert "``" not in page, path  # no reStructuredText markup
+        for option in _options(command):
+            assert option.help, f"substrat {path} {option.opts[0]} has no help"
+
+
+def test_help_pages_as_a_user_reads_them(root: Path) -> None:
+    agent = run(root, "agent", "--help")
+    assert agent.returncode == 0 and "``" not in agent.stdout
+    assert "lead/worker" in agent.stdout and "Examples:" in agent.stdout
+    status = run(root, "daemon", "status", "--help").stdout
+    assert "Seconds to wait for a running daemon to answer." in " ".join(status.split())
+
+
+def test_daemon_logs_prints_and_follows(root: Path) -> None:
+    run(root, "daemon", "start")
+    tail = run(root, "daemon", "logs", "-n", "3")
+    assert tail.returncode == 0
+    lines = tail.stdout.splitlines()
+    assert 0 < len(lines) <= 3 and "ready: listening on" in tail.stdout
+    follower = spawn(root, "daemon", "logs", "-f", "-n", "0", "--json")
+    time.sleep(1.0)
+    run(root, "daemon", "stop")
+    seen = read_json_until(follower, lambda e: "stopped cleanly" in e["line"])
+    assert any("stopping" in e["line"] for e in seen)
+    follower.send_signal(signal.SIGINT)
+    follower.communicate(timeout=30)
+    assert follower.returncode == 130
+
+
+def test_counts_read_right_and_scripted_answers_say_what_they_are(root: Path) -> None:
+    run(root, "agent", "create", "lead")
+    sent = run(root, "agent", "send", "lead", "go\n@spawn scout look\n@send scout hi")
+    assert sent.stdout.startswith("#1 scripted reply; digest of the conversation so far: ")
+    assert "spawned scout · sent 1 message" in sent.stderr
+    shown = run(root, "agent", "show", "lead").stdout
+    assert "1 live children" not in shown
+    refused = run(root, "agent", "rm", "lead")
+    assert "1 live child (lead/scout)" in refused.stderr
+    removed = run(root, "agent", "rm", "lead", "--cascade")
+    assert "terminated 2 agents: lead/scout, lead" in removed.stdout
+    inbox = run(root, "inbox", "--collect")
+    assert "(s)" not in inbox.stdout + inbox.stderr
