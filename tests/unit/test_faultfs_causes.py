@@ -8,12 +8,15 @@ one missing fsync spread over several writes stays one cause.
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -207,3 +210,36 @@ def test_pytest_failure_is_the_report_with_relative_paths(tmp_path: Path) -> Non
     assert "self = " not in out and "ExploreReport(" not in out and "Traceback" not in out
     # Sources relative to the rootdir, files relative to the simulated root.
     assert str(project) not in out and "pytest-of" not in out
+
+
+def copy_workload(fs: FaultFS) -> None:
+    shutil.copyfile(fs.path("src"), fs.path("dst"))  # the standard library writes
+    fs.ack("dst")
+
+
+def copy_check(img: FaultFS) -> None:
+    if img.acked:
+        with open(img.path("dst"), "rb") as handle:
+            assert handle.read() == b"payload"
+
+
+def test_a_step_the_standard_library_issued_names_its_frame_and_the_users() -> None:
+    def setup(fs: FaultFS) -> None:
+        with open(fs.path("src"), "wb") as handle:
+            handle.write(b"payload")
+
+    report = explore(copy_workload, copy_check, setup=setup)
+    causes = {c.kind: c for c in report.causes()}
+    assert set(causes) == {"entry-not-durable", "unsynced-before-ack"}, report.text()
+    (write,) = [s for s in causes["unsynced-before-ack"].steps if s.role == "write"]
+    assert write.frames[0].in_stdlib and write.frames[0].file.endswith("shutil.py")
+    user_line = line_of_source(copy_workload, "shutil.copyfile")
+    assert write.site == f"{__file__}:{user_line}"
+    text = report.text(os.path.dirname(__file__))
+    assert f"<stdlib>/shutil.py:{write.frames[0].line} ({write.frames[0].function}), " in text
+    assert f"called from test_faultfs_causes.py:{user_line} (copy_workload)" in text
+
+
+def line_of_source(function: Any, text: str) -> int:
+    lines, first = inspect.getsourcelines(function)
+    return first + next(i for i, line in enumerate(lines) if text in line)
