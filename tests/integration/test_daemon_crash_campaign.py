@@ -26,17 +26,21 @@ from __future__ import annotations
 
 import random
 import re
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from substrat.client import Client, DaemonProcess
 from substrat.errors import DaemonError, RpcError
 
 MARKER = re.compile(r"^op:(w\d+):(\d+)$", re.MULTILINE)
 READ_LIMIT = 10_000
+ACK_RACE_WAIT_S = 1.0
 
 
 @dataclass
@@ -103,11 +107,13 @@ class AckLedger:
                     self.agents[agent_id].terminated = True
 
     def live(self, worker: str | None = None) -> list[AgentAck]:
-        return [
-            a
-            for a in self.agents.values()
-            if not a.terminated and (worker is None or _owner(self, a) == worker)
-        ]
+        # Under the lock: another worker's ack may add agents while this one iterates.
+        with self._lock:
+            return [
+                a
+                for a in self.agents.values()
+                if not a.terminated and (worker is None or _owner(self, a) == worker)
+            ]
 
     # -- the check -----------------------------------------------------------------
 
@@ -410,3 +416,34 @@ def test_ledger_catches_a_lost_turn() -> None:
     assert ledger.verify_and_resolve({"agents": [agent, stray], "histories": full}) == [
         f"agents nobody acknowledged: {['b' * 32]}"
     ]
+
+
+def test_ledger_live_is_safe_while_another_worker_acknowledges(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Workers pick their next operation from ``live()`` while others acknowledge;
+    an ack landing mid-iteration once broke a 50-kill stress run ("dictionary
+    changed size during iteration"). Forced here: the ack is started from inside
+    the iteration and given time to run; it must wait for ``live()`` instead."""
+    ledger = AckLedger()
+    for i in range(3):
+        op = Op(f"w{i}", "create", name=f"w{i}-r1")
+        ledger.begin(op)
+        ledger.ack(op, {"agent_id": f"{i}" * 32, "name": f"w{i}-r1"})
+    late = Op("w9", "create", name="w9-r1")
+    ledger.begin(late)
+    acker = threading.Thread(
+        target=ledger.ack, args=(late, {"agent_id": "9" * 32, "name": "w9-r1"})
+    )
+    real_owner = _owner
+
+    def owner_racing_an_ack(led: AckLedger, ack: AgentAck) -> str:
+        if not acker.is_alive() and acker.ident is None:
+            acker.start()
+            acker.join(timeout=ACK_RACE_WAIT_S)  # unlocked, the ack lands in this window
+        return real_owner(led, ack)
+
+    monkeypatch.setattr(sys.modules[__name__], "_owner", owner_racing_an_ack)
+    assert [a.name for a in ledger.live("w0")] == ["w0-r1"]
+    acker.join()
+    assert len(ledger.live()) == 4
