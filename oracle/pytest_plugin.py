@@ -26,6 +26,12 @@ from hypothesis import HealthCheck, settings
 from oracle.corpus import example_database
 
 STRESS_MARK = "stress"
+STRESS_TEST_TIMEOUT_S = 1800
+"""Per-test cap of a stress test when pytest gets no ``--timeout`` (as ci/stress.sh).
+
+The project's ``timeout`` (300 s) guards the quick tests against hangs; the
+fuzzers of the ``default`` and ``nightly`` profiles legitimately run longer on
+a busy 2-core machine (the OpenAI crash fuzzer took over 300 s there)."""
 _SKIP_REASON = "stress test: pass --run-stress to run the crash-recovery campaign"
 
 _CORPUS = example_database()
@@ -84,6 +90,12 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if config.getoption("--run-stress"):
+        # An explicit --timeout wins; a test's own timeout marker too.
+        if config.pluginmanager.hasplugin("timeout") and config.getoption("timeout") is None:
+            cap = pytest.mark.timeout(STRESS_TEST_TIMEOUT_S)
+            for item in items:
+                if STRESS_MARK in item.keywords and item.get_closest_marker("timeout") is None:
+                    item.add_marker(cap)
         return
     skip = pytest.mark.skip(reason=_SKIP_REASON)
     for item in items:
