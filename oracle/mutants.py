@@ -1,13 +1,24 @@
-"""Run the planted-bug catalog: does the stress suite kill every durability mutant?
+"""Run durability mutants: does the test suite kill every one of them?
 
-``python -m oracle.mutants`` plants each mutant of :data:`oracle.mutant_catalog.CATALOG`
-in a temporary copy of the ``substrat`` package (never in the working tree),
-runs the stress suite against that copy and reports which test killed it::
+``python -m oracle.mutants`` plants each mutant of the planted-bug catalog
+(:data:`oracle.mutant_catalog.CATALOG`), or with ``--systematic`` each mutant
+generated from the code (:mod:`oracle.mutant_gen`: every durable call, event-log
+write and repair step deleted on its own), in a temporary copy of the
+``substrat`` package (never in the working tree), runs the tests against that
+copy and reports which check killed it::
 
-    python -m oracle.mutants                      # all mutants, ci profile, one at a time
-    python -m oracle.mutants --jobs 2 --only no_pending_replay --only stale_blob_trusted
+    python -m oracle.mutants                      # the catalog, ci profile, one at a time
+    python -m oracle.mutants --systematic --jobs 2
+    python -m oracle.mutants --jobs 2 --only no_torn_tail_repair --only stale_blob_trusted
     python -m oracle.mutants --tests tests/stress/test_persistence_fuzz.py --json
-    python -m oracle.mutants --list
+    python -m oracle.mutants --systematic --list
+
+The tests run in the order given, cheapest and most targeted first, and a
+mutant's run stops at its first real kill: a failed durability or recovery
+check. Failures of harness checks (a crash point that moved, a changed boundary
+count) are reported as ``harness``, not as kills (see ``oracle._mutant_guard``
+and ``oracle.mutant_report``). A systematic survivor fails the run unless the
+reviewed allow-list in docs/mutants.md gives the reason nothing is lost.
 
 How a run is isolated: the copy sits in a fresh temporary directory that is put
 first on ``PYTHONPATH``; ``PYTHONSAFEPATH=1`` keeps ``python -m`` from putting
@@ -20,8 +31,9 @@ corpus, and ``HYPOTHESIS_REDIS_URL`` is dropped so they never reach a shared one
 Before the mutants, the same suite runs on an unmodified copy (the baseline):
 if it fails, no mutant result would mean anything, so the run stops there.
 
-Exit status: 0 when every mutant was killed, 1 when one survived or timed out,
-2 on errors (a snippet that no longer applies, a failing baseline, a broken run).
+Exit status: 0 when every mutant was killed or allowed, 1 when one survived,
+was seen only by the harness or timed out, or the allow-list is stale, 2 on
+errors (a snippet or call that no longer exists, a failing baseline, a broken run).
 """
 
 from __future__ import annotations
@@ -42,33 +54,40 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import substrat
-from oracle import _mutant_guard
+from oracle import _mutant_guard, mutant_gen
+from oracle import mutant_report as report
 from oracle.errors import MutantError
-from oracle.mutant_catalog import CATALOG, Mutant, by_name
+from oracle.mutant_catalog import Mutant, by_name
+from oracle.mutant_gen import Site
+from oracle.mutant_report import ERROR, HARNESS, KILLED, SURVIVED, TIMEOUT, MutantResult
 
-DEFAULT_TESTS = ("tests/stress",)
+# Cheapest and most targeted first: a mutant's run stops at its first real kill.
+DEFAULT_TESTS = ("tests/stress/test_persistence_fuzz.py", "tests/stress")
+SYSTEMATIC_TESTS = (
+    "tests/stress/test_persistence_fuzz.py",
+    "tests/unit/test_persistence_crash.py",
+    "tests/unit/test_eventlog.py",
+    "tests/unit/test_session_store.py",
+    "tests/integration/test_recovery_blind_spots.py",
+    "tests/integration/test_recovery_points.py",
+    "tests/integration/test_recovery_idempotence.py",
+    "tests/integration/test_oracle_regressions.py",
+    "tests/integration/test_recovery_history.py",
+    "tests/integration/test_fsck_corpus.py",
+    "tests/stress/test_sweep.py",
+    "tests/stress/test_crash_fuzz.py",
+    "tests/stress/test_lifecycle_fuzz.py",
+    "tests/stress/test_daemon_sigkill.py",
+)
+ALLOW_LIST = Path("docs/mutants.md")
 DEFAULT_PROFILE = "ci"
 DEFAULT_TIMEOUT_S = 1800.0
 PACKAGE = "substrat"
 _KILL_GRACE_S = 5.0
 _OUTPUT_TAIL_CHARS = 2000
 
-KILLED, SURVIVED, TIMEOUT, ERROR = "killed", "survived", "timeout", "error"
-
-
-@dataclass
-class MutantResult:
-    name: str
-    description: str
-    file: str
-    status: str
-    killer: str | None = None
-    """Node id of the first failing test (for ``killed``)."""
-    message: str = ""
-    duration_s: float = 0.0
-
-    def to_dict(self) -> dict[str, object]:
-        return asdict(self)
+Planted = Mutant | Site
+"""A catalog mutant (a snippet replaced) or a systematic one (a call deleted)."""
 
 
 @dataclass(frozen=True)
@@ -90,11 +109,12 @@ def default_repo() -> Path:
 # -- planting ------------------------------------------------------------------------
 
 
-def plant(mutant: Mutant | None, source: Path, dest: Path) -> Path:
+def plant(mutant: Planted | None, source: Path, dest: Path) -> Path:
     """Copy the package at ``source`` into ``dest`` and plant ``mutant`` in the copy.
 
     Returns the copied package directory. Raises :class:`MutantError` unless the
-    mutant's snippet occurs exactly once. ``None`` plants nothing (the baseline).
+    mutant's snippet occurs exactly once (a catalog mutant) or its call still
+    exists (a systematic one). ``None`` plants nothing (the baseline).
     """
     source, dest = source.resolve(), dest.resolve()
     if dest == source or dest.is_relative_to(source) or source.is_relative_to(dest):
@@ -102,6 +122,12 @@ def plant(mutant: Mutant | None, source: Path, dest: Path) -> Path:
     package = dest / PACKAGE
     shutil.copytree(source, package, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     if mutant is None:
+        return package
+    if isinstance(mutant, Site):
+        try:
+            mutant_gen.delete(package, mutant.name)
+        except LookupError as exc:
+            raise MutantError(str(exc)) from exc
         return package
     target = package / mutant.file
     if not target.is_file():
@@ -153,7 +179,6 @@ def _command(config: RunConfig) -> list[str]:
         "--rootdir",
         str(config.repo.resolve()),
         "--run-stress",
-        "-x",
         "-q",
         "-p",
         "no:cacheprovider",
@@ -215,7 +240,7 @@ def _stop_group(proc: subprocess.Popen[bytes]) -> None:
             continue
 
 
-def run_mutant(mutant: Mutant | None, config: RunConfig) -> MutantResult:
+def run_mutant(mutant: Planted | None, config: RunConfig) -> MutantResult:
     """Plant ``mutant`` (``None``: the baseline) in a temporary copy and run the tests."""
     name = "(baseline)" if mutant is None else mutant.name
     result = MutantResult(
@@ -249,6 +274,7 @@ def _classify(
 ) -> None:
     configured = any(r["kind"] == "configured" for r in records)
     failed = [r for r in records if r["kind"] == "failed"]
+    real = [r for r in failed if r.get("check") == _mutant_guard.REAL]
     broken = [r for r in records if r["kind"] == "collect_error"]
     if code is None:
         result.status = TIMEOUT
@@ -259,16 +285,20 @@ def _classify(
         result.message = f"collection failed at {broken[0]['nodeid']}: {broken[0]['message']}"
     elif code == 0:
         result.status = SURVIVED
-    elif code == 1 and failed:
+    elif code in (1, 2) and real:  # 2: the guard stopped the session at the kill
         result.status = KILLED
+        result.killer = real[0]["nodeid"]
+        result.message = real[0]["message"]
+    elif code == 1 and failed:
+        result.status = HARNESS
         result.killer = failed[0]["nodeid"]
-        result.message = failed[0]["message"]
+        result.message = f"{failed[0].get('exception', '')}: {failed[0]['message']}"
     else:
         result.message = f"pytest exited with {code} and no failing test; output:\n{output}"
 
 
 def run_catalog(
-    mutants: Sequence[Mutant],
+    mutants: Sequence[Planted],
     config: RunConfig,
     *,
     jobs: int = 1,
@@ -288,48 +318,20 @@ def run_catalog(
 
 # -- reporting -----------------------------------------------------------------------
 
-
-def exit_status(results: Sequence[MutantResult]) -> int:
-    statuses = {r.status for r in results}
-    if statuses & {SURVIVED, TIMEOUT}:
-        return 1
-    if ERROR in statuses:
-        return 2
-    return 0
-
-
-def render_table(results: Sequence[MutantResult], total_s: float) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    styles = {KILLED: "green", SURVIVED: "bold red", TIMEOUT: "yellow", ERROR: "bold magenta"}
-    table = Table(title="planted durability bugs")
-    for column in ("bug", "file", "result", "killed by", "time"):
-        table.add_column(column, justify="right" if column == "time" else "left")
-    for r in results:
-        detail = r.killer or (r.message.splitlines()[0] if r.message else "")
-        table.add_row(
-            r.name,
-            r.file,
-            f"[{styles[r.status]}]{r.status}[/]",
-            detail,
-            f"{r.duration_s:.1f}s",
-        )
-    # Wide when piped (CI logs), so node ids are not folded into several lines.
-    console = Console(width=None if sys.stdout.isatty() else 200)
-    console.print(table)
-    killed = sum(r.status == KILLED for r in results)
-    console.print(f"{killed}/{len(results)} killed in {total_s:.1f}s wall time")
-    for r in results:
-        if r.status in (ERROR, TIMEOUT, SURVIVED) and r.message:
-            console.print(f"[bold]{r.name}[/]: {r.message}", markup=True, highlight=False)
+exit_status = report.exit_status
 
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m oracle.mutants",
-        description="Plant each durability bug in a temporary copy of substrat and check "
-        "that the stress suite kills it.",
+        description="Plant each durability mutant in a temporary copy of substrat and check "
+        "that a durability or recovery check kills it.",
+    )
+    parser.add_argument(
+        "--systematic",
+        action="store_true",
+        help="the mutants generated from the code (every durable call, event-log write and "
+        "repair step deleted on its own) instead of the planted-bug catalog",
     )
     parser.add_argument("--list", action="store_true", help="list the mutants and exit")
     parser.add_argument(
@@ -342,9 +344,11 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--tests",
         nargs="+",
-        default=list(DEFAULT_TESTS),
+        default=None,
         metavar="PATH",
-        help="test paths or node ids, relative to the repository (default: tests/stress)",
+        help="test paths or node ids relative to the repository, run in this order "
+        "(default: the persistence fuzzer, then tests/stress; --systematic adds the unit "
+        "and integration crash tests before the stress suite)",
     )
     parser.add_argument(
         "--profile", default=DEFAULT_PROFILE, help="HYPOTHESIS_PROFILE for the runs (default: ci)"
@@ -361,46 +365,71 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
         "--pytest-args",
         default="",
         metavar="ARGS",
-        help="extra pytest arguments, one shell-quoted string (e.g. '-n 2')",
+        help="extra pytest arguments, one shell-quoted string",
     )
     parser.add_argument(
         "--no-baseline", action="store_true", help="skip the run on the unmodified code"
+    )
+    parser.add_argument(
+        "--allow-list",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="the reviewed allow-list of survivors (default: docs/mutants.md)",
+    )
+    parser.add_argument(
+        "--markdown", type=Path, default=None, metavar="FILE", help="also write the table here"
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     return parser.parse_args(argv)
 
 
+def _mutants(systematic: bool, source: Path) -> dict[str, Planted]:
+    if systematic:
+        return {site.name: site for site in mutant_gen.sites(source)}
+    return dict(by_name())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parse(argv)
-    catalog = by_name()
-    if args.list:
-        if args.json:
-            print(json.dumps([asdict(m) for m in CATALOG], indent=2))
-        else:
-            for m in CATALOG:
-                print(f"{m.name:34} {m.file:18} {m.description}")
-        return 0
-    unknown = [n for n in args.only if n not in catalog]
-    if unknown:
-        print(f"unknown mutants {unknown}; see --list", file=sys.stderr)
-        return 2
     if args.jobs < 1 or args.timeout <= 0:
         print("--jobs must be >= 1 and --timeout > 0", file=sys.stderr)
         return 2
-    mutants = [catalog[n] for n in args.only] if args.only else list(CATALOG)
+    repo = default_repo()
     config = RunConfig(
-        tests=tuple(args.tests),
+        tests=tuple(args.tests or (SYSTEMATIC_TESTS if args.systematic else DEFAULT_TESTS)),
         profile=args.profile,
         timeout_s=args.timeout,
         pytest_args=tuple(shlex.split(args.pytest_args)),
-        repo=default_repo(),
+        repo=repo,
     )
-
     with tempfile.TemporaryDirectory(prefix="substrat-mutant-source-") as snapshot:
         # One copy of the package, taken now: the baseline and every mutant test
         # the same code even if the working tree changes while the run goes on.
         config = replace(config, source=plant(None, config.source, Path(snapshot)))
-        return _run_and_report(args, mutants, config)
+        everything = _mutants(args.systematic, config.source)
+        if args.list:
+            _list(everything, args.json)
+            return 0
+        unknown = [n for n in args.only if n not in everything]
+        if unknown:
+            print(f"unknown mutants {unknown}; see --list", file=sys.stderr)
+            return 2
+        chosen = [everything[n] for n in args.only] if args.only else list(everything.values())
+        allow_path = args.allow_list or repo / ALLOW_LIST
+        allowed = report.load_allow_list(allow_path) if allow_path.is_file() else {}
+        # Names of the other kind of mutant are not this run's business.
+        allowed = {n: r for n, r in allowed.items() if (":" in n) == args.systematic}
+        stale = [] if args.only else report.missing_entries(list(everything), allowed)
+        return _run_and_report(args, chosen, config, allowed, stale)
+
+
+def _list(everything: dict[str, Planted], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps([asdict(m) for m in everything.values()], indent=2))
+        return
+    for name, m in everything.items():
+        print(f"{name:60} {m.description}")
 
 
 def _progress(result: MutantResult) -> None:
@@ -412,7 +441,13 @@ def _progress(result: MutantResult) -> None:
     )
 
 
-def _run_and_report(args: argparse.Namespace, mutants: list[Mutant], config: RunConfig) -> int:
+def _run_and_report(
+    args: argparse.Namespace,
+    mutants: list[Planted],
+    config: RunConfig,
+    allowed: dict[str, str],
+    stale: list[str],
+) -> int:
     start = time.monotonic()
     baseline = None
     if not args.no_baseline:
@@ -432,19 +467,28 @@ def _run_and_report(args: argparse.Namespace, mutants: list[Mutant], config: Run
         flush=True,
     )
     results = run_catalog(mutants, config, jobs=args.jobs, on_result=_progress)
+    stale = stale + report.apply_allow_list(results, allowed)
     total_s = time.monotonic() - start
+    title = "systematic mutants" if args.systematic else "planted durability bugs"
+    if args.markdown is not None:
+        args.markdown.write_text(report.markdown(results, total_s, title), encoding="utf-8")
     if args.json:
         document = {
+            "kind": "systematic" if args.systematic else "catalog",
             "profile": args.profile,
             "tests": list(config.tests),
             "baseline_s": None if baseline is None else round(baseline.duration_s, 1),
             "total_s": round(total_s, 1),
+            "counts": report.counts(results),
+            "stale_allow_list": stale,
             "results": [r.to_dict() for r in results],
         }
         print(json.dumps(document, indent=2))
     else:
-        render_table(results, total_s)
-    return exit_status(results)
+        report.render_table(results, total_s, title)
+        for line in stale:
+            print(f"allow-list: {line}; update docs/mutants.md")
+    return exit_status(results, stale)
 
 
 if __name__ == "__main__":

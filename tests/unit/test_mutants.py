@@ -1,4 +1,4 @@
-"""The planted-bug catalog and its runner (oracle.mutants).
+"""The planted-bug catalog, the systematic mutants and their runner (oracle.mutants).
 
 Every mutant plants cleanly (its snippet occurs exactly once in today's code,
 and the planted file compiles); planting never touches the working tree; a
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from oracle import mutants
+from oracle import _mutant_guard, mutant_gen, mutant_report, mutants
 from oracle.errors import MutantError
 from oracle.mutant_catalog import CATALOG, Mutant, by_name
 
@@ -158,3 +158,167 @@ def test_cli_list_json(capsys: pytest.CaptureFixture[str]) -> None:
     listed = json.loads(capsys.readouterr().out)
     assert [m["name"] for m in listed] == [m.name for m in CATALOG]
     assert mutants.main(["--only", "no-such-mutant"]) == 2
+
+
+# -- systematic mutants (oracle.mutant_gen) ---------------------------------------------
+
+
+def test_systematic_sites_cover_fsyncs_log_writes_and_repair_steps() -> None:
+    sites = mutant_gen.sites(SOURCE)
+    names = [s.name for s in sites]
+    assert len(names) == len(set(names)), "mutant names must be unique"
+    for expected in (
+        "eventlog.py:EventLog.log:persistence.fsync_fd#1",
+        "persistence.py:_atomic_write:fsync_dir#1",
+        "persistence.py:durable_create:fsync_dir#1",
+        "scheduler.py:TurnScheduler.run:log.log#2",
+        "recovery.py:recover:orch.logs.get().log#1",
+        "recovery.py:_cascade_terminate:orch.logs.get().log#1",
+        "recovery.py:_rebuild_inboxes:orch.inboxes.deliver#1",
+        "eventlog.py:EventLog._open:os.ftruncate#1",
+    ):
+        assert expected in names, expected
+    assert {s.kind for s in sites} == {"primitive", "log", "repair"}
+    assert not any("session.transition" in n for n in names), "in-memory calls are no sites"
+
+
+FAKE_MODULE = """\
+import os
+
+
+def keep(fd, log):
+    log.log("a.b", {"x": 1})
+    seq = log.log("c.d")
+    os.fsync(fd)
+    return seq
+"""
+
+
+def test_delete_replaces_the_named_call_and_nothing_else(tmp_path: Path) -> None:
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "recovery.py").write_text(FAKE_MODULE)
+    names = [s.name for s in mutant_gen.sites(package)]
+    assert names == [
+        "recovery.py:keep:log.log#1",
+        "recovery.py:keep:log.log#2",
+        "recovery.py:keep:os.fsync#1",
+    ]
+    for name, planted in (
+        (names[0], '    pass\n    seq = log.log("c.d")\n'),
+        (names[1], "    seq = 0\n"),  # a used value becomes a neutral one
+        (names[2], "    pass\n    return seq\n"),
+    ):
+        (package / "recovery.py").write_text(FAKE_MODULE)
+        mutant_gen.delete(package, name)
+        text = (package / "recovery.py").read_text()
+        assert planted in text, text
+        compile(text, "recovery.py", "exec")
+        assert len(text.splitlines()) == len(FAKE_MODULE.splitlines())
+
+
+def test_mutant_names_survive_code_motion_and_a_gone_call_is_an_error(tmp_path: Path) -> None:
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "recovery.py").write_text(FAKE_MODULE)
+    before = [s.name for s in mutant_gen.sites(package)]
+    moved = "def other():\n    return 1\n\n\n" + FAKE_MODULE.replace("\n\n\ndef", "\n\n\n\ndef")
+    (package / "recovery.py").write_text(moved)
+    assert [s.name for s in mutant_gen.sites(package)] == before
+    (package / "recovery.py").write_text(FAKE_MODULE.replace("    os.fsync(fd)\n", ""))
+    with pytest.raises(LookupError, match="no such call"):
+        mutant_gen.delete(package, "recovery.py:keep:os.fsync#1")
+    site = mutant_gen.Site("recovery.py", "keep", "os.fsync", 1, "primitive", 1)
+    with pytest.raises(MutantError, match="no such call"):
+        mutants.plant(site, package, tmp_path / "copy")
+
+
+def test_every_systematic_mutant_plants_and_compiles(tmp_path: Path) -> None:
+    for i, site in enumerate(mutant_gen.sites(SOURCE)):
+        package = mutants.plant(site, SOURCE, tmp_path / str(i))
+        path = package / site.file
+        compile(path.read_text(encoding="utf-8"), str(path), "exec")
+        assert path.read_text(encoding="utf-8") != (SOURCE / site.file).read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize(
+    ("exc_type", "message", "verdict"),
+    [
+        ("AssertionError", "acknowledged entries lost: log ends at 2, acked 3", "check"),
+        ("OracleViolation", "recovered state matches no allowed outcome", "check"),
+        ("ExploreFailed", "1 failing image at boundary 3", "check"),
+        ("AssertionError", "the crash point was not reached", "harness"),
+        ("AssertionError", "assert 3 >= 4\n +  where 3 = <ExploreReport>.boundaries", "harness"),
+        ("TypeError", "unsupported operand", "harness"),
+        ("FileNotFoundError", "no such file", "harness"),
+    ],
+)
+def test_a_kill_counts_only_when_a_check_fails(exc_type: str, message: str, verdict: str) -> None:
+    assert _mutant_guard.classify(exc_type, message) == verdict
+
+
+ALLOW_DOC = """\
+# x
+
+<!-- allow-list:start -->
+| mutant | crash scenario | why nothing is lost |
+| --- | --- | --- |
+| `a.py:f:fsync#1` | power loss after f | the file is rebuilt from the log |
+| `a.py:g:fsync#1` | kill -9 | nothing depends on it |
+| `gone.py:h:fsync#1` | any | reason |
+<!-- allow-list:end -->
+"""
+
+
+def test_allow_list_marks_reviewed_survivors_and_reports_stale_entries(tmp_path: Path) -> None:
+    doc = tmp_path / "mutants.md"
+    doc.write_text(ALLOW_DOC)
+    allowed = mutant_report.load_allow_list(doc)
+    assert allowed["a.py:f:fsync#1"] == "power loss after f the file is rebuilt from the log"
+    results = [
+        mutant_report.MutantResult("a.py:f:fsync#1", "d", "a.py", mutant_report.SURVIVED),
+        mutant_report.MutantResult(
+            "a.py:g:fsync#1", "d", "a.py", mutant_report.KILLED, killer="t::x"
+        ),
+        mutant_report.MutantResult("b.py:k:fsync#1", "d", "b.py", mutant_report.SURVIVED),
+    ]
+    stale = mutant_report.apply_allow_list(results, allowed)
+    assert results[0].status == mutant_report.ALLOWED
+    assert stale == ["a.py:g:fsync#1 is allow-listed but was killed by t::x"]
+    assert mutant_report.missing_entries([r.name for r in results], allowed) == [
+        "gone.py:h:fsync#1 is allow-listed but no such mutant exists"
+    ]
+    assert mutant_report.exit_status(results, stale) == 1  # b.py survived, a.py:g is stale
+    assert mutant_report.exit_status(results[:1]) == 0
+    table = mutant_report.markdown(results, 90.0, "systematic mutants")
+    assert "1/3 killed by real checks (33%)" in table and "| `b.py:k:fsync#1` | survived" in table
+    doc.write_text(ALLOW_DOC.replace("| kill -9 | nothing depends on it |", "|  |  |"))
+    with pytest.raises(ValueError, match="gives no reason"):
+        mutant_report.load_allow_list(doc)
+
+
+HARNESS_PROBE = """
+import substrat.persistence as persistence
+
+
+def test_a_harness_check():
+    assert persistence.durable_create.__name__ == "durable_create"
+    count = 3
+    class Report:
+        boundaries = count
+    assert Report.boundaries >= 4, "the crash point was not reached"
+"""
+
+
+def test_end_to_end_a_systematic_mutant_seen_only_by_a_harness_check(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    (repo / "tests").mkdir(parents=True)
+    (repo / "tests" / "__init__.py").write_text("")
+    (repo / "tests" / "test_probe.py").write_text(HARNESS_PROBE)
+    config = mutants.RunConfig(tests=("tests/test_probe.py",), repo=repo, timeout_s=120)
+    site = next(
+        s for s in mutant_gen.sites(SOURCE) if s.name == "persistence.py:durable_create:fsync_dir#1"
+    )
+    result = mutants.run_mutant(site, config)
+    assert result.status == mutants.HARNESS, result.message
+    assert "AssertionError" in result.message
