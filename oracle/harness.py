@@ -19,8 +19,10 @@ from typing import Any, TypeVar
 
 from faultfs import FaultFS, SimulatedCrash
 from oracle.checks import check_recovery
+from oracle.faults import failing_fsync
 from oracle.model import Model
 from oracle.workload import Driver, Step
+from substrat.errors import DurabilityError, OutcomeUnknownError
 from substrat.orchestrator import Orchestrator
 from substrat.providers.registry import ProviderRegistry
 from substrat.providers.scripted import ScriptedProvider
@@ -140,6 +142,28 @@ class CrashHarness:
         finally:
             self.fs.disarm()
         return CycleResult(False, None)
+
+    def run_failing_fsyncs(
+        self, step: Step, nth: int, count: int = 1, *, written: bool = False
+    ) -> str:
+        """Run ``step`` with fsyncs ``nth`` .. ``nth + count - 1`` inside it failing (EIO).
+
+        Returns ``done`` (no failure reached an answer: acknowledged as usual),
+        ``failed`` (the operation raised DurabilityError: it did not happen, and
+        must not come back after any crash) or ``undecided`` (OutcomeUnknownError:
+        it stays in flight, for the next crash and recovery to decide). Call
+        :meth:`crash_and_recover` next: after an I/O error the checks look at
+        what a restart makes of the disk.
+        """
+        with self.fs, failing_fsync(self.fs, nth, count, written=written):
+            try:
+                self.loop.run_until_complete(self.driver.perform(step))
+            except OutcomeUnknownError:
+                return "undecided"
+            except DurabilityError as exc:
+                self.model.fail(f"I/O error: {exc}")
+                return "failed"
+        return "done"
 
     def crash_and_recover(
         self,

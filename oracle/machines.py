@@ -5,7 +5,12 @@ turns, messages both ways, broadcasts, inbox reads, terminations, evictions,
 the wake loop and the user's inbox. ``crash_and_recover`` draws an operation,
 the I/O boundary inside it where the crash lands, the crash mode and image,
 and sometimes a second crash inside recovery itself; then it recovers and
-checks the result against the shadow model. After every step the in-memory
+checks the result against the shadow model. ``fsync_failure_and_crash`` makes
+one or more consecutive fsyncs inside an operation fail (EIO, the pages
+dropped or written back anyway): an operation reported as failed must never
+come back, one reported undecided may. Two targeted rules crash where random
+steps rarely get: a turn reading an inbox that was just sent to, and a
+termination that cascades over a grandchild. After every step the in-memory
 state must equal the model's.
 
 Use it from a test module::
@@ -39,6 +44,9 @@ NAMES = ("ada", "bob", "cy", "dee", "eve")
 """Five names, so collisions among siblings happen often."""
 MAX_BOUNDARY = 48
 MAX_RECOVERY_BOUNDARY = 40
+MAX_FSYNC = 24
+"""Operations make up to about this many fsyncs; a later one never fails."""
+MAX_CONSECUTIVE_FAILURES = 3
 
 
 class CrashRecoveryMachine(RuleBasedStateMachine):
@@ -171,6 +179,51 @@ class CrashRecoveryMachine(RuleBasedStateMachine):
         event("crash inside the operation" if ran.crashed else "crash after the operation")
         if cycle.recovery_crashed:
             event("recovery itself crashed")
+
+    @rule(data=st.data())
+    def fsync_failure_and_crash(self, data: Any) -> None:
+        step = self._draw_step(data)
+        nth = data.draw(st.integers(1, MAX_FSYNC), label="failing fsync")
+        count = data.draw(st.integers(1, MAX_CONSECUTIVE_FAILURES), label="failures in a row")
+        written = data.draw(st.booleans(), label="written back anyway")
+        mode = data.draw(st.sampled_from(MODES), label="mode")
+        seed = data.draw(st.integers(0, 7), label="image seed")
+        outcome = self.harness.run_failing_fsyncs(step, nth, count, written=written)
+        self.harness.crash_and_recover(mode, seed)
+        self.crashes += 1
+        event(f"after EIO: {outcome}")
+
+    @precondition(_has_agents)
+    @rule(data=st.data())
+    def send_then_crash_reading_the_inbox(self, data: Any) -> None:
+        """A message sent, then its reader's ``@inbox`` turn cut: nothing consumed
+        before the commit may count as delivered."""
+        paths = self._paths()
+        src = data.draw(st.sampled_from(paths), label="from")
+        dst = data.draw(st.sampled_from([p for p in paths if p != src] or paths), label="to")
+        self._step(Step("send", src, dst))
+        if dst == src:
+            return
+        self._crash_during(Step("inbox", dst), data)
+
+    @precondition(_has_agents)
+    @rule(data=st.data(), child=st.sampled_from(NAMES), grandchild=st.sampled_from(NAMES))
+    def crash_in_a_cascading_termination(self, data: Any, child: str, grandchild: str) -> None:
+        """A parent terminates a child that has a child of its own, and the crash cuts
+        the cascade: recovery must finish it."""
+        parent = data.draw(st.sampled_from(self._paths()), label="parent")
+        self._step(Step("spawn", parent, child))
+        self._step(Step("spawn", f"{parent}/{child}", grandchild))
+        self._crash_during(Step("terminate_by_parent", parent, child), data)
+
+    def _crash_during(self, step: Step, data: Any) -> None:
+        boundary = data.draw(st.integers(1, MAX_BOUNDARY), label="boundary")
+        mode = data.draw(st.sampled_from(MODES), label="mode")
+        seed = data.draw(st.integers(0, 7), label="image seed")
+        ran = self.harness.run(step, crash_at=boundary)
+        self.harness.crash_and_recover(mode, seed)
+        self.crashes += 1
+        event("targeted crash inside" if ran.crashed else "targeted crash after")
 
     # -- invariants ----------------------------------------------------------------
 

@@ -157,11 +157,12 @@ CATALOG: tuple[Mutant, ...] = (
     ),
     Mutant(
         "failed_append_not_taken_back",
-        "after a failed append the log keeps the entry the page cache still shows, so a "
-        "reopen in the same process trusts bytes that never reach the disk",
+        "after a failed append the log keeps the entry (the page cache, or the disk when "
+        "writeback raced the error, still has it) yet reports it as failed, so a reopen "
+        "trusts bytes that never reach the disk, or a crash brings a failed entry back",
         "eventlog.py",
-        "            self._abandon_failed_append()\n            self._poison()\n",
-        "            self._poison()\n",
+        "            taken_back = self._take_back()\n",
+        "            taken_back = True  # planted: the failed append stays where it is\n",
     ),
     Mutant(
         "log_seq_restarts_on_reopen",

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from oracle.model import Model
-from substrat.errors import SubstratError
+from substrat.errors import OutcomeUnknownError, SubstratError
 
 if TYPE_CHECKING:
     from substrat.orchestrator import Orchestrator
@@ -81,7 +81,8 @@ class Driver:
             self.model.begin("turn", **args)
         elif kind == "turn.completed":
             self.model.ack_turn(payload)
-        elif kind == "turn.failed":
+        elif kind == "turn.failed" and not payload.get("undecided"):
+            # An undecided turn stays in flight: a crash may keep its commit record.
             self.model.fail(payload.get("error", "turn failed"))
 
     def _id(self, path: str) -> str | None:
@@ -97,6 +98,8 @@ class Driver:
         self._prompt_for[agent_id] = prompt
         try:
             await self.orch.run_turn(agent_id, prompt)
+        except OutcomeUnknownError:
+            raise  # undecided: the harness crashes and lets recovery decide
         except SubstratError as exc:
             self.model.fail(str(exc))
         finally:
@@ -134,6 +137,8 @@ class Driver:
             self.model.begin("terminate", agent_id=agent_id)
             try:
                 gone = await self.orch.terminate(agent_id)
+            except OutcomeUnknownError:
+                raise  # undecided: the harness crashes and lets recovery decide
             except SubstratError as exc:
                 self.model.fail(str(exc))
                 return

@@ -12,7 +12,8 @@ commit forward with the same code.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +26,7 @@ from substrat.agents import (
     InboxRegistry,
     MessageEnvelope,
 )
-from substrat.errors import AgentError
+from substrat.errors import AgentError, DurabilityError, OutcomeUnknownError
 from substrat.eventlog import Clock
 from substrat.logs import LogPool
 from substrat.session import Session, SessionStore
@@ -60,6 +61,25 @@ class TurnResult:
             "effects": self.effects,
             "transcript": self.transcript,
         }
+
+
+@contextmanager
+def after_commit(what: str) -> Iterator[None]:
+    """Steps after an operation's commit point: an I/O failure there cannot undo it.
+
+    The operation happened (its commit record is durable), but memory no longer
+    matches the disk, so the caller gets :class:`OutcomeUnknownError` (undecided
+    until a restart, whose recovery finishes the steps), never a plain failure.
+    """
+    try:
+        yield
+    except OutcomeUnknownError:
+        raise
+    except DurabilityError as exc:
+        raise OutcomeUnknownError(
+            f"{what}, but a later step failed ({exc}); restart the daemon: recovery "
+            "finishes what is missing"
+        ) from exc
 
 
 class CommitMixin:

@@ -33,12 +33,23 @@ class _LookupError(KeyError):
 
 
 class DurabilityError(SubstratError, OSError):
-    """A write or fsync failed: the operation was NOT acknowledged.
+    """A write or fsync failed before the operation's commit point: it did NOT happen.
 
     After a failed fsync the kernel may already have dropped the dirty pages, so
-    retrying the fsync would report success for data that is gone. The caller
-    must treat the operation as lost; reopen the log (which repairs it) before
-    writing again.
+    retrying the fsync would report success for data that is gone. A failed
+    event-log append is taken back durably before this is raised, so the
+    operation stays undone, also after a crash. Reopen the log (which repairs
+    it) before writing again.
+    """
+
+
+class OutcomeUnknownError(DurabilityError):
+    """A write failed where its outcome cannot be known: the operation may have happened.
+
+    Either taking a failed commit record back failed too (a crash may keep it),
+    or the operation had committed and a later step failed. Treat it as
+    undecided, like an operation cut by a crash: restart the daemon (recovery
+    settles it), then `substrat agent history` / `substrat agent list` tell which.
     """
 
 

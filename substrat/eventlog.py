@@ -9,24 +9,27 @@ One JSON object per line::
   removed (that is, of ``{"seq":...}``), so damage is told apart from data
   without re-serialising anything. The line stays plain JSON for other tools.
 
-Writing (``EventLog.log``) uses the pending-file WAL: the entry is written to
-``events.pending`` and fsynced, then appended to ``events.jsonl`` and fsynced.
-``log`` returns only after the append's fsync, so a returned ``seq`` is durable.
+Writing (``EventLog.log``) is one append and one fsync, the physical floor: the
+entry is appended to ``events.jsonl`` and the file is fsynced; ``log`` returns
+only after that fsync, so a returned ``seq`` is durable.
 
-Two deliberate departures from the textbook "write pending, append, unlink
-pending", both for cost (two fsyncs per entry and nothing else):
+A failed append is taken back before ``log`` raises: the file is cut back to
+its last durable end and fsynced. So an entry reported as failed
+(:class:`~substrat.errors.DurabilityError`) never comes back, in this process
+or after any crash. If taking it back fails too, its fate is unknown
+(:class:`~substrat.errors.OutcomeUnknownError`): a power loss may keep it or
+not. This process never shows it: the next open here cuts it back first.
 
-* The pending file stays open and each entry overwrites it in place at offset
-  0; only its first line counts. Creating and unlinking a file per entry makes
-  every fsync a journal commit and more than doubles the cost.
-* A stale pending entry is harmless because replay is keyed on ``seq``: it is
-  appended only if that ``seq`` is nowhere in the log. So the file is unlinked
-  on close, not after every entry, and its directory entry is never fsynced: it
-  only ever helps entries that were not yet acknowledged.
+Earlier versions wrote each entry to ``events.pending`` (fsynced) before the
+append. That copy only ever helped entries that were not yet acknowledged, at
+the cost of a second fsync per entry, and it could bring a failed entry back,
+so it is gone. A pending file left by an earlier version is still honoured
+once: opening appends its entry if that ``seq`` is nowhere in the log, then
+removes the file.
 
 Opening repairs: bytes after the last valid line (a torn or NUL-padded tail) are
-cut off, so a new append is never glued onto a partial line, and a pending entry
-is appended only if its ``seq`` is not already anywhere in the log.
+cut off, so a new append is never glued onto a partial line, and a leftover
+pending entry is appended only if its ``seq`` is not already anywhere in the log.
 
 Reading (``read_log``, ``iter_log``, in :mod:`substrat.logread` and
 re-exported here) never raises on damage: bad lines are skipped, counted and
@@ -49,7 +52,12 @@ from typing import Any
 import orjson
 
 from substrat import persistence
-from substrat.errors import DurabilityError, EntryTooLargeError, LogClosedError
+from substrat.errors import (
+    DurabilityError,
+    EntryTooLargeError,
+    LogClosedError,
+    OutcomeUnknownError,
+)
 from substrat.events import KNOWN_EVENTS
 from substrat.logread import BATCH_LINES as BATCH_LINES
 from substrat.logread import Damage as Damage
@@ -182,7 +190,6 @@ class EventLog:
         check_plain_json(self._context, "context")
         self._clock = clock
         self._fd: int | None = None
-        self._pending_fd: int | None = None
         self._durable_end = 0
         self.report = self._open(sink, writable)
         self._next_seq = self.report.last_seq + 1
@@ -219,22 +226,23 @@ class EventLog:
                         sink([replay[2]])
                     else:
                         report.damage.unknown_events.append(replay[2])
-            if not writable:
-                os.close(fd)
-                if report.pending_found:  # what close() would have done
-                    _unlink_quietly(self.pending_path)
-                return report
-            pending_fd = os.open(self.pending_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         except OSError:
             os.close(fd)
             raise
+        if report.pending_found:
+            # Its entry is in the log now, or was never acknowledged. The removal
+            # need not be durable: if the file comes back, its entry is found in
+            # the log (or is as unreadable as before) and it is removed again.
+            _unlink_quietly(self.pending_path)
+        if not writable:
+            os.close(fd)
+            return report
         self._fd = fd
-        self._pending_fd = pending_fd
         self._durable_end = os.fstat(fd).st_size
         return report
 
     def _cut_back_suspect_tail(self, durable_end: int) -> None:
-        """Finish :meth:`_abandon_failed_append` for a log whose append failed earlier."""
+        """Finish :meth:`_take_back` for a log whose failed append is not taken back yet."""
         fd = os.open(self.path, os.O_WRONLY | os.O_CLOEXEC)
         try:
             if os.fstat(fd).st_size > durable_end:
@@ -242,13 +250,6 @@ class EventLog:
             persistence.fsync_fd(fd, self.path)
         finally:
             os.close(fd)
-        if os.path.exists(self.pending_path):
-            fd = os.open(self.pending_path, os.O_WRONLY | os.O_CLOEXEC)
-            try:
-                _pwrite_all(fd, b"\n")
-                persistence.fsync_fd(fd, self.pending_path)
-            finally:
-                os.close(fd)
         del _SUSPECT_END[str(self.path)]
 
     def _pending_to_replay(
@@ -277,10 +278,13 @@ class EventLog:
 
         Returns only after the entry is fsynced. Raises TypeError for data that
         is not plain JSON and EntryTooLargeError over ``MAX_ENTRY_BYTES``, both
-        before a byte is written. On an I/O failure the log is poisoned (the
-        entry was NOT acknowledged); reopen it to repair and continue.
+        before a byte is written. On an I/O failure the log is poisoned; reopen
+        it to continue. The entry was not acknowledged, and it was taken back:
+        :class:`DurabilityError` means it will never appear, in this process or
+        after a crash; :class:`OutcomeUnknownError` means taking it back failed
+        too, so a crash may keep it (this process never shows it).
         """
-        if self._fd is None or self._pending_fd is None:
+        if self._fd is None:
             raise LogClosedError(f"event log {self.path} is closed; open a new EventLog")
         if not isinstance(event, str) or not event:
             raise TypeError("event must be a non-empty string")
@@ -297,64 +301,60 @@ class EventLog:
                 f"entry {event!r} is {len(line)} bytes, over the {MAX_ENTRY_BYTES}-byte limit; "
                 "keep large payloads out of the log"
             )
+        seq = int(body["seq"])
         try:
-            _pwrite_all(self._pending_fd, line)
-            persistence.fsync_fd(self._pending_fd, self.pending_path)
             persistence.write_all(self._fd, line)
             persistence.fsync_fd(self._fd, self.path)
         except OSError as exc:
             # A simulated kill (BaseException) is deliberately not caught here:
             # a killed process runs no cleanup.
-            self._abandon_failed_append()
+            taken_back = self._take_back()
             self._poison()
-            if isinstance(exc, DurabilityError):
-                raise
-            raise DurabilityError(f"append to {self.path} failed: {exc}") from exc
+            if not taken_back:
+                raise OutcomeUnknownError(
+                    f"append of entry {seq} to {self.path} failed ({exc}) and could not be "
+                    "taken back: a crash may keep it or not; treat it as undecided until "
+                    "a restart has recovered the log"
+                ) from exc
+            raise DurabilityError(
+                f"append of entry {seq} to {self.path} failed ({exc}); it was taken back "
+                "and will not appear; reopen the log before writing again"
+            ) from exc
         self._next_seq += 1
         self._durable_end += len(line)
-        return int(body["seq"])
+        return seq
 
-    def _abandon_failed_append(self) -> None:
-        """Take back an append whose write or fsync failed.
+    def _take_back(self) -> bool:
+        """Cut the log back to its last durable end, durably; False if that failed too.
 
         After a failed fsync Linux may have dropped the dirty pages while the
-        process still reads them from the cache, so a reopen would trust bytes
-        that never reach the disk and glue the next entry after them. The
-        entry was not acknowledged: void the pending copy (so it is not
-        replayed) and cut the log back to its last durable end. If even that
-        fails, the path stays suspect and the next open in this process does it
-        before anything else.
+        process still reads them from the cache (a reopen would trust bytes that
+        never reach the disk and glue the next entry after them), or may have
+        written some or all of them (a crash would keep an entry reported as
+        failed). The cut and its fsync rule out both. If they fail, the path
+        stays suspect and the next open in this process cuts it first.
         """
         _SUSPECT_END[str(self.path)] = self._durable_end
-        assert self._fd is not None and self._pending_fd is not None
+        assert self._fd is not None
         try:
-            _pwrite_all(self._pending_fd, b"\n")
-            os.fsync(self._pending_fd)
             os.ftruncate(self._fd, self._durable_end)
-            os.fsync(self._fd)
+            persistence.fsync_fd(self._fd, self.path)
         except OSError:
-            return
+            return False
         _SUSPECT_END.pop(str(self.path), None)
+        return True
 
     def _poison(self) -> None:
-        for fd in (self._fd, self._pending_fd):
-            if fd is not None:
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
-        self._fd = self._pending_fd = None
+        if self._fd is not None:
+            try:
+                os.close(self._fd)
+            except OSError:
+                pass
+        self._fd = None
 
     def close(self) -> None:
-        """Close the log. Entries already returned by :meth:`log` are durable.
-
-        The pending file is removed; its removal need not be durable (see the
-        module docstring).
-        """
-        was_open = self._fd is not None
+        """Close the log. Entries already returned by :meth:`log` are durable."""
         self._poison()
-        if was_open:
-            _unlink_quietly(self.pending_path)
 
     @property
     def closed(self) -> bool:
@@ -370,16 +370,6 @@ class EventLog:
         tb: TracebackType | None,
     ) -> None:
         self.close()
-
-
-def _pwrite_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    offset = 0
-    while offset < len(data):
-        written = os.pwrite(fd, view[offset:], offset)
-        if written <= 0:
-            raise DurabilityError(f"pwrite returned {written}; the device accepted no bytes")
-        offset += written
 
 
 @dataclass

@@ -36,7 +36,7 @@ from substrat.agents import (
     MessageEnvelope,
     validate_name,
 )
-from substrat.commit import CommitMixin, TurnResult
+from substrat.commit import CommitMixin, TurnResult, after_commit
 from substrat.conversation import conversation_from_log
 from substrat.errors import (
     AgentBusyError,
@@ -44,6 +44,7 @@ from substrat.errors import (
     AgentTerminatedError,
     HasChildrenError,
     NameCollisionError,
+    OutcomeUnknownError,
 )
 from substrat.eventlog import Clock, utc_now_iso
 from substrat.logs import LogPool
@@ -216,15 +217,16 @@ class Orchestrator(QueryMixin, CommitMixin, WakeMixin):
         self._log_creation(node, parent_session_id=None)
         self.tree.add(node)
         self.turn_counts[node.agent_id] = 0
-        # after the commit point: a registered root is one whose creation is durable
-        self.roots.register(root_entry(node))
-        await self.mux.admit(node, live)
-        if node.state is AgentState.TERMINATED:
-            # terminated while a slot was made for it: a dead agent must not hold a slot
-            self.mux.discard(node)
-            stop_later(live)
-            raise AgentError(f"agent {name} was terminated while it was being created")
-        self.store.transition(session, SessionState.ACTIVE)
+        with after_commit(f"agent {name} was created"):
+            # after the commit point: a registered root is one whose creation is durable
+            self.roots.register(root_entry(node))
+            await self.mux.admit(node, live)
+            if node.state is AgentState.TERMINATED:
+                # terminated while a slot was made for it: a dead agent must not hold a slot
+                self.mux.discard(node)
+                stop_later(live)
+                raise AgentError(f"agent {name} was terminated while it was being created")
+            self.store.transition(session, SessionState.ACTIVE)
         self.emit("agent.created", self._info(node).to_dict())
         return self._info(node)
 
@@ -389,10 +391,14 @@ class Orchestrator(QueryMixin, CommitMixin, WakeMixin):
             self.mux.discard(node)
             inbox.release(effects.turn_id)
             node.state = AgentState.WAITING if node.waiting_on else AgentState.IDLE
-            self.emit(
-                "turn.failed",
-                {"agent_id": node.agent_id, "turn_id": effects.turn_id, "error": str(exc)},
-            )
+            failed: dict[str, Any] = {
+                "agent_id": node.agent_id,
+                "turn_id": effects.turn_id,
+                "error": str(exc),
+            }
+            if isinstance(exc, OutcomeUnknownError):
+                failed["undecided"] = True  # its turn.complete may survive a crash
+            self.emit("turn.failed", failed)
             raise
         finally:
             context.effects = None
@@ -402,7 +408,8 @@ class Orchestrator(QueryMixin, CommitMixin, WakeMixin):
         self.last_complete_seq[node.agent_id] = outcome.complete_seq
         node.lost_turn = None
         committed = effects.to_dict()
-        self.apply_effects(node, committed)
+        with after_commit(f"turn {effects.turn_id} of {node.name} committed"):
+            self.apply_effects(node, committed)
         result = TurnResult(
             agent_id=node.agent_id,
             turn_id=effects.turn_id,
@@ -446,12 +453,13 @@ class Orchestrator(QueryMixin, CommitMixin, WakeMixin):
         self.logs.get(top.session_id).log(
             events.AGENT_TERMINATED, {"agent_id": top.agent_id, "cascade": descendants}
         )
-        for node in order:
-            if node is not top:
-                self.logs.get(node.session_id).log(
-                    events.AGENT_TERMINATED, {"agent_id": node.agent_id, "by": top.agent_id}
-                )
-            self.forget(node)
+        with after_commit(f"agent {top.name} was terminated"):
+            for node in order:
+                if node is not top:
+                    self.logs.get(node.session_id).log(
+                        events.AGENT_TERMINATED, {"agent_id": node.agent_id, "by": top.agent_id}
+                    )
+                self.forget(node)
         return [n.agent_id for n in order]
 
     def forget(self, node: AgentNode) -> None:

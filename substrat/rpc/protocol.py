@@ -51,6 +51,7 @@ DURABILITY_FAILED = -32011
 UNKNOWN_PROVIDER = -32012
 AGENT_REFUSED = -32013
 TOO_MANY_PENDING = -32014
+OUTCOME_UNKNOWN = -32015
 
 # Most specific first: the first isinstance match wins.
 _EXCEPTION_CODES: tuple[tuple[type[BaseException], int], ...] = (
@@ -61,6 +62,7 @@ _EXCEPTION_CODES: tuple[tuple[type[BaseException], int], ...] = (
     (errors.AgentError, AGENT_REFUSED),
     (errors.UnknownProviderError, UNKNOWN_PROVIDER),
     (errors.ProviderError, PROVIDER_FAILED),
+    (errors.OutcomeUnknownError, OUTCOME_UNKNOWN),
     (errors.DurabilityError, DURABILITY_FAILED),
     (errors.EntryTooLargeError, INVALID_PARAMS),
     (errors.SubstratError, SUBSTRAT_ERROR),

@@ -5,10 +5,13 @@ boundaries, how many calls, where the log is reopened, which renames cross
 directories or replace a file, the faultfs block size and image seed);
 ``faultfs.explore`` then crashes it at every boundary and checks every image of
 every mode against the primitive's contract (tests/support/durability.py).
-A second family injects EIO at a drawn fsync: the call must raise
-DurabilityError and stop, or (in the ``retry`` forms) be retried once in the
-same process, the log after a reopen; every crash image afterwards must still
-keep every promise that was acknowledged, the retried call's included.
+A second family injects EIO at a drawn fsync, and at the ones after it (a
+failed append, then the clean-up that takes it back, then the reopen), with
+the pages dropped or, as writeback may race the error, already on the disk:
+the call must raise DurabilityError and stop, or (in the ``retry`` forms) be
+retried once in the same process, the log after a reopen; every crash image
+afterwards must still keep every promise that was acknowledged, the retried
+call's included, and an append reported as failed must never appear.
 
 The drawn tests take the Hypothesis profile's ``max_examples`` (50 under
 ``ci``, 5000 under ``nightly``); the whole file runs in seconds under ``ci``.
@@ -97,6 +100,8 @@ MATRIX = [
     d.eventlog_contract([40, 900, 30, 600, 4100], reopen_after=[1, 3]),
     d.eventlog_contract([10, 10, 10]),
     d.eventlog_contract([40, 900, 30, 600, 4100], reopen_after=[2], retry=True),
+    d.legacy_pending_contract(4, 2),
+    d.legacy_pending_contract(3, 4),
     d.session_contract(3000),
     d.session_contract(3000, retry=True),
 ]
@@ -112,8 +117,11 @@ def test_matrix(contract: d.Contract, profile: str) -> None:
 def test_matrix_fsync_failures(contract: d.Contract) -> None:
     for profile in ALL_PROFILES:
         for nth in range(1, d.count_fsyncs(contract, profile) + 1):
-            outcome = d.check_fsync_failure(contract, profile, nth)
-            assert outcome.raised, f"{profile}: EIO on fsync #{nth} was not reported"
+            for count, written in ((1, False), (2, True), (3, False)):
+                outcome = d.check_fsync_failure(
+                    contract, profile, nth, count=count, written=written
+                )
+                assert outcome.raised, f"{profile}: EIO on fsync #{nth} was not reported"
 
 
 # -- drawn shapes ------------------------------------------------------------------------
@@ -130,5 +138,7 @@ def test_drawn_contract(profile: str, contract: d.Contract, block_size: int, see
 def test_drawn_fsync_failure(profile: str, contract: d.Contract, data: Any) -> None:
     fsyncs = d.count_fsyncs(contract, profile)
     nth = data.draw(st.integers(1, fsyncs), label="failing fsync")
-    outcome = d.check_fsync_failure(contract, profile, nth)
+    count = data.draw(st.integers(1, 3), label="consecutive failures")
+    written = data.draw(st.booleans(), label="written back anyway")
+    outcome = d.check_fsync_failure(contract, profile, nth, count=count, written=written)
     assert outcome.raised, f"EIO on fsync #{nth} of {fsyncs} was not reported"

@@ -14,15 +14,15 @@ tests/stress/test_persistence_fuzz.py (every profile, every mode, drawn sizes).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from faultfs import MODES, ExploreReport, FaultFS, explore
+from oracle.faults import failing_fsync
 from substrat import persistence
-from substrat.errors import DurabilityError, LogClosedError
-from substrat.eventlog import EventLog, decode_line, read_log
+from substrat.errors import DurabilityError, LogClosedError, OutcomeUnknownError
+from substrat.eventlog import PENDING_NAME, EventLog, encode_entry, read_log
 from substrat.session import Session, SessionState, SessionStore
 
 ROOT = "/substrat-durability"
@@ -289,33 +289,33 @@ def rename_contract(
 # ------------------------------------------------------------------ event log
 
 
-def _entry_data(seq: int, size: int) -> dict[str, Any]:
-    return {"n": seq, "pad": pattern(seq, size).decode()}
+def _entry_data(seq: int, size: int, attempt: int = 1) -> dict[str, Any]:
+    data: dict[str, Any] = {"n": seq, "pad": pattern(seq, size).decode()}
+    if attempt > 1:
+        data["attempt"] = attempt  # a retried entry differs from the one that failed
+    return data
 
 
 def open_log(fs: FaultFS) -> EventLog:
     return EventLog(fs.path("s", "events.jsonl"), {"session_id": SESSION_ID}, clock=fixed_clock)
 
 
-def _pending_entry(img: FaultFS) -> dict[str, Any] | None:
-    raw = _read(img.path("s", "events.pending"))
-    if not raw:
-        return None
-    line, newline, _ = raw.partition(b"\n")
-    decoded = decode_line(line) if newline else "torn"
-    return decoded if isinstance(decoded, dict) else None
+FAILED, UNKNOWN = "failed", "unknown"
+"""Markers acknowledged with (marker, seq, attempt) when an append raised: FAILED for a
+DurabilityError (the entry must never appear), UNKNOWN for an OutcomeUnknownError."""
 
 
 def eventlog_contract(
     sizes: Sequence[int], reopen_after: Sequence[int] = (), *, retry: bool = False
 ) -> Contract:
     """Entries 1..n logged (payload sizes ``sizes``); the log is reopened after each
-    seq in ``reopen_after``, so a stale pending file can fall behind the tail.
+    seq in ``reopen_after``.
 
-    With ``retry``, an append that fails (an injected EIO) is retried once on a
-    reopened log in the same process, as a caller following DurabilityError's
-    advice would; the retried entry must get the same seq and, once acknowledged,
-    be as durable as any other.
+    An append that raises is recorded: DurabilityError means it was taken back and
+    must never appear in any image; OutcomeUnknownError means it may. With ``retry``,
+    a failed append is retried once on a reopened log in the same process, as a
+    caller following DurabilityError's advice would; the retry (different data)
+    must get the same seq and, once acknowledged, be as durable as any other.
     """
 
     def setup(fs: FaultFS) -> None:
@@ -323,21 +323,24 @@ def eventlog_contract(
 
     def workload(fs: FaultFS) -> None:
         log = open_log(fs)
-        retried = False
+        attempt, retried = 1, False
         seq = 1
         while seq <= len(sizes):
             try:
-                got = log.log(LOG_EVENT, _entry_data(seq, sizes[seq - 1]))
-            except DurabilityError:
+                got = log.log(LOG_EVENT, _entry_data(seq, sizes[seq - 1], attempt))
+            except DurabilityError as exc:
                 _assert_poisoned(log)
+                outcome = UNKNOWN if isinstance(exc, OutcomeUnknownError) else FAILED
+                fs.ack((outcome, seq, attempt))
                 if not retry or retried:
                     raise
-                retried = True
+                attempt, retried = 2, True
                 fs.ack(FAILURE_SEEN)
-                log = open_log(fs)  # "reopen the log (which repairs it) before writing again"
+                log = open_log(fs)  # "reopen the log before writing again"
                 continue
             assert got == seq, f"log() returned seq {got}, expected {seq}"
             fs.ack(seq)
+            attempt = 1
             if seq in reopen_after:
                 log.close()
                 log = open_log(fs)
@@ -346,7 +349,8 @@ def eventlog_contract(
 
     def check(img: FaultFS) -> None:
         last = _newest_acked(img)
-        pending = _pending_entry(img)
+        failed = {(a[1], a[2]) for a in img.acked if isinstance(a, tuple) and a[0] == FAILED}
+        tried = {(a[1], a[2]) for a in img.acked if isinstance(a, tuple)}
         log = open_log(img)
         try:
             read = read_log(log.path, known_events=None)
@@ -358,13 +362,17 @@ def eventlog_contract(
             )
             assert len(seqs) <= min(last + 1, len(sizes)), f"log holds unwritten entries: {seqs}"
             for entry in read.entries:
-                want = _entry_data(entry["seq"], sizes[entry["seq"] - 1])
-                assert entry["data"] == want, f"entry {entry['seq']} holds {entry['data']!r}"
-                assert entry["event"] == LOG_EVENT and entry["session_id"] == SESSION_ID
-            if pending is not None:
-                assert pending["seq"] in seqs, (
-                    f"the durable pending entry {pending['seq']} was not replayed"
+                seq = entry["seq"]
+                if seq <= last:  # acknowledged: the attempt that returned
+                    allowed = [2 if (seq, 1) in tried else 1]
+                else:  # in flight, or undecided: any attempt not reported as failed
+                    allowed = [a for a in (1, 2) if (seq, a) not in failed]
+                wanted = [_entry_data(seq, sizes[seq - 1], a) for a in allowed]
+                assert entry["data"] in wanted, (
+                    f"entry {seq} holds {entry['data']!r}; allowed attempts {allowed} "
+                    f"(reported failed: {sorted(a for s, a in failed if s == seq)})"
                 )
+                assert entry["event"] == LOG_EVENT and entry["session_id"] == SESSION_ID
             probe = log.log(PROBE_EVENT, {"probe": True})
             assert probe == len(seqs) + 1, f"append after reopen got seq {probe}"
         finally:
@@ -378,6 +386,48 @@ def eventlog_contract(
 
     shown = f"{list(sizes)} reopen after {list(reopen_after)}" if reopen_after else list(sizes)
     return Contract(f"EventLog{shown}{' retry' if retry else ''}", workload, check, setup)
+
+
+def legacy_pending_contract(logged: int, pending_seq: int) -> Contract:
+    """A log of ``logged`` entries with an ``events.pending`` from an earlier version
+    holding entry ``pending_seq`` (durable): at or before the tail (already logged,
+    so never appended again) or the next one (its append was cut, so it is replayed).
+    The workload opens the log and appends one entry."""
+    assert 1 <= pending_seq <= logged + 1
+
+    def line(seq: int) -> bytes:
+        body = {"seq": seq, "session_id": SESSION_ID, "ts": FIXED_TS, "event": LOG_EVENT}
+        body["data"] = _entry_data(seq, 40 * seq)
+        return encode_entry(body)
+
+    def setup(fs: FaultFS) -> None:
+        os.makedirs(fs.path("s"))
+        with open(fs.path("s", "events.jsonl"), "wb") as handle:
+            handle.write(b"".join(line(seq) for seq in range(1, logged + 1)))
+        with open(fs.path("s", PENDING_NAME), "wb") as handle:
+            handle.write(line(pending_seq))
+
+    def workload(fs: FaultFS) -> None:
+        log = open_log(fs)
+        fs.ack("opened")
+        assert log.log(PROBE_EVENT, {"probe": True}) == max(logged, pending_seq) + 1
+        fs.ack(1)
+        log.close()
+
+    def check(img: FaultFS) -> None:
+        open_log(img).close()
+        read = read_log(img.path("s", "events.jsonl"), known_events=None)
+        assert read.damage.clean, f"log damaged after reopening: {read.damage.counts()}"
+        seqs = [e["seq"] for e in read.entries]
+        assert seqs[: max(logged, pending_seq)] == list(range(1, max(logged, pending_seq) + 1)), (
+            f"the pending entry {pending_seq} was lost or appended twice: seqs {seqs}"
+        )
+        assert len(seqs) == len(set(seqs)), f"an entry appears twice: {seqs}"
+        if 1 in img.acked:
+            assert read.entries[-1]["event"] == PROBE_EVENT, "the acknowledged append is lost"
+        assert not os.path.exists(img.path("s", PENDING_NAME)), "the pending file stayed"
+
+    return Contract(f"EventLog legacy pending {pending_seq} of {logged}", workload, check, setup)
 
 
 def _assert_poisoned(log: EventLog) -> None:
@@ -472,28 +522,6 @@ def _save_blob(store: SessionStore, session: Session, blob: bytes) -> None:
 # ------------------------------------------------------------------ fsync failures
 
 
-@contextmanager
-def failing_fsync(fs: FaultFS, nth: int) -> Iterator[list[int]]:
-    """Inside an active ``fs``: the ``nth`` fsync from now fails with EIO (Linux semantics).
-
-    Yields a one-element list holding the number of fsync calls made so far.
-    """
-    real = os.fsync
-    calls = [0]
-
-    def fsync(fd: int) -> None:
-        calls[0] += 1
-        if calls[0] == nth:
-            fs.fail_next_fsync()
-        real(fd)
-
-    os.fsync = fsync
-    try:
-        yield calls
-    finally:
-        os.fsync = real
-
-
 def count_fsyncs(contract: Contract, profile: str = "posix") -> int:
     fs = _prepared(contract, profile)
     with fs, failing_fsync(fs, 0) as calls:
@@ -517,17 +545,23 @@ class EioOutcome:
 
 
 def check_fsync_failure(
-    contract: Contract, profile: str, nth: int, *, images_per_mode: int = 8
+    contract: Contract,
+    profile: str,
+    nth: int,
+    *,
+    count: int = 1,
+    written: bool = False,
+    images_per_mode: int = 8,
 ) -> EioOutcome:
-    """Fail the ``nth`` fsync of the workload; the call must raise DurabilityError
-    (the workload stops, or retries if its contract says so), and every crash image
-    taken afterwards must still satisfy the contract: what was acknowledged is
-    durable, the failed call is not acknowledged."""
+    """Fail fsyncs ``nth`` .. ``nth + count - 1`` of the workload (see :func:`failing_fsync`);
+    the call must raise DurabilityError (the workload stops, or retries if its contract
+    says so), and every crash image taken afterwards must still satisfy the contract:
+    what was acknowledged is durable, the failed call is not acknowledged."""
     fs = _prepared(contract, profile)
     raised = False
     with fs:
         try:
-            with failing_fsync(fs, nth):
+            with failing_fsync(fs, nth, count, written=written):
                 contract.workload(fs)
         except DurabilityError:
             raised = True
@@ -542,7 +576,8 @@ def check_fsync_failure(
                     origin = img.origin
                     where = origin.detail if origin is not None else "?"
                     raise AssertionError(
-                        f"{contract.name}: after EIO on fsync #{nth}, {mode} image ({where}) "
+                        f"{contract.name}: after EIO on fsyncs #{nth}..#{nth + count - 1}"
+                        f"{' (written back)' if written else ''}, {mode} image ({where}) "
                         f"breaks the contract: {exc}"
                     ) from exc
             checked += 1

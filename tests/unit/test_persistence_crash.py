@@ -13,8 +13,9 @@ import os
 import pytest
 
 from faultfs import MODES, PROFILES, FaultFS
+from oracle.faults import failing_fsync
 from substrat import persistence
-from substrat.errors import DurabilityError
+from substrat.errors import DurabilityError, OutcomeUnknownError
 from substrat.eventlog import read_log
 from substrat.session import Session, SessionStore
 from tests.support import durability as d
@@ -35,6 +36,8 @@ CONTRACTS = [
     d.rename_contract(),
     d.eventlog_contract([40, 900, 30, 600], reopen_after=[1]),
     d.eventlog_contract([40, 900, 30], retry=True),
+    d.legacy_pending_contract(3, 2),
+    d.legacy_pending_contract(2, 3),
     d.session_contract(1000),
     d.session_contract(300, retry=True),
 ]
@@ -144,6 +147,28 @@ def test_append_acknowledged_after_eio_and_reopen_survives_power_loss() -> None:
         d.open_log(image).close()
         read = read_log(image.path("s", "events.jsonl"), known_events=None)
     assert acked in [e["seq"] for e in read.entries], "an acknowledged entry was lost"
+
+
+def test_two_failed_fsyncs_in_a_row_leave_the_append_undecided_and_the_reopen_clean() -> None:
+    """The append's fsync fails, then the one that would take it back: log() says the
+    outcome is unknown (not "failed"), and a reopen in the same process cuts the
+    bytes only the page cache holds before it appends, so nothing is glued on."""
+    fs = FaultFS(d.ROOT, "posix")
+    with fs:
+        os.makedirs(fs.path("s"))
+        fs.sync_all()
+        log = d.open_log(fs)
+        log.log(d.LOG_EVENT, {"n": 1})
+        with failing_fsync(fs, 1, count=2), pytest.raises(OutcomeUnknownError):
+            log.log(d.LOG_EVENT, {"n": 2})
+        reopened = d.open_log(fs)
+        assert reopened.log(d.LOG_EVENT, {"n": 3}) == 2
+        reopened.close()
+    for mode in ("process", "power"):
+        with fs.crash_image(mode) as image:
+            read = read_log(image.path("s", "events.jsonl"), known_events=None)
+        assert read.damage.clean, f"{mode}: {read.damage.counts()}"
+        assert [e["data"] for e in read.entries] == [{"n": 1}, {"n": 3}], mode
 
 
 # -- a call retried after a failed directory fsync ---------------------------------------

@@ -189,6 +189,7 @@ def test_bind_params_rejects_bad_params(params: Any) -> None:
         (errors.UnknownProviderError("x"), protocol.UNKNOWN_PROVIDER),
         (errors.ProviderError("x"), protocol.PROVIDER_FAILED),
         (errors.DurabilityError("x"), protocol.DURABILITY_FAILED),
+        (errors.OutcomeUnknownError("x"), protocol.OUTCOME_UNKNOWN),
         (ValueError("bad name"), protocol.INVALID_PARAMS),
         (RuntimeError("bug"), protocol.INTERNAL_ERROR),
     ],

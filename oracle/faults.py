@@ -1,0 +1,54 @@
+"""Faults other than crashes, injected into a running workload: failing fsyncs.
+
+``failing_fsync(fs, nth, count)`` makes fsyncs ``nth`` .. ``nth + count - 1``
+(counted from now, inside an active :class:`faultfs.FaultFS`) fail with EIO.
+Consecutive failures matter: a failed append is followed by the clean-up that
+tries to take it back and by the reopen after it, and each may fail too. Each
+failure follows Linux: by default the dirty pages are dropped and counted clean
+(the process still reads them, the disk never gets them); with ``written`` they
+reached the disk anyway and only the error is reported (writeback raced the
+failure), the case where a failed write must be taken back or it comes back
+after a crash. ``written`` applies to the first failure of the stretch; the
+ones after it drop their pages, so a clean-up that fails leaves the disk as it
+was.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from faultfs import FaultFS
+
+
+@contextmanager
+def failing_fsync(
+    fs: FaultFS, nth: int, count: int = 1, *, written: bool = False
+) -> Iterator[list[int]]:
+    """Fail fsyncs ``nth`` .. ``nth + count - 1`` from now; yields ``[fsyncs so far]``.
+
+    ``nth`` 0 fails nothing (it only counts).
+    """
+    assert nth >= 0 and count >= 1, (nth, count)
+    real = os.fsync
+    calls = [0]
+
+    def fsync(fd: Any) -> None:
+        calls[0] += 1
+        if not nth <= calls[0] < nth + count or nth == 0:
+            real(fd)
+        elif written and calls[0] == nth:
+            real(fd)
+            raise OSError(errno.EIO, "Input/output error (the data was written back)")
+        else:
+            fs.fail_next_fsync()
+            real(fd)
+
+    os.fsync = fsync
+    try:
+        yield calls
+    finally:
+        os.fsync = real
