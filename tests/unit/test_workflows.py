@@ -173,15 +173,19 @@ def test_workflows_match_the_github_actions_schema() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_actionlint_accepts_the_workflows() -> None:
-    actionlint = shutil.which("actionlint")
-    if actionlint is None:
-        pytest.skip(
-            "actionlint is not on PATH (it is a Go program: go install "
-            "github.com/rhysd/actionlint/cmd/actionlint@latest); the schema test still runs"
-        )
+def _dev_tool(name: str) -> str:
+    """A linter the ``dev`` extra installs as a wheel with its binary (next to this Python)."""
+    search = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    found = shutil.which(name, path=search)
+    assert found, f"{name} is missing: pip install -e '.[dev]' installs it (a PyPI wheel)"
+    return found
+
+
+def test_zizmor_finds_nothing_in_the_workflows() -> None:
+    """zizmor, a GitHub Actions linter and security auditor: pinned actions, no credentials
+    left in the checkout, no template injection, least-privilege permissions."""
     result = subprocess.run(
-        [actionlint, "-no-color", *map(str, _workflow_files())],
+        [_dev_tool("zizmor"), "--offline", "--no-progress", str(WORKFLOWS_DIR)],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -191,12 +195,36 @@ def test_actionlint_accepts_the_workflows() -> None:
 
 
 def test_shellcheck_accepts_the_ci_scripts() -> None:
-    shellcheck = shutil.which("shellcheck")
-    if shellcheck is None:
-        pytest.skip("shellcheck is not installed (Debian: apt-get install shellcheck)")
     scripts = [str(p) for p in sorted((REPO / "ci").glob("*.sh"))] + [str(REPO / ".ci" / "run")]
-    result = subprocess.run([shellcheck, *scripts], capture_output=True, text=True)
+    result = subprocess.run(
+        [_dev_tool("shellcheck"), *scripts], capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stdout
+
+
+def test_mutants_run_weekly_and_on_demand_and_keep_their_table() -> None:
+    from oracle import mutants
+
+    doc = _load(WORKFLOWS_DIR / "mutants.yml")
+    triggers = _triggers(doc)
+    assert triggers["schedule"][0]["cron"].split()[4] != "*", "weekly, not daily"
+    assert "workflow_dispatch" in triggers
+    steps = doc["jobs"]["mutants"]["steps"]
+    runs = [s.get("run", "") for s in steps]
+    assert any("pip install -e '.[dev]'" in run for run in runs)
+    run = next(s for s in steps if "ci/mutants.sh" in s.get("run", ""))
+    assert run["env"]["HYPOTHESIS_PROFILE"] == "ci"
+    upload = next(s for s in steps if s.get("uses", "").startswith("actions/upload-artifact"))
+    assert upload["if"] == "always()"
+    assert upload["with"]["path"].rstrip("/") == run["env"]["MUTANT_OUT"]
+    script = (REPO / "ci" / "mutants.sh").read_text()
+    assert script.index("catalog") < script.index("--systematic")
+    assert '--markdown "$out/$kind.md"' in script
+    # the persistence fuzzer, the cheapest killer, runs first in both kinds
+    assert mutants.DEFAULT_TESTS[0] == mutants.SYSTEMATIC_TESTS[0]
+    assert mutants.DEFAULT_TESTS[0] == "tests/stress/test_persistence_fuzz.py"
+    for path in mutants.SYSTEMATIC_TESTS:
+        assert (REPO / path).exists(), f"the systematic run names {path}, which does not exist"
 
 
 # -- the scripts themselves, on a throw-away project ------------------------------
