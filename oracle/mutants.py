@@ -207,6 +207,11 @@ def _records(report: Path) -> list[dict[str, str]]:
     return [json.loads(line) for line in lines if line.strip()]
 
 
+_RUNNING: set[subprocess.Popen[bytes]] = set()
+"""pytest runs in progress, so an interrupted runner stops them (they are in their own
+process groups, which a Ctrl-C or a SIGTERM to the runner does not reach)."""
+
+
 def _run_pytest(config: RunConfig, tmp: Path, report: Path) -> tuple[int | None, str]:
     """Exit code (None on timeout) and the tail of the output."""
     proc = subprocess.Popen(
@@ -217,6 +222,7 @@ def _run_pytest(config: RunConfig, tmp: Path, report: Path) -> tuple[int | None,
         stderr=subprocess.STDOUT,
         start_new_session=True,  # so a timeout can stop the whole process group
     )
+    _RUNNING.add(proc)
     try:
         out, _ = proc.communicate(timeout=config.timeout_s)
         code: int | None = proc.returncode
@@ -224,7 +230,18 @@ def _run_pytest(config: RunConfig, tmp: Path, report: Path) -> tuple[int | None,
         _stop_group(proc)
         out, _ = proc.communicate()
         code = None
+    finally:
+        _RUNNING.discard(proc)
     return code, out.decode("utf-8", "replace")[-_OUTPUT_TAIL_CHARS:]
+
+
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def _stop_all(signum: int, _frame: object) -> None:
+    for proc in list(_RUNNING):
+        _stop_group(proc)
+    raise SystemExit(128 + signum)
 
 
 def _stop_group(proc: subprocess.Popen[bytes]) -> None:
@@ -421,7 +438,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Names of the other kind of mutant are not this run's business.
         allowed = {n: r for n, r in allowed.items() if (":" in n) == args.systematic}
         stale = [] if args.only else report.missing_entries(list(everything), allowed)
-        return _run_and_report(args, chosen, config, allowed, stale)
+        previous = {signum: signal.signal(signum, _stop_all) for signum in _STOP_SIGNALS}
+        try:
+            return _run_and_report(args, chosen, config, allowed, stale)
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
 
 
 def _list(everything: dict[str, Planted], as_json: bool) -> None:
