@@ -16,7 +16,7 @@ from faultfs import MODES, PROFILES, FaultFS
 from oracle.faults import failing_fsync
 from substrat import persistence
 from substrat.errors import DurabilityError, OutcomeUnknownError
-from substrat.eventlog import read_log
+from substrat.eventlog import EventLog, read_log
 from substrat.session import Session, SessionStore
 from tests.support import durability as d
 
@@ -108,13 +108,19 @@ def test_log_without_data_fsync_loses_acknowledged_entries(
 # -- EIO semantics, one case spelled out -------------------------------------------------
 
 
+def _log_with_one_entry(fs: FaultFS) -> EventLog:
+    """Inside ``fs``: a durable empty session directory, then a log holding entry 1."""
+    os.makedirs(fs.path("s"))
+    fs.sync_all()
+    log = d.open_log(fs)
+    log.log(d.LOG_EVENT, {"n": 1})
+    return log
+
+
 def test_failed_log_fsync_raises_poisons_and_loses_nothing_acknowledged() -> None:
     fs = FaultFS(d.ROOT, "posix")
     with fs:
-        os.makedirs(fs.path("s"))
-        fs.sync_all()
-        log = d.open_log(fs)
-        assert log.log(d.LOG_EVENT, {"n": 1}) == 1
+        log = _log_with_one_entry(fs)
         fs.fail_next_fsync(fs.path("s", "events.jsonl"))
         with pytest.raises(DurabilityError, match="treated as lost"):
             log.log(d.LOG_EVENT, {"n": 2})
@@ -132,10 +138,7 @@ def test_failed_log_fsync_raises_poisons_and_loses_nothing_acknowledged() -> Non
 def test_append_acknowledged_after_eio_and_reopen_survives_power_loss() -> None:
     fs = FaultFS(d.ROOT, "posix")
     with fs:
-        os.makedirs(fs.path("s"))
-        fs.sync_all()
-        log = d.open_log(fs)
-        log.log(d.LOG_EVENT, {"n": 1})
+        log = _log_with_one_entry(fs)
         fs.fail_next_fsync(fs.path("s", "events.jsonl"))
         with pytest.raises(DurabilityError):
             log.log(d.LOG_EVENT, {"n": 2})
@@ -155,10 +158,7 @@ def test_two_failed_fsyncs_in_a_row_leave_the_append_undecided_and_the_reopen_cl
     bytes only the page cache holds before it appends, so nothing is glued on."""
     fs = FaultFS(d.ROOT, "posix")
     with fs:
-        os.makedirs(fs.path("s"))
-        fs.sync_all()
-        log = d.open_log(fs)
-        log.log(d.LOG_EVENT, {"n": 1})
+        log = _log_with_one_entry(fs)
         with failing_fsync(fs, 1, count=2), pytest.raises(OutcomeUnknownError):
             log.log(d.LOG_EVENT, {"n": 2})
         reopened = d.open_log(fs)
