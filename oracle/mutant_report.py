@@ -3,8 +3,11 @@
 Statuses (:class:`MutantResult.status`):
 
 * ``killed``: a durability or recovery check failed (see ``oracle._mutant_guard``);
+* ``broken``: the code raised outside any check (a missing file, a type error):
+  the mutant breaks the program outright, every test sees it; no durability
+  check was needed, so it counts apart from the kills;
 * ``harness``: tests failed, but only harness checks (a crash point that moved,
-  a changed boundary count) or errors outside any check; no kill;
+  a changed boundary count); no kill;
 * ``survived``: every test passed;
 * ``allowed``: survived (or harness only), and the allow-list in docs/mutants.md
   gives the reviewed reason why nothing is lost;
@@ -23,9 +26,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-KILLED, HARNESS, SURVIVED, ALLOWED = "killed", "harness", "survived", "allowed"
-TIMEOUT, ERROR = "timeout", "error"
-STATUSES = (KILLED, HARNESS, ALLOWED, SURVIVED, TIMEOUT, ERROR)
+KILLED, BROKEN, HARNESS = "killed", "broken", "harness"
+SURVIVED, ALLOWED, TIMEOUT, ERROR = "survived", "allowed", "timeout", "error"
+STATUSES = (KILLED, BROKEN, HARNESS, ALLOWED, SURVIVED, TIMEOUT, ERROR)
 ALLOW_START = "<!-- allow-list:start -->"
 ALLOW_END = "<!-- allow-list:end -->"
 _ROW = re.compile(r"^\|\s*`([^`]+)`\s*\|(.*)\|\s*$")
@@ -81,7 +84,7 @@ def apply_allow_list(results: Sequence[MutantResult], allowed: dict[str, str]) -
         if result.status in (SURVIVED, HARNESS):
             result.status = ALLOWED
             result.message = reason
-        elif result.status == KILLED:
+        elif result.status in (KILLED, BROKEN):
             stale.append(f"{name} is allow-listed but was killed by {result.killer}")
     return stale
 
@@ -140,6 +143,7 @@ def render_table(results: Sequence[MutantResult], total_s: float, title: str) ->
 
     styles = {
         KILLED: "green",
+        BROKEN: "blue",
         ALLOWED: "cyan",
         HARNESS: "yellow",
         SURVIVED: "bold red",

@@ -59,7 +59,15 @@ from oracle import mutant_report as report
 from oracle.errors import MutantError
 from oracle.mutant_catalog import Mutant, by_name
 from oracle.mutant_gen import Site
-from oracle.mutant_report import ERROR, HARNESS, KILLED, SURVIVED, TIMEOUT, MutantResult
+from oracle.mutant_report import (
+    BROKEN,
+    ERROR,
+    HARNESS,
+    KILLED,
+    SURVIVED,
+    TIMEOUT,
+    MutantResult,
+)
 
 # Cheapest and most targeted first: a mutant's run stops at its first real kill.
 DEFAULT_TESTS = ("tests/stress/test_persistence_fuzz.py", "tests/stress")
@@ -292,6 +300,7 @@ def _classify(
     configured = any(r["kind"] == "configured" for r in records)
     failed = [r for r in records if r["kind"] == "failed"]
     real = [r for r in failed if r.get("check") == _mutant_guard.REAL]
+    crashed = [r for r in failed if r.get("check") == _mutant_guard.BROKEN]
     broken = [r for r in records if r["kind"] == "collect_error"]
     if code is None:
         result.status = TIMEOUT
@@ -306,6 +315,10 @@ def _classify(
         result.status = KILLED
         result.killer = real[0]["nodeid"]
         result.message = real[0]["message"]
+    elif code in (1, 2) and crashed:
+        result.status = BROKEN
+        result.killer = crashed[0]["nodeid"]
+        result.message = f"{crashed[0].get('exception', '')}: {crashed[0]['message']}"
     elif code == 1 and failed:
         result.status = HARNESS
         result.killer = failed[0]["nodeid"]

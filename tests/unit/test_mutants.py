@@ -249,11 +249,12 @@ def test_every_systematic_mutant_plants_and_compiles(tmp_path: Path) -> None:
         ("ExploreFailed", "1 failing image at boundary 3", "check"),
         ("AssertionError", "the crash point was not reached", "harness"),
         ("AssertionError", "assert 3 >= 4\n +  where 3 = <ExploreReport>.boundaries", "harness"),
-        ("TypeError", "unsupported operand", "harness"),
-        ("FileNotFoundError", "no such file", "harness"),
+        ("TypeError", "unsupported operand", "broken"),
+        ("FileNotFoundError", "no such file", "broken"),
     ],
 )
 def test_a_kill_counts_only_when_a_check_fails(exc_type: str, message: str, verdict: str) -> None:
+    """A harness assertion is no kill, and neither is the program raising outside a check."""
     assert _mutant_guard.classify(exc_type, message) == verdict
 
 
