@@ -7,10 +7,13 @@ its own. A deleted call whose mutant no test notices is either redundant (then
 it goes) or a blind spot (then a test comes), and docs/mutants.md lists the
 few that stay with the reason why.
 
-A mutant is named by where the call is, not by line: ``file:function:callee#k``
-is the ``k``-th call of ``callee`` in ``function`` of ``file`` (for example
-``eventlog.py:EventLog.log:persistence.fsync_fd#1``), so the names survive code
-motion, and an allow-list entry keeps meaning the same call.
+A mutant is named by where the call is, not by line: ``file:function:call#k``
+is the ``k``-th such call in ``function`` of ``file``, where ``call`` is the
+callee with its first argument when that is a plain name (for example
+``eventlog.py:EventLog.log:persistence.fsync_fd(self._fd)#1`` or
+``recovery.py:recover:orch.logs.get().log(events.TURN_FAILED)#1``), so the
+names survive code motion and the calls that other code adds around them, and
+an allow-list entry keeps meaning the same call.
 
 Deleting means: a call that is a statement of its own becomes ``pass``; a call
 whose value is used becomes a neutral value of the type the caller expects
@@ -66,7 +69,16 @@ IN_MEMORY = frozenset({"session.transition"})
 store's ``transition`` that persists it is a step)."""
 
 REPAIR_FILES = frozenset(
-    {"recovery.py", "eventlog.py", "session/store.py", "fsck.py", "logs.py", "commit.py"}
+    {
+        "recovery.py",
+        "eventlog.py",
+        "session/store.py",
+        "fsck.py",
+        "fsck_repair.py",
+        "registry.py",
+        "logs.py",
+        "commit.py",
+    }
 )
 """Where :data:`REPAIR_STEPS` are recovery or repair steps (``commit.py``'s
 ``apply_effects`` is the roll-forward that recovery shares with a live turn)."""
@@ -87,7 +99,8 @@ class Site:
     function: str
     """Qualified name inside the module (``Class.method``), ``<module>`` at top level."""
     callee: str
-    """The call's function as written (``persistence.fsync_fd``, ``log.log``)."""
+    """The call's function as written, with its first argument if that is a plain
+    name (``persistence.fsync_fd(fd)``, ``log.log(events.TURN_START)``)."""
     index: int
     """1-based: the ``index``-th call of ``callee`` in ``function``."""
     kind: str
@@ -102,7 +115,8 @@ class Site:
     @property
     def description(self) -> str:
         what = {"primitive": "durable call", "log": "event-log write", "repair": "repair step"}
-        return f"delete the {what[self.kind]} {self.callee}() in {self.function}"
+        shown = self.callee if self.callee.endswith(")") else self.callee + "()"
+        return f"delete the {what[self.kind]} {shown} in {self.function}"
 
 
 def _callee(call: ast.Call) -> tuple[str, str] | None:
@@ -122,6 +136,21 @@ def _callee(call: ast.Call) -> tuple[str, str] | None:
     else:
         return None
     return ".".join(reversed(parts)), parts[0]
+
+
+def _first_argument(call: ast.Call) -> str:
+    """``(name)`` when the first positional argument is a plain (dotted) name, else ``""``."""
+    if not call.args:
+        return ""
+    parts: list[str] = []
+    node = call.args[0]
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return ""
+    parts.append(node.id)
+    return "(" + ".".join(reversed(parts)) + ")"
 
 
 def _kind(file: str, text: str, last: str, call: ast.Call) -> str | None:
@@ -170,9 +199,9 @@ class _Finder(ast.NodeVisitor):
             text, last = found
             kind = _kind(self.file, text, last, node)
             if kind is not None and self._stmt:
-                key = (self._function(), text)
+                key = (self._function(), text + _first_argument(node))
                 self._counts[key] = self._counts.get(key, 0) + 1
-                site = Site(self.file, key[0], text, self._counts[key], kind, node.lineno)
+                site = Site(self.file, key[0], key[1], self._counts[key], kind, node.lineno)
                 self.sites.append((site, node, self._stmt[-1]))
         self.generic_visit(node)
 
@@ -224,6 +253,6 @@ def delete(package: Path, name: str) -> None:
     assert target.end_lineno is not None and target.end_col_offset is not None
     start = _offset(lines, target.lineno, target.col_offset)
     end = _offset(lines, target.end_lineno, target.end_col_offset)
-    last = site.callee.rsplit(".", 1)[-1]
+    last = site.callee.split("(", 1)[0].rsplit(".", 1)[-1]
     replacement = "pass" if whole else _NEUTRAL.get(last, "None")
     path.write_text(text[:start] + replacement + text[end:], encoding="utf-8")

@@ -30,6 +30,8 @@ removes the file.
 Opening repairs: bytes after the last valid line (a torn or NUL-padded tail) are
 cut off, so a new append is never glued onto a partial line, and a leftover
 pending entry is appended only if its ``seq`` is not already anywhere in the log.
+The cut is not fsynced on its own: only unacknowledged bytes go, and the next
+append's fsync makes the cut durable together with the entry.
 
 Reading (``read_log``, ``iter_log``, in :mod:`substrat.logread` and
 re-exported here) never raises on damage: bad lines are skipped, counted and
@@ -211,8 +213,10 @@ class EventLog:
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
         try:
             if size > scan.valid_end:
+                # Not fsynced: the cut bytes were never acknowledged, so a crash that
+                # brings them back loses nothing (the next open cuts them again), and
+                # the next append's fsync makes the cut durable with the entry.
                 os.ftruncate(fd, scan.valid_end)
-                persistence.fsync_fd(fd, self.path)
                 report.truncated_bytes = size - scan.valid_end
             report.last_seq = scan.max_seq
             replay = self._pending_to_replay(scan.seqs, report)

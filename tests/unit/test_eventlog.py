@@ -361,3 +361,30 @@ def test_failed_append_is_taken_back_even_when_the_first_cleanup_fails(
     assert reopened.log("turn.start", {"prompt": "next"}) == 2
     reopened.close()
     assert [e["data"]["prompt"] for e in read_log(path).entries] == ["kept", "next"]
+
+
+def test_a_failed_append_whose_cut_back_failed_is_cut_on_the_next_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The append's fsync fails and so does the ftruncate that would take it back, so
+    the page cache still holds the entry; the next open in this process cuts it
+    before anything else, or the entry would count and the next one be numbered
+    after it."""
+    from substrat.errors import OutcomeUnknownError
+
+    path = tmp_path / "events.jsonl"
+    log = EventLog(path)
+    log.log("turn.start", {"prompt": "kept"})
+
+    def eio(*_args: object) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "fsync", eio)
+    monkeypatch.setattr(os, "ftruncate", eio)
+    with pytest.raises(OutcomeUnknownError):
+        log.log("turn.start", {"prompt": "failed"})
+    monkeypatch.undo()
+    assert b"failed" in path.read_bytes()  # the cache still has it
+    with EventLog(path) as reopened:
+        assert reopened.log("turn.start", {"prompt": "next"}) == 2
+    assert _prompts(path) == ["kept", "next"]

@@ -168,14 +168,14 @@ def test_systematic_sites_cover_fsyncs_log_writes_and_repair_steps() -> None:
     names = [s.name for s in sites]
     assert len(names) == len(set(names)), "mutant names must be unique"
     for expected in (
-        "eventlog.py:EventLog.log:persistence.fsync_fd#1",
-        "persistence.py:_atomic_write:fsync_dir#1",
+        "eventlog.py:EventLog.log:persistence.fsync_fd(self._fd)#1",
+        "persistence.py:_atomic_write:fsync_dir(target.parent)#1",
         "persistence.py:durable_create:fsync_dir#1",
-        "scheduler.py:TurnScheduler.run:log.log#2",
-        "recovery.py:recover:orch.logs.get().log#1",
-        "recovery.py:_cascade_terminate:orch.logs.get().log#1",
-        "recovery.py:_rebuild_inboxes:orch.inboxes.deliver#1",
-        "eventlog.py:EventLog._open:os.ftruncate#1",
+        "scheduler.py:TurnScheduler.run:log.log(events.TURN_FAILED)#1",
+        "recovery.py:recover:orch.logs.get().log(events.TURN_FAILED)#1",
+        "recovery.py:_cascade_terminate:orch.logs.get().log(events.AGENT_TERMINATED)#1",
+        "recovery.py:_rebuild_inboxes:orch.inboxes.deliver(message)#1",
+        "eventlog.py:EventLog._open:os.ftruncate(fd)#1",
     ):
         assert expected in names, expected
     assert {s.kind for s in sites} == {"primitive", "log", "repair"}
@@ -202,7 +202,7 @@ def test_delete_replaces_the_named_call_and_nothing_else(tmp_path: Path) -> None
     assert names == [
         "recovery.py:keep:log.log#1",
         "recovery.py:keep:log.log#2",
-        "recovery.py:keep:os.fsync#1",
+        "recovery.py:keep:os.fsync(fd)#1",
     ]
     for name, planted in (
         (names[0], '    pass\n    seq = log.log("c.d")\n'),
@@ -227,8 +227,8 @@ def test_mutant_names_survive_code_motion_and_a_gone_call_is_an_error(tmp_path: 
     assert [s.name for s in mutant_gen.sites(package)] == before
     (package / "recovery.py").write_text(FAKE_MODULE.replace("    os.fsync(fd)\n", ""))
     with pytest.raises(LookupError, match="no such call"):
-        mutant_gen.delete(package, "recovery.py:keep:os.fsync#1")
-    site = mutant_gen.Site("recovery.py", "keep", "os.fsync", 1, "primitive", 1)
+        mutant_gen.delete(package, "recovery.py:keep:os.fsync(fd)#1")
+    site = mutant_gen.Site("recovery.py", "keep", "os.fsync(fd)", 1, "primitive", 1)
     with pytest.raises(MutantError, match="no such call"):
         mutants.plant(site, package, tmp_path / "copy")
 
