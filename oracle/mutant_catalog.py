@@ -58,10 +58,10 @@ CATALOG: tuple[Mutant, ...] = (
     ),
     Mutant(
         "create_no_dir_fsync",
-        "durable_create fsyncs the new file but not the directory that holds its entry",
+        "durable_create never fsyncs the directory that holds the new entry",
         "persistence.py",
-        "        os.close(fd)\n    fsync_dir(Path(path).parent)\n\n\ndef durable_unlink",
-        "        os.close(fd)\n\n\ndef durable_unlink",
+        "_FILE_MODE))\n    fsync_dir(Path(path).parent)\n",
+        "_FILE_MODE))\n",
     ),
     Mutant(
         "mkdir_no_dir_fsync",

@@ -18,7 +18,8 @@ its last durable end and fsynced. So an entry reported as failed
 (:class:`~substrat.errors.DurabilityError`) never comes back, in this process
 or after any crash. If taking it back fails too, its fate is unknown
 (:class:`~substrat.errors.OutcomeUnknownError`): a power loss may keep it or
-not. This process never shows it: the next open here cuts it back first.
+not. This process never shows it: the next open here cuts it back first, and
+durably, so once an open has shown it gone it stays gone.
 
 Earlier versions wrote each entry to ``events.pending`` (fsynced) before the
 append. That copy only ever helped entries that were not yet acknowledged, at
@@ -246,11 +247,16 @@ class EventLog:
         return report
 
     def _cut_back_suspect_tail(self, durable_end: int) -> None:
-        """Finish :meth:`_take_back` for a log whose failed append is not taken back yet."""
+        """Finish :meth:`_take_back` for a log whose failed append is not taken back yet.
+
+        The cut is made again even when the page cache already shows it: the failed
+        fsync dropped the earlier cut with the other dirty state, so the disk may
+        still hold the entry, and only a cut fsynced now settles it for good (an
+        open that has shown the entry gone must not see it come back).
+        """
         fd = os.open(self.path, os.O_WRONLY | os.O_CLOEXEC)
         try:
-            if os.fstat(fd).st_size > durable_end:
-                os.ftruncate(fd, durable_end)
+            os.ftruncate(fd, durable_end)
             persistence.fsync_fd(fd, self.path)
         finally:
             os.close(fd)

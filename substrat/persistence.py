@@ -177,12 +177,12 @@ def _is_fs_root(level: Path) -> bool:
 
 
 def durable_create(path: str | os.PathLike[str]) -> None:
-    """Create an empty file at ``path`` (if absent) and make its entry durable."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, _FILE_MODE)
-    try:
-        fsync_fd(fd, path)
-    finally:
-        os.close(fd)
+    """Create an empty file at ``path`` (if absent) and make its entry durable.
+
+    Only the directory is fsynced: the new file has no data to make durable, and
+    its entry (with the inode it names) is what the directory fsync commits.
+    """
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, _FILE_MODE))
     fsync_dir(Path(path).parent)
 
 

@@ -171,6 +171,24 @@ def test_two_failed_fsyncs_in_a_row_leave_the_append_undecided_and_the_reopen_cl
         assert [e["data"] for e in read.entries] == [{"n": 1}, {"n": 3}], mode
 
 
+def test_an_undecided_append_that_a_reopen_showed_gone_stays_gone_after_power_loss() -> None:
+    """The append's fsync fails after writing the entry back (it is on the disk), and
+    the take-back's fsync fails too: undecided. The next open shows the log without
+    it, so a power loss afterwards must not bring it back (a restart that has
+    settled an undecided turn as lost must not see it committed later)."""
+    fs = FaultFS(d.ROOT, "posix")
+    with fs:
+        log = _log_with_one_entry(fs)
+        with failing_fsync(fs, 1, count=2, written=True), pytest.raises(OutcomeUnknownError):
+            log.log(d.LOG_EVENT, {"n": 2})
+        reopened = d.open_log(fs)
+        assert reopened.last_seq == 1
+        reopened.close()
+    with fs.crash_image("power") as image:
+        read = read_log(image.path("s", "events.jsonl"), known_events=None)
+    assert [e["data"] for e in read.entries] == [{"n": 1}], "the settled entry came back"
+
+
 # -- a call retried after a failed directory fsync ---------------------------------------
 
 
