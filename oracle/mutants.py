@@ -82,8 +82,8 @@ SYSTEMATIC_TESTS = (
     "tests/integration/test_oracle_regressions.py",
     "tests/integration/test_recovery_history.py",
     "tests/integration/test_fsck_corpus.py",
-    "tests/stress/test_sweep.py",
     "tests/stress/test_crash_fuzz.py",
+    "tests/stress/test_sweep.py",
     "tests/stress/test_lifecycle_fuzz.py",
     "tests/stress/test_daemon_sigkill.py",
 )
