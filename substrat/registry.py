@@ -4,8 +4,8 @@ A root agent lives only in ``agents/<session-id>/``; a child is also named by
 its parent's committed ``turn.complete``. So a deleted root directory would
 leave nothing behind that knew the root existed. The registry,
 ``<root>/roots/events.jsonl``, is an event log (the same format, writer and
-durability as an agent's log: write-ahead pending file, fsync before
-returning, torn tails cut on open, damaged lines skipped and reported) with
+durability as an agent's log: fsync before returning, a failed append taken
+back, torn tails cut on open, damaged lines skipped and reported) with
 one ``root.registered`` entry per root agent.
 
 The tree is still rebuilt from the agents' logs; the registry only says which
