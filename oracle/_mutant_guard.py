@@ -13,8 +13,8 @@ Two jobs:
 * tell a real kill from a harness error (:func:`classify`): a failure counts as
   a kill only when a durability or recovery check failed. The run stops at the
   first real kill (so a mutant costs only the tests up to its killer) and goes
-  on past harness errors, which the runner reports separately; a mutant that
-  breaks the program outright (it raises outside any check) stops the run too.
+  on past harness errors, which the runner reports separately; a test failing
+  on an exception (``raised``) stops the run too.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ DIR_ENV = "SUBSTRAT_MUTANT_DIR"
 REPORT_ENV = "SUBSTRAT_MUTANT_REPORT"
 MAX_MESSAGE_CHARS = 400
 
-REAL, HARNESS, BROKEN = "check", "harness", "broken"
+REAL, HARNESS, RAISED = "check", "harness", "raised"
 CHECK_ERRORS = frozenset({"AssertionError", "OracleViolation", "ExploreFailed"})
 """Exception types that the checks raise: the contracts (tests/support/durability.py),
 the oracle (oracle.checks, oracle.model), ``faultfs.explore``'s report and the tests'
@@ -53,11 +53,12 @@ whether or not anything durable is lost, so they are no kill."""
 
 def classify(exc_type: str, message: str) -> str:
     """``check`` when a durability or recovery check failed, ``harness`` when an
-    assertion about the harness did, ``broken`` when the code raised outside any
-    check (the mutant broke the program outright: every test sees it, no
-    durability check is needed)."""
+    assertion about the harness did, ``raised`` when a test failed on an exception
+    instead (the code under test raised, say a file it needs is missing, or a
+    test's look at the recovered state did, say an agent recovery lost): a
+    detection, but not one a durability check made."""
     if exc_type not in CHECK_ERRORS:
-        return BROKEN
+        return RAISED
     if exc_type == "AssertionError" and HARNESS_MESSAGE.search(message):
         return HARNESS
     return REAL

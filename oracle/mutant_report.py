@@ -3,9 +3,10 @@
 Statuses (:class:`MutantResult.status`):
 
 * ``killed``: a durability or recovery check failed (see ``oracle._mutant_guard``);
-* ``broken``: the code raised outside any check (a missing file, a type error):
-  the mutant breaks the program outright, every test sees it; no durability
-  check was needed, so it counts apart from the kills;
+* ``raised``: a test failed on an exception rather than a check's assertion
+  (the code under test raised, say a file it needs is missing, or a test's look
+  at the recovered state did, say an agent recovery lost): detected, but
+  counted apart from the kills by checks;
 * ``harness``: tests failed, but only harness checks (a crash point that moved,
   a changed boundary count); no kill;
 * ``survived``: every test passed;
@@ -26,9 +27,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-KILLED, BROKEN, HARNESS = "killed", "broken", "harness"
+KILLED, RAISED, HARNESS = "killed", "raised", "harness"
 SURVIVED, ALLOWED, TIMEOUT, ERROR = "survived", "allowed", "timeout", "error"
-STATUSES = (KILLED, BROKEN, HARNESS, ALLOWED, SURVIVED, TIMEOUT, ERROR)
+STATUSES = (KILLED, RAISED, HARNESS, ALLOWED, SURVIVED, TIMEOUT, ERROR)
 ALLOW_START = "<!-- allow-list:start -->"
 ALLOW_END = "<!-- allow-list:end -->"
 _ROW = re.compile(r"^\|\s*`([^`]+)`\s*\|(.*)\|\s*$")
@@ -84,7 +85,7 @@ def apply_allow_list(results: Sequence[MutantResult], allowed: dict[str, str]) -
         if result.status in (SURVIVED, HARNESS):
             result.status = ALLOWED
             result.message = reason
-        elif result.status in (KILLED, BROKEN):
+        elif result.status in (KILLED, RAISED):
             stale.append(f"{name} is allow-listed but was killed by {result.killer}")
     return stale
 
@@ -143,7 +144,7 @@ def render_table(results: Sequence[MutantResult], total_s: float, title: str) ->
 
     styles = {
         KILLED: "green",
-        BROKEN: "blue",
+        RAISED: "blue",
         ALLOWED: "cyan",
         HARNESS: "yellow",
         SURVIVED: "bold red",

@@ -60,10 +60,10 @@ from oracle.errors import MutantError
 from oracle.mutant_catalog import Mutant, by_name
 from oracle.mutant_gen import Site
 from oracle.mutant_report import (
-    BROKEN,
     ERROR,
     HARNESS,
     KILLED,
+    RAISED,
     SURVIVED,
     TIMEOUT,
     MutantResult,
@@ -303,7 +303,7 @@ def _classify(
     configured = any(r["kind"] == "configured" for r in records)
     failed = [r for r in records if r["kind"] == "failed"]
     real = [r for r in failed if r.get("check") == _mutant_guard.REAL]
-    crashed = [r for r in failed if r.get("check") == _mutant_guard.BROKEN]
+    crashed = [r for r in failed if r.get("check") == _mutant_guard.RAISED]
     broken = [r for r in records if r["kind"] == "collect_error"]
     if code is None:
         result.status = TIMEOUT
@@ -319,7 +319,7 @@ def _classify(
         result.killer = real[0]["nodeid"]
         result.message = real[0]["message"]
     elif code in (1, 2) and crashed:
-        result.status = BROKEN
+        result.status = RAISED
         result.killer = crashed[0]["nodeid"]
         result.message = f"{crashed[0].get('exception', '')}: {crashed[0]['message']}"
     elif code == 1 and failed:

@@ -249,8 +249,8 @@ def test_every_systematic_mutant_plants_and_compiles(tmp_path: Path) -> None:
         ("ExploreFailed", "1 failing image at boundary 3", "check"),
         ("AssertionError", "the crash point was not reached", "harness"),
         ("AssertionError", "assert 3 >= 4\n +  where 3 = <ExploreReport>.boundaries", "harness"),
-        ("TypeError", "unsupported operand", "broken"),
-        ("FileNotFoundError", "no such file", "broken"),
+        ("TypeError", "unsupported operand", "raised"),
+        ("FileNotFoundError", "no such file", "raised"),
     ],
 )
 def test_a_kill_counts_only_when_a_check_fails(exc_type: str, message: str, verdict: str) -> None:
