@@ -9,24 +9,28 @@ One JSON object per line::
   removed (that is, of ``{"seq":...}``), so damage is told apart from data
   without re-serialising anything. The line stays plain JSON for other tools.
 
-Writing (``EventLog.log``) is one append and one fsync, the physical floor: the
-entry is appended to ``events.jsonl`` and the file is fsynced; ``log`` returns
-only after that fsync, so a returned ``seq`` is durable.
+Writing (``EventLog.log``) makes one fsync, the physical floor: the entry is
+written to ``events.pending`` (in place at offset 0, not fsynced), appended to
+``events.jsonl``, and the log is fsynced; ``log`` returns only after that
+fsync, so a returned ``seq`` is durable.
 
-A failed append is taken back before ``log`` raises: the file is cut back to
-its last durable end and fsynced. So an entry reported as failed
+The pending copy is a second copy of the newest entry that outlives a killed
+process (the page cache keeps it): if the log's last line is later damaged, a
+kill -9 having left the file behind, the next open restores that entry from it
+(tests/integration/test_turn_ids.py, "killed"). It is not fsynced: it only
+ever helped entries not yet acknowledged (until issue 15 it was fsynced too,
+which doubled the cost of every entry). A stale pending entry is harmless,
+because replay is keyed on ``seq``: it is appended only if that ``seq`` is
+nowhere in the log. The file is unlinked on close.
+
+A failed append is taken back before ``log`` raises: the log is cut back to
+its last durable end and fsynced, and the pending copy is voided and fsynced
+(writeback may have put either on the disk). So an entry reported as failed
 (:class:`~substrat.errors.DurabilityError`) never comes back, in this process
 or after any crash. If taking it back fails too, its fate is unknown
 (:class:`~substrat.errors.OutcomeUnknownError`): a power loss may keep it or
 not. This process never shows it: the next open here cuts it back first, and
 durably, so once an open has shown it gone it stays gone.
-
-Earlier versions wrote each entry to ``events.pending`` (fsynced) before the
-append. That copy only ever helped entries that were not yet acknowledged, at
-the cost of a second fsync per entry, and it could bring a failed entry back,
-so it is gone. A pending file left by an earlier version is still honoured
-once: opening appends its entry if that ``seq`` is nowhere in the log, then
-removes the file.
 
 Opening repairs: bytes after the last valid line (a torn or NUL-padded tail) are
 cut off, so a new append is never glued onto a partial line, and a leftover
@@ -193,6 +197,7 @@ class EventLog:
         check_plain_json(self._context, "context")
         self._clock = clock
         self._fd: int | None = None
+        self._pending_fd: int | None = None
         self._durable_end = 0
         self.report = self._open(sink, writable)
         self._next_seq = self.report.last_seq + 1
@@ -231,18 +236,17 @@ class EventLog:
                         sink([replay[2]])
                     else:
                         report.damage.unknown_events.append(replay[2])
+            if not writable:
+                os.close(fd)
+                if report.pending_found:  # what close() would have done
+                    _unlink_quietly(self.pending_path)
+                return report
+            pending_fd = os.open(self.pending_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         except OSError:
             os.close(fd)
             raise
-        if report.pending_found:
-            # Its entry is in the log now, or was never acknowledged. The removal
-            # need not be durable: if the file comes back, its entry is found in
-            # the log (or is as unreadable as before) and it is removed again.
-            _unlink_quietly(self.pending_path)
-        if not writable:
-            os.close(fd)
-            return report
         self._fd = fd
+        self._pending_fd = pending_fd
         self._durable_end = os.fstat(fd).st_size
         return report
 
@@ -260,6 +264,13 @@ class EventLog:
             persistence.fsync_fd(fd, self.path)
         finally:
             os.close(fd)
+        if os.path.exists(self.pending_path):
+            fd = os.open(self.pending_path, os.O_WRONLY | os.O_CLOEXEC)
+            try:
+                _pwrite_all(fd, b"\n")
+                persistence.fsync_fd(fd, self.pending_path)
+            finally:
+                os.close(fd)
         del _SUSPECT_END[str(self.path)]
 
     def _pending_to_replay(
@@ -294,7 +305,7 @@ class EventLog:
         after a crash; :class:`OutcomeUnknownError` means taking it back failed
         too, so a crash may keep it (this process never shows it).
         """
-        if self._fd is None:
+        if self._fd is None or self._pending_fd is None:
             raise LogClosedError(f"event log {self.path} is closed; open a new EventLog")
         if not isinstance(event, str) or not event:
             raise TypeError("event must be a non-empty string")
@@ -313,6 +324,7 @@ class EventLog:
             )
         seq = int(body["seq"])
         try:
+            _pwrite_all(self._pending_fd, line)
             persistence.write_all(self._fd, line)
             persistence.fsync_fd(self._fd, self.path)
         except OSError as exc:
@@ -335,36 +347,48 @@ class EventLog:
         return seq
 
     def _take_back(self) -> bool:
-        """Cut the log back to its last durable end, durably; False if that failed too.
+        """Cut the log back to its last durable end and void the pending copy, durably;
+        False if that failed too.
 
         After a failed fsync Linux may have dropped the dirty pages while the
         process still reads them from the cache (a reopen would trust bytes that
         never reach the disk and glue the next entry after them), or may have
         written some or all of them (a crash would keep an entry reported as
-        failed). The cut and its fsync rule out both. If they fail, the path
-        stays suspect and the next open in this process cuts it first.
+        failed); writeback may have put the pending copy on the disk as well. The
+        cut, the void and their fsyncs rule all of that out. If they fail, the
+        path stays suspect and the next open in this process does it first.
         """
         _SUSPECT_END[str(self.path)] = self._durable_end
-        assert self._fd is not None
+        assert self._fd is not None and self._pending_fd is not None
         try:
             os.ftruncate(self._fd, self._durable_end)
             persistence.fsync_fd(self._fd, self.path)
+            _pwrite_all(self._pending_fd, b"\n")
+            persistence.fsync_fd(self._pending_fd, self.pending_path)
         except OSError:
             return False
         _SUSPECT_END.pop(str(self.path), None)
         return True
 
     def _poison(self) -> None:
-        if self._fd is not None:
-            try:
-                os.close(self._fd)
-            except OSError:
-                pass
-        self._fd = None
+        for fd in (self._fd, self._pending_fd):
+            if fd is not None:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self._fd = self._pending_fd = None
 
     def close(self) -> None:
-        """Close the log. Entries already returned by :meth:`log` are durable."""
+        """Close the log. Entries already returned by :meth:`log` are durable.
+
+        The pending file is removed; its removal need not be durable (a stale
+        pending entry is found in the log and never appended again).
+        """
+        was_open = self._fd is not None
         self._poison()
+        if was_open:
+            _unlink_quietly(self.pending_path)
 
     @property
     def closed(self) -> bool:
@@ -380,6 +404,16 @@ class EventLog:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def _pwrite_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    offset = 0
+    while offset < len(data):
+        written = os.pwrite(fd, view[offset:], offset)
+        if written <= 0:
+            raise DurabilityError(f"pwrite returned {written}; the device accepted no bytes")
+        offset += written
 
 
 @dataclass

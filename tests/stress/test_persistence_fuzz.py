@@ -100,8 +100,8 @@ MATRIX = [
     d.eventlog_contract([40, 900, 30, 600, 4100], reopen_after=[1, 3]),
     d.eventlog_contract([10, 10, 10]),
     d.eventlog_contract([40, 900, 30, 600, 4100], reopen_after=[2], retry=True),
-    d.legacy_pending_contract(4, 2),
-    d.legacy_pending_contract(3, 4),
+    d.pending_contract(4, 2),
+    d.pending_contract(3, 4),
     d.session_contract(3000),
     d.session_contract(3000, retry=True),
 ]

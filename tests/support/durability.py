@@ -388,8 +388,8 @@ def eventlog_contract(
     return Contract(f"EventLog{shown}{' retry' if retry else ''}", workload, check, setup)
 
 
-def legacy_pending_contract(logged: int, pending_seq: int) -> Contract:
-    """A log of ``logged`` entries with an ``events.pending`` from an earlier version
+def pending_contract(logged: int, pending_seq: int) -> Contract:
+    """A log of ``logged`` entries with an ``events.pending`` a killed process left,
     holding entry ``pending_seq`` (durable): at or before the tail (already logged,
     so never appended again) or the next one (its append was cut, so it is replayed).
     The workload opens the log and appends one entry."""
@@ -425,9 +425,8 @@ def legacy_pending_contract(logged: int, pending_seq: int) -> Contract:
         assert len(seqs) == len(set(seqs)), f"an entry appears twice: {seqs}"
         if 1 in img.acked:
             assert read.entries[-1]["event"] == PROBE_EVENT, "the acknowledged append is lost"
-        assert not os.path.exists(img.path("s", PENDING_NAME)), "the pending file stayed"
 
-    return Contract(f"EventLog legacy pending {pending_seq} of {logged}", workload, check, setup)
+    return Contract(f"EventLog pending {pending_seq} of {logged}", workload, check, setup)
 
 
 def _assert_poisoned(log: EventLog) -> None:

@@ -46,7 +46,7 @@ def test_entries_carry_seq_ts_event_data_and_context(tmp_path: Path) -> None:
     assert json.loads(line)["crc"]
 
 
-def test_log_returns_after_one_fsync_of_the_log_and_writes_no_pending_file(
+def test_log_returns_after_one_fsync_and_close_removes_the_pending_copy(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / "events.jsonl"
@@ -56,8 +56,9 @@ def test_log_returns_after_one_fsync_of_the_log_and_writes_no_pending_file(
     monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real(fd))[1])
     log.log("turn.start", {"prompt": "x"})
     assert len(synced) == 1  # the physical floor: one fsync per acknowledged entry
-    assert not (tmp_path / PENDING_NAME).exists()
+    assert (tmp_path / PENDING_NAME).read_bytes().startswith(path.read_bytes())  # the copy
     log.close()
+    assert not (tmp_path / PENDING_NAME).exists()
 
 
 @pytest.mark.parametrize(
@@ -294,15 +295,21 @@ def test_damage_to_last_bytes_loses_only_entries_those_bytes_touch(
     assert next_seq > untouched
 
 
-def test_a_pending_file_left_by_an_earlier_version_is_removed_on_open(tmp_path: Path) -> None:
+def test_pending_overwritten_in_place_only_first_line_counts(tmp_path: Path) -> None:
     path = tmp_path / "events.jsonl"
-    _fill(path, 2)
-    (tmp_path / PENDING_NAME).write_bytes(path.read_bytes().splitlines(keepends=True)[1])
-    with EventLog(path) as log:
-        assert log.report.pending_discarded == "already_logged"
-        assert not (tmp_path / PENDING_NAME).exists()
-        assert log.log("turn.start", {"prompt": "next"}) == 3
-    assert not (tmp_path / PENDING_NAME).exists()
+    log = EventLog(path)
+    log.log("turn.start", {"prompt": "a long prompt " * 20})
+    log.log("turn.start", {"prompt": "short"})
+    pending = (tmp_path / PENDING_NAME).read_bytes()
+    assert pending.count(b"\n") == 2  # the short line, then the stale end of the long one
+    # abandon the log without closing it, as a kill would
+    reopened = EventLog(path)
+    assert reopened.report.pending_discarded == "already_logged"
+    assert not reopened.report.pending_replayed
+    assert reopened.log("turn.start", {"prompt": "next"}) == 3
+    reopened.close()
+    log.close()
+    assert [e["data"]["prompt"] for e in read_log(path).entries][1:] == ["short", "next"]
 
 
 def test_log_pool_reopens_a_log_poisoned_by_a_failed_write(

@@ -36,8 +36,8 @@ CONTRACTS = [
     d.rename_contract(),
     d.eventlog_contract([40, 900, 30, 600], reopen_after=[1]),
     d.eventlog_contract([40, 900, 30], retry=True),
-    d.legacy_pending_contract(3, 2),
-    d.legacy_pending_contract(2, 3),
+    d.pending_contract(3, 2),
+    d.pending_contract(2, 3),
     d.session_contract(1000),
     d.session_contract(300, retry=True),
 ]
