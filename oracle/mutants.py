@@ -339,13 +339,19 @@ def run_catalog(
 ) -> list[MutantResult]:
     """Run every mutant (``jobs`` at a time); results in catalog order."""
     results: dict[str, MutantResult] = {}
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+    pool = ThreadPoolExecutor(max_workers=max(1, jobs))
+    try:
         futures = {pool.submit(run_mutant, m, config): m for m in mutants}
         for future in as_completed(futures):
             result = future.result()
             results[result.name] = result
             if on_result is not None:
                 on_result(result)
+    except BaseException:
+        # Interrupted: start nothing more (the signal handler stopped the runs in progress).
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
     return [results[m.name] for m in mutants]
 
 
