@@ -57,6 +57,8 @@ def classify(exc_type: str, message: str) -> str:
     instead (the code under test raised, say a file it needs is missing, or a
     test's look at the recovered state did, say an agent recovery lost): a
     detection, but not one a durability check made."""
+    if exc_type == "Failed" and "DID NOT RAISE" in message:
+        return HARNESS  # pytest.raises around an injected crash that never came
     if exc_type not in CHECK_ERRORS:
         return RAISED
     if exc_type == "AssertionError" and HARNESS_MESSAGE.search(message):

@@ -249,6 +249,7 @@ def test_every_systematic_mutant_plants_and_compiles(tmp_path: Path) -> None:
         ("ExploreFailed", "1 failing image at boundary 3", "check"),
         ("AssertionError", "the crash point was not reached", "harness"),
         ("AssertionError", "assert 3 >= 4\n +  where 3 = <ExploreReport>.boundaries", "harness"),
+        ("Failed", "DID NOT RAISE <class 'Crash'>", "harness"),
         ("TypeError", "unsupported operand", "raised"),
         ("FileNotFoundError", "no such file", "raised"),
     ],
