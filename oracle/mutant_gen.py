@@ -11,7 +11,7 @@ A mutant is named by where the call is, not by line: ``file:function:call#k``
 is the ``k``-th such call in ``function`` of ``file``, where ``call`` is the
 callee with its first argument when that is a plain name (for example
 ``eventlog.py:EventLog.log:persistence.fsync_fd(self._fd)#1`` or
-``recovery.py:recover:orch.logs.get().log(events.TURN_FAILED)#1``), so the
+``restore.py:apply:host.logs.get().log(events.TURN_FAILED)#1``), so the
 names survive code motion and the calls that other code adds around them, and
 an allow-list entry keeps meaning the same call.
 
@@ -71,6 +71,8 @@ store's ``transition`` that persists it is a step)."""
 REPAIR_FILES = frozenset(
     {
         "recovery.py",
+        "restore.py",
+        "rollforward.py",
         "eventlog.py",
         "session/store.py",
         "fsck.py",

@@ -120,7 +120,7 @@ def test_every_guide_command_runs_as_documented(guide_root: Path) -> None:
     assert "daemon stopped" in out
     assert "clean" in out.split("$ substrat daemon stop")[-1]
     # An id prefix names an agent; chat confirms its commit; removed agents stay listed.
-    shown = out.split("$ substrat agent show \"$(substrat agent list -q")[1]
+    shown = out.split('$ substrat agent show "$(substrat agent list -q')[1]
     assert shown.split("\n", 2)[1].startswith("lead  "), shown[:200]
     assert "✓ turn t4 committed" in err  # the chat's turn (lead's fourth)
     listed = out.split("$ substrat agent list --all")[1].split("$ ")[0]

@@ -172,9 +172,9 @@ def test_systematic_sites_cover_fsyncs_log_writes_and_repair_steps() -> None:
         "persistence.py:_atomic_write:fsync_dir(target.parent)#1",
         "persistence.py:durable_create:fsync_dir#1",
         "scheduler.py:TurnScheduler.run:log.log(events.TURN_FAILED)#1",
-        "recovery.py:recover:orch.logs.get().log(events.TURN_FAILED)#1",
-        "recovery.py:_cascade_terminate:orch.logs.get().log(events.AGENT_TERMINATED)#1",
-        "recovery.py:_rebuild_inboxes:orch.inboxes.deliver(message)#1",
+        "restore.py:apply:host.logs.get().log(events.TURN_FAILED)#1",
+        "recovery.py:_cascade_terminate:root.logs.get().log(events.AGENT_TERMINATED)#1",
+        "restore.py:apply:host.inboxes.deliver(message)#1",
         "eventlog.py:EventLog._open:os.ftruncate(fd)#1",
     ):
         assert expected in names, expected
