@@ -26,6 +26,7 @@ from substrat.client import Client, DaemonProcess
 from substrat.eventlog import encode_entry, read_log
 from substrat.orchestrator import Orchestrator
 from substrat.session import Session, SessionState, SessionStore, new_session_id
+from tests.support.roots import cli
 
 
 @dataclass
@@ -334,5 +335,31 @@ def test_daemon_starts_with_a_file_where_a_session_directory_should_be(
     shutil.copytree(base.root, root)
     _file_in_place_of_a_session(base, root)
     with DaemonProcess(root).start(timeout_s=20) as daemon:
+        assert _served(root) == (base.agents, base.histories, base.inbox)
+        daemon.terminate()
+
+
+def test_repair_moves_an_unrecoverable_session_directory_to_quarantine(
+    base: Base, tmp_path: Path
+) -> None:
+    """A session directory with neither a record nor a log (a crash between its
+    ``durable_mkdir`` and the first save) cannot be rebuilt: ``fsck --repair`` moves
+    it to ``quarantine/`` (which does not exist yet here), so the next check is
+    clean and the healthy agents are untouched."""
+    root = tmp_path / "root"
+    shutil.copytree(base.root, root)
+    sid = new_session_id()
+    SessionStore(root).session_dir(sid).mkdir()
+    assert not (root / "quarantine").exists()
+
+    repaired = cli(root, "fsck", "--repair")
+    assert repaired.returncode == 1, f"fsck --repair failed: {repaired.stderr}"
+    report = json.loads(repaired.stdout)
+    assert report["recovery"]["unrecoverable"] == [sid]
+    assert all(f["repaired"] for f in report["findings"]), report["findings"]
+    assert not (root / "agents" / sid).exists(), "the unrecoverable directory stayed"
+    assert (root / "quarantine" / f"{sid}.session.0").is_dir()
+    assert fsck.check(root).kinds() == {}
+    with DaemonProcess(root).start() as daemon:
         assert _served(root) == (base.agents, base.histories, base.inbox)
         daemon.terminate()
