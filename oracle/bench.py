@@ -8,7 +8,8 @@ ratio means something on a busy machine too:
   git revision, extracted to a temporary directory and run in a subprocess);
 * recovery against a floor: reading the same logs with ``json.loads`` per line,
   and the 10k-event root's time per event for the growth rows;
-* ``EventLog.log`` against a raw ``write`` + ``fsync`` of the same bytes;
+* ``EventLog.log`` against a raw ``write`` + ``fsync`` of the same bytes, and against
+  ``EventLog.log`` as of ``LOG_BEFORE_REV`` (before issue 15: two fsyncs per entry);
 * faultfs against pyfakefs alone and against the real file system.
 
 Rates of CPU-bound work are per CPU second of one process (``time.process_time``),
@@ -18,6 +19,8 @@ which is what "one core" means and what other load on the machine disturbs least
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib.util
 import json
 import os
 import random
@@ -29,6 +32,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 BASELINE_REV = "1fa8a4582ed8ce7b8ef6d09e52c926ccf5ceec18"
@@ -38,6 +42,8 @@ FUZZ_STEPS = 30
 HYPOTHESIS_EXAMPLES = 100
 SWEEP_SCENARIOS = ("roots", "stranded reply", "messages both ways")
 LOG_APPENDS = 300
+LOG_BEFORE_REV = "8db2e09e151f40048b632b5e330c27d504e4a860"
+"""main just before issue 15: ``EventLog.log`` fsynced its pending copy too (two fsyncs)."""
 FAULTFS_ROUNDS = 7
 GIB = 1 << 30
 MIB = 1 << 20
@@ -183,15 +189,39 @@ def on_revision(rev: str, function: str) -> float | None:
     return float(out.strip().splitlines()[-1])
 
 
-# -- 4. EventLog.log against a raw write + fsync ------------------------------------------
+# -- 4. EventLog.log against a raw write + fsync, and against itself before issue 15 -------
 
 
-def log_cost(appends: int = LOG_APPENDS, seed: int = 0) -> tuple[float, float, float]:
+def eventlog_at(rev: str) -> ModuleType | None:
+    """``substrat.eventlog`` as of ``rev``, loaded beside today's package (its imports are
+    today's ``substrat``); None when git cannot show that revision (a shallow clone)."""
+    top = Path(__file__).resolve().parents[1]
+    shown = subprocess.run(
+        ["git", "-C", str(top), "show", f"{rev}:substrat/eventlog.py"], capture_output=True
+    )
+    if shown.returncode != 0:
+        print(f"EventLog at {rev} unavailable: {shown.stderr.decode().strip()}", file=sys.stderr)
+        return None
+    name = f"substrat_eventlog_{rev[:8]}"
+    with tempfile.TemporaryDirectory(prefix="substrat-old-eventlog-") as tmp:
+        path = Path(tmp) / f"{name}.py"
+        path.write_bytes(shown.stdout)
+        spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return module
+
+
+def log_cost(
+    appends: int = LOG_APPENDS, seed: int = 0, before_rev: str | None = LOG_BEFORE_REV
+) -> tuple[float, float, float | None]:
     """Median microseconds of ``EventLog.log``, of a raw write+fsync of its bytes, and of
-    the WAL's two syscall pairs done raw (pwrite+fsync of a pending file, write+fsync).
+    ``EventLog.log`` as of ``before_rev`` (None when that revision is unavailable).
 
-    Each round runs the three in a shuffled order: run back to back in a fixed
-    order, an fsync right after another one is cheaper and skews the ratio.
+    Each round runs them in a shuffled order: run back to back in a fixed order, an
+    fsync right after another one is cheaper and skews the ratio.
     """
     from substrat.eventlog import EventLog, encode_entry
 
@@ -199,30 +229,31 @@ def log_cost(appends: int = LOG_APPENDS, seed: int = 0) -> tuple[float, float, f
     line = encode_entry(
         {"seq": 1, "session_id": "s" * 32, "ts": "t" * 32, "event": "turn.start", "data": data}
     )
+    old = None if before_rev is None else eventlog_at(before_rev)
     rng = random.Random(seed)
-    samples: dict[str, list[float]] = {"log": [], "raw": [], "pair": []}
+    samples: dict[str, list[float]] = {"log": [], "raw": [], "before": []}
+    context = {"session_id": "s" * 32}
     with tempfile.TemporaryDirectory(prefix="substrat-logcost-", dir=os.getcwd()) as tmp:
+        folder = Path(tmp)
+        for sub in ("now", "before"):
+            (folder / sub).mkdir()
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
-        raw_fd = os.open(Path(tmp) / "raw.jsonl", flags, 0o600)
-        pair_log = os.open(Path(tmp) / "pair.jsonl", flags, 0o600)
-        pair_pending = os.open(Path(tmp) / "pair.pending", os.O_RDWR | os.O_CREAT, 0o600)
+        raw_fd = os.open(folder / "raw.jsonl", flags, 0o600)
 
         def raw() -> None:
             os.write(raw_fd, line)
             os.fsync(raw_fd)
 
-        def pair() -> None:
-            os.pwrite(pair_pending, line, 0)
-            os.fsync(pair_pending)
-            os.write(pair_log, line)
-            os.fsync(pair_log)
-
-        with EventLog(Path(tmp) / "events.jsonl", {"session_id": "s" * 32}) as log:
+        with contextlib.ExitStack() as stack:
+            log = stack.enter_context(EventLog(folder / "now" / "events.jsonl", context))
             runs: dict[str, Callable[[], object]] = {
                 "log": lambda: log.log("turn.start", data),
                 "raw": raw,
-                "pair": pair,
             }
+            if old is not None:
+                old_path = folder / "before" / "events.jsonl"
+                old_log = stack.enter_context(old.EventLog(old_path, context))
+                runs["before"] = lambda: old_log.log("turn.start", data)
             for _ in range(appends):
                 order = list(runs)
                 rng.shuffle(order)
@@ -230,9 +261,42 @@ def log_cost(appends: int = LOG_APPENDS, seed: int = 0) -> tuple[float, float, f
                     started = time.perf_counter()
                     runs[name]()
                     samples[name].append(time.perf_counter() - started)
-        for fd in (raw_fd, pair_log, pair_pending):
-            os.close(fd)
-    return tuple(statistics.median(samples[k]) * 1e6 for k in ("log", "raw", "pair"))  # type: ignore[return-value]
+        os.close(raw_fd)
+    logged, rawed = (statistics.median(samples[k]) * 1e6 for k in ("log", "raw"))
+    before = statistics.median(samples["before"]) * 1e6 if samples["before"] else None
+    return logged, rawed, before
+
+
+def log_rows(before_rev: str = LOG_BEFORE_REV) -> list[Row]:
+    """The EventLog.log rows: today's cost, and the cost before issue 15 (when git can
+    show ``before_rev``), each against a raw write+fsync of the same bytes measured in
+    the same rounds."""
+    logged_us, raw_us, before_us = log_cost(before_rev=before_rev)
+    raw_name = "raw write+fsync of the same bytes"
+    rows = [
+        Row(
+            "EventLog.log (median)",
+            logged_us,
+            "us",
+            raw_name,
+            raw_us,
+            higher_is_better=False,
+            target="<= 2.2x",
+            met=logged_us <= 2.2 * raw_us,
+        )
+    ]
+    if before_us is not None:
+        rows.append(
+            Row(
+                f"EventLog.log at {before_rev[:8]}, before issue 15 (pending copy fsynced too)",
+                before_us,
+                "us",
+                raw_name,
+                raw_us,
+                higher_is_better=False,
+            )
+        )
+    return rows
 
 
 # -- 5. faultfs against pyfakefs and the real file system -------------------------------
@@ -351,7 +415,15 @@ def main(argv: list[str] | None = None) -> int:
         help="event counts of the recovery growth rows (agents of 100 events each)",
     )
     parser.add_argument("--no-single-agent", action="store_true")
+    parser.add_argument(
+        "--log-only",
+        action="store_true",
+        help="only the EventLog.log rows (now and before issue 15; seconds, not minutes)",
+    )
     args = parser.parse_args(argv)
+    if args.log_only:
+        print(render(log_rows()))
+        return 0
     from oracle.bench_scale import scale_rows
 
     rows: list[Row] = []
@@ -396,29 +468,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     )
     rows.extend(scale_rows(args.scale, single_agent=not args.no_single_agent))
-    logged_us, raw_us, pair_us = log_cost()
-    rows.append(
-        Row(
-            "EventLog.log (median)",
-            logged_us,
-            "us",
-            "raw write+fsync of the same bytes",
-            raw_us,
-            higher_is_better=False,
-            target="<= 2.2x",
-            met=logged_us <= 2.2 * raw_us,
-        )
-    )
-    rows.append(
-        Row(
-            "EventLog.log (median)",
-            logged_us,
-            "us",
-            "the WAL's two fsyncs done raw",
-            pair_us,
-            higher_is_better=False,
-        )
-    )
+    rows.extend(log_rows())
     faultfs_rate, pyfakefs_rate, real_rate = faultfs_rates()
     rows.append(Row("faultfs os calls/s", faultfs_rate, "/s", "pyfakefs alone", pyfakefs_rate))
     rows.append(

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 
-from oracle.bench import Row, render
+import pytest
+
+from oracle.bench import LOG_BEFORE_REV, Row, eventlog_at, log_cost, render
 from oracle.bench_scale import generate_root, parse_floor
+from substrat import eventlog
 from substrat.agents import USER
 from substrat.fsck import check
 from substrat.orchestrator import Orchestrator
@@ -37,3 +41,31 @@ def test_table_has_one_row_per_figure_with_its_ratio() -> None:
     assert len(lines) == 4
     assert "| 2.00x |" in lines[2] and "| yes |" in lines[2]
     assert "| n/a |" in lines[3]
+
+
+def test_the_log_baseline_is_the_two_fsync_log_before_issue_15(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The "before" row measures what it says: EventLog.log as of LOG_BEFORE_REV makes two
+    fsyncs per entry (its pending copy, then the log), today's makes one."""
+    old = eventlog_at(LOG_BEFORE_REV)
+    if old is None:
+        pytest.skip(f"git cannot show {LOG_BEFORE_REV} here (a shallow clone)")
+    real = os.fsync
+    synced: list[int] = []
+
+    def counting(fd: int) -> None:
+        synced.append(fd)
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", counting)
+    counts = []
+    for module, name in ((old, "before"), (eventlog, "now")):
+        (tmp_path / name).mkdir()
+        with module.EventLog(tmp_path / name / "events.jsonl", {"session_id": "s"}) as log:
+            synced.clear()
+            log.log("turn.start", {"prompt": "x"})
+            counts.append(len(synced))
+    assert counts == [2, 1]
+    logged, raw, before = log_cost(appends=5)
+    assert logged > 0 and raw > 0 and before is not None and before > 0
