@@ -28,6 +28,7 @@ from substrat.providers.fake import FakeProvider
 from substrat.providers.registry import ProviderRegistry
 from substrat.providers.scripted import ScriptedProvider, chain_digest, reply_header
 from substrat.session import SessionState, SessionStore
+from tests.support.kill import abandon
 
 T = TypeVar("T")
 
@@ -180,8 +181,7 @@ def test_every_event_the_code_writes_is_documented_with_its_fields(root: Path) -
 
     with pytest.raises(Kill):
         run(go())
-    for log_ in list(held[0].logs._open.values()):
-        log_._poison()  # the kill closed the descriptors; nothing else ran
+    abandon(held[0])  # the kill closed the descriptors; nothing else ran
 
     async def recover() -> None:  # recovery closes the lost turn in the log
         orch = await Orchestrator.open(root, registry=registry, slots=1)

@@ -21,18 +21,13 @@ from substrat.eventlog import read_log
 from substrat.orchestrator import Orchestrator
 from substrat.providers.scripted import chain_digest, decode_blob, reply_digest, reply_header
 from substrat.session import SessionState, SessionStore
+from tests.support.kill import abandon
 
 T = TypeVar("T")
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(coro)
-
-
-def abandon(orch: Orchestrator) -> None:
-    """A kill: the object is dropped with its logs open; nothing is suspended or flushed."""
-    for log in list(orch.logs._open.values()):
-        log._poison()
 
 
 def digests(prompts: list[str]) -> list[str]:

@@ -22,6 +22,7 @@ from substrat.agents import USER
 from substrat.eventlog import EventLog, read_log
 from substrat.orchestrator import Orchestrator
 from substrat.session import Session, SessionState, SessionStore
+from tests.support.kill import abandon
 
 T = TypeVar("T")
 
@@ -53,11 +54,6 @@ async def open_root(root: Path, ids: Ids | None = None, slots: int = 2) -> Orche
     if ids is None:  # random ids and the real clock
         return await Orchestrator.open(root, slots=slots)
     return await Orchestrator.open(root, slots=slots, new_id=ids.new_id, clock=ids.clock)
-
-
-def abandon(orch: Orchestrator) -> None:
-    for log in list(orch.logs._open.values()):
-        log._poison()
 
 
 def snapshot(orch: Orchestrator) -> dict[str, Any]:

@@ -37,6 +37,7 @@ from substrat.agents import USER
 from substrat.eventlog import EventLog
 from substrat.orchestrator import Orchestrator
 from substrat.session import Session, SessionState, SessionStore
+from tests.support.kill import abandon
 
 T = TypeVar("T")
 SLOTS = 1  # one live session: every turn of another agent evicts, so restores happen too
@@ -69,12 +70,6 @@ class World:
 
     async def open(self) -> Orchestrator:
         return await Orchestrator.open(self.root, slots=SLOTS, new_id=self.new_id, clock=self.clock)
-
-
-def abandon(orch: Orchestrator) -> None:
-    """Drop an orchestrator as a kill would: fds closed, nothing flushed or cleaned up."""
-    for log in list(orch.logs._open.values()):
-        log._poison()  # closes the fds only; the pending file stays, as after a kill
 
 
 @dataclass

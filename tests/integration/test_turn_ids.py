@@ -28,6 +28,7 @@ from substrat.orchestrator import Orchestrator
 from substrat.providers.base import AgentContext, TurnRecord
 from substrat.providers.registry import ProviderRegistry
 from substrat.providers.scripted import ScriptedProvider
+from tests.support.kill import abandon
 
 T = TypeVar("T")
 
@@ -79,11 +80,7 @@ async def _build(root: Path, *, recovered: bool) -> Built:
     sid = orch.get("ada").session_id
     with pytest.raises(Kill):
         await orch.run_turn("ada", "then KILL")
-    for log in list(orch.logs._open.values()):
-        log._poison()  # the kill closed the descriptors; nothing else ran
-    roots = getattr(orch, "roots", None)  # the root registry's log, closed by the kill too
-    if roots is not None:
-        roots.close()
+    abandon(orch)  # the kill closed the descriptors; nothing else ran
     if recovered:  # the lost turn is closed in the log, and the log goes on
         orch = await Orchestrator.open(root, registry=registry(), slots=1)
         await orch.close()

@@ -51,6 +51,7 @@ from substrat.errors import HasChildrenError, NameCollisionError
 from substrat.orchestrator import Orchestrator
 from substrat.providers.scripted import chain_digest, reply_header
 from substrat.words import plural
+from tests.support.kill import abandon
 
 pytestmark = pytest.mark.stress
 
@@ -129,8 +130,7 @@ class LifecycleMachine(RuleBasedStateMachine):
                 check()
             self.run(self.orch.close())
         finally:
-            for log in list(self.orch.logs._open.values()):
-                log._poison()  # after a failed step: release the descriptors
+            abandon(self.orch)  # after a failed step: release the descriptors
             self.loop.close()
             shutil.rmtree(self.dir, ignore_errors=True)
 
@@ -294,8 +294,7 @@ class LifecycleMachine(RuleBasedStateMachine):
     def reopen(self, crash: bool = False) -> None:
         """Restart: a clean close, or a kill while idle (nothing is in flight either way)."""
         if crash:
-            for log in list(self.orch.logs._open.values()):
-                log._poison()  # closes the descriptors only, as a kill would
+            abandon(self.orch)
         else:
             self.run(self.orch.close())
         self.orch = self.run(self.open())
