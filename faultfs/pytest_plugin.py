@@ -1,7 +1,8 @@
 """pytest plugin: the ``faultfs`` fixture and the ``faultfs_explore`` helper.
 
-Registered through the ``pytest11`` entry point, so any project that installs
-the distribution can use them::
+Registered through the ``pytest11`` entry point: it is all that installing the
+distribution adds to another project's test run (substrat's stress gate and
+Hypothesis profiles are opt-in, see :mod:`oracle.pytest_plugin`)::
 
     def test_save(faultfs):
         save(faultfs.path("state.json"), {"a": 1})    # plain open/os code

@@ -1,7 +1,9 @@
-"""Pytest plugin shipped with substrat: the stress gate and Hypothesis profiles.
+"""substrat's own pytest configuration: the stress gate and the Hypothesis profiles.
 
-Installed through the ``pytest11`` entry point, so any project that installs
-substrat gets ``--run-stress`` and the three profiles below.
+Not registered by installing the distribution: a project that installs
+substrat keeps its own ``stress`` marker, ``--run-stress`` and Hypothesis
+settings. substrat's test suite loads it from its rootdir ``conftest.py``;
+another project opts in with ``-p oracle.pytest_plugin`` (or ``addopts``).
 
 Profiles (chosen by ``HYPOTHESIS_PROFILE``):
 

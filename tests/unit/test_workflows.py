@@ -251,6 +251,8 @@ def _fake_project(root: Path, tests: str | None) -> Path:
     (root / "ci").mkdir(parents=True)
     for script in ("nightly.sh", "stress.sh"):
         shutil.copy2(REPO / "ci" / script, root / "ci" / script)
+    # the stress gate and profiles come from the project's own conftest, as in substrat
+    shutil.copy2(REPO / "conftest.py", root / "conftest.py")
     (root / "tests" / "stress").mkdir(parents=True)
     if tests is not None:
         (root / "tests" / "stress" / "test_fake.py").write_text(tests)
