@@ -141,6 +141,8 @@ def test_end_to_end_kill_survive_and_isolation(tmp_path: Path) -> None:
     (repo / "substrat" / "__init__.py").write_text("raise ImportError('the working tree')\n")
     (repo / "tests" / "__init__.py").write_text("")
     (repo / "tests" / "conftest.py").write_text("")
+    # the stress gate (--run-stress, which the runner passes) comes from the rootdir conftest
+    (repo / "conftest.py").write_text((Path(__file__).parents[2] / "conftest.py").read_text())
     (repo / "tests" / "test_probe.py").write_text(PROBE_TEST)
     config = mutants.RunConfig(tests=("tests/test_probe.py",), repo=repo, timeout_s=120)
     before = _tree_digest(SOURCE)
