@@ -8,12 +8,15 @@ or a reordering file system would leave. See docs/faultfs.md.
 from faultfs._causes import Step
 from faultfs._explore import explore
 from faultfs._fs import DEFAULT_IMAGE_LIMIT, FaultFS, ImageOrigin, Snapshot
+from faultfs._health import HealthCheck
 from faultfs._images import MODES
 from faultfs._profiles import PROFILES, Profile
 from faultfs._report import Cause, ExploreReport, Failure
 from faultfs._trace import Frame, Op
 from faultfs.errors import (
     ConfigError,
+    EscapeError,
+    FailedHealthCheck,
     FaultFSError,
     IOAfterCrash,
     NondeterministicWorkload,
@@ -28,11 +31,14 @@ __all__ = [
     "PROFILES",
     "Cause",
     "ConfigError",
+    "EscapeError",
     "ExploreReport",
+    "FailedHealthCheck",
     "Failure",
     "FaultFS",
     "FaultFSError",
     "Frame",
+    "HealthCheck",
     "IOAfterCrash",
     "ImageOrigin",
     "NondeterministicWorkload",

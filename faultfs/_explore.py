@@ -14,14 +14,17 @@ import traceback
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from faultfs import _health
 from faultfs._causes import CrashPoint, Outcome
-from faultfs._fs import DEFAULT_BLOCK_SIZE, FaultFS
+from faultfs._escapes import diagnose
+from faultfs._fs import DEFAULT_BLOCK_SIZE, FaultFS, Snapshot
+from faultfs._health import HealthCheck
 from faultfs._images import MODES, fingerprint
 from faultfs._model import Model
 from faultfs._profiles import get_profile
-from faultfs._report import END, END_SITE, ExploreReport, Failure, Workload, run_armed
+from faultfs._report import END, END_SITE, ExploreReport, Failure, Workload
 from faultfs._trace import Frame, Op, is_user_file
-from faultfs.errors import ConfigError
+from faultfs.errors import ConfigError, EscapeError, SimulatedCrash
 
 DEFAULT_ROOT = "/faultfs-explore"
 DEFAULT_IMAGES_PER_MODE = 16
@@ -44,6 +47,8 @@ def explore(
     dedupe: bool = True,
     boundaries: Sequence[int] | None = None,
     causes: bool = True,
+    outside: str = "refuse",
+    suppress_health_check: Iterable[HealthCheck | str] = (),
 ) -> ExploreReport:
     """Crash ``workload`` at every boundary, in every mode, and check each image.
 
@@ -61,6 +66,14 @@ def explore(
     check must depend on nothing else. ``boundaries`` restricts the sweep to
     the given boundaries. With ``causes``, each failing image is traced back
     to the missing durability step behind it (``report.causes()``).
+
+    ``outside="refuse"`` (the default) makes a call on a path outside the root
+    raise OutsideRootError; ``"passthrough"`` lets it reach the real system.
+    Either way such calls fail the ``outside_root`` health check. The health
+    checks (:class:`HealthCheck`) raise FailedHealthCheck when the run would
+    pass without testing anything; ``suppress_health_check`` turns named ones
+    off. A call that reached the real file system around the interceptors
+    raises EscapeError.
     """
     modes = tuple(modes)
     for mode in modes:
@@ -71,11 +84,12 @@ def explore(
         raise ConfigError("profile needs at least one profile name")
     for name in profiles:
         get_profile(name)
+    off = _health.suppressed(suppress_health_check)
     report = ExploreReport(profiles, modes)
     for name in profiles:
         _explore_profile(
             report, workload, recover_and_check, name, root, setup, images_per_mode, seed,
-            block_size, dedupe, boundaries, causes,
+            block_size, dedupe, boundaries, causes, outside, off,
         )  # fmt: skip
     return report
 
@@ -93,33 +107,45 @@ def _explore_profile(
     dedupe: bool,
     boundaries: Sequence[int] | None,
     causes: bool,
+    outside: str,
+    off: frozenset[HealthCheck],
 ) -> None:
-    base = FaultFS(root, profile, block_size=block_size)
+    base = FaultFS(root, profile, outside, block_size=block_size)
+    base.watch_outside = True
     report.root = base.root
     if setup is not None:
-        with base:
-            setup(base)
+        _run(base, setup)
+        _health.check_outside(base, "setup", off)
         base.sync_all()
         base.acked.clear()
     snap = base.snapshot()
     report.bases[profile] = snap
-    counting = FaultFS.from_snapshot(snap)
-    with counting:
-        workload(counting)
+    counting = _fresh(snap)
+    _run(counting, workload)
+    _health.check_outside(counting, "the workload", off)
+    _health.check_boundaries(counting, "the workload", off)
+    if HealthCheck.nondeterministic not in off:
+        again = _fresh(snap)
+        _run(again, workload)
+        _health.check_deterministic(counting, again, off)
     report.boundaries = max(report.boundaries, counting.boundaries)
     results: dict[tuple[object, ...], Outcome | None] = {}
+    checked = looked_at = 0
 
     def check(image: FaultFS, analysing: bool = False) -> Outcome | None:
+        nonlocal checked, looked_at
         key = (fingerprint(image.model), repr(image.acked)) if dedupe else None
         if key is not None and key in results:
             if not analysing:
                 report.images_reused += 1
             return results[key]
-        outcome = _check(image, recover_and_check)
+        outcome = _check(image, recover_and_check, off)
         if analysing:
             report.images_analysed += 1
         else:
             report.images_checked += 1
+            checked += 1
+            looked_at += image.touches > 0
         if key is not None:
             results[key] = outcome
         return outcome
@@ -133,8 +159,10 @@ def _explore_profile(
             fs, phase = counting, "end"
             op = fs.trace[-1]._replace(site=END_SITE) if fs.trace else END_OP
         else:
-            fs = FaultFS.from_snapshot(snap)
-            run_armed(fs, workload, boundary)
+            fs = _fresh(snap)
+            if not _run_armed(fs, workload, boundary, off):
+                report.unreached.append(boundary)
+                continue
             assert fs.crash_point is not None
             _, phase, op = fs.crash_point
         analysis = _crash_point(fs, check) if causes else None
@@ -165,6 +193,44 @@ def _explore_profile(
                         findings=findings,
                     )
                 )
+    _health.check_images_looked_at(checked, looked_at, off)
+
+
+def _fresh(snap: Snapshot) -> FaultFS:
+    fs = FaultFS.from_snapshot(snap)
+    fs.watch_outside = True
+    return fs
+
+
+def _run(fs: FaultFS, workload: Workload) -> None:
+    """Run ``workload`` inside ``fs``; an escape (even one it swallowed) stops explore."""
+    try:
+        with fs:
+            workload(fs)
+    except EscapeError:
+        raise
+    except BaseException as exc:  # the crash, or the workload's own error
+        escape = diagnose(exc, (fs.root,))
+        if escape is not None:
+            raise escape from exc
+        _health.check_escapes(fs)  # an escape it swallowed explains more than what followed
+        raise
+    _health.check_escapes(fs)
+
+
+def _run_armed(fs: FaultFS, workload: Workload, boundary: int, off: frozenset[HealthCheck]) -> bool:
+    """Run ``workload`` crashing at ``boundary``; False if it never got there (when allowed)."""
+    fs.arm(boundary)
+    try:
+        _run(fs, workload)
+    except SimulatedCrash:
+        pass
+    if fs.crashed:
+        return True
+    error = _health.unreached(boundary, fs, off)
+    if error is not None:
+        raise error
+    return False
 
 
 def _crash_point(fs: FaultFS, check: Callable[[FaultFS, bool], Outcome | None]) -> CrashPoint:
@@ -174,13 +240,28 @@ def _crash_point(fs: FaultFS, check: Callable[[FaultFS, bool], Outcome | None]) 
     return CrashPoint(fs.model, fs.trace, fs.op_inodes, fs.ack_marks, verdict)
 
 
-def _check(image: FaultFS, recover_and_check: Check) -> Outcome | None:
-    try:
-        with image:
+def _check(image: FaultFS, recover_and_check: Check, off: frozenset[HealthCheck]) -> Outcome | None:
+    error: Exception | None = None
+    escape = None
+    with image:
+        try:
             recover_and_check(image)
-    except Exception as exc:  # any exception from the check is the finding
-        return Outcome(f"{type(exc).__name__}: {exc}", traceback.format_exc(), _raising_frame(exc))
-    return None
+        except Exception as exc:  # any exception from the check is the finding
+            error = exc
+            escape = diagnose(exc, (image.root,))
+            # Its objects are finalized now, inside the image, not on the real disk later.
+            traceback.clear_frames(exc.__traceback__)
+    if escape is not None:
+        raise escape from error
+    _health.check_escapes(image)
+    _health.check_outside(image, "recover_and_check", off)
+    if error is None:
+        return None
+    return Outcome(
+        f"{type(error).__name__}: {error}",
+        "".join(traceback.format_exception(error)),
+        _raising_frame(error),
+    )
 
 
 def _raising_frame(exc: BaseException) -> Frame | None:

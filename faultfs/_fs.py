@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from faultfs import _intercept
+from faultfs import _escapes, _intercept
 from faultfs._images import (
     MODES,
     ImageChoice,
@@ -35,6 +35,8 @@ CANDIDATES_PER_IMAGE = 8
 # crash_image(mode, seed) picks among at most this many torn variants.
 MAX_TORN_SAMPLE_POOL = 256
 OUTSIDE_POLICIES = ("passthrough", "refuse")
+# How many calls outside the root a FaultFS describes (it counts them all).
+OUTSIDE_EXAMPLES_KEPT = 5
 
 
 @dataclass(frozen=True)
@@ -123,6 +125,13 @@ class FaultFS(Syscalls):
         # Where each acknowledgement happened: (model clock, issuing frames).
         self.ack_marks: list[tuple[int, tuple[Frame, ...]]] = []
         self.origin: ImageOrigin | None = None
+        # What the health checks read: calls routed here, calls outside the root
+        # (counted when refused, or when watch_outside is set), escapes stopped.
+        self.touches = 0
+        self.watch_outside = False
+        self.outside_calls = 0
+        self.outside_examples: list[str] = []
+        self.escapes: list[str] = []
 
     @property
     def profile(self) -> str:
@@ -148,8 +157,24 @@ class FaultFS(Syscalls):
         _intercept.activate(self)
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        _intercept.deactivate(self)
+    def __exit__(self, exc_type: object = None, exc: object = None, tb: Any = None) -> None:
+        """Deactivate, first finalizing what the run left behind while the model is active.
+
+        A crashed run's frames are cleared and its garbage collected: a real
+        kill runs no finalizers, and here those that do run meet the dead
+        process (their I/O is refused silently) instead of the real disk.
+        """
+        try:
+            if self.crashed or len(_intercept.active()) == 1:
+                _escapes.bury(tb if self.crashed else None)
+        finally:
+            _intercept.deactivate(self)
+
+    def note_outside(self, what: str) -> None:
+        """Count a call on a path outside the root (kept for the outside_root health check)."""
+        self.outside_calls += 1
+        if len(self.outside_examples) < OUTSIDE_EXAMPLES_KEPT:
+            self.outside_examples.append(what)
 
     @property
     def active(self) -> bool:
@@ -248,6 +273,7 @@ class FaultFS(Syscalls):
         image.model = model
         image.acked = list(self.acked)
         image.ack_marks = list(self.ack_marks)
+        image.watch_outside = self.watch_outside
         if self.crash_point is not None:
             boundary, phase, op = self.crash_point
             image.origin = ImageOrigin(boundary, phase, op, mode, index, seed, detail, choice)
@@ -375,6 +401,7 @@ class FaultFS(Syscalls):
 
     def tree(self, durable: bool = False) -> dict[str, bytes | None]:
         """Relative path -> file bytes (None for a directory) of the visible or durable tree."""
+        self.touches += 1
         with self._lock:
             model = durable_image(self.model, ImageChoice()) if durable else self.model
             return {
@@ -385,6 +412,7 @@ class FaultFS(Syscalls):
 
     def read_file(self, relpath: str) -> bytes:
         """The visible bytes of a file, read without interception (for assertions)."""
+        self.touches += 1
         with self._lock:
             node = self._existing(self._inside(self.path(relpath)))
             if node.is_dir:

@@ -1,13 +1,14 @@
 """Interception: module attributes of os, io, builtins and fcntl routed to the model.
 
 While at least one FaultFS is active, the functions below replace their
-originals. A path under an active root goes to that FaultFS (the most recently
-activated one wins when roots nest); a simulated descriptor goes to the
-FaultFS that issued it; anything else reaches the real system, or is refused
-when the innermost FaultFS says ``outside="refuse"``.
-
-Code that bound a function before activation (``from os import fsync``) keeps
-the original; io.FileIO and the import system are not intercepted.
+originals, and so do the names loaded modules bound to the originals at import
+time (``from os import fsync``; see :mod:`faultfs._escapes`). A path under an
+active root goes to that FaultFS (the most recently activated one wins when
+roots nest); a simulated descriptor goes to the FaultFS that issued it;
+anything else reaches the real system, or is refused when the innermost
+FaultFS says ``outside="refuse"``. Relative paths resolve against the real
+working directory, so they are outside the root unless that directory is in it.
+The test framework's own I/O (pytest, Hypothesis) is never refused.
 """
 
 from __future__ import annotations
@@ -15,15 +16,20 @@ from __future__ import annotations
 import builtins
 import errno
 import fcntl
+import gc
 import io
 import os
 import shutil
+import sys
 import threading
+from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+from faultfs import _escapes
 from faultfs._fdtable import FAKE_FD_BASE, FD_OWNERS, oserror
 from faultfs._fileobj import open_file
 from faultfs._syscalls import Syscalls
+from faultfs._trace import is_internal
 from faultfs.errors import ConfigError, OutsideRootError, UnsupportedOperation
 
 if TYPE_CHECKING:
@@ -31,7 +37,15 @@ if TYPE_CHECKING:
 
 _stack: list[FaultFS] = []
 _saved: list[tuple[object, str, object]] = []
+_saved_bindings: list[_escapes.Binding] = []
 _install_lock = threading.Lock()
+_froze_gc = False
+# Callers whose I/O outside the root is the test framework's, never refused or
+# counted: the first frame outside faultfs and the standard library decides.
+_FRAMEWORK = frozenset(
+    {"_pytest", "pytest", "pluggy", "hypothesis", "_hypothesis_pytestplugin", "xdist",
+     "execnet", "pytest_timeout", "pytest_benchmark", "coverage", "pytest_cov"}
+)  # fmt: skip
 
 _OS_NAMES = (
     *("open", "read", "pread", "write", "pwrite", "close", "fsync", "fdatasync", "ftruncate"),
@@ -58,6 +72,7 @@ def _route(path: Any, dir_fd: int | None = None) -> tuple[FaultFS, str] | None:
         p = os.fspath(path)
         if isinstance(p, bytes):
             p = os.fsdecode(p)
+    relative = False
     if not p.startswith("/"):
         if dir_fd is not None:
             owner = FD_OWNERS.get(dir_fd)
@@ -66,17 +81,76 @@ def _route(path: Any, dir_fd: int | None = None) -> tuple[FaultFS, str] | None:
             p = owner.fd_path(dir_fd) + "/" + p
         else:
             p = os.getcwd() + "/" + p
+            relative = True
     if "/." in p or "//" in p or (p.endswith("/") and len(p) > 1):
         p = os.path.normpath(p)
+    for fs in reversed(_stack):  # owner_of(p), inlined: this is the hot path
+        root = fs.root
+        if p.startswith(root) and (len(p) == len(root) or p[len(root)] == "/"):
+            fs.touches += 1
+            return fs, p
+    if _stack:
+        _outside(path, p, relative)
+    return None
+
+
+def owner_of(p: str) -> FaultFS | None:
+    """The active FaultFS whose root holds the absolute normalised path ``p`` (no side effects)."""
     for fs in reversed(_stack):
         root = fs.root
         if p.startswith(root) and (len(p) == len(root) or p[len(root)] == "/"):
-            return fs, p
-    if _stack and _stack[-1].outside == "refuse":
-        raise OutsideRootError(
-            f"{p!r} is outside the faultfs root {_stack[-1].root!r} and outside='refuse'"
-        )
+            return fs
     return None
+
+
+_HELPERS = frozenset({"_pair", "_dir_target"})
+_SOURCE_READERS = frozenset({"linecache", "tokenize", "traceback", "inspect", "warnings"})
+
+
+def _caller(depth: int) -> tuple[bool, FrameType | None]:
+    """(exempt, the first frame outside faultfs and the standard library).
+
+    Exempt are the test framework's calls and the standard library's source
+    readers (linecache for tracebacks and warnings): neither is code under test.
+    """
+    frame: FrameType | None = sys._getframe(depth + 1)
+    while frame is not None and is_internal(frame.f_code.co_filename):
+        if frame.f_globals.get("__name__") in _SOURCE_READERS:
+            return True, frame
+        frame = frame.f_back
+    if frame is None:
+        return False, None
+    module = frame.f_globals.get("__name__") or ""
+    return module.partition(".")[0] in _FRAMEWORK, frame
+
+
+def _outside(given: Any, p: str, relative: bool) -> None:
+    """A call on a path outside every active root: count it, and refuse it if so configured."""
+    fs = _stack[-1]
+    if fs.outside == "passthrough" and not fs.watch_outside:
+        return
+    exempt, frame = _caller(3)
+    if exempt:
+        return
+    wrapper = sys._getframe(2)
+    while wrapper.f_code.co_name in _HELPERS and wrapper.f_back is not None:
+        wrapper = wrapper.f_back
+    call = wrapper.f_code.co_name.lstrip("_").replace("builtin_", "")
+    site = f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else "<unknown>"
+    where = f"relative path {given!r} (resolved against the real working directory to {p!r})"
+    what = f"{call}({where if relative else repr(p)}) at {site}"
+    fs.note_outside(what)
+    if fs.outside == "refuse":
+        fix = (
+            f"use an absolute path under the root, e.g. fs.path({os.path.basename(p)!r})"
+            if relative
+            else "build the path from the root (fs.path(...))"
+        )
+        raise OutsideRootError(
+            f"{what}: outside the faultfs root {fs.root!r}, and outside='refuse'. To test this "
+            f"I/O, {fix}; if the code must also use real files, pass outside='passthrough' "
+            "(and suppress faultfs.HealthCheck.outside_root)."
+        )
 
 
 def _owner(fd: Any) -> Syscalls | None:
@@ -450,12 +524,42 @@ def _patches() -> list[tuple[object, str, object]]:
     return patches
 
 
+_PATCHES = _patches()
+for _module, _name, _replacement in _PATCHES:
+    _original = getattr(_module, _name)
+    if callable(_original):
+        _escapes.register(_original, _replacement, f"{getattr(_module, '__name__', '?')}.{_name}")
+
+
+_roots_seen: set[str] = set()
+
+
+def _guard_real_root(root: str) -> None:
+    """Install the escape audit hook once a root that exists on the real disk is activated."""
+    if root in _roots_seen:
+        return
+    _roots_seen.add(root)
+    try:
+        _real["stat"](root)
+    except OSError:
+        return  # a simulated root: escaped calls fail on the real disk (ENOENT) and get named
+    _escapes.install_audit_hook(_stack, owner_of)
+
+
 def activate(fs: FaultFS) -> None:
+    global _froze_gc
     with _install_lock:
         if fs in _stack:
             raise ConfigError(f"FaultFS at {fs.root!r} is already active")
+        _guard_real_root(fs.root)
         if not _stack:
-            for module, name, replacement in _patches():
+            # What exists now is frozen out of the collector, so collecting a
+            # run's garbage before deactivation (collect()) costs only the run's.
+            _froze_gc = gc.get_freeze_count() == 0
+            if _froze_gc:
+                gc.freeze()
+            _escapes.patch_bindings(_saved_bindings)
+            for module, name, replacement in _PATCHES:
                 _saved.append((module, name, getattr(module, name)))
                 setattr(module, name, replacement)
         _stack.append(fs)
@@ -470,6 +574,9 @@ def deactivate(fs: FaultFS) -> None:
             while _saved:
                 module, name, original = _saved.pop()
                 setattr(module, name, original)
+            _escapes.unpatch_bindings(_saved_bindings)
+            if _froze_gc:
+                gc.unfreeze()
 
 
 def active() -> list[FaultFS]:

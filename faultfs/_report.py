@@ -112,6 +112,8 @@ class ExploreReport:
     images_analysed: int = 0
     failures: list[Failure] = field(default_factory=list)
     bases: dict[str, Snapshot] = field(default_factory=dict, repr=False)
+    # Boundaries a re-run never reached (kept only with HealthCheck.nondeterministic suppressed).
+    unreached: list[int] = field(default_factory=list)
 
     @property
     def profile(self) -> str:

@@ -55,6 +55,16 @@ def is_user_file(filename: str) -> bool:
     return _kind(filename) == _USER
 
 
+def in_faultfs(filename: str) -> bool:
+    """Whether ``filename`` is one of faultfs's own modules."""
+    return _kind(filename) == _FAULTFS
+
+
+def is_internal(filename: str) -> bool:
+    """Whether frames of ``filename`` belong to faultfs or the standard library."""
+    return _kind(filename) != _USER
+
+
 class Frame(NamedTuple):
     """One frame of the code that issued an operation."""
 

@@ -64,12 +64,43 @@ class UnsupportedOperation(FaultFSError, OSError):
     """
 
 
-class NondeterministicWorkload(FaultFSError):
+class EscapeError(FaultFSError):
+    """A call reached the real file system for a path or descriptor of an active FaultFS.
+
+    It went through a function bound before the FaultFS was activated, where
+    faultfs could not rebind it (an instance attribute, a closure, a default
+    argument). The message names the function (``module:qualname``), the name
+    it used and the fix. It is not an OSError, so ``except OSError`` in the
+    code under test does not hide it; explore and the pytest fixtures report
+    it even when the code swallowed it.
+    """
+
+
+class FailedHealthCheck(FaultFSError):
+    """explore or a faultfs fixture would have passed without testing anything.
+
+    ``health_check`` names the check (a :class:`faultfs.HealthCheck`); the
+    message says what to do, and how to suppress the check when the run is
+    what was meant.
+    """
+
+    def __init__(self, message: str, health_check: Any = None) -> None:
+        super().__init__(message)
+        self.health_check = health_check
+
+
+class NondeterministicWorkload(FailedHealthCheck):
     """A workload re-run under explore() did not reach the boundary it reached before.
 
     explore() re-runs the workload once per boundary, so the workload must do
     the same I/O every time: seed its randomness and reset its state on entry.
+    It is the ``nondeterministic`` health check.
     """
+
+    def __init__(self, message: str) -> None:
+        from faultfs._health import HealthCheck  # _health imports this module
+
+        super().__init__(message, HealthCheck.nondeterministic)
 
 
 class ExploreFailed(FaultFSError, AssertionError):

@@ -10,33 +10,98 @@ Hypothesis profiles are opt-in, see :mod:`oracle.pytest_plugin`)::
         ...
 
 Options go in a marker: ``@pytest.mark.faultfs(profile="ext4-ordered",
-outside="refuse", block_size=512)``; they are FaultFS's (``block_size`` is
-the torn-write unit in bytes, 4096 by default) and ``faultfs_explore`` passes
-``profile`` and ``block_size`` on to explore().
+outside="passthrough", block_size=512, suppress_health_check=[...])``; they
+are FaultFS's (``block_size`` is the torn-write unit in bytes, 4096 by
+default) and ``faultfs_explore`` passes ``profile``, ``block_size``,
+``outside`` and ``suppress_health_check`` on to explore().
+
+Paths outside the root are refused by default (``outside="refuse"``). After a
+passing test the fixture runs the ``no_boundaries`` and ``outside_root``
+health checks; a simulated descriptor that reached the real os through a name
+bound before activation fails the test with EscapeError naming it.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from faultfs import _health
+from faultfs._escapes import diagnose
 from faultfs._explore import explore
 from faultfs._fs import FaultFS
+from faultfs._health import HealthCheck
 from faultfs._report import ExploreReport
+from faultfs._trace import in_faultfs
+from faultfs.errors import FailedHealthCheck, FaultFSError
 
 _MARKER = "faultfs"
-_FIXTURE_OPTIONS = ("profile", "outside", "block_size", "record_trace", "root")
+_FIXTURE_OPTIONS = (
+    *("profile", "outside", "block_size", "record_trace", "root", "suppress_health_check"),
+)
+_ACTIVE = pytest.StashKey[tuple[FaultFS, frozenset[HealthCheck]]]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
-        f"{_MARKER}(profile='posix', outside='passthrough', block_size=4096, root=None): "
-        "options for the faultfs fixtures (block_size: the torn-write unit in bytes)",
+        f"{_MARKER}(profile='posix', outside='refuse', block_size=4096, root=None, "
+        "suppress_health_check=()): options for the faultfs fixtures "
+        "(block_size: the torn-write unit in bytes)",
     )
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Any:
+    """Name escapes in a failing faultfs test; run the fixture's health checks on a passing one."""
+    __tracebackhide__ = True
+    active = item.stash.get(_ACTIVE, None)
+    uses_faultfs = active is not None or "faultfs_explore" in getattr(item, "fixturenames", ())
+    try:
+        result = yield
+    except Exception as exc:
+        roots = (active[0].root,) if active is not None else ()
+        escape = diagnose(exc, roots) if uses_faultfs else None
+        if escape is not None:
+            raise escape from exc
+        if isinstance(exc, FaultFSError):
+            _drop_faultfs_frames(exc)  # the user's line that made the call is what matters
+        raise
+    if active is not None:
+        fs, off = active
+        _health.check_escapes(fs)
+        _fail_cleanly(_health.check_outside, fs, "the test", off)
+        _fail_cleanly(_health.check_boundaries, fs, "the test", off)
+    return result
+
+
+def _drop_faultfs_frames(exc: BaseException) -> None:
+    """Unlink faultfs's own frames from ``exc``'s traceback (pytest shows what is left)."""
+    kept = []
+    tb = exc.__traceback__
+    while tb is not None:
+        if not in_faultfs(tb.tb_frame.f_code.co_filename):
+            kept.append(tb)
+        tb = tb.tb_next
+    if not kept:
+        return
+    for outer, inner in itertools.pairwise(kept):
+        outer.tb_next = inner
+    kept[-1].tb_next = None
+    exc.__traceback__ = kept[0]
+
+
+def _fail_cleanly(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``call(...)``; a failed health check fails the test with its message alone."""
+    try:
+        return call(*args, **kwargs)
+    except FailedHealthCheck as failed:
+        message = f"{type(failed).__name__}: {failed}"
+    pytest.fail(message, pytrace=False)
 
 
 def _options(request: pytest.FixtureRequest) -> dict[str, Any]:
@@ -62,7 +127,11 @@ def faultfs(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[FaultFS]
     """An active FaultFS; ``faultfs.root`` (and ``faultfs.path(...)``) is where to work."""
     options = _options(request)
     root = options.pop("root", None) or _virtual_root(tmp_path)
+    off = _health.suppressed(options.pop("suppress_health_check", ()))
+    options.setdefault("outside", "refuse")
     fs = FaultFS(root, **options)
+    fs.watch_outside = True
+    request.node.stash[_ACTIVE] = (fs, off)
     with fs:
         yield fs
 
@@ -85,10 +154,10 @@ def faultfs_explore(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[
         **kwargs: Any,
     ) -> ExploreReport:
         kwargs.setdefault("root", options.get("root") or _virtual_root(tmp_path))
-        for name in ("profile", "block_size"):
+        for name in ("profile", "block_size", "outside", "suppress_health_check"):
             if name in options:
                 kwargs.setdefault(name, options[name])
-        report = explore(workload, recover_and_check, **kwargs)
+        report: ExploreReport = _fail_cleanly(explore, workload, recover_and_check, **kwargs)
         if not expect_failures and not report.ok:
             pytest.fail(report.text(str(request.config.rootpath)), pytrace=False)
         return report

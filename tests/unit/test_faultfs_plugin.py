@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from faultfs import FaultFS
+from faultfs import FaultFS, HealthCheck
 
 
 def test_fixture_is_active_under_a_virtual_root(faultfs: FaultFS, tmp_path: Path) -> None:
-    assert faultfs.active and faultfs.profile == "posix" and faultfs.outside == "passthrough"
+    assert faultfs.active and faultfs.profile == "posix" and faultfs.outside == "refuse"
     assert faultfs.root == str(tmp_path / "faultfs")
     with open(faultfs.path("f"), "w") as handle:
         handle.write("x")
@@ -24,19 +24,29 @@ def test_fixture_is_active_under_a_virtual_root(faultfs: FaultFS, tmp_path: Path
         faultfs.__enter__()
 
 
-@pytest.mark.faultfs(profile="lazyfs", block_size=512, root="/faultfs-plugin-root")
+@pytest.mark.faultfs(
+    profile="lazyfs",
+    block_size=512,
+    root="/faultfs-plugin-root",
+    outside="passthrough",
+    suppress_health_check=[HealthCheck.no_boundaries],
+)
 def test_marker_options(faultfs: FaultFS) -> None:
-    assert (faultfs.profile, faultfs.block_size, faultfs.root) == (
+    assert (faultfs.profile, faultfs.block_size, faultfs.root, faultfs.outside) == (
         "lazyfs",
         512,
         "/faultfs-plugin-root",
+        "passthrough",
     )
 
 
-@pytest.mark.faultfs(outside="refuse")
-def test_marker_refuse(faultfs: FaultFS, tmp_path: Path) -> None:
-    with pytest.raises(PermissionError):
+@pytest.mark.faultfs(suppress_health_check=["outside_root"])
+def test_paths_outside_the_root_are_refused_by_default(faultfs: FaultFS, tmp_path: Path) -> None:
+    with pytest.raises(PermissionError, match="outside the faultfs root"):
         os.listdir(tmp_path)
+    assert faultfs.outside_calls == 1
+    with open(faultfs.path("f"), "w") as handle:
+        handle.write("x")
 
 
 def unsynced_write(fs: FaultFS) -> None:

@@ -1,0 +1,343 @@
+"""Escapes: the ways code reaches the real file system around the patched os/io attributes.
+
+* Names bound before activation (``from os import fsync``, ``_replace =
+  os.replace``) in loaded modules and their classes: :func:`patch_bindings`
+  finds them, as pyfakefs does, and points them at the interceptors while a
+  FaultFS is active. Modules are scanned once; the scan is redone only for
+  modules loaded since.
+* References no scan can reach (instance attributes, closures, default
+  arguments): when the root is a real directory, a path-taking call that
+  reaches the real system for a path under an active root is stopped by an
+  audit hook (:func:`sys.addaudithook`) with :class:`EscapeError`; a simulated
+  descriptor handed to the real os fails with ``EBADF``, and a path under a
+  simulated root fails on the real disk (``ENOENT``), both of which
+  :func:`diagnose` turns into the same error. Each names the function
+  (``module:qualname``), the name it used and the fix.
+* Objects of a crashed run: :func:`bury` clears the crashed frames and collects
+  them while the dead model is still active, so their finalizers meet the dead
+  process (their I/O is refused) instead of the real disk.
+"""
+
+from __future__ import annotations
+
+import dis
+import errno
+import gc
+import os
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+from types import BuiltinFunctionType, FrameType, ModuleType, TracebackType
+from typing import TYPE_CHECKING, Any
+
+from faultfs.errors import EscapeError, SimulatedCrash
+
+if TYPE_CHECKING:
+    from faultfs._fs import FaultFS
+
+# Modules whose bindings must stay real: the interceptor's own, the modules it
+# patches by attribute, the import system, and the source readers tracebacks use.
+_SKIP_MODULES = frozenset(
+    {
+        "os", "posix", "nt", "builtins", "io", "_io", "fcntl", "sys", "posixpath",
+        "genericpath", "linecache", "tokenize", "importlib", "zipimport", "faultfs",
+    }
+)  # fmt: skip
+_SKIP_PREFIXES = ("faultfs.", "importlib.", "_frozen_importlib", "encodings.")
+
+# Binding: (namespace, name, original, replacement); namespace is a module or class.
+Binding = tuple[Any, str, Any, Any]
+
+# id(original) -> (original, replacement, "os.fsync")
+_originals: dict[int, tuple[Any, Any, str]] = {}
+_scanned: dict[str, Any] = {}
+_found: dict[str, list[Binding]] = {}
+_flat: list[Binding] = []
+_seen: tuple[int, object] = (-1, None)
+
+
+def register(original: Any, replacement: Any, qualname: str) -> None:
+    """Declare ``original`` (a builtin such as os.fsync) and the interceptor that replaces it."""
+    assert isinstance(original, BuiltinFunctionType), qualname
+    _originals.setdefault(id(original), (original, replacement, qualname))
+
+
+def _skipped(name: str) -> bool:
+    return name in _SKIP_MODULES or name.startswith(_SKIP_PREFIXES)
+
+
+def _hit(value: Any) -> tuple[Any, Any, str] | None:
+    # Only builtins can be originals: a type check first keeps the scan cheap.
+    if type(value) is not BuiltinFunctionType:
+        return None
+    hit = _originals.get(id(value))
+    return hit if hit is not None and hit[0] is value else None
+
+
+def _scan(module: ModuleType) -> list[Binding]:
+    """The module's (and its classes') attributes that hold an original function."""
+    found: list[Binding] = []
+    name = module.__name__
+    for attr, value in list(vars(module).items()):
+        hit = _hit(value)
+        if hit is not None:
+            found.append((module, attr, value, hit[1]))
+        elif isinstance(value, type) and value.__dict__.get("__module__") == name:
+            for cattr, cvalue in list(vars(value).items()):
+                target = cvalue.__func__ if type(cvalue) is staticmethod else cvalue
+                hit = _hit(target)
+                if hit is not None:
+                    # A plain function would bind as a method where the builtin did not.
+                    found.append((value, cattr, cvalue, staticmethod(hit[1])))
+    return found
+
+
+def bindings() -> list[Binding]:
+    """Every binding of an original in the loaded modules (rescanned when modules change)."""
+    global _flat, _seen
+    modules = sys.modules
+    key = (len(modules), next(reversed(modules), None))
+    if key == _seen:
+        return _flat
+    for name in [n for n in _scanned if n not in modules]:
+        del _scanned[name]
+        _found.pop(name, None)
+    for name, module in list(modules.items()):
+        if _scanned.get(name) is module:
+            continue
+        _scanned[name] = module
+        _found.pop(name, None)
+        if not isinstance(module, ModuleType) or _skipped(name):
+            continue
+        try:
+            found = _scan(module)
+        except Exception:  # an exotic module (lazy loader, proxy): leave it alone
+            continue
+        if found:
+            _found[name] = found
+    _flat = [binding for found in _found.values() for binding in found]
+    _seen = key
+    return _flat
+
+
+def patch_bindings(saved: list[Binding]) -> None:
+    """Point every binding at its interceptor; ``saved`` receives what to restore."""
+    for namespace, attr, original, replacement in bindings():
+        try:
+            if namespace.__dict__.get(attr) is original:
+                setattr(namespace, attr, replacement)
+                saved.append((namespace, attr, original, replacement))
+        except (AttributeError, TypeError):  # a read-only class
+            continue
+
+
+def unpatch_bindings(saved: list[Binding]) -> None:
+    while saved:
+        namespace, attr, original, replacement = saved.pop()
+        if namespace.__dict__.get(attr) is replacement:
+            setattr(namespace, attr, original)
+
+
+# ------------------------------------------------------------- naming the escape
+
+
+def _attribute(owner: Any, name: str) -> Any:
+    """``owner.name`` as stored (instance dict, then class dicts), without running code."""
+    held = getattr(owner, "__dict__", None)
+    if isinstance(held, dict) and name in held:
+        return held[name]
+    for klass in type(owner).__mro__:
+        if name in klass.__dict__:
+            value = klass.__dict__[name]
+            return value.__func__ if isinstance(value, staticmethod) else value
+    return None
+
+
+_LOCAL_LOADS = frozenset({"LOAD_FAST", "LOAD_DEREF", "LOAD_CLASSDEREF", "LOAD_CLOSURE"})
+_GLOBAL_LOADS = frozenset({"LOAD_GLOBAL", "LOAD_NAME"})
+_ATTRIBUTE_LOADS = frozenset({"LOAD_ATTR", "LOAD_METHOD"})
+
+
+def _via(frame: FrameType) -> tuple[str, str] | None:
+    """(the expression the frame's current line called through, "os.fsync"), if any."""
+    local_values = frame.f_locals
+    value: Any = None
+    expression = ""
+    for ins in dis.get_instructions(frame.f_code):
+        if ins.positions is None or ins.positions.lineno != frame.f_lineno:
+            continue
+        name = str(ins.argval)
+        if ins.opname in _LOCAL_LOADS:
+            value, expression = local_values.get(name), name
+        elif ins.opname in _GLOBAL_LOADS:
+            value, expression = frame.f_globals.get(name), name
+        elif ins.opname in _ATTRIBUTE_LOADS and value is not None:
+            value, expression = _attribute(value, name), f"{expression}.{name}"
+        else:
+            continue
+        hit = _hit(value)
+        if hit is not None:
+            return expression, hit[2]
+    return None
+
+
+def _where(frame: FrameType) -> str:
+    module = frame.f_globals.get("__name__", "?")
+    return f"{module}:{frame.f_code.co_qualname} ({frame.f_code.co_filename}:{frame.f_lineno})"
+
+
+_FIX = (
+    "faultfs rebinds such names at module and class level of loaded modules, but not in "
+    "instances, closures or default arguments. Fix: look the function up when calling it "
+    "(os.fsync(fd), not a saved reference), or create the object that saved it after the "
+    "FaultFS is active (inside the workload)."
+)
+
+
+def escape_message(frame: FrameType, what: str) -> str:
+    via = _via(frame)
+    if via is None:
+        return (
+            f"{_where(frame)}: {what}. The call went around faultfs's interceptors, through a "
+            "function faultfs does not intercept (io.FileIO used directly, for instance) or one "
+            f"bound before the FaultFS was activated. Use open(), os or pathlib instead. {_FIX}"
+        )
+    name, original = via
+    return (
+        f"{_where(frame)} calls {original} through `{name}`, bound before the FaultFS was "
+        f"activated, so {what}. {_FIX}"
+    )
+
+
+def _under(path: Any, roots: Sequence[str]) -> bool:
+    if not isinstance(path, str | bytes):
+        return False
+    text = os.path.normpath(os.fsdecode(path))
+    return any(text == root or text.startswith(root + "/") for root in roots)
+
+
+def diagnose(exc: BaseException, roots: Sequence[str] = ()) -> EscapeError | None:
+    """An EscapeError when ``exc`` came from a real os call that should have hit a FaultFS.
+
+    Either a simulated descriptor reached the real os (EBADF), or a path under
+    one of ``roots`` reached the real file system and failed there (a
+    simulated root does not exist on the real disk). Only when the failing
+    line called through a name holding an intercepted original; else None.
+    """
+    if not isinstance(exc, OSError):
+        return None
+    if exc.errno == errno.EBADF:
+        what = "a simulated descriptor reached the real system (EBADF)"
+    elif _under(exc.filename, roots) or _under(exc.filename2, roots):
+        what = f"the path {exc.filename!r} reached the real file system ({exc.strerror})"
+    else:
+        return None
+    tb = exc.__traceback__
+    if tb is None:
+        return None
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    if _via(tb.tb_frame) is None:
+        return None
+    return EscapeError(escape_message(tb.tb_frame, what))
+
+
+# ------------------------------------------------------------------ audit hook
+
+# Audit events of path-taking calls, and which arguments are paths.
+_WATCHED: dict[str, tuple[int, ...]] = {
+    "open": (0,),
+    "os.rename": (0, 1),
+    "os.remove": (0,),
+    "os.rmdir": (0,),
+    "os.mkdir": (0,),
+    "os.truncate": (0,),
+    "os.link": (0, 1),
+    "os.symlink": (1,),
+    "os.chmod": (0,),
+    "os.chown": (0,),
+    "os.utime": (0,),
+    "os.listdir": (0,),
+    "os.scandir": (0,),
+    "os.listxattr": (0,),
+    "os.getxattr": (0,),
+    "os.setxattr": (0,),
+    "os.removexattr": (0,),
+}
+# Callers allowed to read under a root: the import system and the source readers.
+_EXEMPT_FILES = ("<frozen importlib", "<frozen zipimport")
+_EXEMPT_MODULES = frozenset({"linecache", "tokenize", "importlib._bootstrap_external"})
+
+_hook_installed = False
+
+
+def install_audit_hook(stack: Sequence[FaultFS], owner: Callable[[str], FaultFS | None]) -> None:
+    """Stop real path calls under an active root (once per process; hooks stay forever).
+
+    Installed when a FaultFS whose root exists on the real disk is activated:
+    only there can an escaped call change real files. The hook runs on every
+    audited event of the process (each ``sys._getframe`` and ``frame.f_code``
+    included), which costs the model's own calls a measurable share.
+    """
+    global _hook_installed
+    if _hook_installed:
+        return
+    _hook_installed = True
+
+    def audit(event: str, args: tuple[Any, ...]) -> None:
+        if not stack:
+            return
+        spec = _WATCHED.get(event)
+        if spec is None:
+            return
+        for index in spec:
+            if index >= len(args):
+                continue
+            path = args[index]
+            if path is None or isinstance(path, int):
+                continue
+            try:
+                text = os.fsdecode(os.fspath(path))
+            except TypeError:
+                continue
+            if not text.startswith("/"):
+                text = os.getcwd() + "/" + text
+            fs = owner(os.path.normpath(text))
+            if fs is None:
+                continue
+            frame = sys._getframe(1)
+            if frame.f_code.co_filename.startswith(_EXEMPT_FILES) or (
+                frame.f_globals.get("__name__") in _EXEMPT_MODULES
+            ):
+                return
+            what = f"the real {event} call on {text!r} (under the FaultFS root {fs.root!r})"
+            message = escape_message(frame, f"{what} was stopped")
+            fs.escapes.append(message)
+            raise EscapeError(message)
+
+    sys.addaudithook(audit)
+
+
+# ------------------------------------------------------------ a crashed run's objects
+
+
+def bury(tb: TracebackType | None) -> None:
+    """Clear the frames of ``tb`` and collect garbage, dropping the dead process's I/O errors.
+
+    Called while the crashed FaultFS is still active: finalizers of the run's
+    objects then meet the dead process (IOAfterCrash, not printed) instead of
+    the real file system.
+    """
+    if tb is not None:
+        traceback.clear_frames(tb)
+    previous = sys.unraisablehook
+
+    def quiet(unraisable: Any) -> None:
+        if not isinstance(unraisable.exc_value, SimulatedCrash):
+            previous(unraisable)
+
+    sys.unraisablehook = quiet
+    try:
+        gc.collect()
+    finally:
+        sys.unraisablehook = previous

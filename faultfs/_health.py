@@ -1,0 +1,154 @@
+"""Health checks: explore and the pytest fixtures refuse to pass a test that checked nothing.
+
+Like Hypothesis's health checks, each one fails the run with a message saying
+what to do, and each can be suppressed by name
+(``suppress_health_check=[HealthCheck.no_boundaries]``).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
+from faultfs.errors import ConfigError, EscapeError, FailedHealthCheck, NondeterministicWorkload
+
+if TYPE_CHECKING:
+    from faultfs._fs import FaultFS
+    from faultfs._trace import Op
+
+
+class HealthCheck(enum.Enum):
+    """What explore and the pytest fixtures check before trusting a passing run."""
+
+    #: The workload passed no boundary under the root: there was nothing to crash.
+    no_boundaries = "no_boundaries"
+    #: The workload or the check used paths outside the root (refused or passed through).
+    outside_root = "outside_root"
+    #: The check never looked at a crash image (no call under the image's root).
+    check_never_ran = "check_never_ran"
+    #: Two runs of the workload from the same start passed different operations.
+    nondeterministic = "nondeterministic"
+
+    @classmethod
+    def all(cls) -> list[HealthCheck]:
+        return list(cls)
+
+
+def suppressed(names: Iterable[HealthCheck | str]) -> frozenset[HealthCheck]:
+    """The suppressed checks, accepting members or their names."""
+    out = set()
+    for item in names:
+        if isinstance(item, HealthCheck):
+            out.add(item)
+        elif isinstance(item, str) and item in HealthCheck.__members__:
+            out.add(HealthCheck[item])
+        else:
+            raise ConfigError(
+                f"suppress_health_check got {item!r}; use members of faultfs.HealthCheck: "
+                f"{[h.name for h in HealthCheck]}"
+            )
+    return frozenset(out)
+
+
+def fail(check: HealthCheck, problem: str, advice: str) -> FailedHealthCheck:
+    return FailedHealthCheck(
+        f"faultfs health check {check.name} failed: {problem}\n{advice}\n"
+        f"If this is what you meant, suppress it: "
+        f"suppress_health_check=[faultfs.HealthCheck.{check.name}].",
+        check,
+    )
+
+
+def check_escapes(fs: FaultFS) -> None:
+    """Raise the first escape (a real call under the root) ``fs`` recorded, even if swallowed."""
+    if fs.escapes:
+        raise EscapeError(fs.escapes[0])
+
+
+def check_outside(fs: FaultFS, who: str, off: frozenset[HealthCheck]) -> None:
+    if HealthCheck.outside_root in off or not fs.outside_calls:
+        return
+    examples = "\n".join(f"    {e}" for e in fs.outside_examples)
+    verb = "were refused" if fs.outside == "refuse" else "reached the real file system"
+    raise fail(
+        HealthCheck.outside_root,
+        f"{who} made {fs.outside_calls} call(s) on paths outside the root {fs.root!r}; they "
+        f"{verb}, so that I/O was never crash-tested:\n{examples}",
+        "Build every path the code under test uses from the root (fs.path('name'), or pass "
+        "fs.root to the code as its directory). If it must also read or write real files, "
+        "pass outside='passthrough'.",
+    )
+
+
+def check_boundaries(fs: FaultFS, who: str, off: frozenset[HealthCheck]) -> None:
+    if HealthCheck.no_boundaries in off or fs.boundaries:
+        return
+    raise fail(
+        HealthCheck.no_boundaries,
+        f"{who} passed no boundary under the root {fs.root!r}: it created, wrote, synced, "
+        "renamed or removed nothing there, so there was no crash point and nothing was tested.",
+        "Point the code under test at the root: build its paths with fs.path('name') or pass it "
+        "fs.root as its data directory (relative paths and other directories are not the root).",
+    )
+
+
+def _shape(trace: Sequence[Op]) -> list[tuple[str, str]]:
+    # Kinds and call sites, not paths or sizes: temporary names and timestamps may differ
+    # between runs without moving any crash point.
+    return [(op.kind, op.site) for op in trace]
+
+
+def check_deterministic(first: FaultFS, second: FaultFS, off: frozenset[HealthCheck]) -> None:
+    if HealthCheck.nondeterministic in off:
+        return
+    a, b = _shape(first.trace), _shape(second.trace)
+    if first.boundaries == second.boundaries and a == b:
+        return
+    index = next(
+        (i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b))
+    )
+
+    def show(trace: Sequence[Op]) -> str:
+        return str(trace[index]) if index < len(trace) else "(nothing: the run had ended)"
+
+    raise fail(
+        HealthCheck.nondeterministic,
+        f"the workload is not deterministic: two runs from the same start passed "
+        f"{first.boundaries} and {second.boundaries} boundaries; operation #{index + 1} was\n"
+        f"    {show(first.trace)}\n  then\n    {show(second.trace)}",
+        "explore re-runs the workload once per boundary and crashes each run at a different "
+        "one, so every run must do the same I/O: seed random choices, reset module-level "
+        "state (caches, counters) on entry, and keep wall-clock time out of control flow.",
+    )
+
+
+def unreached(boundary: int, fs: FaultFS, off: frozenset[HealthCheck]) -> FailedHealthCheck | None:
+    if HealthCheck.nondeterministic in off:
+        return None
+    return NondeterministicWorkload(
+        f"faultfs health check nondeterministic failed: the workload passed {fs.boundaries} "
+        f"boundaries this time and never reached boundary {boundary}; make it deterministic "
+        "(seeded randomness, fresh state per run).\nIf this is what you meant, suppress it: "
+        "suppress_health_check=[faultfs.HealthCheck.nondeterministic] (unreached boundaries "
+        "are then skipped).",
+    )
+
+
+def check_images_looked_at(images: int, touched: int, off: frozenset[HealthCheck]) -> None:
+    if HealthCheck.check_never_ran in off or (images and touched):
+        return
+    problem = (
+        "no crash image was checked"
+        if not images
+        else f"recover_and_check made no call under the root on any of the {images} crash "
+        "images it was given, so it checked nothing"
+    )
+    raise fail(
+        HealthCheck.check_never_ran,
+        problem,
+        "recover_and_check(img) must run recovery on the crashed files and read them back: "
+        "open img.path('name'), list img.root, or use img.tree() / img.read_file('name'). "
+        "A check that reads a real directory, a copy made before the crash, or nothing at all "
+        "passes whatever the crash did.",
+    )
