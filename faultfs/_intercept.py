@@ -124,18 +124,34 @@ def _caller(depth: int) -> tuple[bool, FrameType | None]:
     return module.partition(".")[0] in _FRAMEWORK, frame
 
 
+# Calls that change names: never let through on a root's parent directories.
+_NAMESPACE_CHANGES = frozenset(
+    {"mkdir", "rmdir", "unlink", "remove", "rename", "replace", "link", "symlink", "chmod",
+     "utime", "truncate", "setxattr", "removexattr"}
+)  # fmt: skip
+
+
+def _above_a_root(p: str) -> bool:
+    prefix = p.rstrip("/") + "/"
+    return any(fs.root.startswith(prefix) for fs in _stack)
+
+
 def _outside(given: Any, p: str, relative: bool) -> None:
     """A call on a path outside every active root: count it, and refuse it if so configured."""
     fs = _stack[-1]
     if fs.outside == "passthrough" and not fs.watch_outside:
         return
-    exempt, frame = _caller(3)
-    if exempt:
-        return
     wrapper = sys._getframe(2)
     while wrapper.f_code.co_name in _HELPERS and wrapper.f_back is not None:
         wrapper = wrapper.f_back
     call = wrapper.f_code.co_name.lstrip("_").replace("builtin_", "")
+    if call not in _NAMESPACE_CHANGES and _above_a_root(p):
+        # The model has nothing above its root; the real parents exist (stat("/"),
+        # realpath's lstat of each parent, opening a parent to fsync it).
+        return
+    exempt, frame = _caller(3)
+    if exempt:
+        return
     site = f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else "<unknown>"
     where = f"relative path {given!r} (resolved against the real working directory to {p!r})"
     what = f"{call}({where if relative else repr(p)}) at {site}"

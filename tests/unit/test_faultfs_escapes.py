@@ -375,3 +375,16 @@ def test_io_fileio_under_the_root_is_stopped(real_root: Path) -> None:
     assert "io.FileIO used directly" in str(info.value)
     assert fs.escapes == [str(info.value)]
     untouched(real_root, before)
+
+
+def test_reading_the_roots_parents_is_neither_refused_nor_counted(real_root: Path) -> None:
+    with FaultFS(real_root / "data", outside="refuse") as fs:
+        os.makedirs(fs.path("a", "b"))
+        assert os.path.realpath(fs.path("a", "b")) == fs.path("a", "b")  # lstat of each parent
+        assert os.stat("/").st_ino == os.lstat("/").st_ino
+        fd = os.open(real_root, os.O_RDONLY)  # a parent opened to fsync it
+        os.fsync(fd)
+        os.close(fd)
+        with pytest.raises(OutsideRootError):
+            os.rename(real_root / "sub", real_root / "moved")  # changing names there is not
+    assert fs.outside_calls == 1

@@ -43,7 +43,7 @@ def test_marker_options(faultfs: FaultFS) -> None:
 @pytest.mark.faultfs(suppress_health_check=["outside_root"])
 def test_paths_outside_the_root_are_refused_by_default(faultfs: FaultFS, tmp_path: Path) -> None:
     with pytest.raises(PermissionError, match="outside the faultfs root"):
-        os.listdir(tmp_path)
+        os.listdir(tmp_path / "elsewhere")  # tmp_path itself holds the root: it may be read
     assert faultfs.outside_calls == 1
     with open(faultfs.path("f"), "w") as handle:
         handle.write("x")

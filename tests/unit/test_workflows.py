@@ -372,6 +372,7 @@ def _fake_ci_project(root: Path) -> Path:
     (root / "ci").mkdir()
     shutil.copy2(REPO / "ci" / "stress.sh", root / "ci" / "stress.sh")
     (root / "ci" / "tests.sh").write_text(FAKE_TESTS_SH)
+    shutil.copy2(REPO / "conftest.py", root / "conftest.py")  # the stress gate and profiles
     for kind, text in (("unit", FAKE_UNIT_TESTS), ("stress", FAKE_CI_STRESS_TESTS)):
         (root / "tests" / kind).mkdir(parents=True)
         (root / "tests" / kind / f"test_{kind}.py").write_text(text)
