@@ -3,7 +3,9 @@
 The project's ``timeout`` (300 s, pyproject.toml) is a hang guard for quick
 tests; a stress test run by the README's main job (``pytest --run-stress``)
 gets ``STRESS_TEST_TIMEOUT_S`` instead, unless ``--timeout`` or its own marker
-says otherwise. Run in a throw-away project, in a child pytest.
+says otherwise. Run in a throw-away project, in a child pytest that opts in
+to the plugin with ``-p oracle.pytest_plugin`` (installing the distribution
+does not register it; substrat's own rootdir conftest loads it).
 """
 
 from __future__ import annotations
@@ -53,7 +55,8 @@ def _caps(tmp_path: Path, *args: str) -> dict[str, str]:
     (tmp_path / "test_caps.py").write_text(TESTS)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-s", "-q", "-p", "no:cacheprovider", *args],
+        [sys.executable, "-m", "pytest", "-s", "-q", "-p", "no:cacheprovider"]
+        + ["-p", "oracle.pytest_plugin", *args],
         cwd=tmp_path,
         env=env,
         capture_output=True,
