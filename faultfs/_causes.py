@@ -437,7 +437,9 @@ def describe(kind: str, steps: tuple[Step, ...], note: str, where: Where) -> tup
         return found[0] if found else None
 
     write = first("write")
-    file = where.path(write.path) if write is not None else "?"
+    # The file the cause is about: its write, or its lost truncate when nothing was written.
+    subject = write or first("truncate")
+    file = where.path(subject.path) if subject is not None else "?"
     acked = ""
     if "acknowledged" in by_role:
         acked = f" before it was acknowledged at {at('acknowledged')}"
@@ -510,10 +512,18 @@ def describe(kind: str, steps: tuple[Step, ...], note: str, where: Where) -> tup
         summary = f"the write to {file} at {at('write')} was torn by the crash ({note})"
         if "recovery" in by_role:
             summary += f" and recovery failed on it at {at('recovery')}"
-        return summary, (
+        log_fix = (
             "make each record self-checking (length and checksum) and have recovery cut a torn "
             "tail before reading or appending"
         )
+        if write is not None and "off=0" in write.args:
+            # A write from offset 0 is how a whole file is rewritten in place (TinyDB's
+            # JSONStorage), though it can also be a fresh log's first record.
+            return summary, (
+                "if the file is rewritten whole, write a temporary file, fsync it and rename it "
+                f"over the old one instead; if it is a log, {log_fix}"
+            )
+        return summary, log_fix
     if kind == "lost-together":
         parts = ", ".join(f"{s.kind} {where.path(s.path)} at {where.site(s)}" for s in steps)
         summary = f"losing these unsynced operations together breaks recovery: {parts}"

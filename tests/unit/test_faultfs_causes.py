@@ -243,3 +243,65 @@ def test_a_step_the_standard_library_issued_names_its_frame_and_the_users() -> N
 def line_of_source(function: Any, text: str) -> int:
     lines, first = inspect.getsourcelines(function)
     return first + next(i for i, line in enumerate(lines) if text in line)
+
+
+def overwrite_then_truncate(fs: FaultFS) -> None:
+    """A store that rewrites its whole file in place: write at 0, fsync, then cut the rest.
+
+    TinyDB's JSONStorage does this; the cut is never fsynced, and a shorter
+    document leaves old bytes behind it until the cut lands.
+    """
+    fd = os.open(fs.path("db.json"), os.O_RDWR)
+    os.write(fd, json.dumps({"docs": [1]}).encode())
+    os.fsync(fd)
+    os.ftruncate(fd, len(json.dumps({"docs": [1]})))
+    os.close(fd)
+    fs.ack("removed 2")
+
+
+def db_setup(fs: FaultFS) -> None:
+    with open(fs.path("db.json"), "w") as handle:
+        json.dump({"docs": [1, 2]}, handle)
+
+
+def db_check(img: FaultFS) -> None:
+    with open(img.path("db.json")) as handle:
+        docs = json.load(handle)["docs"]
+    assert docs == [1] if img.acked else docs in ([1], [1, 2])
+
+
+def test_a_lost_truncate_names_the_truncated_file() -> None:
+    report = explore(overwrite_then_truncate, db_check, setup=db_setup)
+    causes = {c.kind: c for c in report.causes()}
+    assert set(causes) == {"not-atomic", "lost-truncate"}, report.text()
+    line = line_of_source(overwrite_then_truncate, "os.ftruncate")
+    summary, fix = causes["lost-truncate"].describe(os.path.dirname(__file__))
+    assert summary.startswith(f"the truncate of db.json at test_faultfs_causes.py:{line} "), summary
+    assert fix == "fsync the file after truncating it"
+
+
+def whole_file_rewrite(fs: FaultFS) -> None:
+    with open(fs.path("db.json"), "w") as handle:  # the whole document, from offset 0
+        json.dump({"docs": [1, 2, 3]}, handle)
+        handle.flush()
+        os.fsync(handle.fileno())
+    fs.ack("saved")
+
+
+def test_a_torn_whole_file_rewrite_suggests_a_temporary_file_and_a_rename() -> None:
+    def setup(fs: FaultFS) -> None:
+        os.close(os.open(fs.path("db.json"), os.O_WRONLY | os.O_CREAT, 0o644))
+
+    def check(img: FaultFS) -> None:
+        with open(img.path("db.json")) as handle:
+            text = handle.read()
+        if text or img.acked:
+            assert json.loads(text) == {"docs": [1, 2, 3]}
+
+    report = explore(whole_file_rewrite, check, setup=setup, modes=("torn",))
+    causes = {c.kind: c for c in report.causes()}
+    assert "torn-write" in causes, report.text()
+    fix = causes["torn-write"].fix
+    assert "write a temporary file, fsync it and rename it over the old one" in fix, fix
+    # It may still be the first record of a log: the log advice stays.
+    assert "self-checking" in fix
