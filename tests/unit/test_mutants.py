@@ -319,6 +319,8 @@ def test_end_to_end_a_systematic_mutant_seen_only_by_a_harness_check(tmp_path: P
     (repo / "tests").mkdir(parents=True)
     (repo / "tests" / "__init__.py").write_text("")
     (repo / "tests" / "test_probe.py").write_text(HARNESS_PROBE)
+    # the stress gate (--run-stress, which the runner passes) comes from the rootdir conftest
+    (repo / "conftest.py").write_text((Path(__file__).parents[2] / "conftest.py").read_text())
     config = mutants.RunConfig(tests=("tests/test_probe.py",), repo=repo, timeout_s=120)
     site = next(
         s for s in mutant_gen.sites(SOURCE) if s.name == "persistence.py:durable_create:fsync_dir#1"
