@@ -179,10 +179,26 @@ class CrashPoint:
         else:
             kept = self._kept(choice)
             lost0 = [u for u in self.units if u not in kept]
-        singles = [u for u in lost0 if self._fails_alone(u)]
+        singles = self._latest_in_journal([u for u in lost0 if self._fails_alone(u)])
         if singles:
             return _merge_same_key([self._lost(u) for u in singles])
         return self._lost_together(lost0, outcome)
+
+    def _latest_in_journal(self, singles: list[Unit]) -> list[Unit]:
+        """Of namespace changes whose loss alone fails, the latest, when a journal orders them.
+
+        A journal loses a suffix: losing an earlier change loses every later
+        one with it, so when the latest already fails alone the earlier ones
+        are not losses of their own (a temporary file's create and the rename
+        that publishes it are one missing directory fsync, not two).
+        """
+        if not self.model.profile.meta_journal:
+            return singles
+        meta = [u for u in singles if u.meta]
+        if len(meta) < 2:
+            return singles
+        latest = max(meta, key=lambda u: u.ident)
+        return [u for u in singles if not u.meta or u is latest]
 
     def _kept(self, choice: ImageChoice) -> set[Unit]:
         kept_data = set(choice.data)

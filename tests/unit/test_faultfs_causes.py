@@ -305,3 +305,31 @@ def test_a_torn_whole_file_rewrite_suggests_a_temporary_file_and_a_rename() -> N
     assert "write a temporary file, fsync it and rename it over the old one" in fix, fix
     # It may still be the first record of a log: the log advice stays.
     assert "self-checking" in fix
+
+
+def publish_without_dir_fsync(fs: FaultFS) -> None:
+    """persist-queue's info save: a temporary file renamed into place, no fsync at all."""
+    tmp = fs.path("info.tmp")
+    with open(tmp, "w") as handle:
+        json.dump({"version": 1}, handle)
+    os.replace(tmp, fs.path("info"))
+    fs.ack(1)
+
+
+def test_on_a_journal_a_missing_directory_fsync_is_one_cause_at_the_rename() -> None:
+    def setup(fs: FaultFS) -> None:
+        with open(fs.path("info"), "w") as handle:
+            json.dump({"version": 0}, handle)
+
+    def check(img: FaultFS) -> None:
+        with open(img.path("info")) as handle:
+            assert json.load(handle)["version"] >= max(img.acked, default=0)
+
+    report = explore(publish_without_dir_fsync, check, setup=setup, profile="ext4-ordered")
+    # Losing the temporary file's create loses the rename after it (a journal
+    # loses a suffix): one missing step, named at the rename.
+    (cause,) = report.causes()
+    assert cause.kind == "entry-not-durable", report.text()
+    line = line_of_source(publish_without_dir_fsync, "os.replace")
+    assert [s.site for s in cause.steps if s.role == "rename"] == [f"{__file__}:{line}"]
+    assert cause.failures == report.failures
