@@ -76,6 +76,7 @@ SYSTEMATIC_TESTS = (
     "tests/unit/test_persistence_crash.py",
     "tests/unit/test_eventlog.py",
     "tests/unit/test_session_store.py",
+    "tests/unit/test_root_durability.py",
     "tests/integration/test_recovery_blind_spots.py",
     "tests/integration/test_recovery_points.py",
     "tests/integration/test_recovery_idempotence.py",
