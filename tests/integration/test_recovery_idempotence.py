@@ -365,6 +365,43 @@ def test_terminated_child_stays_terminated_across_restarts(tmp_path: Path) -> No
     run(go())
 
 
+def _ended(orch: Orchestrator) -> dict[str, str | None]:
+    """Each terminated agent's name and when it ended, as ``agent list --all`` shows it."""
+    return {
+        i.name: i.terminated_at
+        for i in orch.agents(include_terminated=True)
+        if i.state.value == "terminated"
+    }
+
+
+@pytest.mark.parametrize("cut_short", [False, True], ids=["whole", "cut short by a crash"])
+def test_every_agent_of_a_cascade_keeps_when_it_ended_across_restarts(
+    tmp_path: Path, cut_short: bool
+) -> None:
+    """A cascade writes ``agent.terminated`` into every descendant's own log (or recovery
+    does, for a cascade a crash cut short): that entry is where ``agent list --all`` and
+    "agent X was terminated at ..." read the time from once the daemon restarted."""
+    root = tmp_path / "root"
+
+    async def go() -> None:
+        if cut_short:
+            await _world_cascade_cut_short(root)
+        else:
+            orch = await open_root(root)
+            await orch.create_root("zed")
+            await orch.run_turn("zed", "@spawn z1\n@spawn z2")
+            await orch.terminate("zed", cascade=True)
+            await orch.close()
+        for _ in range(2):
+            orch = await open_root(root)
+            ended = _ended(orch)
+            assert sorted(ended) == ["z1", "z2", "zed"], ended
+            assert all(ended.values()), f"a terminated agent lost when it ended: {ended}"
+            await orch.close()
+
+    run(go())
+
+
 def test_user_log_is_repaired_before_recovery_reads_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
