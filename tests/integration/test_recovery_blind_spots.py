@@ -12,6 +12,7 @@ orchestrator on a faultfs disk and checks what a restart makes of it.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -20,7 +21,9 @@ from faultfs import FaultFS
 from oracle.faults import failing_fsync
 from oracle.harness import CrashHarness
 from oracle.workload import Step
+from substrat import events
 from substrat.errors import DurabilityError, OutcomeUnknownError
+from substrat.eventlog import read_log
 from substrat.providers.fake import FakeProvider
 from substrat.providers.registry import ProviderRegistry
 
@@ -92,6 +95,69 @@ def test_a_turn_the_provider_failed_is_not_reported_lost_after_a_crash() -> None
         assert harness.orch.tree.resolve("ada").lost_turn is None
     harness.run(Step("turn", "ada"))
     assert "the daemon restarted" not in _last_prompt(harness, "ada")
+    harness.close()
+
+
+class _NotingSession:
+    """A fake session that, as the OpenAI and Claude Code sessions do, asks for a provider
+    note (``AgentContext.note``) to be logged during the turn."""
+
+    def __init__(self, inner: Any, context: Any) -> None:
+        self._inner = inner
+        self._context = context
+
+    async def send(self, prompt: str) -> AsyncIterator[str]:
+        self._context.note(events.PROVIDER_SESSION, {"provider": "fake", "reason": "new"})
+        async for chunk in self._inner.send(prompt):
+            yield chunk
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+class _NotingProvider(FakeProvider):
+    async def create(self, model: str, system_prompt: str, context: Any) -> Any:
+        return _NotingSession(await super().create(model, system_prompt, context), context)
+
+
+def test_a_provider_note_is_in_the_log_after_a_power_loss() -> None:
+    """``note`` promises a durable entry: a power loss after the turn keeps it."""
+    provider = _NotingProvider()
+
+    def registry() -> ProviderRegistry:
+        made = ProviderRegistry()
+        made.register("fake", provider)
+        return made
+
+    harness = CrashHarness(registry=registry, provider="fake")
+    harness.run(Step("create_root", "ada"))
+    harness.run(Step("turn", "ada"))
+    harness.crash_and_recover("power")
+    with harness.fs:
+        ada = harness.orch.tree.resolve("ada")
+        logged = read_log(harness.orch.logs.path(ada.session_id)).entries
+    assert [e["event"] for e in logged].count(events.PROVIDER_SESSION) == 1, (
+        "the provider's note is not in the log after a power loss"
+    )
+    harness.close()
+
+
+def test_an_eviction_and_the_restore_after_it_are_in_the_log_after_a_power_loss() -> None:
+    """``suspend.result`` (the blob saved, logged when a session is evicted) and
+    ``session.restored`` (the next turn's restore and its source) are durable log
+    entries (docs/events.md): a power loss afterwards keeps both."""
+    harness = CrashHarness()
+    harness.run(Step("create_root", "ada"))
+    harness.run(Step("turn", "ada"))
+    harness.run(Step("evict", "ada"))
+    harness.run(Step("turn", "ada"))
+    harness.crash_and_recover("power")
+    with harness.fs:
+        ada = harness.orch.tree.resolve("ada")
+        logged = [e["event"] for e in read_log(harness.orch.logs.path(ada.session_id)).entries]
+    assert events.SUSPEND_RESULT in logged, "the eviction's suspend.result is gone"
+    assert logged.count(events.SESSION_RESTORED) == 1, f"the restore is gone: {logged}"
+    assert logged.index(events.SUSPEND_RESULT) < logged.index(events.SESSION_RESTORED), logged
     harness.close()
 
 
