@@ -363,3 +363,20 @@ def test_repair_moves_an_unrecoverable_session_directory_to_quarantine(
     with DaemonProcess(root).start() as daemon:
         assert _served(root) == (base.agents, base.histories, base.inbox)
         daemon.terminate()
+
+
+def test_repair_keeps_every_line_it_drops_in_quarantine(base: Base, tmp_path: Path) -> None:
+    """A damaged line costs that line in the log, never its bytes: ``fsck --repair``
+    writes the lines it drops to ``quarantine/`` before it rewrites the log."""
+    root = tmp_path / "root"
+    shutil.copytree(base.root, root)
+    garbage_line(base, root)
+    invalid_utf8_line(base, root)
+    repaired = fsck.check(root, repair=True)
+    assert all(f.repaired for f in repaired.problems), repaired.problems
+    kept = {p.name: p.read_bytes() for p in (root / "quarantine").iterdir() if ".damaged" in p.name}
+    assert sorted(kept.values()) == [
+        b"this is not json at all\n",
+        b"\xff\xfe\xfd broken bytes\n",
+    ], kept
+    assert fsck.check(root).kinds() == {}
