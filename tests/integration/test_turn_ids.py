@@ -23,7 +23,7 @@ import pytest
 from substrat import events, fsck
 from substrat.conversation import conversation_from_log
 from substrat.errors import ProviderError
-from substrat.eventlog import encode_entry, read_log
+from substrat.eventlog import EventLog, encode_entry, read_log
 from substrat.orchestrator import Orchestrator
 from substrat.providers.base import AgentContext, TurnRecord
 from substrat.providers.registry import ProviderRegistry
@@ -195,6 +195,24 @@ def test_every_line_damaged_in_turn_then_fsck_repair(built: Built, tmp_path: Pat
         again = fsck.check(root)
         assert again.exit_code == 0, again.findings
         _check(built, damaged, root)
+
+
+@pytest.mark.parametrize("built", ["killed"], indirect=True)
+def test_fsck_repair_reserves_the_id_of_a_dropped_turn_start(built: Built, tmp_path: Path) -> None:
+    """A turn in flight whose start is followed by another entry of its own (a provider's
+    note, logged during the turn) and nothing else names it: when that start line is
+    damaged, ``fsck --repair`` drops it and logs a reserved ``turn.failed`` for its id,
+    so the next turn gets a new one."""
+    root = tmp_path / "root"
+    log = _copy(built, root)
+    in_flight = len(_lines(log)) - 1
+    assert read_log(log).entries[in_flight]["event"] == events.TURN_START
+    with EventLog(log, {"session_id": log.parent.name}) as appended:
+        appended.log(events.PROVIDER_SESSION, {"provider": "scripted", "reason": "new"})
+    damaged = _damage(log, in_flight)
+    repaired = fsck.check(root, repair=True)
+    assert all(f.repaired for f in repaired.problems), repaired.problems
+    _check(built, damaged, root)
 
 
 def test_a_committed_turn_with_a_damaged_start_is_in_every_view(
