@@ -418,3 +418,33 @@ class FaultFS(Syscalls):
             if node.is_dir:
                 raise IsADirectoryError(relpath)
             return bytes(node.data)
+
+    def read_tree(self, relpath: str = "") -> dict[str, bytes | None]:
+        """Every visible entry below a directory, read without interception.
+
+        Path relative to ``relpath`` -> the file's bytes (None for a directory);
+        empty when ``relpath`` does not exist. Cheap enough to call after every
+        step: an oracle can tell from it whether anything it derived from those
+        files needs deriving again.
+        """
+        with self._lock:
+            inodes = self.model.inodes
+            try:
+                top = self._existing(self._inside(self.path(relpath)))
+            except FileNotFoundError:
+                return {}
+            if not top.is_dir:
+                raise NotADirectoryError(relpath)
+            out: dict[str, bytes | None] = {}
+            stack = [("", top)]
+            while stack:
+                prefix, node = stack.pop()
+                for name, ino in node.entries.items():
+                    child = inodes[ino]
+                    path = prefix + name
+                    if child.is_dir:
+                        out[path] = None
+                        stack.append((path + "/", child))
+                    else:
+                        out[path] = bytes(child.data)
+            return out

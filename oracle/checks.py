@@ -33,14 +33,19 @@ from substrat.agents import USER, AgentState
 from substrat.eventlog import LogRead, read_log
 from substrat.providers.chat_history import conversation_problems
 from substrat.providers.scripted import chain_digest, reply_header
-from substrat.registry import read_registry
+from substrat.registry import RegistryRead, read_registry, registry_path
 from substrat.session import SessionState
 
 if TYPE_CHECKING:
+    from faultfs import FaultFS
+    from oracle.incremental import FilesMemo
     from substrat.orchestrator import Orchestrator
     from substrat.providers.base import TurnRecord
 
 _SHOWN = 6
+
+TurnView = tuple[str, str, str]
+"""One turn as compared: (prompt, response, transcript as canonical JSON)."""
 
 
 @dataclass
@@ -48,8 +53,28 @@ class View:
     """A comparable picture of agents, conversations and inboxes."""
 
     agents: dict[str, tuple[str, str | None, str]] = field(default_factory=dict)
-    turns: dict[str, list[tuple[str, str, str]]] = field(default_factory=dict)
+    turns: dict[str, list[TurnView]] = field(default_factory=dict)
     inboxes: dict[str, set[str]] = field(default_factory=dict)
+
+
+@dataclass
+class Memos:
+    """What the checks derive from each log, kept from one check to the next.
+
+    Keyed by the log's bytes (:class:`oracle.incremental.FilesMemo`), so a log
+    a step did not touch is neither read nor parsed again, whichever crash
+    image it is on.
+    """
+
+    reads: FilesMemo[LogRead]
+    turns: FilesMemo[list[TurnView]]
+    registry: FilesMemo[RegistryRead]
+
+    @classmethod
+    def new(cls) -> Memos:
+        from oracle.incremental import FilesMemo
+
+        return cls(FilesMemo(), FilesMemo(), FilesMemo())
 
 
 class Reads:
@@ -57,17 +82,36 @@ class Reads:
 
     The checks look at every log several times (conversations, the in-flight
     turn's effects, the invariants); the disk does not change while they run.
+    With ``memos`` (and the ``fs`` the root is on; None for the real disk), a
+    log is parsed again only when its bytes changed since an earlier check.
     """
 
-    def __init__(self, orch: Orchestrator) -> None:
+    def __init__(
+        self, orch: Orchestrator, memos: Memos | None = None, fs: FaultFS | None = None
+    ) -> None:
         self.orch = orch
+        self.memos = memos
+        self.fs = fs
         self._reads: dict[str, LogRead] = {}
 
     def log(self, endpoint_session: str) -> LogRead:
         read = self._reads.get(endpoint_session)
         if read is None:
-            read = self._reads[endpoint_session] = read_log(self.orch.logs.path(endpoint_session))
+            path = self.orch.logs.path(endpoint_session)
+            if self.memos is None:
+                read = read_log(path)
+            else:
+                read = self.memos.reads.get(self.fs, path, lambda: read_log(path))
+            self._reads[endpoint_session] = read
         return read
+
+    def registry(self) -> RegistryRead:
+        """The root registry as ``read_registry`` finds it."""
+        if self.memos is None:
+            return read_registry(self.orch.root)
+        return self.memos.registry.get(
+            self.fs, registry_path(self.orch.root), lambda: read_registry(self.orch.root)
+        )
 
     def history(self, agent_id: str) -> list[TurnRecord]:
         """What ``orch.history(agent_id)`` returns, from the cached read."""
@@ -77,16 +121,36 @@ class Reads:
         return conversation_from_entries(self.log(node.session_id).entries)
 
 
-def observe(orch: Orchestrator, reads: Reads | None = None) -> View:
+def _turn_views(history: list[TurnRecord]) -> list[TurnView]:
+    return [(t.prompt, t.response, canonical(t.transcript)) for t in history]
+
+
+def observe(
+    orch: Orchestrator,
+    reads: Reads | None = None,
+    *,
+    memos: Memos | None = None,
+    fs: FaultFS | None = None,
+) -> View:
+    """What the orchestrator shows: its tree, each conversation (``orch.history``), inboxes.
+
+    With ``reads``, conversations come from its one read of each log. With
+    ``memos`` (and the ``fs`` the root is on, None for the real disk), a
+    conversation is derived again only when its log's bytes changed.
+    """
     view = View()
     for node in orch.tree.walk():
         view.agents[node.agent_id] = (node.name, node.parent_id, node.instructions)
-        view.turns[node.agent_id] = [
-            (t.prompt, t.response, canonical(t.transcript))
-            for t in (
-                orch.history(node.agent_id) if reads is None else reads.history(node.agent_id)
-            )
-        ]
+
+        def derive(agent_id: str = node.agent_id) -> list[TurnView]:
+            if reads is not None:
+                return _turn_views(reads.history(agent_id))
+            return _turn_views(orch.history(agent_id))
+
+        if memos is None:
+            view.turns[node.agent_id] = derive()
+        else:
+            view.turns[node.agent_id] = memos.turns.get(fs, orch.logs.path(node.session_id), derive)
         view.inboxes[node.agent_id] = {
             m.message_id for m in orch.inboxes.inbox(node.agent_id).all()
         }
@@ -235,14 +299,16 @@ def outcome_if_applied(
     return None  # evict and recover change nothing the model tracks
 
 
-def check_recovery(model: Model, orch: Orchestrator) -> ModelState:
+def check_recovery(
+    model: Model, orch: Orchestrator, *, memos: Memos | None = None, fs: FaultFS | None = None
+) -> ModelState:
     """Check a freshly recovered orchestrator; returns the outcome that matched.
 
     Raises :class:`OracleViolation` with the differences against each allowed
-    outcome and the operation trace.
+    outcome and the operation trace. ``memos`` and ``fs``: see :class:`Reads`.
     """
-    reads = Reads(orch)
-    got = observe(orch, reads)
+    reads = Reads(orch, memos, fs)
+    got = observe(orch, reads, memos=memos, fs=fs)
     names = {a.agent_id: a.name for a in model.state.agents.values()}
     names.update({a: n for a, (n, _, _) in got.agents.items()})
     candidates: list[tuple[str, ModelState]] = [
@@ -256,7 +322,7 @@ def check_recovery(model: Model, orch: Orchestrator) -> ModelState:
         problems = diff(expected(state), got, names)
         if not problems:
             check_invariants(orch, state, reads)
-            check_registry(model, orch)
+            check_registry(model, orch, reads)
             return state
         reports.append(f"against the model {label}:\n    " + "\n    ".join(problems))
     raise OracleViolation(
@@ -265,7 +331,7 @@ def check_recovery(model: Model, orch: Orchestrator) -> ModelState:
     )
 
 
-def check_registry(model: Model, orch: Orchestrator) -> None:
+def check_registry(model: Model, orch: Orchestrator, reads: Reads | None = None) -> None:
     """The root registry after a crash and a recovery.
 
     * Every root acknowledged before the crash was registered before the crash:
@@ -287,7 +353,7 @@ def check_registry(model: Model, orch: Orchestrator) -> None:
         problems.append(f"registered roots reported lost: {report.lost_roots[:_SHOWN]}")
     if report.registry_problem is not None:
         problems.append(f"the registry is unusable: {report.registry_problem}")
-    registry = read_registry(orch.root)
+    registry = (reads or Reads(orch)).registry()
     if registry.damage:
         problems.append(f"the registry has damage after recovery: {registry.damage}")
     for node in orch.tree.roots():

@@ -1,17 +1,21 @@
 """The crash-recovery fuzzer: a Hypothesis state machine over the real orchestrator.
 
 Rules drive the unmodified orchestrator on a faultfs disk: roots, children,
-turns, messages both ways, broadcasts, inbox reads, terminations, evictions,
-the wake loop and the user's inbox. ``crash_and_recover`` draws an operation,
-the I/O boundary inside it where the crash lands, the crash mode and image,
-and sometimes a second crash inside recovery itself; then it recovers and
-checks the result against the shadow model. ``fsync_failure_and_crash`` makes
-one or more consecutive fsyncs inside an operation fail (EIO, the pages
-dropped or written back anyway): an operation reported as failed must never
-come back, one reported undecided may. Two targeted rules crash where random
-steps rarely get: a turn reading an inbox that was just sent to, and a
-termination that cascades over a grandchild. After every step the in-memory
-state must equal the model's.
+turns, messages both ways, broadcasts, inbox reads, terminations (by the user
+and by a parent's turn), evictions, the wake loop and the user's inbox. Every
+operation takes a drawn :class:`CrashPlan` or None: with a plan, the operation
+runs with a crash armed at the plan's I/O boundary inside it (or just after
+it, when it has fewer), the disk is taken in the plan's crash mode and image,
+recovery sometimes crashes too, and the recovered orchestrator is checked
+against the shadow model. ``fsync_failure_and_crash`` makes one or more
+consecutive fsyncs inside an operation fail (EIO, the pages dropped or
+written back anyway): an operation reported as failed must never come back,
+one reported undecided may. Two targeted rules crash where random steps
+rarely get: a turn reading an inbox that was just sent to, and a termination
+that cascades over a grandchild. After every operation that did not crash,
+the running state must equal the model's (re-reading only the logs the
+operation changed, see :mod:`oracle.incremental`); after one that crashed,
+recovery's check already compared the whole recovered state.
 
 Use it from a test module::
 
@@ -21,6 +25,7 @@ Use it from a test module::
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from hypothesis import event
@@ -34,9 +39,8 @@ from hypothesis.stateful import (
 )
 
 from faultfs import MODES
-from oracle.checks import diff, expected, observe
-from oracle.errors import OracleViolation
-from oracle.harness import CrashHarness, scripted_registry
+from oracle.draws import pick
+from oracle.harness import CrashHarness, held_interception, scripted_registry
 from oracle.workload import STEP_KINDS, Step
 from substrat.providers.registry import ProviderRegistry
 
@@ -47,6 +51,34 @@ MAX_RECOVERY_BOUNDARY = 40
 MAX_FSYNC = 24
 """Operations make up to about this many fsyncs; a later one never fails."""
 MAX_CONSECUTIVE_FAILURES = 3
+IMAGE_SEEDS = 8
+
+
+@dataclass(frozen=True)
+class CrashPlan:
+    """How one operation crashes: where, in which mode, and whether recovery crashes too.
+
+    ``boundary`` counts I/O boundaries from the operation's start (past its
+    last one, the crash lands right after it); ``seed`` picks the image among
+    the mode's; ``recovery_crash`` is the boundary inside recovery where a
+    power loss hits before the recovery that is checked.
+    """
+
+    boundary: int
+    mode: str
+    seed: int = 0
+    recovery_crash: int | None = None
+
+
+crash_plans = st.builds(
+    CrashPlan,
+    boundary=st.integers(1, MAX_BOUNDARY),
+    mode=st.sampled_from(MODES),
+    seed=st.integers(0, IMAGE_SEEDS - 1),
+    recovery_crash=st.none() | st.integers(1, MAX_RECOVERY_BOUNDARY),
+)
+maybe_crash = st.none() | crash_plans
+"""Half the operations crash; shrinking prefers the ones that do not."""
 
 
 class CrashRecoveryMachine(RuleBasedStateMachine):
@@ -61,16 +93,27 @@ class CrashRecoveryMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.harness = CrashHarness(
-            profile=self.profile,
-            slots=self.slots,
-            registry=self.make_registry,
-            provider=self.provider,
-        )
+        # Held for the whole example: each step's activation of the disk is then
+        # a push and a pop, not a patch of every intercepted function.
+        self._held = held_interception()
+        self._held.__enter__()
+        try:
+            self.harness = CrashHarness(
+                profile=self.profile,
+                slots=self.slots,
+                registry=self.make_registry,
+                provider=self.provider,
+            )
+        except BaseException:
+            self._held.__exit__(None, None, None)
+            raise
         self.crashes = 0
 
     def teardown(self) -> None:
-        self.harness.close()
+        try:
+            self.harness.close()
+        finally:
+            self._held.__exit__(None, None, None)
 
     # -- helpers -------------------------------------------------------------
 
@@ -86,23 +129,34 @@ class CrashRecoveryMachine(RuleBasedStateMachine):
         return bool(self.harness.model.state.agents)
 
     def _draw_step(self, data: Any) -> Step:
+        """Any operation on the current tree (what the EIO rule makes fail)."""
         paths = self._paths()
         if not paths:
-            return Step("create_root", data.draw(st.sampled_from(NAMES), label="name"))
-        kind = data.draw(st.sampled_from(STEP_KINDS), label="operation")
-        agent = data.draw(st.sampled_from(paths), label="agent")
+            return Step("create_root", pick(data, NAMES, "name"))
+        kind = pick(data, STEP_KINDS, "operation")
+        agent = pick(data, paths, "agent")
         if kind == "create_root":
-            return Step(kind, data.draw(st.sampled_from(NAMES), label="name"))
-        if kind == "spawn":
-            return Step(kind, agent, data.draw(st.sampled_from(NAMES), label="child"))
+            return Step(kind, pick(data, NAMES, "name"))
+        if kind in ("spawn", "terminate_by_parent"):
+            return Step(kind, agent, pick(data, NAMES, "child"))
         if kind in ("send", "ask"):
-            return Step(kind, agent, data.draw(st.sampled_from([*paths, "user"]), label="to"))
-        if kind == "terminate_by_parent":
-            return Step(kind, agent, data.draw(st.sampled_from(NAMES), label="child"))
+            return Step(kind, agent, pick(data, [*paths, "user"], "to"))
         return Step(kind, agent)
 
-    def _step(self, step: Step) -> None:
-        self.harness.run(step)
+    def _step(self, step: Step, crash: CrashPlan | None = None) -> None:
+        """Run ``step``; with a plan, crash in it (or right after it), recover and check."""
+        if crash is None:
+            self.harness.run(step)
+            return
+        ran = self.harness.run(step, crash_at=crash.boundary)
+        cycle = self.harness.crash_and_recover(
+            crash.mode, crash.seed, recovery_crash_at=crash.recovery_crash
+        )
+        self.crashes += 1
+        event(f"crash mode: {crash.mode}")
+        event("crash inside the operation" if ran.crashed else "crash after the operation")
+        if cycle.recovery_crashed:
+            event("recovery itself crashed")
 
     # -- rules -----------------------------------------------------------------
 
@@ -110,75 +164,62 @@ class CrashRecoveryMachine(RuleBasedStateMachine):
     def first_root(self, name: str) -> None:
         self._step(Step("create_root", name))
 
-    @rule(name=st.sampled_from(NAMES))
-    def create_root(self, name: str) -> None:
-        self._step(Step("create_root", name))
+    @rule(name=st.sampled_from(NAMES), crash=maybe_crash)
+    def create_root(self, name: str, crash: CrashPlan | None) -> None:
+        self._step(Step("create_root", name), crash)
 
     @precondition(_has_agents)
-    @rule(data=st.data(), name=st.sampled_from(NAMES))
-    def spawn_child(self, data: Any, name: str) -> None:
-        self._step(Step("spawn", data.draw(st.sampled_from(self._paths())), name))
+    @rule(data=st.data(), name=st.sampled_from(NAMES), crash=maybe_crash)
+    def spawn_child(self, data: Any, name: str, crash: CrashPlan | None) -> None:
+        self._step(Step("spawn", pick(data, self._paths(), "parent"), name), crash)
 
     @precondition(_has_agents)
-    @rule(data=st.data(), ask=st.booleans())
-    def send_message(self, data: Any, ask: bool) -> None:
+    @rule(data=st.data(), ask=st.booleans(), crash=maybe_crash)
+    def send_message(self, data: Any, ask: bool, crash: CrashPlan | None) -> None:
         paths = self._paths()
-        src = data.draw(st.sampled_from(paths), label="from")
-        dst = data.draw(st.sampled_from([*paths, "user"]), label="to")
-        self._step(Step("ask" if ask else "send", src, dst))
+        src = pick(data, paths, "from")
+        dst = pick(data, [*paths, "user"], "to")
+        self._step(Step("ask" if ask else "send", src, dst), crash)
 
     @precondition(_has_agents)
-    @rule(data=st.data())
-    def broadcast(self, data: Any) -> None:
-        self._step(Step("broadcast", data.draw(st.sampled_from(self._paths()))))
+    @rule(data=st.data(), crash=maybe_crash)
+    def broadcast(self, data: Any, crash: CrashPlan | None) -> None:
+        self._step(Step("broadcast", pick(data, self._paths(), "from")), crash)
 
     @precondition(_has_agents)
-    @rule(data=st.data())
-    def check_inbox(self, data: Any) -> None:
-        self._step(Step("inbox", data.draw(st.sampled_from(self._paths()))))
+    @rule(data=st.data(), crash=maybe_crash)
+    def check_inbox(self, data: Any, crash: CrashPlan | None) -> None:
+        self._step(Step("inbox", pick(data, self._paths(), "agent")), crash)
 
     @precondition(_has_agents)
-    @rule(data=st.data())
-    def run_turn(self, data: Any) -> None:
-        kind = data.draw(st.sampled_from(("turn", "complete")))
-        self._step(Step(kind, data.draw(st.sampled_from(self._paths()))))
+    @rule(data=st.data(), kind=st.sampled_from(("turn", "complete")), crash=maybe_crash)
+    def run_turn(self, data: Any, kind: str, crash: CrashPlan | None) -> None:
+        self._step(Step(kind, pick(data, self._paths(), "agent")), crash)
 
     @precondition(_has_agents)
-    @rule(data=st.data())
-    def terminate_leaf(self, data: Any) -> None:
-        self._step(Step("terminate", data.draw(st.sampled_from(self._leaves()))))
+    @rule(data=st.data(), crash=maybe_crash)
+    def terminate_leaf(self, data: Any, crash: CrashPlan | None) -> None:
+        self._step(Step("terminate", pick(data, self._leaves(), "leaf")), crash)
 
     @precondition(_has_agents)
-    @rule(data=st.data())
-    def eviction(self, data: Any) -> None:
-        self._step(Step("evict", data.draw(st.sampled_from(self._paths()))))
+    @rule(data=st.data(), child=st.sampled_from(NAMES), crash=maybe_crash)
+    def terminate_by_parent(self, data: Any, child: str, crash: CrashPlan | None) -> None:
+        self._step(Step("terminate_by_parent", pick(data, self._paths(), "parent"), child), crash)
 
     @precondition(_has_agents)
-    @rule()
-    def wake_loop(self) -> None:
-        self._step(Step("pending"))
+    @rule(data=st.data(), crash=maybe_crash)
+    def eviction(self, data: Any, crash: CrashPlan | None) -> None:
+        self._step(Step("evict", pick(data, self._paths(), "agent")), crash)
 
     @precondition(_has_agents)
-    @rule()
-    def read_user_inbox(self) -> None:
-        self._step(Step("user_inbox"))
+    @rule(crash=maybe_crash)
+    def wake_loop(self, crash: CrashPlan | None) -> None:
+        self._step(Step("pending"), crash)
 
-    @rule(data=st.data())
-    def crash_and_recover(self, data: Any) -> None:
-        step = self._draw_step(data)
-        boundary = data.draw(st.integers(1, MAX_BOUNDARY), label="boundary")
-        mode = data.draw(st.sampled_from(MODES), label="mode")
-        seed = data.draw(st.integers(0, 7), label="image seed")
-        recovery_crash = data.draw(
-            st.none() | st.integers(1, MAX_RECOVERY_BOUNDARY), label="crash inside recovery at"
-        )
-        ran = self.harness.run(step, crash_at=boundary)
-        cycle = self.harness.crash_and_recover(mode, seed, recovery_crash_at=recovery_crash)
-        self.crashes += 1
-        event(f"crash mode: {mode}")
-        event("crash inside the operation" if ran.crashed else "crash after the operation")
-        if cycle.recovery_crashed:
-            event("recovery itself crashed")
+    @precondition(_has_agents)
+    @rule(crash=maybe_crash)
+    def read_user_inbox(self, crash: CrashPlan | None) -> None:
+        self._step(Step("user_inbox"), crash)
 
     @rule(data=st.data())
     def fsync_failure_and_crash(self, data: Any) -> None:
@@ -229,16 +270,4 @@ class CrashRecoveryMachine(RuleBasedStateMachine):
 
     @invariant()
     def matches_the_model(self) -> None:
-        harness = self.harness
-        with harness.fs:
-            got = observe(harness.orch)
-        names = {a.agent_id: a.name for a in harness.model.state.agents.values()}
-        problems = diff(expected(harness.model.state), got, names)
-        if problems:
-            raise OracleViolation(
-                "running state differs from the model:\n  " + "\n  ".join(problems),
-                trace=harness.model.trace_lines(),
-            )
-        harness.orch.tree.check()
-        for node in harness.orch.tree.walk():
-            assert node.state.value != "busy", f"{node.name} is stuck BUSY between steps"
+        self.harness.check_running()

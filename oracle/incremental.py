@@ -1,0 +1,96 @@
+"""Incremental observation: re-derive what a check reads from disk only where the disk changed.
+
+A state machine checks the running orchestrator after every step, and the
+costly part of that check is re-reading each agent's conversation from its
+log. A step changes the logs of one agent or a few; :class:`FilesMemo` keeps
+what was derived from each agent's log (or any file or directory) together
+with the bytes it was derived from, and derives it again only when those bytes
+differ. The key is the content, not a counter, so the memo is exactly as
+strong as deriving every time, provided the derivation reads nothing else; every
+``verify_every``-th lookup derives anyway and fails loudly if the memo was
+stale (that is, if the derivation came to depend on other files).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+from faultfs import FaultFS
+
+T = TypeVar("T")
+VERIFY_EVERY = 16
+"""One lookup in this many derives again and compares (0: never)."""
+
+
+def files_below(fs: FaultFS | None, path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Relative path -> bytes (None for a directory) below ``path``; {} if it is absent.
+
+    A file maps "" to its bytes; a path that cannot be read (a file where a
+    directory is expected on the way) maps "" to the error's errno. On a FaultFS
+    the model is read directly (no interception); with ``fs`` None the real
+    disk is read.
+    """
+    if fs is not None:
+        try:
+            return {"": fs.read_file(os.fspath(path))}
+        except IsADirectoryError:
+            return fs.read_tree(os.fspath(path))
+        except FileNotFoundError:
+            return {}
+        except OSError as exc:
+            return {"": exc.errno}
+    top = Path(path)
+    out: dict[str, Any] = {}
+    if top.is_file():
+        return {"": top.read_bytes()}
+    if not top.is_dir():
+        return out
+    for folder, dirs, files in os.walk(top):
+        base = Path(folder).relative_to(top)
+        for name in dirs:
+            out[str(base / name)] = None
+        for name in files:
+            out[str(base / name)] = (Path(folder) / name).read_bytes()
+    return out
+
+
+class StaleMemo(AssertionError):
+    """A memoised value differs from a fresh derivation: the derivation reads other files."""
+
+
+class FilesMemo(Generic[T]):
+    """Values derived from a file (or the files below a directory), re-derived when they change."""
+
+    def __init__(self, verify_every: int = VERIFY_EVERY) -> None:
+        assert verify_every >= 0
+        self.verify_every = verify_every
+        self._memo: dict[str, tuple[dict[str, Any], T]] = {}
+        self.lookups = 0
+        self.derived = 0
+
+    def get(self, fs: FaultFS | None, path: str | os.PathLike[str], derive: Callable[[], T]) -> T:
+        """``derive()``, or the value it gave when the files at ``path`` held the same bytes."""
+        key = os.fspath(path)
+        files = files_below(fs, key)
+        self.lookups += 1
+        held = self._memo.get(key)
+        if held is not None and held[0] == files:
+            if self.verify_every and self.lookups % self.verify_every == 0:
+                fresh = derive()
+                if fresh != held[1]:
+                    raise StaleMemo(
+                        f"the value derived from {key} changed while its files did not: "
+                        "the derivation reads files outside that directory, so this memo "
+                        "must not be used for it"
+                    )
+            return held[1]
+        value = derive()
+        self.derived += 1
+        self._memo[key] = (files, value)
+        return value
+
+    def forget(self) -> None:
+        self._memo.clear()

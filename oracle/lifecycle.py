@@ -1,0 +1,443 @@
+"""The lifecycle fuzzer: random sequences of orchestrator operations against a shadow model.
+
+Rules: create_root, spawn_child, run_turn, send_message (notification or
+request, to an agent, the parent or the user), broadcast, terminate_leaf,
+terminate_cascade, run_pending (the wake loop, then maybe the user collects
+its inbox), evict, and reopen (a clean close, or a kill while idle, then a
+recovering open). Names come from a five-name alphabet, so collisions are
+frequent; the multiplexer has three slots, so sessions are evicted and
+restored all the time.
+
+The shadow model predicts everything the orchestrator must show: the tree,
+every inbox in order (sender and kind), who waits for which reply, how many
+turns each agent has had (the wake loop is simulated message by message), and
+the user's inbox. After every step the checks compare the two and check the
+orchestrator's own registries (sessions, inboxes, tool contexts, turn
+counters, live sessions, open logs) against the tree; no agent may be left
+BUSY and nothing may be in use between steps. Each provider conversation must
+chain the digest of every prompt in its log, which fails if an eviction or a
+restart resumed a session from the wrong state.
+
+Where the root lives: :class:`LifecycleMachine` runs on a :class:`faultfs.FaultFS`
+disk (what a process sees; crashes here are kills while idle, which keep the
+page cache, so nothing needs real fsyncs), and :class:`OnDiskLifecycleMachine`
+on a real temporary directory with real fsyncs, so real I/O stays covered; a
+test module runs a few examples of the second per run. Ids are deterministic
+and the clock monotonic. Hypothesis picks rules unevenly, so besides the
+``reopen`` rule every example ends with a restart whose result must match the
+shadow too.
+
+Use it from a test module::
+
+    from oracle.lifecycle import LifecycleMachine
+    TestLifecycle = LifecycleMachine.TestCase
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import itertools
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
+
+from faultfs import FaultFS
+from oracle.draws import pick
+from oracle.incremental import FilesMemo
+from oracle.kill import abandon
+from substrat.agents import USER, AgentState
+from substrat.errors import HasChildrenError, NameCollisionError
+from substrat.orchestrator import Orchestrator
+from substrat.providers.registry import ProviderRegistry
+from substrat.providers.scripted import ScriptedProvider, chain_digest, reply_header
+from substrat.words import plural
+
+T = TypeVar("T")
+NAMES = ("ada", "bo", "cy", "di", "ed")
+SLOTS = 3
+MAX_AGENTS = 14  # keeps one example well under a second
+FAULTFS_ROOT = "/substrat-lifecycle"
+
+
+@dataclass
+class Msg:
+    order: int
+    sender: str
+    kind: str
+    request: int | None = None  # for a request: its own key, so the reply can clear it
+
+
+@dataclass
+class Agent:
+    agent_id: str
+    name: str
+    parent: str | None
+    children: dict[str, str] = field(default_factory=dict)
+    inbox: list[Msg] = field(default_factory=list)
+    waiting: dict[int, str] = field(default_factory=dict)  # request key -> recipient id
+    turns: int = 0
+
+
+def _registry() -> ProviderRegistry:
+    # The scripted provider only: the default registry also scans every installed
+    # package's entry points, which took a fifth of this fuzzer's CPU time.
+    registry = ProviderRegistry()
+    registry.register("scripted", ScriptedProvider)
+    return registry
+
+
+def _raises(kind: type[BaseException], call: Callable[[], object]) -> None:
+    try:
+        call()
+    except kind:
+        return
+    raise AssertionError(f"expected {kind.__name__}")
+
+
+class LifecycleMachine(RuleBasedStateMachine):
+    """The lifecycle fuzzer on a faultfs disk (see the module docstring)."""
+
+    on_disk = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fs: FaultFS | None = None
+        if self.on_disk:
+            self.dir = Path(tempfile.mkdtemp(prefix="substrat-lifecycle-"))
+        else:
+            # Active for the whole example: activating a FaultFS patches every
+            # intercepted function, which costs more than many steps do.
+            self.fs = FaultFS(FAULTFS_ROOT, record_trace=False)
+            self.dir = Path(FAULTFS_ROOT)
+            self.fs.__enter__()
+        self.loop = asyncio.new_event_loop()
+        self._ids = itertools.count(1)
+        self._ticks = itertools.count(1)
+        self.order = itertools.count()
+        self.agents: dict[str, Agent] = {}
+        self.roots: dict[str, str] = {}
+        self.user: list[Msg] = []
+        # An agent's log is read and checked again only when its files changed.
+        self.conversations: FilesMemo[int] = FilesMemo()
+        try:
+            self.orch = self.run(self.open())
+        except BaseException:
+            self._release()
+            raise
+
+    # -- plumbing ---------------------------------------------------------------
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return self.loop.run_until_complete(coro)
+
+    def new_id(self) -> str:
+        return f"{next(self._ids):032x}"
+
+    def clock(self) -> str:
+        # strictly increasing, so arrival order survives a restart exactly
+        tick = next(self._ticks)
+        minutes, micros = divmod(tick, 60_000_000)
+        return f"2030-01-01T{minutes // 60:02d}:{minutes % 60:02d}:{micros / 1e6:09.6f}+00:00"
+
+    async def open(self) -> Orchestrator:
+        return await Orchestrator.open(
+            self.dir / "root",
+            registry=_registry(),
+            slots=SLOTS,
+            new_id=self.new_id,
+            clock=self.clock,
+        )
+
+    def teardown(self) -> None:
+        try:
+            # Every example ends with a restart that must give back exactly the same state,
+            # unless a step already failed (teardown runs in Hypothesis's ``finally``; a
+            # second error there would hide the first and make the failure look flaky).
+            if sys.exc_info()[0] is not None:
+                return
+            self.reopen()
+            self.check_all()
+            self.run(self.orch.close())
+        finally:
+            abandon(self.orch)  # after a failed step: release the descriptors
+            self._release()
+
+    def _release(self) -> None:
+        self.loop.close()
+        if self.fs is not None:
+            self.fs.__exit__()
+        else:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def depth(self, agent_id: str) -> int:
+        parent = self.agents[agent_id].parent
+        return 0 if parent is None else 1 + self.depth(parent)
+
+    def alive(self) -> list[str]:
+        # Deepest, then newest first: Hypothesis favours the first elements of a list,
+        # and children (with parents that outlive them) are where the interesting cases are.
+        return sorted(self.agents, key=lambda a: (-self.depth(a), -int(a, 16)))
+
+    def pick(self, data: st.DataObject, ids: list[str]) -> str:
+        return pick(data, ids, "agent")
+
+    def deliver(self, recipient: str, sender: str, kind: str, request: int | None = None) -> Msg:
+        msg = Msg(next(self.order), sender, kind, request)
+        if recipient == USER:
+            self.user.append(msg)
+        elif recipient in self.agents:
+            self.agents[recipient].inbox.append(msg)
+        return msg
+
+    def turn(self, agent_id: str, prompt: str) -> Any:
+        result = self.run(self.orch.run_turn(agent_id, prompt))
+        self.agents[agent_id].turns += 1
+        assert result.response.startswith(f"#{self.agents[agent_id].turns} ")
+        return result
+
+    def forget(self, agent_id: str) -> None:
+        gone = self.agents.pop(agent_id)
+        if gone.parent is None:
+            del self.roots[gone.name]
+        elif gone.parent in self.agents:
+            del self.agents[gone.parent].children[gone.name]
+        for other in self.agents.values():
+            for key in [k for k, r in other.waiting.items() if r == agent_id]:
+                del other.waiting[key]
+
+    # -- rules ------------------------------------------------------------------------
+
+    @initialize(name=st.sampled_from(NAMES))
+    def first_root(self, name: str) -> None:
+        self.create_root(name)
+
+    @precondition(lambda self: len(self.agents) < MAX_AGENTS)
+    @rule(name=st.sampled_from(NAMES))
+    def create_root(self, name: str) -> None:
+        if name in self.roots:
+            _raises(NameCollisionError, lambda: self.run(self.orch.create_root(name)))
+            return
+        info = self.run(self.orch.create_root(name))
+        self.agents[info.agent_id] = Agent(info.agent_id, name, None)
+        self.roots[name] = info.agent_id
+
+    @precondition(lambda self: self.agents and len(self.agents) < MAX_AGENTS)
+    @rule(data=st.data(), name=st.sampled_from(NAMES))
+    def spawn_child(self, data: st.DataObject, name: str) -> None:
+        parent = self.pick(data, self.alive())
+        result = self.turn(parent, f"@spawn {name} be useful")
+        if name in self.agents[parent].children:
+            assert result.spawned == [] and "already have a child" in result.response
+            return
+        (child,) = result.spawned
+        self.agents[child] = Agent(child, name, parent)
+        self.agents[parent].children[name] = child
+
+    @precondition(lambda self: self.agents)
+    @rule(data=st.data(), text=st.sampled_from(["hello", "status?", "plan the work"]))
+    def run_turn(self, data: st.DataObject, text: str) -> None:
+        self.turn(self.pick(data, self.alive()), text)
+
+    @precondition(lambda self: self.agents)
+    @rule(data=st.data(), ask=st.booleans())
+    def send_message(self, data: st.DataObject, ask: bool) -> None:
+        sender = self.pick(data, self.alive())
+        target = pick(data, [*self.alive(), "parent", USER], "target")
+        recipient = (self.agents[sender].parent or USER) if target == "parent" else target
+        result = self.turn(sender, f"@{'ask' if ask else 'send'} {target} hello")
+        if recipient == sender:
+            assert "cannot message itself" in result.response and not result.messages_sent
+            return
+        assert len(result.messages_sent) == 1
+        kind = "request" if ask else "notification"
+        msg = self.deliver(recipient, sender, kind)
+        if ask:
+            msg.request = msg.order
+            if recipient != USER:
+                self.agents[sender].waiting[msg.order] = recipient
+
+    @precondition(lambda self: self.agents)
+    @rule(data=st.data())
+    def broadcast(self, data: st.DataObject) -> None:
+        sender = self.pick(data, self.alive())
+        parent = self.agents[sender].parent
+        # a root broadcasts to its children, a child to its siblings
+        group = self.agents[sender if parent is None else parent].children
+        targets = [group[n] for n in sorted(group) if group[n] != sender]
+        result = self.turn(sender, "@broadcast news")
+        assert f"broadcast to {plural(len(targets), 'agent')}" in result.response
+        for target in targets:
+            self.deliver(target, sender, "broadcast")
+
+    @precondition(lambda self: any(not a.children for a in self.agents.values()))
+    @rule(data=st.data())
+    def terminate_leaf(self, data: st.DataObject) -> None:
+        leaf = self.pick(data, [a for a in self.alive() if not self.agents[a].children])
+        assert self.run(self.orch.terminate(leaf)) == [leaf]
+        self.forget(leaf)
+
+    @precondition(lambda self: any(a.children for a in self.agents.values()))
+    @rule(data=st.data())
+    def terminate_cascade(self, data: st.DataObject) -> None:
+        top = self.pick(data, [a for a in self.alive() if self.agents[a].children])
+        _raises(HasChildrenError, lambda: self.run(self.orch.terminate(top)))
+        order: list[str] = []
+
+        def leaves_first(agent_id: str) -> None:
+            children = self.agents[agent_id].children
+            for name in sorted(children):
+                leaves_first(children[name])
+            order.append(agent_id)
+
+        leaves_first(top)
+        assert self.run(self.orch.terminate(top, cascade=True)) == order
+        for agent_id in order:
+            self.forget(agent_id)
+
+    @rule(max_turns=st.sampled_from([1, 3, 1000]), ack=st.booleans())
+    def run_pending(self, max_turns: int, ack: bool) -> None:
+        expected = 0
+        while expected < max_turns:
+            waiting = [a for a in self.agents.values() if a.inbox]
+            if not waiting:
+                break
+            agent = min(waiting, key=lambda a: a.inbox[0].order)
+            consumed, agent.inbox = agent.inbox, []
+            agent.turns += 1
+            expected += 1
+            for msg in consumed:
+                if msg.kind == "request" and msg.sender in self.agents:
+                    self.deliver(msg.sender, agent.agent_id, "reply")
+                    self.agents[msg.sender].waiting.pop(msg.order, None)
+        assert self.run(self.orch.run_pending(max_turns=max_turns)) == expected
+        if ack:  # the user collects (and acknowledges) everything sent to it
+            got = self.run(self.orch.collect_user_inbox())
+            assert [(m.sender, m.kind) for m in got] == [(m.sender, m.kind) for m in self.user]
+            self.user = []
+
+    @precondition(lambda self: self.agents)
+    @rule(data=st.data())
+    def evict(self, data: st.DataObject) -> None:
+        agent = self.pick(data, self.alive())
+        live = self.orch.mux.is_live(agent)
+        assert self.run(self.orch.evict(agent)) is live
+        assert not self.orch.mux.is_live(agent)
+
+    @rule(crash=st.booleans())
+    def reopen(self, crash: bool = False) -> None:
+        """Restart: a clean close, or a kill while idle (nothing is in flight either way).
+
+        A kill keeps what the process wrote (the page cache survives it), so on
+        faultfs as on a real disk it only closes the descriptors.
+        """
+        if crash:
+            abandon(self.orch)  # closes the descriptors only, as a kill would
+        else:
+            self.run(self.orch.close())
+        self.orch = self.run(self.open())
+        report = self.orch.recovery_report
+        assert report is not None
+        assert report.agents == len(self.agents) and report.roots == len(self.roots)
+        assert report.lost_turns == [] and report.reconciled == [] and report.cascaded == []
+        assert report.orphans_terminated == [] and report.quarantined == []
+
+    # -- checks -----------------------------------------------------------------------
+
+    @invariant()
+    def matches_the_shadow(self) -> None:
+        self.check_all()
+
+    def check_all(self) -> None:
+        """Every check, in order (one invariant: Hypothesis pays per invariant and step)."""
+        self.registries_in_sync()
+        self.tree_matches_the_shadow()
+        self.nobody_busy_between_steps()
+        self.inboxes_match_the_shadow()
+        self.conversations_are_whole()
+
+    def registries_in_sync(self) -> None:
+        orch = self.orch
+        ids = {n.agent_id for n in orch.tree.walk()}
+        sessions = {n.session_id for n in orch.tree.walk()}
+        assert ids == set(self.agents)
+        assert set(orch.sessions) == sessions
+        assert set(orch.inboxes.endpoints()) <= ids | {USER}
+        assert set(orch._contexts) <= ids
+        assert set(orch.turn_counts) == ids
+        assert set(orch.last_complete_seq) <= ids
+        live = {a for pool in orch.mux._pools.values() for a in pool}
+        assert live <= ids and all(len(p) <= SLOTS for p in orch.mux._pools.values())
+        assert set(orch.logs._open) <= sessions | {USER}
+
+    def tree_matches_the_shadow(self) -> None:
+        orch = self.orch
+        orch.tree.check()
+        assert {n.name: n.agent_id for n in orch.tree.roots()} == self.roots
+        infos = {agent_id: orch.get(agent_id) for agent_id in self.agents}
+
+        def info_of(agent_id: str) -> Any:
+            return infos[agent_id] if agent_id in infos else orch.get(agent_id)
+
+        for agent in self.agents.values():
+            info = infos[agent.agent_id]
+            assert (info.name, info.parent_id) == (agent.name, agent.parent)
+            assert sorted(info.children) == sorted(agent.children.values())
+            assert {info_of(c).name: c for c in info.children} == agent.children
+            if agent.parent is not None:
+                assert info_of(agent.parent).children.count(agent.agent_id) == 1
+
+    def nobody_busy_between_steps(self) -> None:
+        orch = self.orch
+        assert orch.busy_turns == 0 and not orch.mux._in_use
+        for agent in self.agents.values():
+            node = orch.tree.get(agent.agent_id)
+            expected = AgentState.WAITING if agent.waiting else AgentState.IDLE
+            assert node.state is expected, (agent.name, node.state, agent.waiting)
+            assert sorted(node.waiting_on.values()) == sorted(agent.waiting.values())
+
+    def inboxes_match_the_shadow(self) -> None:
+        orch = self.orch
+        for agent in self.agents.values():
+            real = orch.inboxes.inbox(agent.agent_id).all()
+            assert [(m.sender, m.kind) for m in real] == [(m.sender, m.kind) for m in agent.inbox]
+            assert orch.inboxes.inbox(agent.agent_id).pending() == real  # nothing left claimed
+        assert [(m.sender, m.kind) for m in orch.user_inbox()] == [
+            (m.sender, m.kind) for m in self.user
+        ]
+
+    def conversations_are_whole(self) -> None:
+        for agent in self.agents.values():
+            log = self.orch.logs.path(self.orch.tree.get(agent.agent_id).session_id)
+            turns = self.conversations.get(
+                self.fs, log, functools.partial(self.whole_conversation, agent.agent_id)
+            )
+            assert turns == agent.turns, (agent.name, turns, agent.turns)
+
+    def whole_conversation(self, agent_id: str) -> int:
+        """The number of turns in the agent's log, after checking that they chain."""
+        history = self.orch.history(agent_id)
+        digest = ""
+        for number, turn in enumerate(history, start=1):
+            digest = chain_digest(digest, turn.prompt)
+            assert turn.response.startswith(reply_header(number, digest))
+        return len(history)
+
+
+class OnDiskLifecycleMachine(LifecycleMachine):
+    """The same fuzzer on a real temporary directory, with real fsyncs."""
+
+    on_disk = True

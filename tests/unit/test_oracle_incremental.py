@@ -1,0 +1,113 @@
+"""Incremental observation (oracle.incremental) keeps its power: a changed log is read again."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from faultfs import FaultFS
+from oracle.errors import OracleViolation
+from oracle.harness import CrashHarness
+from oracle.incremental import FilesMemo, StaleMemo, files_below
+from oracle.workload import Step
+
+ROOT = "/incremental-test"
+
+
+def test_read_tree_maps_every_entry_below_a_directory() -> None:
+    fs = FaultFS(ROOT)
+    with fs:
+        os.makedirs(f"{ROOT}/a/b")
+        Path(f"{ROOT}/a/x.log").write_bytes(b"one\n")
+        Path(f"{ROOT}/a/b/y.log").write_bytes(b"two\n")
+    assert fs.read_tree("a") == {"b": None, "x.log": b"one\n", "b/y.log": b"two\n"}
+    assert fs.read_tree("missing") == {}
+    with pytest.raises(NotADirectoryError):
+        fs.read_tree("a/x.log")
+
+
+@pytest.mark.parametrize("on_faultfs", [True, False], ids=["faultfs", "real disk"])
+def test_a_memo_derives_again_exactly_when_the_bytes_change(
+    on_faultfs: bool, tmp_path: Path
+) -> None:
+    fs = FaultFS(ROOT) if on_faultfs else None
+    top = Path(ROOT) if on_faultfs else tmp_path
+    log = top / "agent.log"
+    memo: FilesMemo[int] = FilesMemo(verify_every=0)
+    calls: list[bytes] = []
+
+    def derive() -> int:
+        data = fs.read_file("agent.log") if fs is not None else log.read_bytes()
+        calls.append(data)
+        return data.count(b"\n")
+
+    def write(data: bytes) -> None:
+        if fs is None:
+            log.write_bytes(data)
+            return
+        with fs:
+            log.write_bytes(data)
+
+    write(b"a\n")
+    assert memo.get(fs, log, derive) == 1
+    assert memo.get(fs, log, derive) == 1
+    assert len(calls) == 1  # unchanged bytes: not derived again
+    write(b"a\nb\n")
+    assert memo.get(fs, log, derive) == 2
+    write(b"a\nc\n")  # same length, other bytes
+    assert memo.get(fs, log, derive) == 2
+    assert len(calls) == 3
+    assert files_below(fs, top / "absent") == {}
+
+
+def test_a_derivation_that_reads_other_files_is_caught() -> None:
+    fs = FaultFS(ROOT)
+    with fs:
+        os.makedirs(f"{ROOT}/d")
+        Path(f"{ROOT}/d/watched").write_bytes(b"x")
+        Path(f"{ROOT}/other").write_bytes(b"1")
+    memo: FilesMemo[bytes] = FilesMemo(verify_every=2)
+    memo.get(fs, f"{ROOT}/d", lambda: fs.read_file("other"))
+    with fs:
+        Path(f"{ROOT}/other").write_bytes(b"2")
+    with pytest.raises(StaleMemo):
+        memo.get(fs, f"{ROOT}/d", lambda: fs.read_file("other"))
+
+
+def _harness_with_turns() -> CrashHarness:
+    harness = CrashHarness()
+    harness.run(Step("create_root", "ada"))
+    harness.run(Step("turn", "ada"))
+    harness.check_running()
+    harness.run(Step("turn", "ada"))
+    harness.check_running()  # the log changed: read again, and it matches
+    return harness
+
+
+def test_the_running_check_sees_a_log_that_changed_behind_the_orchestrator() -> None:
+    harness = _harness_with_turns()
+    node = next(iter(harness.orch.tree.walk()))
+    log = harness.orch.logs.path(node.session_id)
+    data = harness.fs.read_file(os.path.relpath(log, harness.fs.root))
+    with harness.fs:
+        # cut the last turn off the log: the memo must not answer from the old bytes
+        lines = data.splitlines(keepends=True)
+        cut = max(i for i, line in enumerate(lines) if b'"turn.complete"' in line)
+        Path(log).write_bytes(b"".join(lines[:cut]))
+    harness._checked = False
+    with pytest.raises(OracleViolation, match="conversation"):
+        harness.check_running()
+    harness.close()
+
+
+def test_the_running_check_after_a_step_compares_with_the_model() -> None:
+    harness = _harness_with_turns()
+    # The model now expects a turn the orchestrator never ran.
+    harness.run(Step("evict", "ada"))
+    agent = next(iter(harness.model.state.agents.values()))
+    agent.turns.append(agent.turns[0])
+    with pytest.raises(OracleViolation):
+        harness.check_running()
+    harness.close()
