@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -69,3 +70,25 @@ def test_the_log_baseline_is_the_two_fsync_log_before_issue_15(
     assert counts == [2, 1]
     logged, raw, before = log_cost(appends=5)
     assert logged > 0 and raw > 0 and before is not None and before > 0
+
+
+def test_rounds_interleave_and_report_the_median_with_its_spread() -> None:
+    from oracle.bench import median_rounds
+
+    order: list[str] = []
+    values = {"a": iter([3.0, 1.0, 2.0]), "b": iter([5.0, 5.0, 9.0])}
+
+    def make(name: str) -> Any:
+        def run() -> float:
+            order.append(name)
+            return next(values[name])
+
+        return run
+
+    got = median_rounds({"a": make("a"), "b": make("b"), "none": lambda: None}, 3)
+    assert order == ["a", "b"] * 3  # interleaved, figure and baseline under the same load
+    assert got == {"a": (2.0, 1.0, 3.0), "b": (5.0, 5.0, 9.0), "none": None}
+    row = Row("rate", 2.0, "/s", "base", 5.0, spread=(1.0, 3.0), baseline_spread=(5.0, 9.0))
+    line = render([row]).splitlines()[2]
+    assert "| 2.00 /s (1.00-3.00) |" in line and "| 5.00 /s (5.00-9.00) |" in line
+    assert "| 0.40x |" in line
