@@ -7,11 +7,17 @@ from collections.abc import Iterator
 import pytest
 
 from oracle.machines import CrashRecoveryMachine
+from oracle.shards import run_shard
 from substrat.providers.registry import ProviderRegistry
 from tests.support.chat_server import ChatServer
 from tests.support.directive_chat import directive_responder, openai_registry
 
 pytestmark = pytest.mark.stress
+
+OPENAI_SHARDS = 6
+"""Items the OpenAI machine's examples are shared by (oracle.shards): over real
+HTTP an example costs several times a scripted one, and as one item it was a
+third of the ci campaign's CPU time, which bounds ``pytest -n 64``."""
 
 
 class Ext4CrashRecoveryMachine(CrashRecoveryMachine):
@@ -58,7 +64,6 @@ def chat_server() -> Iterator[ChatServer]:
     OpenAICrashRecoveryMachine.server = None
 
 
-class TestCrashRecoveryOpenAI(OpenAICrashRecoveryMachine.TestCase):
-    @pytest.fixture(autouse=True)
-    def _server(self, chat_server: ChatServer) -> None:
-        return None
+@pytest.mark.parametrize("shard", range(OPENAI_SHARDS))
+def test_crash_recovery_openai(chat_server: ChatServer, shard: int) -> None:
+    run_shard(OpenAICrashRecoveryMachine, shard, OPENAI_SHARDS)

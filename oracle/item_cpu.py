@@ -1,0 +1,115 @@
+"""CPU seconds per pytest item, and how a campaign of such items spreads over workers.
+
+Load it into a run with ``-p oracle.item_cpu`` and name a file in
+``SUBSTRAT_ITEM_CPU``: every item (set-up, call and teardown) appends one JSON
+line with its node id, the process id, the CPU seconds of the process that ran it (user and
+system, plus child processes it waited for, such as a killed daemon) and its
+wall seconds. It works under xdist (each worker appends its own lines).
+
+``python -m oracle.item_cpu FILE [--workers 64]`` summarises a run: total CPU
+seconds, the longest items with their share of the total, and the wall time a
+run on N workers cannot beat (the longest item, or the total over N) next to
+the time greedy scheduling of the measured items gives (longest first, each to
+the worker that frees up first; xdist hands out items in collection order,
+which can only be as good).
+
+CPU time, not wall time, because this machine is shared: another process's
+load stretches wall time, much less the CPU an item needs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import json
+import os
+import sys
+import time
+from collections.abc import Generator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+ENV = "SUBSTRAT_ITEM_CPU"
+SHOWN = 12
+
+
+def _cpu_s() -> float:
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, Any, None]:
+    path = os.environ.get(ENV)
+    cpu, wall = _cpu_s(), time.perf_counter()
+    yield
+    if path:
+        line = {
+            "item": item.nodeid,
+            "pid": os.getpid(),
+            "cpu_s": round(_cpu_s() - cpu, 3),
+            "wall_s": round(time.perf_counter() - wall, 3),
+        }
+        with open(path, "a", encoding="utf-8") as out:
+            out.write(json.dumps(line) + "\n")
+
+
+@dataclass(frozen=True)
+class Spread:
+    """What a list of item CPU times means for a run on ``workers`` workers."""
+
+    total_s: float
+    longest_s: float
+    longest_item: str
+    workers: int
+    bound_s: float
+    """No schedule is faster: max(longest item, total / workers)."""
+    greedy_s: float
+    """Longest item first, each to the worker that frees up first."""
+
+
+def spread(items: dict[str, float], workers: int) -> Spread:
+    assert workers >= 1 and items, "need items and at least one worker"
+    total = sum(items.values())
+    name, longest = max(items.items(), key=lambda kv: kv[1])
+    finish = [0.0] * workers
+    for cost in sorted(items.values(), reverse=True):
+        heapq.heapreplace(finish, finish[0] + cost)
+    return Spread(total, longest, name, workers, max(longest, total / workers), max(finish))
+
+
+def load(path: str) -> dict[str, tuple[float, float]]:
+    """Node id -> (CPU s, wall s); an item run twice (a re-run) keeps its last line."""
+    out: dict[str, tuple[float, float]] = {}
+    with open(path, encoding="utf-8") as lines:
+        for line in lines:
+            if line.strip():
+                row = json.loads(line)
+                out[row["item"]] = (row["cpu_s"], row["wall_s"])
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="CPU seconds per pytest item, and their spread")
+    parser.add_argument("file")
+    parser.add_argument("--workers", type=int, nargs="+", default=[2, 64])
+    parser.add_argument("--shown", type=int, default=SHOWN)
+    args = parser.parse_args(argv)
+    rows = load(args.file)
+    cpu = {item: c for item, (c, _) in rows.items()}
+    total = sum(cpu.values())
+    print(f"{len(rows)} items, {total:.1f} CPU s in all, {sum(w for _, w in rows.values()):.1f} s")
+    print("\n| item | CPU s | share | wall s |\n|---|---:|---:|---:|")
+    for item, (c, w) in sorted(rows.items(), key=lambda kv: -kv[1][0])[: args.shown]:
+        print(f"| `{item}` | {c:.1f} | {100 * c / total:.1f}% | {w:.1f} |")
+    print("\n| workers | bound (s) | greedy (s) | longest item (s) |\n|---:|---:|---:|---:|")
+    for n in args.workers:
+        s = spread(cpu, n)
+        print(f"| {n} | {s.bound_s:.1f} | {s.greedy_s:.1f} | {s.longest_s:.1f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
