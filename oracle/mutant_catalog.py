@@ -145,14 +145,14 @@ CATALOG: tuple[Mutant, ...] = (
         "no_pending_replay",
         "opening a log ignores a durable pending entry that the log lacks",
         "eventlog.py",
-        "            replay = self._pending_to_replay(scan.seqs, report)\n",
+        "            replay = self._pending_to_replay(scan.seqs, floor, report)\n",
         "            replay = None  # planted: no pending replay\n",
     ),
     Mutant(
         "pending_dedup_tail_only",
         "a pending entry counts as logged only if it is the last entry (tail dedup)",
         "eventlog.py",
-        '        if decoded["seq"] in seqs:\n',
+        '        if decoded["seq"] in seqs or decoded["seq"] <= floor:\n',
         '        if decoded["seq"] == report.last_seq:\n',
     ),
     Mutant(

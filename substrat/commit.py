@@ -91,6 +91,7 @@ class CommitMixin:
     store: SessionStore
     sessions: dict[str, Session]
     turn_counts: dict[str, int]
+    settled_turns: dict[str, int]
     clock: Clock
     new_id: Callable[[], str]
 
@@ -139,6 +140,7 @@ class CommitMixin:
         self._log_creation(node, parent_session_id=parent.session_id)
         self.tree.add(node)
         self.turn_counts[node.agent_id] = 0
+        self.settled_turns[node.agent_id] = 0
         self.emit("agent.created", self._info(node).to_dict())
         return node
 

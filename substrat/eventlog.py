@@ -72,6 +72,7 @@ from substrat.logread import DamageReport, Entry, decode_line, entry_batches
 from substrat.logread import LogRead as LogRead
 from substrat.logread import iter_log as iter_log
 from substrat.logread import read_log as read_log
+from substrat.segments import list_sealed
 
 LOG_NAME = "events.jsonl"
 PENDING_NAME = "events.pending"
@@ -143,6 +144,16 @@ def encode_entry(body: Mapping[str, Any]) -> bytes:
     return b'{"crc":"%08x",' % crc + payload[1:] + b"\n"
 
 
+@dataclass(frozen=True)
+class Resume:
+    """A known-good position in an active log file: everything before ``offset`` is
+    intact and ends with entry ``last_seq`` (a checkpoint's, or where the log was
+    closed). Opening scans (and repairs) only what follows."""
+
+    offset: int
+    last_seq: int
+
+
 @dataclass
 class OpenReport:
     """What opening a log repaired."""
@@ -154,7 +165,13 @@ class OpenReport:
     damage: DamageReport = field(default_factory=DamageReport)
     valid_end: int = 0
     """Where the log ends after the repair, not counting a replayed pending entry."""
+    end: int = 0
+    """Where the active file ends after the repair (a replayed pending entry included)."""
     pending_found: bool = False
+
+    def resume(self) -> Resume:
+        """Where a later open of this (unchanged) log can start."""
+        return Resume(self.end, self.last_seq)
 
     def kept_damage(self) -> DamageReport:
         """The damage still in the log after the repair (a cut tail is gone)."""
@@ -187,6 +204,8 @@ class EventLog:
         clock: Clock = utc_now_iso,
         sink: Sink | None = None,
         writable: bool = True,
+        resume: Resume | None = None,
+        on_append: Callable[[int], None] | None = None,
     ) -> None:
         self.path = Path(path)
         self.pending_path = self.path.with_name(PENDING_NAME)
@@ -196,10 +215,11 @@ class EventLog:
             raise ValueError(f"context keys {sorted(clash)} are reserved by the log format")
         check_plain_json(self._context, "context")
         self._clock = clock
+        self._on_append = on_append
         self._fd: int | None = None
         self._pending_fd: int | None = None
         self._durable_end = 0
-        self.report = self._open(sink, writable)
+        self.report = self._open(sink, writable, resume)
         self._next_seq = self.report.last_seq + 1
 
     @property
@@ -207,13 +227,29 @@ class EventLog:
         """The ``seq`` of the newest durable entry (0 for an empty log)."""
         return self._next_seq - 1
 
-    def _open(self, sink: Sink | None, writable: bool) -> OpenReport:
+    @property
+    def durable_end(self) -> int:
+        """Bytes of the active file that are durable (every entry :meth:`log` returned)."""
+        return self._durable_end
+
+    def resume(self) -> Resume:
+        """Where a later open of this log can start (see :class:`Resume`)."""
+        return Resume(self._durable_end, self.last_seq)
+
+    def _open(self, sink: Sink | None, writable: bool, resume: Resume | None) -> OpenReport:
         report = OpenReport()
         if not os.path.exists(self.path):
             persistence.durable_create(self.path)
         if str(self.path) in _SUSPECT_END:
             self._cut_back_suspect_tail(_SUSPECT_END[str(self.path)])
-        scan = _scan_for_repair(self.path, report.damage, sink)
+        # Entries before the active file (sealed segments) or before a known-good
+        # position (resume) are not scanned again: only what follows can need repair.
+        sealed = list_sealed(self.path)
+        floor = sealed[-1].last if sealed else 0
+        start = 0
+        if resume is not None and resume.offset <= os.stat(self.path).st_size:
+            start, floor = resume.offset, max(floor, resume.last_seq)
+        scan = _scan_for_repair(self.path, report.damage, sink, start, floor)
         report.valid_end = scan.valid_end
         size = os.stat(self.path).st_size
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
@@ -224,11 +260,13 @@ class EventLog:
                 # the next append's fsync makes the cut durable with the entry.
                 os.ftruncate(fd, scan.valid_end)
                 report.truncated_bytes = size - scan.valid_end
-            report.last_seq = scan.max_seq
-            replay = self._pending_to_replay(scan.seqs, report)
+            report.last_seq = max(scan.max_seq, floor)
+            report.end = scan.valid_end
+            replay = self._pending_to_replay(scan.seqs, floor, report)
             if replay is not None:
                 persistence.write_all(fd, replay[1])
                 persistence.fsync_fd(fd, self.path)
+                report.end += len(replay[1])
                 report.pending_replayed = True
                 report.last_seq = max(report.last_seq, replay[0])
                 if sink is not None:
@@ -274,7 +312,7 @@ class EventLog:
         del _SUSPECT_END[str(self.path)]
 
     def _pending_to_replay(
-        self, seqs: set[int], report: OpenReport
+        self, seqs: set[int], floor: int, report: OpenReport
     ) -> tuple[int, bytes, Entry] | None:
         try:
             raw = persistence.read_bytes(self.pending_path)
@@ -289,7 +327,7 @@ class EventLog:
         if isinstance(decoded, str):
             report.pending_discarded = decoded
             return None
-        if decoded["seq"] in seqs:
+        if decoded["seq"] in seqs or decoded["seq"] <= floor:
             report.pending_discarded = "already_logged"
             return None
         return decoded["seq"], line + b"\n", decoded
@@ -344,6 +382,8 @@ class EventLog:
             ) from exc
         self._next_seq += 1
         self._durable_end += len(line)
+        if self._on_append is not None:
+            self._on_append(len(line))
         return seq
 
     def _take_back(self) -> bool:
@@ -423,13 +463,16 @@ class _RepairScan:
     seqs: set[int]
 
 
-def _scan_for_repair(path: Path, damage: DamageReport, sink: Sink | None) -> _RepairScan:
+def _scan_for_repair(
+    path: Path, damage: DamageReport, sink: Sink | None, start: int, floor: int
+) -> _RepairScan:
     seqs: set[int] = set()
-    tail = [0]
+    tail = [start]
     # Unknown event types still count for the repair: entry_batches takes every seq
     # before it filters on the type; only the sink is spared them, as read_log
     # would spare its reader.
-    for batch in entry_batches(path, damage, None if sink is None else KNOWN_EVENTS, seqs, tail):
+    known = None if sink is None else KNOWN_EVENTS
+    for batch in entry_batches(path, damage, known, seqs, tail, start=start, min_seq=floor):
         if sink is not None:
             sink(batch)
     return _RepairScan(tail[0], max(seqs, default=0), seqs)
@@ -442,7 +485,9 @@ def _unlink_quietly(path: Path) -> None:
         pass
 
 
-def repair_log(path: str | os.PathLike[str], sink: Sink | None = None) -> OpenReport:
+def repair_log(
+    path: str | os.PathLike[str], sink: Sink | None = None, resume: Resume | None = None
+) -> OpenReport:
     """Repair the log at ``path`` as opening it does, feeding ``sink``; leave it closed.
 
     One read of the file serves both the repair and the reader (see
@@ -457,7 +502,7 @@ def repair_log(path: str | os.PathLike[str], sink: Sink | None = None) -> OpenRe
     paused = gc.isenabled()
     gc.disable()
     try:
-        return EventLog(path, sink=sink, writable=False).report
+        return EventLog(path, sink=sink, writable=False, resume=resume).report
     finally:
         if paused:
             gc.enable()

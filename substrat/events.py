@@ -21,6 +21,8 @@ TOOL_REPAIRED = "tool.repaired"
 PROVIDER_SESSION = "provider.session"
 ROOT_REGISTERED = "root.registered"
 """Written only to the root registry (``roots/events.jsonl``), never to an agent's log."""
+CHECKPOINT = "checkpoint"
+"""Written only to the checkpoint store (``checkpoints/events.jsonl``)."""
 
 KNOWN_EVENTS: frozenset[str] = frozenset(
     {
@@ -37,5 +39,6 @@ KNOWN_EVENTS: frozenset[str] = frozenset(
         TOOL_REPAIRED,
         PROVIDER_SESSION,
         ROOT_REGISTERED,
+        CHECKPOINT,
     }
 )

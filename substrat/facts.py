@@ -20,16 +20,20 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from substrat import events
-from substrat.agents import MessageEnvelope
+from substrat.agents import USER, MessageEnvelope
 from substrat.eventlog import DamageReport, Entry, decode_line, iter_log
+from substrat.segments import Position, raw_lines
 
 TURN_EVENTS = frozenset({events.TURN_START, events.TURN_COMPLETE, events.TURN_FAILED})
 _TURN_ID = re.compile(r"t([1-9][0-9]{0,17})")
+SUMMARY_CHARS = 1000
+"""The last completed turn's prompt and response are kept to this many characters
+(they are shown by ``recover --dry-run``; the log has them in full)."""
 
 
 def turn_number(turn_id: object) -> int | None:
@@ -48,34 +52,54 @@ def names_turn(entry: Entry) -> int | None:
     return turn_number(data.get("turn_id"))
 
 
-def turn_ceiling(path: str | os.PathLike[str]) -> int:
-    """The highest turn number the log at ``path`` may have handed out.
+@dataclass
+class TurnCeiling:
+    """The turn-counter rule over raw lines, fed in file order (see the module docstring).
 
-    The highest number any readable line names, plus one for each damaged
-    complete line after the last readable line that names a turn (see the
-    module docstring). A partial last line is not counted: it was never
-    durable, so nothing it said was acknowledged.
+    ``highest`` is the highest number a readable line names; ``damaged_after``
+    counts the damaged complete lines after the last readable line that names a
+    turn. A partial last line is not counted: it was never durable, so nothing
+    it said was acknowledged.
     """
-    highest = 0
-    damaged_after = 0
-    with open(path, "rb") as handle:
-        for raw in handle:
-            if not raw.endswith(b"\n"):
-                break
-            decoded = decode_line(raw[:-1])
-            if isinstance(decoded, str):
-                damaged_after += 1
-                continue
-            number = names_turn(decoded)
-            if number is not None:
-                highest = max(highest, number)
-                damaged_after = 0
-    return highest + damaged_after
+
+    highest: int = 0
+    damaged_after: int = 0
+
+    def feed(self, raw: bytes) -> bool:
+        """Take one line (with its newline); False at a partial line (stop there)."""
+        if not raw.endswith(b"\n"):
+            return False
+        decoded = decode_line(raw[:-1])
+        if isinstance(decoded, str):
+            self.damaged_after += 1
+            return True
+        number = names_turn(decoded)
+        if number is not None:
+            self.highest = max(self.highest, number)
+            self.damaged_after = 0
+        return True
+
+    @property
+    def value(self) -> int:
+        return self.highest + self.damaged_after
+
+
+def turn_ceiling(
+    path: str | os.PathLike[str], start: Position | None = None, carried: TurnCeiling | None = None
+) -> TurnCeiling:
+    """The turn-counter rule over the log at ``path`` (all of its segments), from ``start``
+    on, continuing ``carried`` (the rule's state at ``start``, kept by a checkpoint)."""
+    ceiling = TurnCeiling() if carried is None else TurnCeiling(**carried.__dict__)
+    for _, _, raw in raw_lines(path, start):
+        if not ceiling.feed(raw):
+            break
+    return ceiling
 
 
 @dataclass
 class AgentFacts:
-    """What one log says, distilled in a single pass."""
+    """What one log says, distilled in a single pass (or from a checkpoint and the tail
+    after it: see :mod:`substrat.checkpoints`)."""
 
     session_id: str
     session_created: dict[str, Any] | None = None
@@ -83,19 +107,32 @@ class AgentFacts:
     terminated: bool = False
     enqueued: dict[str, dict[str, Any]] = field(default_factory=dict)
     delivered: set[str] = field(default_factory=set)
+    kept: dict[str, list[Any]] = field(default_factory=dict)
+    """Delivered messages a checkpoint forgot the body of but not the id (message id ->
+    [sender, turn number]): their sender may still roll them forward (see :meth:`forget`)."""
+    settled_senders: dict[str, int] = field(default_factory=dict)
+    """Sender agent id -> a turn number up to which every message that sender's turns
+    sent here is in this log (its delivered ones forgotten by a checkpoint)."""
     committed: list[dict[str, Any]] = field(default_factory=list)
     """The ``effects`` of every completed turn that spawned, sent or terminated
     something, in order (turns with none of these have nothing to roll forward;
-    keeping only these keeps a long log's facts small)."""
-    turn_counter: int = 0
-    """The highest turn number the log names (see the module docstring;
-    :meth:`count_damage` raises it for damaged lines after the last one)."""
+    keeping only these keeps a long log's facts small). After a checkpoint only the
+    turns after it, and the spawns of live children before it (``children``)."""
+    children: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Session id -> spawn record of each child spawned before the checkpoint and
+    alive when it was written."""
+    highest_turn: int = 0
+    damaged_after: int = 0
+    """Damaged lines after the last readable line that names a turn (see
+    :class:`TurnCeiling`; set by :meth:`count_damage` and by checkpoints)."""
     completed_turns: int = 0
     headless_turns: list[dict[str, Any]] = field(default_factory=list)
     """Committed turns whose ``turn.start`` is unreadable or missing: ``turn_id`` and
     whether ``turn.complete`` carries the prompt (logs written before it did lose it)."""
     last_complete_seq: int = 0
     last_complete: dict[str, Any] | None = None
+    """The last completed turn: ``turn_id``, ``prompt`` and ``response`` (each cut to
+    ``SUMMARY_CHARS``)."""
     open_turns: dict[str, str] = field(default_factory=dict)
     """The turn started and neither completed nor failed (one turn at a time per
     agent, so at most the newest one)."""
@@ -109,6 +146,11 @@ class AgentFacts:
     damage: dict[str, int] = field(default_factory=dict)
 
     @property
+    def turn_counter(self) -> int:
+        """The highest turn number this log may have handed out (see the module docstring)."""
+        return self.highest_turn + self.damaged_after
+
+    @property
     def lost_turn(self) -> dict[str, Any] | None:
         if not self.open_turns:
             return None
@@ -120,7 +162,11 @@ class AgentFacts:
 
     def received(self, message: dict[str, Any]) -> bool:
         """Whether this log ever received ``message`` (a ``message.enqueued`` for it)."""
-        return message["message_id"] in self.enqueued
+        message_id = message["message_id"]
+        if message_id in self.enqueued or message_id in self.kept:
+            return True
+        turn = _sending_turn(message)
+        return turn is not None and turn <= self.settled_senders.get(str(message["sender"]), 0)
 
     def add_all(self, entries: Iterable[Entry]) -> None:
         for entry in entries:
@@ -135,7 +181,8 @@ class AgentFacts:
             return
         number = names_turn(entry)
         if number is not None:
-            self.turn_counter = max(self.turn_counter, number)
+            self.highest_turn = max(self.highest_turn, number)
+            self.damaged_after = 0
         if event == events.TURN_START:
             turn_id = str(data.get("turn_id"))
             # a newer start means any older open turn was lost (and closed) before it
@@ -157,8 +204,8 @@ class AgentFacts:
             self.last_complete_seq = int(entry["seq"])
             self.last_complete = {
                 "turn_id": turn_id,
-                "prompt": str(prompt or ""),
-                "response": data.get("response", ""),
+                "prompt": str(prompt or "")[:SUMMARY_CHARS],
+                "response": str(data.get("response", ""))[:SUMMARY_CHARS],
             }
         elif event == events.MESSAGE_ENQUEUED:
             if MessageEnvelope.is_valid(data):
@@ -193,11 +240,146 @@ class AgentFacts:
                     del self.open_turns[other]
         return prompt
 
-    def count_damage(self, path: str | os.PathLike[str], damage: DamageReport) -> None:
-        """Raise the turn counter for damaged lines the log still holds (a second read,
-        only for a damaged log: see :func:`turn_ceiling`)."""
-        if any(item.kind != "torn_tail" for item in damage.items):
-            self.turn_counter = max(self.turn_counter, turn_ceiling(path))
+    def count_damage(
+        self,
+        path: str | os.PathLike[str],
+        damage: DamageReport,
+        start: Position | None = None,
+        carried: TurnCeiling | None = None,
+    ) -> None:
+        """Count the damaged lines the log still holds after ``start`` into the turn
+        counter (a second read, only for a damaged log: see :class:`TurnCeiling`).
+
+        ``carried`` is the rule's state at ``start`` (from a checkpoint).
+        """
+        if any(item.kind not in ("torn_tail", "missing_segment") for item in damage.items):
+            ceiling = turn_ceiling(path, start, carried)
+            self.highest_turn = max(self.highest_turn, ceiling.highest)
+            self.damaged_after = ceiling.damaged_after
+
+    # -- checkpoints ------------------------------------------------------------
+
+    def forget(self, settled: Mapping[str, int], *, strict: bool) -> None:
+        """Drop what a checkpoint need not keep, once every committed turn here is settled.
+
+        The caller vouches that the effects of every turn in ``committed`` are
+        durably applied (children created, messages logged in their recipients'
+        logs, terminations done), so none needs rolling forward. ``settled`` maps
+        each live agent to the turn up to which all of its turns are settled
+        likewise; an agent not in it is terminated, unless ``strict`` (some agent
+        is held back, so its absence proves nothing).
+
+        Kept: the pending messages (enqueued, not delivered), the requests still
+        waiting for a reply, the spawn records of live children, and, for each
+        delivered message whose sender may still roll it forward, its id. The
+        bodies of delivered messages are dropped; ``settled_senders`` remembers
+        up to which turn each sender's messages are all here, so :meth:`received`
+        still answers for them.
+        """
+        replies = {m.get("reply_to") for m in self.enqueued.values() if m.get("kind") == "reply"}
+        for effects in self.committed:
+            for spawn in effects.get("spawns", []):
+                self.children[str(spawn["session_id"])] = spawn
+            gone = set(effects.get("terminations", []))
+            self.children = {s: c for s, c in self.children.items() if c["agent_id"] not in gone}
+            for data in effects.get("messages", []):
+                if data.get("kind") == "request" and isinstance(data.get("recipient"), str):
+                    self.waiting[str(data["message_id"])] = data["recipient"]
+        self.committed = []
+        self.waiting = {m: to for m, to in self.waiting.items() if m not in replies}
+
+        def alive(agent_id: str) -> bool:
+            return strict or agent_id == USER or agent_id in settled
+
+        self.waiting = {m: to for m, to in self.waiting.items() if alive(to)}
+        self.children = {s: c for s, c in self.children.items() if alive(str(c["agent_id"]))}
+        for message_id in [m for m in self.enqueued if m in self.delivered]:
+            data = self.enqueued.pop(message_id)
+            self.kept[message_id] = [str(data.get("sender")), _sending_turn(data)]
+        self.delivered = set()
+        for message_id, (sender, turn) in list(self.kept.items()):
+            if sender in settled:
+                if turn is not None and turn <= settled[sender]:
+                    del self.kept[message_id]
+                    self.settled_senders[sender] = settled[sender]
+            elif not strict:
+                del self.kept[message_id]  # a terminated sender rolls nothing forward
+        for sender in list(self.settled_senders):
+            if sender in settled:
+                self.settled_senders[sender] = max(self.settled_senders[sender], settled[sender])
+            elif not strict:
+                del self.settled_senders[sender]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The facts as plain JSON (what a checkpoint stores); see :meth:`from_dict`."""
+        assert not self.committed and not self.delivered, "forget() before storing"
+        return {
+            "session_created": self.session_created,
+            "created": self.created,
+            "terminated": self.terminated,
+            "pending": list(self.enqueued.values()),
+            "kept": self.kept,
+            "settled_senders": self.settled_senders,
+            "children": self.children,
+            "waiting": self.waiting,
+            "highest_turn": self.highest_turn,
+            "damaged_after": self.damaged_after,
+            "completed_turns": self.completed_turns,
+            "headless_turns": self.headless_turns,
+            "last_complete_seq": self.last_complete_seq,
+            "last_complete": self.last_complete,
+            "open_turns": self.open_turns,
+            "lost_notice": self.lost_notice,
+            "damage": self.damage,
+        }
+
+    @classmethod
+    def from_dict(cls, session_id: str, data: dict[str, Any]) -> AgentFacts:
+        """Facts stored by :meth:`to_dict`; ValueError if they do not read as such."""
+        try:
+            facts = cls(
+                session_id,
+                session_created=_dict_or_none(data["session_created"]),
+                created=_dict_or_none(data["created"]),
+                terminated=bool(data["terminated"]),
+                enqueued={str(m["message_id"]): m for m in data["pending"]},
+                kept={str(k): [str(v[0]), v[1]] for k, v in data["kept"].items()},
+                settled_senders={str(k): int(v) for k, v in data["settled_senders"].items()},
+                children={str(k): dict(v) for k, v in data["children"].items()},
+                waiting={str(k): str(v) for k, v in data["waiting"].items()},
+                highest_turn=int(data["highest_turn"]),
+                damaged_after=int(data["damaged_after"]),
+                completed_turns=int(data["completed_turns"]),
+                headless_turns=list(data["headless_turns"]),
+                last_complete_seq=int(data["last_complete_seq"]),
+                last_complete=_dict_or_none(data["last_complete"]),
+                open_turns={str(k): str(v) for k, v in data["open_turns"].items()},
+                lost_notice=_dict_or_none(data["lost_notice"]),
+                damage={str(k): int(v) for k, v in data["damage"].items()},
+            )
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+            raise ValueError(f"not the facts of a log: {exc!r}") from None
+        if not all(MessageEnvelope.is_valid(m) for m in facts.enqueued.values()):
+            raise ValueError("a pending message is not a message envelope")
+        if facts.children:
+            facts.committed = [{"spawns": list(facts.children.values())}]
+        return facts
+
+    def ceiling(self) -> TurnCeiling:
+        return TurnCeiling(self.highest_turn, self.damaged_after)
+
+
+def _dict_or_none(value: object) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    if type(value) is not dict:
+        raise TypeError(f"expected an object, not {type(value).__name__}")
+    return value
+
+
+def _sending_turn(message: Mapping[str, Any]) -> int | None:
+    metadata = message.get("metadata")
+    return turn_number(metadata.get("turn_id")) if isinstance(metadata, dict) else None
 
 
 def collect_facts(session_id: str, entries: Iterable[Entry]) -> AgentFacts:

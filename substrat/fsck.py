@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from substrat import access, persistence, recovery_plan
+from substrat import access, fsck_checkpoints, persistence, recovery_plan
 from substrat.access import Unreadable
 from substrat.errors import FsckError, RootLockedError
 from substrat.eventlog import LOG_NAME, PENDING_NAME, decode_line, read_log
@@ -51,6 +51,7 @@ from substrat.logs import USER_DIR
 from substrat.registry import REGISTRY_DIR, registry_path
 from substrat.rootdir import LEGACY_NAMES, MARKER_NAME
 from substrat.rpc import lock as root_lock
+from substrat.segments import is_segment_name
 from substrat.session import SessionStore
 from substrat.session.store import AGENTS_DIR, QUARANTINE_DIR, RECORD_NAME
 from substrat.words import plural
@@ -294,12 +295,13 @@ def _inspect(root: Path, report: FsckReport) -> None:
                     "temp file of an interrupted atomic write",
                     repair="remove it",
                 )
-            elif name not in _SESSION_FILES:
+            elif name not in _SESSION_FILES and not is_segment_name(name):
                 report.add("unexpected_file", directory / name, NOTICE, "left alone")
     user_log = root / USER_DIR / LOG_NAME
     if user_log.parent.is_dir():
         _inspect_log(user_log, report)
     _inspect_registry(root, report)
+    fsck_checkpoints.inspect(root, report.add)
     try:
         _inspect_plan(root, report, unreadable)
     except OSError as exc:  # one odd entry must not hide the rest of the report
@@ -328,10 +330,11 @@ def _inspect_log(path: Path, report: FsckReport, *, turns: bool = False) -> None
         return
     report.logs += 1
     read = read_log(path)
+    fsck_checkpoints.inspect_segments(path, report.add)
     if turns:
         _inspect_turns(path, read.entries, report)
     report.entries += len(read.entries)
-    lines: dict[str, list[int]] = {}
+    lines: dict[str, dict[str, list[int]]] = {}
     for item in read.damage.items:
         if item.kind == "torn_tail":
             torn = path.read_bytes()[item.offset :]
@@ -351,18 +354,10 @@ def _inspect_log(path: Path, report: FsckReport, *, turns: bool = False) -> None
                     f"{item.length}-byte partial last line",
                     repair="truncate after the last valid line",
                 )
-        else:
-            lines.setdefault(item.kind, []).append(item.line_no)
-    for kind, numbers in sorted(lines.items()):
-        shown = ", ".join(str(n) for n in numbers[:10]) + (" ..." if len(numbers) > 10 else "")
-        report.add(
-            "damaged_line",
-            path,
-            DAMAGE,
-            f"{kind} at {'line' if len(numbers) == 1 else 'lines'} {shown}",
-            count=len(numbers),
-            repair="move the lines to quarantine/",
-        )
+        elif item.kind != "missing_segment":  # reported by inspect_segments
+            lines.setdefault(item.file, {}).setdefault(item.kind, []).append(item.line_no)
+    for file, kinds in sorted(lines.items()):
+        _report_lines(report, path.with_name(file) if file else path, kinds)
     unknown = sorted({str(e.get("event")) for e in read.damage.unknown_events})
     if unknown:
         report.add(
@@ -374,6 +369,19 @@ def _inspect_log(path: Path, report: FsckReport, *, turns: bool = False) -> None
             count=len(read.damage.unknown_events),
         )
     _inspect_pending(path.with_name(PENDING_NAME), read.entries, report)
+
+
+def _report_lines(report: FsckReport, path: Path, lines: dict[str, list[int]]) -> None:
+    for kind, numbers in sorted(lines.items()):
+        shown = ", ".join(str(n) for n in numbers[:10]) + (" ..." if len(numbers) > 10 else "")
+        report.add(
+            "damaged_line",
+            path,
+            DAMAGE,
+            f"{kind} at {'line' if len(numbers) == 1 else 'lines'} {shown}",
+            count=len(numbers),
+            repair="move the lines to quarantine/",
+        )
 
 
 def _inspect_pending(pending: Path, entries: list[dict[str, Any]], report: FsckReport) -> None:

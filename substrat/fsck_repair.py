@@ -12,16 +12,18 @@ whose files cannot be read is skipped and left exactly as it is.
 from __future__ import annotations
 
 import asyncio
+import gzip
 import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from substrat import events, persistence
+from substrat import events, fsck_checkpoints, persistence
 from substrat.eventlog import LOG_NAME, PENDING_NAME, EventLog, decode_line
 from substrat.facts import names_turn, turn_ceiling
 from substrat.logs import USER_DIR
 from substrat.registry import registry_path
+from substrat.segments import GZIP_LEVEL, history_files, read_segment
 from substrat.session import SessionStore
 from substrat.session.store import AGENTS_DIR, QUARANTINE_DIR
 
@@ -70,6 +72,9 @@ def repair_root(root: Path, report: _Report) -> None:
                 _drop_damaged_lines(log_path, quarantine)
         except OSError:
             continue  # unreadable (reported): it is left exactly as it is
+    # after the log rewrites (which move lines): drop the checkpoints that no longer
+    # agree; recovery reads those logs in full and writes new ones when it closes
+    fsck_checkpoints.repair(root)
     report.recovery = asyncio.run(_recover(root))
     for sid in report.recovery.get("unrecoverable", []):
         directory = store.session_dir(sid)
@@ -90,33 +95,41 @@ async def _recover(root: Path) -> dict[str, Any]:
 
 
 def _drop_damaged_lines(log_path: Path, quarantine: Path) -> int:
-    """Rewrite a log without its damaged lines, which go to ``quarantine/``.
+    """Rewrite a log (each of its segments) without its damaged lines, which go to
+    ``quarantine/``.
 
     An agent's damaged line after its last readable turn line may have been
     the start of a turn (see substrat.facts): a ``turn.failed`` marked
     ``reserved`` keeps that turn's id from being handed out again.
     """
-    raw = persistence.read_bytes(log_path)
-    ceiling = turn_ceiling(log_path) if log_path.parent.parent.name == AGENTS_DIR else 0
+    ceiling = turn_ceiling(log_path).value if log_path.parent.parent.name == AGENTS_DIR else 0
     highest = 0
-    keep = bytearray()
-    dropped = bytearray()
     seen: set[int] = set()
-    for piece in raw.split(b"\n")[:-1]:  # after EventLog's repair every line ends in \n
-        decoded = decode_line(piece)
-        if isinstance(decoded, str) or decoded["seq"] in seen:
-            dropped += piece + b"\n"
+    count = 0
+    for segment, path in history_files(log_path):
+        if not path.exists():
             continue
-        seen.add(decoded["seq"])
-        keep += piece + b"\n"
-        highest = max(highest, names_turn(decoded) or 0)
-    if not dropped:
-        return 0
-    persistence.durable_mkdir(quarantine)
-    name = f"{log_path.parent.name}.{log_path.name}.damaged"
-    persistence.atomic_write(_free_name(quarantine, name), bytes(dropped))
-    persistence.atomic_write(log_path, bytes(keep))
-    if ceiling > highest:
+        raw = persistence.read_bytes(path) if segment is None else read_segment(segment)
+        keep = bytearray()
+        dropped = bytearray()
+        for piece in raw.split(b"\n")[:-1]:  # after EventLog's repair every line ends in \n
+            decoded = decode_line(piece)
+            if isinstance(decoded, str) or decoded["seq"] in seen:
+                dropped += piece + b"\n"
+                continue
+            seen.add(decoded["seq"])
+            keep += piece + b"\n"
+            highest = max(highest, names_turn(decoded) or 0)
+        if not dropped:
+            continue
+        count += dropped.count(b"\n")
+        persistence.durable_mkdir(quarantine)
+        name = f"{log_path.parent.name}.{path.name}.damaged"
+        persistence.atomic_write(_free_name(quarantine, name), bytes(dropped))
+        if segment is not None and segment.archived:
+            keep = bytearray(gzip.compress(bytes(keep), GZIP_LEVEL, mtime=0))
+        persistence.atomic_write(path, bytes(keep))
+    if count and ceiling > highest:
         with EventLog(log_path, {"session_id": log_path.parent.name}) as log:
             log.log(
                 events.TURN_FAILED,
@@ -127,7 +140,7 @@ def _drop_damaged_lines(log_path: Path, quarantine: Path) -> int:
                     "reserved": True,
                 },
             )
-    return dropped.count(b"\n")
+    return count
 
 
 def _free_name(directory: Path, stem: str) -> Path:

@@ -11,13 +11,14 @@ from __future__ import annotations
 import json
 import os
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
 from substrat.events import KNOWN_EVENTS
+from substrat.segments import Position, list_sealed, open_segment
 
 Entry = dict[str, Any]
 _EXCERPT_BYTES = 80
@@ -103,6 +104,8 @@ class Damage:
     length: int
     line_no: int
     excerpt: str
+    file: str = ""
+    """The sealed segment it is in (its file name); empty for the active file."""
 
 
 @dataclass
@@ -112,9 +115,9 @@ class DamageReport:
     items: list[Damage] = field(default_factory=list)
     unknown_events: list[Entry] = field(default_factory=list)
 
-    def add(self, kind: str, offset: int, raw: bytes, line_no: int) -> None:
+    def add(self, kind: str, offset: int, raw: bytes, line_no: int, file: str = "") -> None:
         excerpt = raw[:_EXCERPT_BYTES].decode("utf-8", "backslashreplace")
-        self.items.append(Damage(kind, offset, len(raw), line_no, excerpt))
+        self.items.append(Damage(kind, offset, len(raw), line_no, excerpt, file))
 
     def counts(self) -> dict[str, int]:
         tally: dict[str, int] = {}
@@ -151,12 +154,14 @@ def iter_log(
 ) -> Iterator[Entry]:
     """Yield the healthy entries of the log at ``path``; never raises on damage.
 
+    ``path`` is the active file (``events.jsonl``); its sealed segments (see
+    :mod:`substrat.segments`) are read first, so this is the whole history.
     Damaged lines, duplicate ``seq`` values and (when ``known_events`` is given)
     unknown event types are skipped and recorded in ``damage``. A missing file
     reads as empty. If ``tail_info`` is given, its first element is set to the
-    offset just past the last valid line.
+    offset just past the last valid line of the active file.
     """
-    for batch in entry_batches(path, damage, known_events, set(), tail_info):
+    for batch in history_batches(path, damage, known_events, set(), tail_info):
         yield from batch
 
 
@@ -170,45 +175,96 @@ def entry_batches(
     known_events: frozenset[str] | None,
     seen: set[int],
     tail_info: list[int] | None,
+    *,
+    start: int = 0,
+    min_seq: int = 0,
 ) -> Iterator[list[Entry]]:
-    """The healthy entries in batches; ``seen`` collects their seqs, unknown types included."""
-    offset = 0
-    valid_end = 0
+    """The healthy entries of one file in batches, from byte ``start``.
+
+    ``seen`` collects their seqs, unknown types included; a seq already in
+    ``seen`` or not above ``min_seq`` (the part before ``start`` holds those) is a
+    duplicate. ``tail_info`` gets the offset just past the last valid line
+    (``start`` if none).
+    """
     try:
         handle = open(path, "rb")
     except FileNotFoundError:
         if tail_info is not None:
-            tail_info[:] = [0]
+            tail_info[:] = [start]
         return
     with handle:
-        batch: list[Entry] = []
-        for line_no, raw in enumerate(handle, start=1):
-            start = offset
-            offset += len(raw)
-            if not raw.endswith(b"\n"):
-                damage.add("torn_tail", start, raw, line_no)
-                break
-            fast = _decode_fast(raw)
-            decoded = decode_line(raw[:-1]) if fast is None else fast
-            if isinstance(decoded, str):  # damaged: decode_line said how
-                damage.add(decoded, start, raw, line_no)
-                continue
-            valid_end = offset
-            seq = decoded["seq"]
-            if seq in seen:
-                damage.add("duplicate_seq", start, raw, line_no)
-                continue
-            seen.add(seq)
-            if known_events is not None and decoded.get("event") not in known_events:
-                damage.unknown_events.append(decoded)
-                continue
-            batch.append(decoded)
-            if len(batch) == BATCH_LINES:
-                yield batch
-                batch = []
-        yield batch
+        if start:
+            handle.seek(start)
+        yield from _batches(handle, damage, known_events, seen, tail_info, start, min_seq, "")
+
+
+def _batches(
+    handle: Iterable[bytes],
+    damage: DamageReport,
+    known_events: frozenset[str] | None,
+    seen: set[int],
+    tail_info: list[int] | None,
+    offset: int,
+    min_seq: int,
+    file: str,
+) -> Iterator[list[Entry]]:
+    valid_end = offset
+    batch: list[Entry] = []
+    for line_no, raw in enumerate(handle, start=1):
+        start = offset
+        offset += len(raw)
+        if not raw.endswith(b"\n"):
+            damage.add("torn_tail", start, raw, line_no, file)
+            break
+        fast = _decode_fast(raw)
+        decoded = decode_line(raw[:-1]) if fast is None else fast
+        if isinstance(decoded, str):  # damaged: decode_line said how
+            damage.add(decoded, start, raw, line_no, file)
+            continue
+        valid_end = offset
+        seq = decoded["seq"]
+        if seq in seen or seq <= min_seq:
+            damage.add("duplicate_seq", start, raw, line_no, file)
+            continue
+        seen.add(seq)
+        if known_events is not None and decoded.get("event") not in known_events:
+            damage.unknown_events.append(decoded)
+            continue
+        batch.append(decoded)
+        if len(batch) == BATCH_LINES:
+            yield batch
+            batch = []
+    yield batch
     if tail_info is not None:
         tail_info[:] = [valid_end]
+
+
+def history_batches(
+    path: str | os.PathLike[str],
+    damage: DamageReport,
+    known_events: frozenset[str] | None,
+    seen: set[int],
+    tail_info: list[int] | None,
+) -> Iterator[list[Entry]]:
+    """The whole history: the sealed segments of ``path``, then the active file itself.
+
+    A segment missing between two others is damage (``missing_segment``): the
+    entries it held are lost. A history that starts after seq 1 is not: a
+    compaction policy that deletes old segments leaves exactly that.
+    """
+    expected = 0
+    for segment in list_sealed(path):
+        if expected and segment.first != expected:
+            damage.add("missing_segment", 0, b"", 0, segment.name)
+        expected = segment.last + 1
+        try:
+            handle = open_segment(segment)
+        except FileNotFoundError:
+            damage.add("missing_segment", 0, b"", 0, segment.name)
+            continue
+        with handle:
+            yield from _batches(handle, damage, known_events, seen, None, 0, 0, segment.name)
+    yield from entry_batches(path, damage, known_events, seen, tail_info)
 
 
 def read_log(
@@ -218,6 +274,35 @@ def read_log(
     damage = DamageReport()
     tail: list[int] = [0]
     entries: list[Entry] = []
-    for batch in entry_batches(path, damage, known_events, set(), tail):
+    for batch in history_batches(path, damage, known_events, set(), tail):
         entries.extend(batch)
     return LogRead(entries, damage, tail[0])
+
+
+def sealed_batches(
+    path: str | os.PathLike[str],
+    start: Position,
+    damage: DamageReport,
+    known_events: frozenset[str] | None,
+    seen: set[int],
+    min_seq: int,
+) -> Iterator[list[Entry]]:
+    """The entries of the sealed segments of ``path`` from ``start`` on (not the active file).
+
+    ``start`` is a position in one of them (a checkpoint's end); nothing is
+    read when it is in the active file.
+    """
+    expected = 0
+    for segment in list_sealed(path):
+        if segment.first < start.file_first:
+            continue
+        if expected and segment.first != expected:
+            damage.add("missing_segment", 0, b"", 0, segment.name)
+        expected = segment.last + 1
+        offset = start.offset if segment.first == start.file_first else 0
+        with open_segment(segment) as handle:
+            if offset:
+                handle.read(offset) if segment.archived else handle.seek(offset)
+            yield from _batches(
+                handle, damage, known_events, seen, None, offset, min_seq, segment.name
+            )

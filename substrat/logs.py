@@ -2,16 +2,21 @@
 
 A root may hold tens of thousands of agents; keeping every log open would run
 out of file descriptors, so the least recently used ones are closed and
-reopened on demand (reopening repairs, as every open does).
+reopened on demand. Reopening repairs, as every open does, but only what
+follows the position the pool last knew the log to end at (where it closed it,
+or where recovery left it): a log's history is not read again for a write.
 """
 
 from __future__ import annotations
 
+import os
 from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
 
+from substrat import segments
 from substrat.agents import USER
-from substrat.eventlog import LOG_NAME, Clock, EventLog, utc_now_iso
+from substrat.eventlog import LOG_NAME, Clock, EventLog, Resume, utc_now_iso
 from substrat.session import SessionStore
 
 MAX_OPEN_LOGS = 256
@@ -29,6 +34,9 @@ class LogPool:
         self._clock = clock
         self._max_open = max_open
         self._open: OrderedDict[str, EventLog] = OrderedDict()
+        self._ends: dict[str, Resume] = {}
+        self.on_append: Callable[[str, int], None] | None = None
+        """Told of every durable append (endpoint, bytes): the checkpoint policy counts."""
 
     def path(self, endpoint: str) -> Path:
         if endpoint == USER:
@@ -41,24 +49,78 @@ class LogPool:
             self._open.move_to_end(endpoint)
             return log
         # Not open, or poisoned by a failed write: (re)open, which repairs the tail.
-        self._open.pop(endpoint, None)
+        # A poisoned log's durable end excludes the failed entry (it is cut back).
+        stale = self._open.pop(endpoint, None)
+        if stale is not None:
+            self._ends[endpoint] = stale.resume()
+        resume = self._ends.pop(endpoint, None)
         if endpoint == USER:
             self._store.make_dir(self.path(USER).parent)
-            log = EventLog(self.path(USER), {"endpoint": USER}, clock=self._clock)
+            context = {"endpoint": USER}
         else:
-            log = EventLog(self.path(endpoint), {"session_id": endpoint}, clock=self._clock)
+            context = {"session_id": endpoint}
+        hook = self.on_append
+        log = EventLog(
+            self.path(endpoint),
+            context,
+            clock=self._clock,
+            resume=resume,
+            on_append=None if hook is None else lambda n: hook(endpoint, n),
+        )
         self._open[endpoint] = log
         while len(self._open) > self._max_open:
-            _, oldest = self._open.popitem(last=False)
-            oldest.close()
+            oldest_endpoint, oldest = self._open.popitem(last=False)
+            self._forget(oldest_endpoint, oldest)
         return log
 
-    def close(self, endpoint: str) -> None:
+    def remember(self, endpoint: str, resume: Resume) -> None:
+        """Where a closed log ends (recovery read it): the next open starts there."""
+        assert endpoint not in self._open, endpoint
+        self._ends[endpoint] = resume
+
+    def end(self, endpoint: str) -> Resume | None:
+        """Where the log is known to end (open or closed), if the pool knows."""
+        log = self._open.get(endpoint)
+        if log is not None and not log.closed:
+            return log.resume()
+        return self._ends.get(endpoint)
+
+    def known(self) -> list[str]:
+        """Every endpoint whose end the pool knows (open, or read since)."""
+        return sorted(set(self._ends) | set(self._open))
+
+    def roll(self, endpoint: str) -> segments.Segment | None:
+        """Seal the endpoint's active file into a segment (see :mod:`substrat.segments`).
+
+        Only a file that ends where its last durable entry ends is sealed (a
+        failed append still being taken back is not); None if nothing was sealed.
+        """
         log = self._open.pop(endpoint, None)
+        if log is not None:
+            self._forget(endpoint, log)
+        end = self._ends.get(endpoint)
+        path = self.path(endpoint)
+        if end is None or end.offset == 0 or os.stat(path).st_size != end.offset:
+            return None
+        first = segments.active_first(segments.list_sealed(path))
+        if end.last_seq < first:
+            return None
+        sealed = segments.roll(path, first, end.last_seq)
+        self._ends[endpoint] = Resume(0, end.last_seq)
+        return sealed
+
+    def _forget(self, endpoint: str, log: EventLog) -> None:
+        self._ends[endpoint] = log.resume()
+        log.close()
+
+    def close(self, endpoint: str) -> None:
+        """Close the log; the next open rescans it from the start."""
+        log = self._open.pop(endpoint, None)
+        self._ends.pop(endpoint, None)
         if log is not None:
             log.close()
 
     def close_all(self) -> None:
         while self._open:
-            _, log = self._open.popitem()
-            log.close()
+            endpoint, log = self._open.popitem()
+            self._forget(endpoint, log)

@@ -36,6 +36,8 @@ from substrat.agents import (
     MessageEnvelope,
     validate_name,
 )
+from substrat.checkpointer import Checkpointer, CheckpointPolicy
+from substrat.checkpoints import Settled
 from substrat.commit import CommitMixin, TurnResult, after_commit
 from substrat.conversation import conversation_from_log
 from substrat.errors import (
@@ -81,6 +83,7 @@ class Orchestrator(QueryMixin, CommitMixin, WakeMixin):
         slots: int = DEFAULT_SLOTS,
         clock: Clock | None = None,
         new_id: Callable[[], str] | None = None,
+        checkpoints: CheckpointPolicy | None = None,
     ) -> None:
         self.root = Path(root)
         self.registry = registry if registry is not None else default_registry()
@@ -96,7 +99,15 @@ class Orchestrator(QueryMixin, CommitMixin, WakeMixin):
         self.mux = Multiplexer(slots, self._load_session, self._save_session)
         self.sessions: dict[str, Session] = {}
         self.turn_counts: dict[str, int] = {}
+        self.settled_turns: dict[str, int] = {}
+        """Agent id -> the turn up to which all its turns' effects are applied (a turn
+        whose effects failed to apply holds it back until a restart rolls them forward)."""
         self.last_complete_seq: dict[str, int] = {}
+        self.checkpointer = Checkpointer(
+            self.root, self.logs, checkpoints or CheckpointPolicy(), self, clock=self.clock
+        )
+        if self.checkpointer.policy.enabled:
+            self.logs.on_append = self.checkpointer.appended
         self._contexts: dict[str, AgentToolContext] = {}
         self._listeners: list[Listener] = []
         self.recovery_report: recovery.RecoveryReport | None = None
@@ -119,13 +130,36 @@ class Orchestrator(QueryMixin, CommitMixin, WakeMixin):
         """
         recovered = recovery.recover(self.store, self.logs, self.roots)
         self.recovery_report = restore.apply(self, recovered)
+        self.checkpointer.adopt(recovered.checkpointed)
         return self.recovery_report
+
+    # -- checkpoints (see substrat.checkpointer) ---------------------------------
+
+    def settled(self) -> Settled:
+        held = self.recovery_report is not None and bool(self.recovery_report.unreadable)
+        return Settled(dict(self.settled_turns), strict=held)
+
+    def quiet(self, endpoint: str) -> bool:
+        if endpoint == USER:
+            return True
+        node = self.tree.by_session(endpoint)
+        return (
+            node is not None
+            and node.state is not AgentState.BUSY
+            and self.settled_turns.get(node.agent_id) == self.turn_counts.get(node.agent_id, 0)
+        )
+
+    def _settle(self, node: AgentNode, number: int) -> None:
+        """Turn ``number`` is over, its effects (if any) applied."""
+        if self.settled_turns.get(node.agent_id, 0) == number - 1:
+            self.settled_turns[node.agent_id] = number
 
     async def close(self) -> None:
         """Clean shutdown: suspend live sessions (blobs saved) and close the logs."""
         if self.closed:
             return
         await self.mux.suspend_all()
+        await self.checkpointer.close()
         self.logs.close_all()
         self.roots.close()
         self.closed = True
@@ -170,6 +204,7 @@ class Orchestrator(QueryMixin, CommitMixin, WakeMixin):
             self.logs.get(USER).log(events.MESSAGE_DELIVERED, {"message_ids": present})
             inbox.remove(present)
             self.emit("message.delivered", {"recipient": USER, "message_ids": present})
+            self.checkpointer.poke()
         return present
 
     async def collect_user_inbox(self) -> list[MessageEnvelope]:
@@ -217,6 +252,7 @@ class Orchestrator(QueryMixin, CommitMixin, WakeMixin):
         self._log_creation(node, parent_session_id=None)
         self.tree.add(node)
         self.turn_counts[node.agent_id] = 0
+        self.settled_turns[node.agent_id] = 0
         with after_commit(f"agent {name} was created"):
             # after the commit point: a registered root is one whose creation is durable
             self.roots.register(root_entry(node))
@@ -228,6 +264,7 @@ class Orchestrator(QueryMixin, CommitMixin, WakeMixin):
                 raise AgentError(f"agent {name} was terminated while it was being created")
             self.store.transition(session, SessionState.ACTIVE)
         self.emit("agent.created", self._info(node).to_dict())
+        self.checkpointer.poke()
         return self._info(node)
 
     def _context(self, node: AgentNode) -> AgentToolContext:
@@ -294,6 +331,9 @@ class Orchestrator(QueryMixin, CommitMixin, WakeMixin):
         if error:
             data["error"] = error
         log.log(events.SUSPEND_RESULT, data)
+        if self.checkpointer.policy.on_evict:
+            self.checkpointer.due(node.session_id)
+            self.checkpointer.poke()
         try:
             await live.stop()
         except Exception:
@@ -301,7 +341,9 @@ class Orchestrator(QueryMixin, CommitMixin, WakeMixin):
 
     async def evict(self, agent: str) -> bool:
         """Suspend the agent's live session now (as an LRU eviction would)."""
-        return await self.mux.evict(self.resolve_live(agent))
+        evicted = await self.mux.evict(self.resolve_live(agent))
+        self.checkpointer.poke()
+        return evicted
 
     # -- turns ----------------------------------------------------------------
 
@@ -398,6 +440,11 @@ class Orchestrator(QueryMixin, CommitMixin, WakeMixin):
             }
             if isinstance(exc, OutcomeUnknownError):
                 failed["undecided"] = True  # its turn.complete may survive a crash
+            else:
+                # nothing committed: nothing to apply. An undecided turn stays unsettled
+                # (its commit, effects unapplied, may be in the log), so no checkpoint
+                # of this agent forgets what a restart must roll forward
+                self._settle(node, number)
             self.emit("turn.failed", failed)
             raise
         finally:
@@ -410,6 +457,7 @@ class Orchestrator(QueryMixin, CommitMixin, WakeMixin):
         committed = effects.to_dict()
         with after_commit(f"turn {effects.turn_id} of {node.name} committed"):
             self.apply_effects(node, committed)
+        self._settle(node, number)
         result = TurnResult(
             agent_id=node.agent_id,
             turn_id=effects.turn_id,
@@ -421,6 +469,7 @@ class Orchestrator(QueryMixin, CommitMixin, WakeMixin):
             transcript=outcome.transcript,
         )
         self.emit("turn.completed", result.to_dict())
+        self.checkpointer.poke()
         return result
 
     # -- termination ---------------------------------------------------------------
@@ -444,7 +493,9 @@ class Orchestrator(QueryMixin, CommitMixin, WakeMixin):
                 raise AgentBusyError(
                     f"agent {busy} is running a turn; retry when idle"
                 ).with_details(agent=busy)
-        return self.terminate_now(node.agent_id)
+        gone = self.terminate_now(node.agent_id)
+        self.checkpointer.poke()
+        return gone
 
     def terminate_now(self, agent_id: str) -> list[str]:
         order = self.tree.subtree_leaves_first(agent_id)
@@ -487,7 +538,9 @@ class Orchestrator(QueryMixin, CommitMixin, WakeMixin):
         self._contexts.pop(node.agent_id, None)
         # per-agent counters go too: a long-lived daemon must not grow with every dead agent
         self.turn_counts.pop(node.agent_id, None)
+        self.settled_turns.pop(node.agent_id, None)
         self.last_complete_seq.pop(node.agent_id, None)
+        self.checkpointer.forget(node.session_id)
         if live is not None:
             stop_later(live)
         for other in self.tree.walk():

@@ -44,15 +44,19 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from substrat import access, events, rollforward
 from substrat.access import Unreadable
 from substrat.agents import USER, AgentNode, AgentTree
-from substrat.eventlog import repair_log
+from substrat.checkpoints import CHECKPOINTS_DIR, Checkpoint, StoreRead, read_store, verify
+from substrat.eventlog import DamageReport, Resume, repair_log
+from substrat.events import KNOWN_EVENTS
 from substrat.facts import AgentFacts as AgentFacts
 from substrat.facts import collect_facts as collect_facts
 from substrat.facts import read_facts as read_facts
+from substrat.logread import sealed_batches
 from substrat.logs import LogPool
 from substrat.registry import (
     REGISTRY_DIR,
@@ -64,6 +68,7 @@ from substrat.registry import (
     root_entry,
 )
 from substrat.rollforward import RollForward
+from substrat.segments import Position, active_first, list_sealed
 from substrat.session import Quarantined, Session, SessionState, SessionStore
 
 if TYPE_CHECKING:
@@ -116,6 +121,13 @@ class RecoveryReport:
     EIO, ...), and their descendants; each says what to do (see substrat.access)."""
     registry_problem: str | None = None
     """Why the root registry could not be read (roots cannot be created until it is fixed)."""
+    checkpoints_used: int = 0
+    """Logs read from a checkpoint on (only the entries after it were read)."""
+    checkpoints_rejected: dict[str, str] = field(default_factory=dict)
+    """Endpoint -> why its checkpoint did not hold against its log (that log was read
+    from its start instead: see substrat.checkpoints)."""
+    read_in_full: list[str] = field(default_factory=list)
+    """Endpoints whose log was read from its start (no checkpoint of it held)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -141,6 +153,9 @@ class RecoveryReport:
             "creations_rebuilt": list(self.creations_rebuilt),
             "unreadable": [u.to_dict() for u in self.unreadable],
             "registry_problem": self.registry_problem,
+            "checkpoints_used": self.checkpoints_used,
+            "checkpoints_rejected": dict(self.checkpoints_rejected),
+            "read_in_full": list(self.read_in_full),
         }
 
 
@@ -155,6 +170,10 @@ class Recovered:
     facts: dict[str, AgentFacts]
     """Session id -> facts, for every agent in ``tree`` (turn counters, last commits)."""
     plan: RollForward
+    checkpoints: StoreRead
+    """The checkpoint store as recovery read it."""
+    checkpointed: dict[str, Checkpoint] = field(default_factory=dict)
+    """Endpoint -> the checkpoint its facts were read from (one that held against its log)."""
 
 
 @dataclass
@@ -164,6 +183,8 @@ class _Root:
     store: SessionStore
     logs: LogPool
     roots: RootRegistry
+    checkpoints: StoreRead
+    used: dict[str, Checkpoint] = field(default_factory=dict)
 
 
 def _rebuilt_record(facts: AgentFacts) -> Session | None:
@@ -182,8 +203,10 @@ def _rebuilt_record(facts: AgentFacts) -> Session | None:
 
 def recover(store: SessionStore, logs: LogPool, roots: RootRegistry) -> Recovered:
     """Repair the root and say what it holds (see the module docstring). Idempotent."""
-    root = _Root(store, logs, roots)
+    root = _Root(store, logs, roots, read_store(store.root))
     report = RecoveryReport()
+    if root.checkpoints.damage:
+        report.log_damage[CHECKPOINTS_DIR] = dict(root.checkpoints.damage)
     scan = store.recover()
     report.quarantined = list(scan.quarantined)
     unreadable = {
@@ -263,7 +286,7 @@ def recover(store: SessionStore, logs: LogPool, roots: RootRegistry) -> Recovere
     names = {sid: str(data.get("name")) for sid, data in registry.roots.items()}
     report.unreadable = access.named(unreadable, names)
     sessions = {sid: records[sid] for sid in in_tree}
-    return Recovered(report, tree, sessions, in_tree, plan)
+    return Recovered(report, tree, sessions, in_tree, plan, root.checkpoints, root.used)
 
 
 def _read_agent(root: _Root, sid: str, report: RecoveryReport) -> AgentFacts | Unreadable | None:
@@ -276,13 +299,41 @@ def _read_agent(root: _Root, sid: str, report: RecoveryReport) -> AgentFacts | U
     except OSError as exc:
         return access.unreadable(sid, path, exc, then=THEN)
     root.logs.close(sid)  # the repair below must be the only open of this log
-    collected = AgentFacts(sid)
     try:
-        opened = repair_log(path, collected.add_all)
-        kept = opened.kept_damage()
-        collected.count_damage(path, kept)
+        collected = _read_log(root, sid, path, report)
     except OSError as exc:  # EACCES, EIO, a failed fsync: it costs this agent only
         return access.unreadable(sid, path, exc, then=THEN)
+    if collected.damage:
+        report.log_damage[sid] = collected.damage
+    return collected
+
+
+def _read_log(root: _Root, endpoint: str, path: Path, report: RecoveryReport) -> AgentFacts:
+    """An endpoint's facts: from its newest checkpoint that holds, the log after it
+    (repaired); without one, the whole log, repaired in the same read."""
+    checkpoint, facts = _usable_checkpoint(root, endpoint, path, report)
+    damage = DamageReport()
+    resume: Resume | None = None
+    start: Position | None = None
+    carried = None
+    sealed = list_sealed(path)
+    floor = 0
+    if checkpoint is not None:
+        carried = facts.ceiling()
+        start = checkpoint.at.after()
+        floor = checkpoint.at.seq
+    elif sealed:
+        start = Position(sealed[0].first, 0)
+    if start is not None and start.file_first == active_first(sealed):
+        resume = Resume(start.offset, floor)
+    elif start is not None:  # the sealed segments (from the checkpoint's on) first
+        for batch in sealed_batches(path, start, damage, KNOWN_EVENTS, set(), floor):
+            facts.add_all(batch)
+    opened = repair_log(path, facts.add_all, resume)
+    kept = opened.kept_damage()
+    damage.items.extend(kept.items)
+    damage.unknown_events.extend(kept.unknown_events)
+    facts.count_damage(path, damage, start, carried)
     if (
         opened.truncated_bytes
         or opened.pending_replayed
@@ -292,27 +343,45 @@ def _read_agent(root: _Root, sid: str, report: RecoveryReport) -> AgentFacts | U
             "already_logged",  # the normal leftover of a crash after a durable append
         )
     ):
-        report.log_repairs[sid] = {
+        report.log_repairs[endpoint] = {
             "truncated_bytes": opened.truncated_bytes,
             "pending_replayed": opened.pending_replayed,
             "pending_discarded": opened.pending_discarded,
         }
-    collected.damage.update(kept.counts())
-    report.events_read += collected.entries
-    if collected.damage:
-        report.log_damage[sid] = collected.damage
-    return collected
+    for kind, count in damage.counts().items():
+        facts.damage[kind] = facts.damage.get(kind, 0) + count
+    report.events_read += facts.entries
+    root.logs.remember(endpoint, opened.resume())
+    return facts
+
+
+def _usable_checkpoint(
+    root: _Root, endpoint: str, path: Path, report: RecoveryReport
+) -> tuple[Checkpoint | None, AgentFacts]:
+    """The endpoint's newest checkpoint that holds against its log, with its facts."""
+    for checkpoint in root.checkpoints.latest(endpoint):
+        reason = verify(checkpoint, path)
+        if reason is None:
+            try:
+                facts = checkpoint.load_facts()
+            except ValueError as exc:
+                reason = f"its facts do not read ({exc})"
+            else:
+                report.checkpoints_used += 1
+                root.used[endpoint] = checkpoint
+                return checkpoint, facts
+        report.checkpoints_rejected.setdefault(endpoint, reason)
+    report.read_in_full.append(endpoint)
+    return None, AgentFacts(endpoint)
 
 
 def _read_user(root: _Root, report: RecoveryReport) -> AgentFacts:
-    """The user's log, repaired and replayed in the same read that collects it."""
+    """The user's log, read like an agent's (from its checkpoint, repaired)."""
     user_log = root.logs.path(USER)
-    user_facts = AgentFacts(USER)
-    if os.path.exists(user_log.parent):
-        root.logs.close(USER)
-        user_facts.damage.update(repair_log(user_log, user_facts.add_all).kept_damage().counts())
-    report.events_read += user_facts.entries
-    return user_facts
+    if not os.path.exists(user_log.parent):
+        return AgentFacts(USER)
+    root.logs.close(USER)
+    return _read_log(root, USER, user_log, report)
 
 
 def _check_registered(

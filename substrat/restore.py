@@ -32,6 +32,7 @@ class Host(Protocol):
     logs: LogPool
     sessions: dict[str, Session]
     turn_counts: dict[str, int]
+    settled_turns: dict[str, int]
     last_complete_seq: dict[str, int]
 
     def materialize_child(self, spawn: dict[str, Any], parent: AgentNode) -> AgentNode | None: ...
@@ -81,6 +82,8 @@ def apply(host: Host, recovered: Recovered) -> RecoveryReport:
             )
             report.lost_turns.append({"agent_id": node.agent_id, **lost})
         node.lost_turn = lost or plan.notices.get(node.session_id)
+    # every committed turn is applied now (or its agent is gone)
+    host.settled_turns.update(host.turn_counts)
     report.agents = len(host.tree)
     report.roots = len(host.tree.roots())
     host.tree.check()

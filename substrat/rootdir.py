@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from substrat import __version__, persistence
+from substrat.checkpoints import CHECKPOINTS_DIR
 from substrat.errors import NotARootError, RootPermissionError, RootUnusableError
 from substrat.eventlog import utc_now_iso
 from substrat.logs import USER_DIR
@@ -56,6 +57,7 @@ LEGACY_NAMES = frozenset(
         USER_DIR,
         QUARANTINE_DIR,
         REGISTRY_DIR,
+        CHECKPOINTS_DIR,
         lock.LOCK_NAME,
         SOCKET_NAME,
         DAEMON_LOG_NAME,

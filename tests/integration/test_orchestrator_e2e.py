@@ -193,7 +193,7 @@ def test_every_event_the_code_writes_is_documented_with_its_fields(root: Path) -
     assert set(table) == set(events.KNOWN_EVENTS)
     seen: set[str] = set()
     logs = [*root.glob("agents/*/events.jsonl"), root / "user" / "events.jsonl"]
-    for log in [*logs, root / "roots" / "events.jsonl"]:
+    for log in [*logs, root / "roots" / "events.jsonl", root / "checkpoints" / "events.jsonl"]:
         for entry in read_log(log).entries:
             seen.add(entry["event"])
             undocumented = set(entry["data"]) - table[entry["event"]]

@@ -1,0 +1,435 @@
+"""Checkpoints: what recovery derives from a log up to a ``seq``, so a restart reads only the rest.
+
+A checkpoint of one endpoint's log (an agent's, or the user's) is the
+:class:`~substrat.facts.AgentFacts` of the log's prefix up to entry ``seq``,
+compacted (:meth:`~substrat.facts.AgentFacts.forget`), together with where that
+prefix ends (:class:`LogPoint`): the file holding entry ``seq`` (named by its
+first seq, so sealing the file does not move it), the entry's offset, length
+and own CRC, and the length and CRC-32 of the whole prefix.
+
+Checkpoints of every endpoint live in one store per root,
+``<root>/checkpoints/events.jsonl``: the log format of every other log (one
+checksummed line per checkpoint, event ``checkpoint``), appended in batches and
+fsynced, a torn tail cut when it is opened. A restart reads that one file
+instead of every log; per endpoint the newest checkpoint counts, and the one
+before it is kept as a fallback.
+
+**Trust, but verify.** Recovery uses a checkpoint only after checking it
+against its log (:func:`verify`): the file it names must exist and hold, at the
+offset it names, a valid entry with its ``seq`` and its CRC. Anything else (the
+store or the line torn, damaged or gone, the log shorter than the checkpoint,
+rewritten, or another log's) and recovery reads the log from its start, and
+says so in its report (``checkpoints_rejected``). A checkpoint can make a
+restart faster; it can never make it wrong.
+
+**Written after what it covers.** A checkpoint is built from entries that are
+already durable (it covers at most what :meth:`EventLog.log` has returned) and
+whose turns are settled (their effects applied, see :mod:`substrat.checkpointer`);
+compaction acts only on checkpoints whose append returned (fsynced).
+"""
+
+from __future__ import annotations
+
+import os
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from substrat import events, persistence
+from substrat.errors import DurabilityError
+from substrat.eventlog import LOG_NAME, Clock, decode_line, encode_entry, utc_now_iso
+from substrat.facts import AgentFacts
+from substrat.segments import (
+    Position,
+    PositionGone,
+    active_first,
+    list_sealed,
+    open_segment,
+    raw_lines,
+)
+
+CHECKPOINTS_DIR = "checkpoints"
+FORMAT = 1
+"""The checkpoint format this version writes and reads; others are not trusted."""
+KEEP_PER_ENDPOINT = 2
+"""Checkpoints kept per endpoint when the store is rewritten: the newest and its fallback."""
+MAX_CHECKPOINT_BYTES = 16 << 20
+"""A checkpoint bigger than this (huge pending messages) is not written: that endpoint
+is recovered from its previous checkpoint, or its log."""
+REWRITE_MIN_BYTES = 4 << 20
+"""The store is rewritten (older checkpoints dropped) once it is this big and four
+times what it keeps."""
+
+
+@dataclass(frozen=True)
+class LogPoint:
+    """Where a checkpoint's prefix ends in its log (see the module docstring)."""
+
+    seq: int
+    file_first: int
+    offset: int
+    length: int
+    crc: str
+    prefix_bytes: int
+    prefix_crc: int
+
+    def after(self) -> Position:
+        """The position just past the checkpoint's last entry: where its tail starts."""
+        return Position(self.file_first, self.offset + self.length)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> LogPoint:
+        point = cls(
+            seq=int(data["seq"]),
+            file_first=int(data["file_first"]),
+            offset=int(data["offset"]),
+            length=int(data["length"]),
+            crc=str(data["crc"]),
+            prefix_bytes=int(data["prefix_bytes"]),
+            prefix_crc=int(data["prefix_crc"]),
+        )
+        if min(point.seq, point.file_first, point.length) < 1 or point.offset < 0:
+            raise ValueError(f"impossible log point {data!r}")
+        return point
+
+
+@dataclass
+class Checkpoint:
+    """One endpoint's checkpoint: its facts up to ``at.seq``."""
+
+    endpoint: str
+    at: LogPoint
+    facts: dict[str, Any]
+
+    def data(self) -> dict[str, Any]:
+        """The ``data`` of its ``checkpoint`` entry in the store."""
+        return {
+            "format": FORMAT,
+            "endpoint": self.endpoint,
+            "at": self.at.to_dict(),
+            "facts": self.facts,
+        }
+
+    @classmethod
+    def from_data(cls, data: Any) -> Checkpoint:
+        """A checkpoint from its entry's ``data``; ValueError if it is not one this reads."""
+        if type(data) is not dict or data.get("format") != FORMAT:
+            raise ValueError("not a checkpoint of this format")
+        try:
+            endpoint = str(data["endpoint"])
+            at = LogPoint.from_dict(data["at"])
+            facts = data["facts"]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"checkpoint fields: {exc!r}") from None
+        if type(facts) is not dict:
+            raise ValueError("checkpoint facts are not an object")
+        return cls(endpoint, at, facts)
+
+    def load_facts(self) -> AgentFacts:
+        """Its facts (ValueError if they do not read)."""
+        return AgentFacts.from_dict(self.endpoint, self.facts)
+
+
+# -- verifying against the log -----------------------------------------------------------
+
+
+def verify(checkpoint: Checkpoint, log_path: str | os.PathLike[str]) -> str | None:
+    """Check ``checkpoint`` against its log: None if it holds, else why not.
+
+    Holds when the file it names is in the log and has, at the offset it
+    names, a valid entry with its ``seq`` and CRC (so the log still has the
+    prefix it summarises, byte for byte at that line).
+    """
+    at = checkpoint.at
+    sealed = list_sealed(log_path)
+    segment = next((s for s in sealed if s.first == at.file_first), None)
+    try:
+        if segment is not None:
+            with open_segment(segment) as handle:
+                handle.read(at.offset) if segment.archived else handle.seek(at.offset)
+                line = handle.read(at.length)
+        elif at.file_first == active_first(sealed):
+            fd = os.open(log_path, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                line = os.pread(fd, at.length, at.offset)
+            finally:
+                os.close(fd)
+        else:
+            return f"the segment starting at seq {at.file_first} is not in the log"
+    except FileNotFoundError:
+        return "its log is gone"
+    if len(line) < at.length or not line.endswith(b"\n"):
+        return f"the log ends before entry {at.seq} (it is shorter than the checkpoint)"
+    entry = decode_line(line[:-1])
+    if isinstance(entry, str):
+        return f"no valid entry where entry {at.seq} was ({entry})"
+    if entry["seq"] != at.seq or line[8:16].decode("ascii", "replace") != at.crc:
+        return f"the entry where entry {at.seq} was is a different one (seq {entry['seq']})"
+    return None
+
+
+# -- building --------------------------------------------------------------------------
+
+
+@dataclass
+class Settled:
+    """What the orchestrator vouches for when a checkpoint is built (see
+    :meth:`~substrat.facts.AgentFacts.forget`)."""
+
+    turns: Mapping[str, int] = field(default_factory=dict)
+    """Each live agent -> the turn up to which all its turns' effects are applied."""
+    strict: bool = False
+    """Some agent is held back: an agent missing from ``turns`` may still be alive."""
+
+
+def build(
+    endpoint: str,
+    log_path: str | os.PathLike[str],
+    previous: Checkpoint | None,
+    *,
+    upto_seq: int,
+    active_end: int,
+    settled: Settled,
+) -> Checkpoint | None:
+    """The checkpoint of ``log_path`` up to entry ``upto_seq``, from ``previous`` on.
+
+    Reads only what follows ``previous`` (the whole log without one), and in
+    the active file only its first ``active_end`` bytes (its durable part).
+    Every committed turn up to ``upto_seq`` must be settled (see
+    :class:`Settled`). None when there is nothing new to cover.
+    Raises ValueError if ``previous`` does not read, PositionGone if its file
+    left the log.
+    """
+    facts = AgentFacts(endpoint) if previous is None else previous.load_facts()
+    ceiling = facts.ceiling()
+    prefix_bytes = 0 if previous is None else previous.at.prefix_bytes
+    prefix_crc = 0 if previous is None else previous.at.prefix_crc
+    floor = 0 if previous is None else previous.at.seq
+    start = None if previous is None else previous.at.after()
+    seen: set[int] = set()
+    damage: dict[str, int] = {}
+    last: LogPoint | None = None
+    for file_first, offset, raw in raw_lines(log_path, start, active_end=active_end):
+        if not ceiling.feed(raw):
+            break  # a partial line: never durable
+        decoded = decode_line(raw[:-1])
+        if not isinstance(decoded, str) and decoded["seq"] > upto_seq:
+            break
+        prefix_bytes += len(raw)
+        prefix_crc = zlib.crc32(raw, prefix_crc)
+        if isinstance(decoded, str) or decoded["seq"] <= floor or decoded["seq"] in seen:
+            kind = decoded if isinstance(decoded, str) else "duplicate_seq"
+            damage[kind] = damage.get(kind, 0) + 1
+            continue
+        seen.add(decoded["seq"])
+        if decoded.get("event") in events.KNOWN_EVENTS:
+            facts.add(decoded)
+        else:
+            damage["unknown_event"] = damage.get("unknown_event", 0) + 1
+        for kind, count in damage.items():
+            facts.damage[kind] = facts.damage.get(kind, 0) + count
+        damage = {}
+        facts.highest_turn, facts.damaged_after = ceiling.highest, ceiling.damaged_after
+        last = LogPoint(
+            decoded["seq"],
+            file_first,
+            offset,
+            len(raw),
+            raw[8:16].decode("ascii"),
+            prefix_bytes,
+            prefix_crc,
+        )
+    if last is None:
+        return None
+    facts.forget(settled.turns, strict=settled.strict)
+    return Checkpoint(endpoint, last, facts.to_dict())
+
+
+# -- the store -------------------------------------------------------------------------
+
+
+def store_path(root: str | os.PathLike[str]) -> Path:
+    return Path(root) / CHECKPOINTS_DIR / LOG_NAME
+
+
+@dataclass
+class StoreRead:
+    """What the store holds: per endpoint its checkpoints, newest last."""
+
+    checkpoints: dict[str, list[Checkpoint]] = field(default_factory=dict)
+    damage: dict[str, int] = field(default_factory=dict)
+    problem: str | None = None
+    """Why the store could not be read at all (then every log is read in full)."""
+    last_seq: int = 0
+    valid_end: int = 0
+    size: int = 0
+
+    def latest(self, endpoint: str) -> list[Checkpoint]:
+        """The endpoint's checkpoints, newest first."""
+        return list(reversed(self.checkpoints.get(endpoint, [])))
+
+    def kept_bytes(self) -> int:
+        return sum(len(_line(c, 0)) for items in self.checkpoints.values() for c in items)
+
+
+def read_store(root: str | os.PathLike[str]) -> StoreRead:
+    """Read every checkpoint in the store; damage costs only the damaged lines."""
+    read = StoreRead()
+    path = store_path(root)
+    try:
+        handle = open(path, "rb")
+    except FileNotFoundError:
+        return read
+    except OSError as exc:
+        read.problem = f"{path}: {exc}"
+        return read
+    offset = 0
+    with handle:
+        for raw in handle:
+            offset += len(raw)
+            if not raw.endswith(b"\n"):
+                read.damage["torn_tail"] = read.damage.get("torn_tail", 0) + 1
+                break
+            entry = decode_line(raw[:-1])
+            if isinstance(entry, str):
+                read.damage[entry] = read.damage.get(entry, 0) + 1
+                continue
+            read.valid_end = offset
+            read.last_seq = max(read.last_seq, int(entry["seq"]))
+            if entry.get("event") != events.CHECKPOINT:
+                continue
+            try:
+                checkpoint = Checkpoint.from_data(entry.get("data"))
+            except ValueError:
+                read.damage["unreadable_checkpoint"] = (
+                    read.damage.get("unreadable_checkpoint", 0) + 1
+                )
+                continue
+            kept = read.checkpoints.setdefault(checkpoint.endpoint, [])
+            kept.append(checkpoint)
+            del kept[:-KEEP_PER_ENDPOINT]
+    read.size = offset
+    return read
+
+
+def _line(checkpoint: Checkpoint, seq: int, clock: Clock = utc_now_iso) -> bytes:
+    return encode_entry(
+        {
+            "seq": seq,
+            "endpoint": CHECKPOINTS_DIR,
+            "ts": clock(),
+            "event": events.CHECKPOINT,
+            "data": checkpoint.data(),
+        }
+    )
+
+
+class CheckpointStore:
+    """The root's checkpoint store, appended to in batches (see the module docstring).
+
+    Not thread-safe: one writer (the checkpointer) at a time.
+    """
+
+    def __init__(self, root: str | os.PathLike[str], *, clock: Clock = utc_now_iso) -> None:
+        self.path = store_path(root)
+        self._clock = clock
+        self._fd: int | None = None
+        self._next_seq = 1
+        self._end = 0
+        self.broken: str | None = None
+        """Why this store takes no more checkpoints (an I/O error); recovery is unaffected."""
+
+    def _open(self) -> int:
+        if self._fd is not None:
+            return self._fd
+        persistence.durable_mkdir(self.path.parent)
+        if not os.path.exists(self.path):
+            persistence.durable_create(self.path)
+        read = read_store(self.path.parent.parent)
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+        try:
+            if os.fstat(fd).st_size > read.valid_end:  # a torn tail: cut it before appending
+                os.ftruncate(fd, read.valid_end)
+                persistence.fsync_fd(fd, self.path)
+        except OSError:
+            os.close(fd)
+            raise
+        self._fd, self._next_seq, self._end = fd, read.last_seq + 1, read.valid_end
+        return fd
+
+    def append(self, checkpoints: list[Checkpoint]) -> list[Checkpoint]:
+        """Append ``checkpoints`` durably (one write, one fsync); returns those written.
+
+        A checkpoint over ``MAX_CHECKPOINT_BYTES`` is left out. On an I/O error
+        nothing is written as far as anyone may rely on (DurabilityError is
+        raised and the store takes no more checkpoints in this process).
+        """
+        if self.broken is not None:
+            raise DurabilityError(f"the checkpoint store is out of use: {self.broken}")
+        lines: list[bytes] = []
+        written: list[Checkpoint] = []
+        try:
+            fd = self._open()
+            for checkpoint in checkpoints:
+                line = _line(checkpoint, self._next_seq + len(lines), self._clock)
+                if len(line) <= MAX_CHECKPOINT_BYTES:
+                    lines.append(line)
+                    written.append(checkpoint)
+            if lines:
+                blob = b"".join(lines)
+                persistence.write_all(fd, blob)
+                persistence.fsync_fd(fd, self.path)
+                self._next_seq += len(lines)
+                self._end += len(blob)
+        except OSError as exc:
+            self.close()
+            self.broken = str(exc)
+            if isinstance(exc, DurabilityError):
+                raise
+            raise DurabilityError(f"checkpoint append to {self.path} failed: {exc}") from exc
+        return written
+
+    @property
+    def size(self) -> int:
+        return self._end
+
+    def rewrite(self, keep: dict[str, list[Checkpoint]]) -> None:
+        """Replace the store by ``keep`` (each endpoint's newest last), atomically."""
+        self.close()
+        lines = [
+            _line(c, index, self._clock)
+            for index, c in enumerate(
+                (c for endpoint in sorted(keep) for c in keep[endpoint][-KEEP_PER_ENDPOINT:]),
+                start=1,
+            )
+        ]
+        persistence.durable_mkdir(self.path.parent)
+        persistence.atomic_write(self.path, b"".join(lines))
+
+    def close(self) -> None:
+        if self._fd is not None:
+            try:
+                os.close(self._fd)
+            except OSError:
+                pass
+            self._fd = None
+
+
+__all__ = [
+    "CHECKPOINTS_DIR",
+    "Checkpoint",
+    "CheckpointStore",
+    "LogPoint",
+    "PositionGone",
+    "Settled",
+    "StoreRead",
+    "build",
+    "read_store",
+    "store_path",
+    "verify",
+]

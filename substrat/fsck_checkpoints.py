@@ -1,0 +1,164 @@
+"""What ``substrat fsck`` checks of checkpoints and segments, and how ``--repair`` fixes it.
+
+* The checkpoint store (``checkpoints/events.jsonl``): a torn tail or a damaged
+  line costs only that checkpoint (recovery falls back to an older one, or to
+  the log); reported, and dropped by ``--repair``.
+* Each endpoint's newest checkpoint is checked against its log: the entry it
+  names must be where it says (what recovery checks), and the whole prefix
+  before it must have the length and CRC-32 it recorded (which only a full
+  read, like fsck's, can check). One that disagrees is reported; ``--repair``
+  drops it, and the recovery that ends the repair writes a new one from the
+  log at its clean shutdown.
+* Sealed segments: a segment missing between two others (its entries are
+  lost), and a segment both plain and archived (a crash between writing the
+  archive and removing the plain copy: ``--repair`` removes the plain copy once
+  the archive reads back the same).
+"""
+
+from __future__ import annotations
+
+import os
+import zlib
+from collections.abc import Callable
+from pathlib import Path
+
+from substrat import persistence
+from substrat.checkpoints import Checkpoint, CheckpointStore, read_store, store_path, verify
+from substrat.eventlog import LOG_NAME
+from substrat.logs import USER_DIR
+from substrat.segments import ARCHIVE_SUFFIX, Segment, list_sealed, raw_lines, read_segment
+from substrat.session.store import AGENTS_DIR
+
+Add = Callable[..., None]
+"""``report.add(kind, path, severity, detail, *, count=1, repair=None)`` of substrat.fsck."""
+DAMAGE, LEFTOVER, NOTICE = "damage", "leftover", "notice"
+
+
+def log_of(root: Path, endpoint: str) -> Path:
+    """The active log file of a checkpoint's endpoint."""
+    if endpoint == "user":
+        return root / USER_DIR / LOG_NAME
+    return root / AGENTS_DIR / endpoint / LOG_NAME
+
+
+def disagreement(checkpoint: Checkpoint, log_path: Path) -> str | None:
+    """Why ``checkpoint`` disagrees with its log (None if it agrees): the entry it names,
+    then the length and CRC-32 of the whole prefix before it."""
+    reason = verify(checkpoint, log_path)
+    if reason is not None:
+        return reason
+    sealed = list_sealed(log_path)
+    if sealed and sealed[0].first > 1:
+        return None  # older segments were deleted by the compaction policy: nothing to add up
+    at = checkpoint.at
+    size, crc = 0, 0
+    for file_first, offset, raw in raw_lines(log_path):
+        size += len(raw)
+        crc = zlib.crc32(raw, crc)
+        if (file_first, offset) == (at.file_first, at.offset):
+            break
+    else:
+        return f"the log ends before entry {at.seq}"
+    if (size, crc) != (at.prefix_bytes, at.prefix_crc):
+        return (
+            f"the {size} bytes before and including entry {at.seq} are not the "
+            f"{at.prefix_bytes} bytes it summarises (CRC {crc:08x}, not {at.prefix_crc:08x})"
+        )
+    return None
+
+
+def inspect(root: Path, add: Add) -> None:
+    """Report the findings of the module docstring."""
+    path = store_path(root)
+    read = read_store(root)
+    if read.problem is not None:
+        add(
+            "unreadable_checkpoints",
+            path,
+            NOTICE,
+            f"{read.problem}; every log is read in full at the next start",
+        )
+    for kind, count in sorted(read.damage.items()):
+        add(
+            "checkpoint_damage",
+            path,
+            LEFTOVER,
+            f"{kind} ({count}): those checkpoints are skipped (older ones, or the logs, are "
+            "read instead)",
+            count=count,
+            repair="drop the damaged lines",
+        )
+    for endpoint, items in sorted(read.checkpoints.items()):
+        log_path = log_of(root, endpoint)
+        if not log_path.parent.is_dir():
+            continue  # the agent's directory went to quarantine: nothing reads this
+        why = disagreement(items[-1], log_path)
+        if why is not None:
+            add(
+                "checkpoint_mismatch",
+                path,
+                DAMAGE,
+                f"the checkpoint of {os.path.relpath(log_path, root)} at entry "
+                f"{items[-1].at.seq} disagrees with the log ({why}); recovery reads that log "
+                "in full",
+                repair="drop it; recovery writes a new one from the log",
+            )
+
+
+def inspect_segments(log_path: Path, add: Add) -> None:
+    """Sealed segments missing in the middle, or there both plain and archived."""
+    directory = log_path.parent
+    plain = {s.first: s for s in list_sealed(log_path)}
+    for name in sorted(os.listdir(directory)):
+        if name.endswith(".jsonl" + ARCHIVE_SUFFIX):
+            twin = directory / name[: -len(ARCHIVE_SUFFIX)]
+            if twin.exists():
+                add(
+                    "segment_archived_twice",
+                    twin,
+                    LEFTOVER,
+                    "archived, but the plain copy was not removed (a crash in between)",
+                    repair="remove the plain copy once the archive reads the same",
+                )
+    expected = 0
+    for first in sorted(plain):
+        segment = plain[first]
+        if expected and first != expected:
+            add(
+                "missing_segment",
+                directory / segment.name,
+                DAMAGE,
+                f"entries {expected}..{first - 1} are in no segment: they are lost; "
+                "restore them from a backup if there is one",
+            )
+        expected = segment.last + 1
+
+
+def repair(root: Path) -> None:
+    """Drop damaged and disagreeing checkpoints; finish interrupted archives."""
+    read = read_store(root)
+    if read.problem is None and (read.damage or read.checkpoints):
+        keep = {
+            endpoint: [c for c in items if _agrees(root, c)]
+            for endpoint, items in read.checkpoints.items()
+        }
+        keep = {e: items for e, items in keep.items() if items}
+        if read.damage or keep != read.checkpoints:
+            CheckpointStore(root).rewrite(keep)
+    for log_path in [*(root / AGENTS_DIR).glob(f"*/{LOG_NAME}"), root / USER_DIR / LOG_NAME]:
+        for segment in list_sealed(log_path):
+            archive = segment.path.with_name(segment.name + ARCHIVE_SUFFIX)
+            if segment.archived or not archive.exists():
+                continue
+            archived = Segment(segment.first, segment.last, archive)
+            try:
+                same = read_segment(archived) == read_segment(segment)
+            except (OSError, EOFError):
+                same = False
+            if same:
+                persistence.durable_unlink(segment.path)
+
+
+def _agrees(root: Path, checkpoint: Checkpoint) -> bool:
+    log_path = log_of(root, checkpoint.endpoint)
+    return log_path.parent.is_dir() and disagreement(checkpoint, log_path) is None

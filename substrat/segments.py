@@ -1,0 +1,239 @@
+"""A log as a sequence of segments: sealed ones (plain or archived) and the active file.
+
+An endpoint's log is ``events.jsonl`` (the active segment, the only one
+appended to) preceded by sealed segments in the same directory, named by the
+first and last ``seq`` they hold::
+
+    agents/<session-id>/events.00000000000000000001-00000000000000004096.jsonl
+    agents/<session-id>/events.00000000000000004097-00000000000000008190.jsonl.gz
+    agents/<session-id>/events.jsonl            (seq 8191 on)
+
+Reading the whole history reads the sealed segments in order, then the active
+file; an archived segment (``.gz``) is read through :mod:`gzip`. Nothing here
+decides *when* to roll, archive or delete (see :mod:`substrat.checkpointer`);
+this module only says how, durably, through :mod:`substrat.persistence`:
+
+* **roll** (seal the active file): ``events.jsonl`` is renamed to its sealed
+  name in the same directory (one directory fsync makes it atomic: a crash
+  leaves the old name or the new one, never both), then a new empty
+  ``events.jsonl`` is created durably. A crash between the two leaves no
+  active file; opening the log creates it and numbers on from the last sealed
+  segment.
+* **archive**: the compressed copy is written atomically (temp file, fsync,
+  rename, directory fsync) and only then is the plain segment removed
+  (durably). A crash between leaves both, identical in content; readers take
+  the plain one and the next compaction removes it.
+* **delete**: the segment is removed durably. The caller must already hold a
+  durable checkpoint that covers it (the rule is in :mod:`substrat.checkpointer`).
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from substrat import persistence
+
+ACTIVE_NAME = "events.jsonl"
+ARCHIVE_SUFFIX = ".gz"
+GZIP_LEVEL = 6
+_SEALED = re.compile(r"events\.([0-9]{20})-([0-9]{20})\.jsonl(\.gz)?")
+
+
+def is_segment_name(name: str) -> bool:
+    """Whether ``name`` is a sealed segment's file name (plain or archived)."""
+    return _SEALED.fullmatch(name) is not None
+
+
+def sealed_name(first: int, last: int, *, archived: bool = False) -> str:
+    assert 1 <= first <= last, (first, last)
+    return f"events.{first:020d}-{last:020d}.jsonl" + (ARCHIVE_SUFFIX if archived else "")
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One sealed segment: entries ``first`` to ``last`` (by ``seq``), plain or archived."""
+
+    first: int
+    last: int
+    path: Path
+
+    @property
+    def archived(self) -> bool:
+        return self.path.name.endswith(ARCHIVE_SUFFIX)
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+
+def list_sealed(log_path: str | os.PathLike[str]) -> list[Segment]:
+    """The sealed segments before the active file ``log_path``, oldest first.
+
+    When a segment is there both plain and archived (a crash between writing
+    the archive and removing the plain file), the plain one is listed.
+    """
+    directory = Path(log_path).parent
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return []
+    found: dict[int, Segment] = {}
+    for name in names:
+        match = _SEALED.fullmatch(name)
+        if match is None:
+            continue
+        first, last = int(match.group(1)), int(match.group(2))
+        if first < 1 or last < first:
+            continue
+        known = found.get(first)
+        if known is None or (known.archived and match.group(3) is None):
+            found[first] = Segment(first, last, directory / name)
+    return [found[first] for first in sorted(found)]
+
+
+def active_first(sealed: list[Segment]) -> int:
+    """The ``seq`` the active file starts at: one past the last sealed segment."""
+    return sealed[-1].last + 1 if sealed else 1
+
+
+def open_segment(segment: Segment) -> io.BufferedIOBase:
+    """A binary reader of the segment's lines (decompressed if archived).
+
+    A plain segment that an archive has just replaced (its removal raced this
+    open) is read from the archive instead.
+    """
+    if segment.archived:
+        return gzip.open(segment.path, "rb")
+    try:
+        return open(segment.path, "rb")
+    except FileNotFoundError:
+        twin = segment.path.with_name(segment.path.name + ARCHIVE_SUFFIX)
+        return gzip.open(twin, "rb")
+
+
+def read_segment(segment: Segment) -> bytes:
+    with open_segment(segment) as handle:
+        return handle.read()
+
+
+def roll(log_path: str | os.PathLike[str], first: int, last: int) -> Segment:
+    """Seal the active file (entries ``first``..``last``) and start an empty one, durably.
+
+    The caller has closed every writer of ``log_path``.
+    """
+    active = Path(log_path)
+    target = active.with_name(sealed_name(first, last))
+    persistence.durable_rename(active, target)
+    persistence.durable_create(active)
+    return Segment(first, last, target)
+
+
+def archive(segment: Segment) -> Segment:
+    """Replace a plain sealed segment by its gzip copy, durably (see the module docstring)."""
+    if segment.archived:
+        return segment
+    target = segment.path.with_name(segment.path.name + ARCHIVE_SUFFIX)
+    if not os.path.exists(target):
+        data = persistence.read_bytes(segment.path)
+        # mtime=0: the same segment always compresses to the same bytes
+        persistence.atomic_write(target, gzip.compress(data, GZIP_LEVEL, mtime=0))
+    persistence.durable_unlink(segment.path)
+    return Segment(segment.first, segment.last, target)
+
+
+def delete(segment: Segment) -> None:
+    """Remove a sealed segment durably (its plain and archived copies)."""
+    for path in (segment.path, _twin(segment.path)):
+        persistence.durable_unlink(path)
+
+
+def _twin(path: Path) -> Path:
+    name = path.name
+    if name.endswith(ARCHIVE_SUFFIX):
+        return path.with_name(name[: -len(ARCHIVE_SUFFIX)])
+    return path.with_name(name + ARCHIVE_SUFFIX)
+
+
+def history_files(log_path: str | os.PathLike[str]) -> Iterator[tuple[Segment | None, Path]]:
+    """Every file of the log in order: the sealed segments, then the active file (None)."""
+    for segment in list_sealed(log_path):
+        yield segment, segment.path
+    yield None, Path(log_path)
+
+
+def stored_bytes(log_path: str | os.PathLike[str]) -> int:
+    """Bytes the log takes on disk: its sealed segments (as stored) and the active file."""
+    total = 0
+    for _, path in history_files(log_path):
+        try:
+            total += os.stat(path).st_size
+        except FileNotFoundError:
+            continue
+    return total
+
+
+@dataclass(frozen=True)
+class Position:
+    """A byte position in a log: ``offset`` in the file whose first entry is ``file_first``.
+
+    Files are named by where they start, so a position stays valid when the
+    active file it was taken in is sealed.
+    """
+
+    file_first: int
+    offset: int
+
+
+class PositionGone(LookupError):
+    """The file a position names is not in the log any more (deleted, or never there)."""
+
+
+def raw_lines(
+    log_path: str | os.PathLike[str],
+    start: Position | None = None,
+    *,
+    active_end: int | None = None,
+) -> Iterator[tuple[int, int, bytes]]:
+    """``(file_first, offset, line)`` for every line after ``start`` (all of them if None).
+
+    Lines keep their newline; a last line without one (a torn tail) is yielded
+    as it is. In the active file only bytes before ``active_end`` are read (a
+    writer may be appending after it). Raises :class:`PositionGone` when the
+    file ``start`` names does not exist.
+    """
+    sealed = list_sealed(log_path)
+    first_active = active_first(sealed)
+    files: list[tuple[int, Segment | None]] = [(s.first, s) for s in sealed]
+    files.append((first_active, None))
+    if start is not None:
+        at = [i for i, (first, _) in enumerate(files) if first == start.file_first]
+        if not at:
+            raise PositionGone(f"{log_path}: no segment starts at seq {start.file_first}")
+        files = files[at[0] :]
+    for index, (first, segment) in enumerate(files):
+        offset = start.offset if start is not None and index == 0 else 0
+        if segment is None:
+            try:
+                handle: io.BufferedIOBase = open(log_path, "rb")
+            except FileNotFoundError:
+                return
+        else:
+            handle = open_segment(segment)
+        with handle:
+            if offset:
+                if segment is None or not segment.archived:
+                    handle.seek(offset)
+                else:  # a gzip stream seeks by reading
+                    handle.read(offset)
+            limit = None if segment is not None else active_end
+            for raw in handle:
+                if limit is not None and offset + len(raw) > limit:
+                    break
+                yield first, offset, raw
+                offset += len(raw)

@@ -1,0 +1,265 @@
+"""Checkpoints: a restart reads only what follows them, and a bad one never makes it wrong.
+
+A workload (children, requests and replies, the user's inbox, evictions, a
+termination, a turn cut by a kill) runs with a small checkpoint policy, so
+every agent's log has several checkpoints, sealed segments and archives. Then:
+
+* reopening with the checkpoints gives exactly the state reopening without
+  them gives (the store removed), and reads only the entries after them;
+* a damaged checkpoint (the store's last line torn; a checkpoint ahead of its
+  log, as when a log is restored from an older backup; one that does not
+  match its log: another log's, or a log rewritten so its lines moved; the
+  store deleted) is rejected and its log read from the start, the report says
+  which and why, and the state is what the logs say, never the checkpoint's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+from substrat import events
+from substrat.checkpointer import CheckpointPolicy
+from substrat.checkpoints import CHECKPOINTS_DIR, Checkpoint, read_store, store_path
+from substrat.eventlog import encode_entry, read_log
+from substrat.orchestrator import Orchestrator
+from substrat.segments import list_sealed
+from substrat.session.store import AGENTS_DIR
+
+T = TypeVar("T")
+SMALL = CheckpointPolicy(every_entries=4, segment_bytes=1500, compaction="archive")
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(coro)
+
+
+def snapshot(orch: Orchestrator) -> dict[str, Any]:
+    """Everything recovery rebuilds, by agent path."""
+    agents = {}
+    for node in orch.tree.walk():
+        path = orch.tree.path(node.agent_id)
+        agents[path] = {
+            "state": node.state.value,
+            "waiting_on": sorted(node.waiting_on),
+            "inbox": sorted(m.message_id for m in orch.inboxes.inbox(node.agent_id).all()),
+            "turns": orch.turn_counts.get(node.agent_id),
+            "last_complete_seq": orch.last_complete_seq.get(node.agent_id),
+            "lost_turn": node.lost_turn,
+            "history": [(t.turn_id, t.prompt, t.response) for t in orch.history(node.agent_id)],
+        }
+    return {"agents": agents, "user": sorted(m.message_id for m in orch.user_inbox())}
+
+
+async def _workload(root: Path, rounds: int) -> None:
+    orch = await Orchestrator.open(root, checkpoints=SMALL, slots=1)
+    if not orch.tree.roots():
+        await orch.create_root("lead", "You coordinate.")
+        await orch.run_turn("lead", "@spawn a worker\n@spawn b worker\n@spawn c doomed")
+    for i in range(rounds):
+        await orch.run_turn("lead", f"@ask a question {i}\n@send b note {i}")
+        await orch.run_pending()
+        await orch.run_turn("lead/a", f"@complete result {i}\n@send user hello {i}")
+        await orch.run_turn("lead/b", f"@ask lead what next {i}")
+        if i == 1:
+            orch.ack_user_messages([m.message_id for m in orch.user_inbox()][:1])
+            await orch.run_turn("lead", "@terminate c")
+    await orch.close()
+
+
+def build_root(tmp_path: Path, rounds: int = 4) -> Path:
+    root = tmp_path / "root"
+    run(_workload(root, rounds))
+    return root
+
+
+def reopen(root: Path) -> tuple[dict[str, Any], Any]:
+    async def go() -> tuple[dict[str, Any], Any]:
+        orch = await Orchestrator.open(root, checkpoints=SMALL)
+        snap, report = snapshot(orch), orch.recovery_report
+        orch.logs.close_all()  # no clean shutdown: it would write new checkpoints
+        return snap, report
+
+    return run(go())
+
+
+def from_the_logs(root: Path, tmp_path: Path) -> dict[str, Any]:
+    """The state the logs alone give: the same disk, its checkpoint store removed."""
+    copy = tmp_path / "logs-only"
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(root, copy)
+    shutil.rmtree(copy / CHECKPOINTS_DIR, ignore_errors=True)
+    snap, report = reopen(copy)
+    assert report.checkpoints_used == 0
+    return snap
+
+
+def agent_dirs(root: Path) -> dict[str, Path]:
+    """Agent name -> its directory (from the logs, every segment read)."""
+    out = {}
+    for directory in (root / AGENTS_DIR).iterdir():
+        for entry in read_log(directory / "events.jsonl").entries:
+            if entry["event"] == events.AGENT_CREATED:
+                out[entry["data"]["name"]] = directory
+    return out
+
+
+# -- checkpoints that hold ------------------------------------------------------------
+
+
+def test_a_restart_reads_only_what_follows_the_checkpoints(tmp_path: Path) -> None:
+    root = build_root(tmp_path)
+    store = read_store(root)
+    assert len(store.checkpoints) >= 4  # lead, a, b and the user's log
+    assert any(list_sealed(d / "events.jsonl") for d in (root / AGENTS_DIR).iterdir())
+    snap, report = reopen(root)
+    assert report.checkpoints_used >= 4
+    assert report.checkpoints_rejected == {}
+    assert report.read_in_full == []
+    assert report.events_read == 0  # a clean shutdown checkpointed everything
+    assert snap == from_the_logs(root, tmp_path)
+    assert set(snap["agents"]) == {"lead", "lead/a", "lead/b"}
+
+
+def test_a_crash_leaves_tails_that_recovery_reads_after_the_checkpoints(tmp_path: Path) -> None:
+    root = build_root(tmp_path)
+
+    async def more_then_kill() -> None:
+        orch = await Orchestrator.open(root, checkpoints=SMALL, slots=1)
+        await orch.run_turn("lead", "@ask a one more")
+        await orch.run_pending()
+        await orch.run_turn("lead/b", "@send user unread")
+        orch.logs.close_all()  # killed: no clean shutdown, no closing checkpoints
+
+    run(more_then_kill())
+    snap, report = reopen(root)
+    assert 0 < report.events_read < 60
+    assert snap == from_the_logs(root, tmp_path)
+
+
+# -- checkpoints that do not hold: each falls back to its log, with a report -----------
+
+
+def _store_lines(root: Path) -> list[bytes]:
+    return store_path(root).read_bytes().splitlines(keepends=True)
+
+
+def _rewrite_store(root: Path, checkpoints: list[Checkpoint]) -> None:
+    lines = [
+        encode_entry(
+            {
+                "seq": i,
+                "endpoint": CHECKPOINTS_DIR,
+                "ts": "2030-01-01T00:00:00.000000+00:00",
+                "event": events.CHECKPOINT,
+                "data": c.data(),
+            }
+        )
+        for i, c in enumerate(checkpoints, start=1)
+    ]
+    store_path(root).write_bytes(b"".join(lines))
+
+
+def _newest(root: Path) -> dict[str, Checkpoint]:
+    return {e: items[-1] for e, items in read_store(root).checkpoints.items()}
+
+
+def test_torn_checkpoint_falls_back_to_the_log(tmp_path: Path) -> None:
+    root = build_root(tmp_path)
+    newest = _newest(root)
+    victim = agent_dirs(root)["a"].name
+    # one checkpoint per log, agent a's last: tearing the last line leaves a none
+    _rewrite_store(root, [c for e, c in sorted(newest.items()) if e != victim] + [newest[victim]])
+    data = store_path(root).read_bytes()
+    store_path(root).write_bytes(data[: len(data) - 40])
+    snap, report = reopen(root)
+    assert report.log_damage[CHECKPOINTS_DIR] == {"torn_tail": 1}
+    assert report.read_in_full == [victim]
+    assert snap == from_the_logs(root, tmp_path)
+
+
+def test_checkpoints_ahead_of_their_logs_are_rejected(tmp_path: Path) -> None:
+    """The logs restored from an older backup, the newer checkpoint store kept: every
+    checkpoint covers entries its log lacks."""
+    root = build_root(tmp_path, rounds=2)
+    backup = tmp_path / "backup"
+    shutil.copytree(root, backup)
+    run(_workload(root, 3))  # more turns, newer checkpoints
+    newer_store = store_path(root).read_bytes()
+    shutil.rmtree(root)
+    shutil.copytree(backup, root)
+    store_path(root).write_bytes(newer_store)
+    # only the newest checkpoint of each log: no older one to fall back on
+    _rewrite_store(root, [c for _, c in sorted(_newest(root).items())])
+    snap, report = reopen(root)
+    assert report.checkpoints_used == 0
+    assert sorted(report.checkpoints_rejected) == sorted(report.read_in_full)
+    assert len(report.read_in_full) >= 4
+    for reason in report.checkpoints_rejected.values():
+        assert "ends before" in reason or "not in the log" in reason, reason
+    assert snap == from_the_logs(root, tmp_path)
+
+
+def test_stale_store_still_holds_and_costs_only_a_longer_tail(tmp_path: Path) -> None:
+    root = build_root(tmp_path, rounds=2)
+    old_store = store_path(root).read_bytes()
+    run(_workload(root, 3))
+    store_path(root).write_bytes(old_store)  # the store from an older backup
+    snap, report = reopen(root)
+    assert report.checkpoints_rejected == {}
+    assert report.checkpoints_used >= 4 and report.events_read > 0
+    assert snap == from_the_logs(root, tmp_path)
+
+
+def test_another_logs_checkpoint_is_rejected(tmp_path: Path) -> None:
+    root = build_root(tmp_path)
+    newest = _newest(root)
+    dirs = agent_dirs(root)
+    a, b = dirs["a"].name, dirs["b"].name
+    swapped = Checkpoint(a, newest[b].at, newest[b].facts)  # b's checkpoint, filed as a's
+    _rewrite_store(root, [c for e, c in sorted(newest.items()) if e != a] + [swapped])
+    snap, report = reopen(root)
+    assert a in report.checkpoints_rejected, report.checkpoints_rejected
+    assert report.read_in_full == [a]
+    assert snap == from_the_logs(root, tmp_path)
+
+
+def test_checkpoint_of_a_rewritten_log_is_rejected(tmp_path: Path) -> None:
+    """A tool that rewrites a log (dropping a line) moves every later line."""
+    root = build_root(tmp_path)
+    victim = agent_dirs(root)["lead"]
+    _rewrite_store(root, [c for _, c in sorted(_newest(root).items())])
+    active = victim / "events.jsonl"
+    lines = active.read_bytes().splitlines(keepends=True)
+    assert len(lines) >= 2
+    active.write_bytes(b"".join(lines[1:]))  # its first line gone: the others move up
+    snap, report = reopen(root)
+    assert victim.name in report.checkpoints_rejected
+    assert victim.name in report.read_in_full
+    assert snap == from_the_logs(root, tmp_path)
+
+
+def test_deleted_store_reads_every_log_in_full(tmp_path: Path) -> None:
+    root = build_root(tmp_path)
+    shutil.rmtree(root / CHECKPOINTS_DIR)
+    snap, report = reopen(root)
+    assert report.checkpoints_used == 0
+    assert len(report.read_in_full) >= 4
+    assert snap == from_the_logs(root, tmp_path)
+
+
+def test_checkpoint_with_a_flipped_byte_is_damage_not_data(tmp_path: Path) -> None:
+    root = build_root(tmp_path)
+    newest = _newest(root)
+    victim = agent_dirs(root)["b"].name
+    _rewrite_store(root, [c for e, c in sorted(newest.items()) if e != victim] + [newest[victim]])
+    data = bytearray(store_path(root).read_bytes())
+    data[-30] ^= 0x01  # inside the last checkpoint's facts: its line's CRC fails
+    store_path(root).write_bytes(bytes(data))
+    snap, report = reopen(root)
+    assert report.log_damage[CHECKPOINTS_DIR] == {"bad_checksum": 1}
+    assert report.read_in_full == [victim]
+    assert snap == from_the_logs(root, tmp_path)
