@@ -323,6 +323,7 @@ def check_recovery(
         if not problems:
             check_invariants(orch, state, reads)
             check_registry(model, orch, reads)
+            check_checkpoints(model, orch)
             return state
         reports.append(f"against the model {label}:\n    " + "\n    ".join(problems))
     raise OracleViolation(
@@ -362,6 +363,26 @@ def check_registry(model: Model, orch: Orchestrator, reads: Reads | None = None)
     if problems:
         raise OracleViolation(
             "root registry broken after recovery:\n  " + "\n  ".join(problems),
+            trace=model.trace_lines(),
+        )
+
+
+def check_checkpoints(model: Model, orch: Orchestrator) -> None:
+    """Checkpoints after a crash and a recovery: every one still agrees with its log.
+
+    A crash never makes a correct checkpoint disagree with its log: a checkpoint
+    covers only entries that were durable before it was written, sealing and
+    archiving keep every byte, and deletion removes only what two durable
+    checkpoints cover. So a rejected checkpoint after a crash means one was
+    written ahead of what it covers (recovery then read that log in full, so the
+    state can still be right: this check is what notices).
+    """
+    report = orch.recovery_report
+    assert report is not None
+    if report.checkpoints_rejected:
+        raise OracleViolation(
+            "checkpoints disagree with their logs after a crash (written before what they "
+            f"cover was durable?): {dict(list(report.checkpoints_rejected.items())[:_SHOWN])}",
             trace=model.trace_lines(),
         )
 

@@ -26,6 +26,7 @@ from oracle.errors import OracleViolation
 from oracle.faults import failing_fsync
 from oracle.model import Model
 from oracle.workload import Driver, Step
+from substrat.checkpointer import CheckpointPolicy
 from substrat.errors import DurabilityError, OutcomeUnknownError
 from substrat.orchestrator import Orchestrator
 from substrat.providers.registry import ProviderRegistry
@@ -78,8 +79,10 @@ class CrashHarness:
         record_trace: bool = False,
         registry: Callable[[], ProviderRegistry] = scripted_registry,
         provider: str = "scripted",
+        checkpoints: CheckpointPolicy | None = None,
     ) -> None:
         self.fs = FaultFS(root, profile=profile, record_trace=record_trace)
+        self.checkpoints = checkpoints
         self.root = root
         self.slots = slots
         self.make_registry = registry
@@ -117,6 +120,7 @@ class CrashHarness:
                     slots=self.slots,
                     clock=self._clock,
                     new_id=self._new_id,
+                    checkpoints=self.checkpoints,
                 )
             )
 

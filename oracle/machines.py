@@ -42,6 +42,7 @@ from faultfs import MODES
 from oracle.draws import pick
 from oracle.harness import CrashHarness, held_interception, scripted_registry
 from oracle.workload import STEP_KINDS, Step
+from substrat.checkpointer import CheckpointPolicy
 from substrat.providers.registry import ProviderRegistry
 
 NAMES = ("ada", "bob", "cy", "dee", "eve")
@@ -87,6 +88,8 @@ class CrashRecoveryMachine(RuleBasedStateMachine):
     profile = "posix"
     slots = 2
     provider = "scripted"
+    checkpoints: CheckpointPolicy | None = None
+    """The checkpoint policy (None: the orchestrator's default)."""
 
     def make_registry(self) -> ProviderRegistry:
         return scripted_registry()
@@ -103,6 +106,7 @@ class CrashRecoveryMachine(RuleBasedStateMachine):
                 slots=self.slots,
                 registry=self.make_registry,
                 provider=self.provider,
+                checkpoints=self.checkpoints,
             )
         except BaseException:
             self._held.__exit__(None, None, None)
@@ -220,6 +224,12 @@ class CrashRecoveryMachine(RuleBasedStateMachine):
     @rule(crash=maybe_crash)
     def read_user_inbox(self, crash: CrashPlan | None) -> None:
         self._step(Step("user_inbox"), crash)
+
+    @precondition(_has_agents)
+    @rule(data=st.data(), crash=maybe_crash)
+    def checkpoint(self, data: Any, crash: CrashPlan | None) -> None:
+        """Checkpoint one log, or all of them (sealing and compacting by the policy)."""
+        self._step(Step("checkpoint", pick(data, ["", *self._paths()], "log")), crash)
 
     @rule(data=st.data())
     def fsync_failure_and_crash(self, data: Any) -> None:

@@ -28,7 +28,9 @@ def canonical(transcript: list[dict[str, Any]]) -> str:
     return json.dumps(transcript, sort_keys=True, separators=(",", ":"))
 
 
-OP_KINDS = frozenset({"create_root", "turn", "terminate", "evict", "ack_user", "recover"})
+OP_KINDS = frozenset(
+    {"create_root", "turn", "terminate", "evict", "ack_user", "recover", "checkpoint"}
+)
 
 
 @dataclass

@@ -171,6 +171,34 @@ CATALOG: tuple[Mutant, ...] = (
         "        self._next_seq = self.report.last_seq + 1\n",
         "        self._next_seq = 1  # planted: the counter is not restored from the log\n",
     ),
+    Mutant(
+        "checkpoint_before_entry_durable",
+        "an append is counted (and may be checkpointed) after its write but before its "
+        "fsync, so a checkpoint can cover an entry a crash then loses",
+        "eventlog.py",
+        "            persistence.write_all(self._fd, line)\n"
+        "            persistence.fsync_fd(self._fd, self.path)\n"
+        "        except OSError as exc:\n"
+        "            # A simulated kill (BaseException) is deliberately not caught here:\n"
+        "            # a killed process runs no cleanup.\n"
+        "            self._abandon_failed_append()\n"
+        "            self._poison()\n"
+        "            if isinstance(exc, DurabilityError):\n"
+        "                raise\n"
+        '            raise DurabilityError(f"append to {self.path} failed: {exc}") from exc\n'
+        "        self._appended(line)\n",
+        "            persistence.write_all(self._fd, line)\n"
+        "            self._appended(line)  # planted: counted before its fsync\n"
+        "            persistence.fsync_fd(self._fd, self.path)\n"
+        "        except OSError as exc:\n"
+        "            # A simulated kill (BaseException) is deliberately not caught here:\n"
+        "            # a killed process runs no cleanup.\n"
+        "            self._abandon_failed_append()\n"
+        "            self._poison()\n"
+        "            if isinstance(exc, DurabilityError):\n"
+        "                raise\n"
+        '            raise DurabilityError(f"append to {self.path} failed: {exc}") from exc\n',
+    ),
     # -- session store ---------------------------------------------------------------
     Mutant(
         "session_write_in_place",
@@ -272,6 +300,39 @@ CATALOG: tuple[Mutant, ...] = (
         "            store.transition(session, SessionState.TERMINATED)\n",
         "        if f is not None and f.terminated:\n"
         "            pass  # planted: the record keeps its live state\n",
+    ),
+    # -- checkpoints and segments -----------------------------------------------------
+    Mutant(
+        "checkpoint_trusted_unverified",
+        "recovery uses a checkpoint without checking it against its log (the entry it "
+        "names, where it names it)",
+        "recovery.py",
+        "        reason = verify(checkpoint, path)\n",
+        "        reason = None  # planted: the checkpoint is taken on trust\n",
+    ),
+    Mutant(
+        "segment_removed_before_archive_durable",
+        "archiving removes the plain segment before its compressed copy is durable",
+        "segments.py",
+        "    if not os.path.exists(target):\n"
+        "        data = persistence.read_bytes(segment.path)\n"
+        "        # mtime=0: the same segment always compresses to the same bytes\n"
+        "        persistence.atomic_write(target, gzip.compress(data, GZIP_LEVEL, mtime=0))\n"
+        "    persistence.durable_unlink(segment.path)\n",
+        "    data = persistence.read_bytes(segment.path)\n"
+        "    persistence.durable_unlink(segment.path)  # planted: the plain copy goes first\n"
+        "    persistence.atomic_write(target, gzip.compress(data, GZIP_LEVEL, mtime=0))\n",
+    ),
+    Mutant(
+        "segment_deleted_unguarded",
+        "the delete policy removes every segment the newest checkpoint covers: with "
+        "nothing left before the active file its numbering is lost, and a lost newest "
+        "checkpoint leaves the one before it without its log",
+        "checkpointer.py",
+        '                if mode == "delete" and segment in deletable:\n'
+        "                    if len(covering) == 2 and segment.last < covering[0].at.seq:\n",
+        '                if mode == "delete":  # planted: whatever the newest checkpoint covers\n'
+        "                    if segment.last < covering[-1].at.seq:\n",
     ),
 )
 

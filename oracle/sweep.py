@@ -26,6 +26,7 @@ from oracle.errors import OracleViolation
 from oracle.harness import CrashHarness, scripted_registry
 from oracle.model import Model
 from oracle.workload import Step
+from substrat.checkpointer import CheckpointPolicy
 from substrat.providers.registry import ProviderRegistry
 
 DEFAULT_IMAGES_PER_MODE = 4
@@ -40,6 +41,13 @@ class Scenario:
     name: str
     steps: tuple[Step, ...]
     slots: int = 2
+    checkpoints: CheckpointPolicy | None = None
+    """The checkpoint policy the scenario runs under (None: the orchestrator's default)."""
+
+
+SMALL_CHECKPOINTS = CheckpointPolicy(every_entries=6, segment_bytes=1500, compaction="archive")
+"""Thresholds small enough that a short scenario checkpoints often, seals segments and
+archives them (see substrat.checkpointer)."""
 
 
 def _s(*parts: str) -> Step:
@@ -116,6 +124,23 @@ SCENARIOS: dict[str, Scenario] = {
                 _s("terminate", "dee"),
             ),
         ),
+        Scenario(
+            "checkpoints and compaction",
+            (
+                _s("create_root", "ada"),
+                _s("spawn", "ada", "bob"),
+                _s("ask", "ada", "ada/bob"),
+                _s("pending"),
+                _s("send", "ada/bob", "user"),
+                _s("checkpoint"),
+                _s("user_inbox"),
+                _s("turn", "ada"),
+                _s("evict", "ada"),
+                _s("turn", "ada"),
+            ),
+            slots=1,
+            checkpoints=SMALL_CHECKPOINTS,
+        ),
     )
 }
 
@@ -173,7 +198,9 @@ def _check(
 
 
 def count_boundaries(scenario: Scenario, profile: str, **harness_options: Any) -> int:
-    harness = CrashHarness(profile=profile, slots=scenario.slots, **harness_options)
+    harness = CrashHarness(
+        profile=profile, slots=scenario.slots, checkpoints=scenario.checkpoints, **harness_options
+    )
     start = harness.fs.boundaries
     harness.run_steps(list(scenario.steps))
     harness.close()
@@ -204,7 +231,9 @@ def sweep(
     started = time.perf_counter()
     result.boundaries = count_boundaries(scenario, profile, **options)
     for boundary in range(1, result.boundaries + 1):
-        harness = CrashHarness(profile=profile, slots=scenario.slots, **options)
+        harness = CrashHarness(
+            profile=profile, slots=scenario.slots, checkpoints=scenario.checkpoints, **options
+        )
         crashed_in = harness.run_steps(list(scenario.steps), crash_at=boundary)
         assert crashed_in is not None, f"boundary {boundary} of {result.boundaries} never hit"
         harness.model.crashed()

@@ -34,6 +34,7 @@ STEP_KINDS = (
     "evict",
     "pending",
     "user_inbox",
+    "checkpoint",
 )
 MAX_WAKE_TURNS_PER_STEP = 12
 
@@ -152,6 +153,13 @@ class Driver:
             self.model.ack_noop()
         elif kind == "pending":
             await self.orch.run_pending(max_turns=MAX_WAKE_TURNS_PER_STEP)
+        elif kind == "checkpoint":
+            agent_id = self._id(a) if a else None
+            if a and agent_id is None:
+                return
+            self.model.begin("checkpoint", agent_id=agent_id)
+            await self.orch.checkpoint(agent_id)
+            self.model.ack_noop()
         elif kind == "user_inbox":
             ids = [m.message_id for m in self.orch.user_inbox()]
             if not ids:

@@ -68,6 +68,22 @@ def unreadable(
     return Unreadable(session_id, where, describe(exc), todo + "; nothing of it was changed")
 
 
+def history_gone(
+    session_id: str, path: str | os.PathLike[str], first: int, *, then: str
+) -> Unreadable:
+    """An agent whose log starts at ``first`` (older segments deleted by the ``delete``
+    compaction policy) and whose checkpoints are gone or do not hold."""
+    where = os.fspath(path)
+    return Unreadable(
+        session_id,
+        where,
+        f"its log starts at entry {first} (the entries before it were deleted by "
+        "compaction) and no checkpoint of it holds",
+        f"restore {os.path.join('checkpoints', 'events.jsonl')} (or the deleted segments) "
+        f"from a backup, then {then}; nothing of it was changed",
+    )
+
+
 def named(items: dict[str, Unreadable], names: dict[str, str]) -> list[Unreadable]:
     """The held agents, sorted, each with the name ``names`` (session id -> name) knows."""
     return [replace(item, name=names.get(sid, item.name)) for sid, item in sorted(items.items())]

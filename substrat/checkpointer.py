@@ -215,6 +215,20 @@ class Checkpointer:
         if tasks:
             self._submit(tasks)
 
+    def compact(self, endpoints: list[str]) -> None:
+        """Seal the big active files of ``endpoints`` and compact them now, by the policy,
+        from their durable checkpoints (a log checkpointed to its end seals into a
+        segment its newest checkpoint covers)."""
+        for endpoint in endpoints:
+            covering = self._latest.get(endpoint)
+            end = self._logs.end(endpoint)
+            if covering and end is not None and covering[-1].at.seq >= end.last_seq:
+                self._maybe_roll(endpoint)
+            if covering and endpoint not in self._busy:
+                error = self._compact(self._logs.path(endpoint), covering)
+                if error is not None:
+                    self.stats.errors.append(error)
+
     async def drain(self) -> None:
         """Wait for the checkpoints in progress (background mode)."""
         while self._pending:
@@ -308,12 +322,16 @@ class Checkpointer:
         if mode == "keep":
             return None
         try:
-            for segment in segments.list_sealed(path):
-                if mode == "delete":
+            sealed = segments.list_sealed(path)
+            # The newest sealed segment stays: its name says where the active file
+            # starts. The user's inbox is only archived: nothing else records it.
+            deletable = sealed[:-1] if path.parent.name != "user" else []
+            for segment in sealed:
+                if mode == "delete" and segment in deletable:
                     if len(covering) == 2 and segment.last < covering[0].at.seq:
                         segments.delete(segment)
                         self.stats.deleted += 1
-                elif not segment.archived and segment.last < covering[-1].at.seq:
+                elif not segment.archived and segment.last <= covering[-1].at.seq:
                     segments.archive(segment)
                     self.stats.archived += 1
         except OSError as exc:

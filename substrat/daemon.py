@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from substrat import __version__
+from substrat.checkpointer import CheckpointPolicy
 from substrat.errors import AgentBusyError, RootError, RootLockedError, SubstratError
 from substrat.eventlog import utc_now_iso
 from substrat.rootdir import prepare_root
@@ -188,7 +189,10 @@ class Daemon:
                 self.previous_shutdown,
             )
             self.orch = await Orchestrator.open(
-                self.root, registry=build_registry(), slots=self.config.slots
+                self.root,
+                registry=build_registry(),
+                slots=self.config.slots,
+                checkpoints=CheckpointPolicy.from_env(dict(os.environ), background=True),
             )
             self._record_recovery()
             return await self._serve(lock)

@@ -380,11 +380,15 @@ class EventLog:
                 f"append of entry {seq} to {self.path} failed ({exc}); it was taken back "
                 "and will not appear; reopen the log before writing again"
             ) from exc
+        self._appended(line)
+        return seq
+
+    def _appended(self, line: bytes) -> None:
+        """Count ``line`` as durable (it is: its fsync returned) and tell the hook."""
         self._next_seq += 1
         self._durable_end += len(line)
         if self._on_append is not None:
             self._on_append(len(line))
-        return seq
 
     def _take_back(self) -> bool:
         """Cut the log back to its last durable end and void the pending copy, durably;

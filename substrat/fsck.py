@@ -51,7 +51,7 @@ from substrat.logs import USER_DIR
 from substrat.registry import REGISTRY_DIR, registry_path
 from substrat.rootdir import LEGACY_NAMES, MARKER_NAME
 from substrat.rpc import lock as root_lock
-from substrat.segments import is_segment_name
+from substrat.segments import is_segment_name, list_sealed
 from substrat.session import SessionStore
 from substrat.session.store import AGENTS_DIR, QUARANTINE_DIR, RECORD_NAME
 from substrat.words import plural
@@ -326,7 +326,7 @@ def _inspect(root: Path, report: FsckReport) -> None:
 
 
 def _inspect_log(path: Path, report: FsckReport, *, turns: bool = False) -> None:
-    if not path.exists():
+    if not path.exists() and not list_sealed(path):
         return
     report.logs += 1
     read = read_log(path)

@@ -23,7 +23,7 @@ from substrat.eventlog import LOG_NAME, PENDING_NAME, EventLog, decode_line
 from substrat.facts import names_turn, turn_ceiling
 from substrat.logs import USER_DIR
 from substrat.registry import registry_path
-from substrat.segments import GZIP_LEVEL, history_files, read_segment
+from substrat.segments import GZIP_LEVEL, history_files, list_sealed, read_segment
 from substrat.session import SessionStore
 from substrat.session.store import AGENTS_DIR, QUARANTINE_DIR
 
@@ -67,7 +67,11 @@ def repair_root(root: Path, report: _Report) -> None:
     logs += [root / USER_DIR / LOG_NAME, registry_path(root)]
     for log_path in logs:
         try:
-            if os.path.exists(log_path) or os.path.exists(log_path.with_name(PENDING_NAME)):
+            if (
+                os.path.exists(log_path)
+                or os.path.exists(log_path.with_name(PENDING_NAME))
+                or list_sealed(log_path)
+            ):
                 EventLog(log_path).close()  # open repairs; close removes the pending file
                 _drop_damaged_lines(log_path, quarantine)
         except OSError:

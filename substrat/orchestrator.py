@@ -135,6 +135,18 @@ class Orchestrator(QueryMixin, CommitMixin, WakeMixin):
 
     # -- checkpoints (see substrat.checkpointer) ---------------------------------
 
+    async def checkpoint(self, agent: str | None = None) -> int:
+        """Checkpoint ``agent``'s log (every log if None) now, sealing and compacting as
+        the policy says; returns how many checkpoints were written."""
+        before = self.checkpointer.stats.written
+        endpoints = self.logs.known() if agent is None else [self.resolve_live(agent).session_id]
+        for endpoint in endpoints:
+            self.checkpointer.due(endpoint)
+        self.checkpointer.poke()
+        await self.checkpointer.drain()
+        self.checkpointer.compact(endpoints)
+        return self.checkpointer.stats.written - before
+
     def settled(self) -> Settled:
         held = self.recovery_report is not None and bool(self.recovery_report.unreadable)
         return Settled(dict(self.settled_turns), strict=held)

@@ -295,7 +295,10 @@ def _read_agent(root: _Root, sid: str, report: RecoveryReport) -> AgentFacts | U
     try:
         os.stat(path)
     except FileNotFoundError:
-        return None
+        if not list_sealed(path):
+            return None
+        # a crash between sealing the active file and creating the next one: the
+        # log is its segments (opening it creates the active file)
     except OSError as exc:
         return access.unreadable(sid, path, exc, then=THEN)
     root.logs.close(sid)  # the repair below must be the only open of this log
@@ -303,6 +306,8 @@ def _read_agent(root: _Root, sid: str, report: RecoveryReport) -> AgentFacts | U
         collected = _read_log(root, sid, path, report)
     except OSError as exc:  # EACCES, EIO, a failed fsync: it costs this agent only
         return access.unreadable(sid, path, exc, then=THEN)
+    except HistoryGone as gone:  # nothing that holds says what the deleted part held
+        return access.history_gone(sid, path, gone.first, then=THEN)
     if collected.damage:
         report.log_damage[sid] = collected.damage
     return collected
@@ -322,6 +327,8 @@ def _read_log(root: _Root, endpoint: str, path: Path, report: RecoveryReport) ->
         carried = facts.ceiling()
         start = checkpoint.at.after()
         floor = checkpoint.at.seq
+    elif sealed and sealed[0].first > 1:
+        raise HistoryGone(sealed[0].first)
     elif sealed:
         start = Position(sealed[0].first, 0)
     if start is not None and start.file_first == active_first(sealed):
@@ -353,6 +360,15 @@ def _read_log(root: _Root, endpoint: str, path: Path, report: RecoveryReport) ->
     report.events_read += facts.entries
     root.logs.remember(endpoint, opened.resume())
     return facts
+
+
+class HistoryGone(Exception):
+    """A log whose first entries were deleted by compaction, with no checkpoint that
+    holds for it: what they said is known nowhere."""
+
+    def __init__(self, first: int) -> None:
+        super().__init__(first)
+        self.first = first
 
 
 def _usable_checkpoint(

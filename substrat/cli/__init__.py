@@ -16,6 +16,7 @@ import click
 from substrat import __version__
 from substrat.cli.agent_cmds import agent_group, inbox
 from substrat.cli.chat import chat
+from substrat.cli.compact_cmds import compact
 from substrat.cli.daemon_cmds import daemon_group
 from substrat.cli.events_cmds import log, watch
 from substrat.cli.examples import add_examples
@@ -40,7 +41,9 @@ def main(group_root: Path | None) -> None:
     """
 
 
-for command in (daemon_group, agent_group, inbox, chat, log, watch, fsck, recover, demo):
+for command in (
+    daemon_group, agent_group, inbox, chat, log, watch, fsck, recover, compact, demo
+):
     main.add_command(command)
 add_examples(main)
 

@@ -145,7 +145,7 @@ def documented_events() -> dict[str, set[str]]:
     table: dict[str, set[str]] = {}
     for line in doc.read_text().splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) == 4 and re.fullmatch(r"`[a-z]+\.[a-z]+`", cells[0]):
+        if len(cells) == 4 and re.fullmatch(r"`[a-z]+(\.[a-z]+)?`", cells[0]):
             table[cells[0].strip("`")] = set(re.findall(r"`([a-z_]+)`", cells[3]))
     return table
 

@@ -8,6 +8,7 @@ import pytest
 
 from oracle.machines import CrashRecoveryMachine
 from oracle.shards import run_shard
+from oracle.sweep import SMALL_CHECKPOINTS
 from substrat.providers.registry import ProviderRegistry
 from tests.support.chat_server import ChatServer
 from tests.support.directive_chat import directive_responder, openai_registry
@@ -31,6 +32,26 @@ class LazyFSCrashRecoveryMachine(CrashRecoveryMachine):
 TestCrashRecoveryPosix = CrashRecoveryMachine.TestCase
 TestCrashRecoveryExt4 = Ext4CrashRecoveryMachine.TestCase
 TestCrashRecoveryLazyFS = LazyFSCrashRecoveryMachine.TestCase
+
+
+class CheckpointCrashMachine(CrashRecoveryMachine):
+    """Small checkpoint thresholds: logs checkpoint every few entries, active files are
+    sealed into segments and archived, so crashes land inside all of it."""
+
+    checkpoints = SMALL_CHECKPOINTS
+
+
+class Ext4CheckpointCrashMachine(CheckpointCrashMachine):
+    profile = "ext4-ordered"
+
+
+class LazyFSCheckpointCrashMachine(CheckpointCrashMachine):
+    profile = "lazyfs"
+
+
+TestCheckpointCrashPosix = CheckpointCrashMachine.TestCase
+TestCheckpointCrashExt4 = Ext4CheckpointCrashMachine.TestCase
+TestCheckpointCrashLazyFS = LazyFSCheckpointCrashMachine.TestCase
 
 
 class OpenAICrashRecoveryMachine(CrashRecoveryMachine):

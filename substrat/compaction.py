@@ -1,0 +1,180 @@
+"""Compacting a stopped root: what ``substrat compact`` shows (``--dry-run``) and does.
+
+A running daemon compacts by its own policy (``SUBSTRAT_COMPACTION``, default
+``keep``: see :mod:`substrat.checkpointer`). ``substrat compact`` does it once,
+offline, with the root's lock held: recovery runs (as at a daemon start), every
+log gets a checkpoint, every active file over ``segment_bytes`` is sealed and
+checkpointed again, and the sealed segments the checkpoints cover are archived
+(``archive``, the default here) or, once two checkpoints cover them, deleted
+(``delete``). :func:`plan` says what that would do without changing anything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from substrat.checkpointer import CheckpointPolicy
+from substrat.checkpoints import read_store, verify
+from substrat.errors import FsckError, RootLockedError
+from substrat.eventlog import LOG_NAME
+from substrat.logs import USER_DIR
+from substrat.segments import list_sealed, stored_bytes
+from substrat.session.store import AGENTS_DIR
+
+DEFAULT_MODE = "archive"
+"""What ``substrat compact`` does when not told (the daemon's own default is ``keep``)."""
+
+
+@dataclass
+class LogPlan:
+    """One endpoint's log and what compaction would do to it."""
+
+    endpoint: str
+    name: str | None
+    active_bytes: int
+    sealed: int
+    archived: int
+    stored_bytes: int
+    checkpoint_seq: int | None
+    """The newest checkpoint that holds against the log (None: none does)."""
+    to_archive: list[str] = field(default_factory=list)
+    to_delete: list[str] = field(default_factory=list)
+    bytes_freed: int = 0
+    """Bytes ``delete`` would free (what ``archive`` saves depends on the compression)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class CompactPlan:
+    mode: str
+    logs: list[LogPlan]
+
+    @property
+    def stored_bytes(self) -> int:
+        return sum(p.stored_bytes for p in self.logs)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "mode": self.mode,
+            "stored_bytes": self.stored_bytes,
+            "logs": [p.to_dict() for p in self.logs],
+        }
+
+
+def _logs(root: Path) -> list[tuple[str, Path]]:
+    found = [(USER_DIR, root / USER_DIR / LOG_NAME)]
+    agents = root / AGENTS_DIR
+    if agents.is_dir():
+        found += [(name, agents / name / LOG_NAME) for name in sorted(os.listdir(agents))]
+    return [(e, p) for e, p in found if p.exists() or list_sealed(p)]
+
+
+def plan(root: str | os.PathLike[str], mode: str = DEFAULT_MODE) -> CompactPlan:
+    """What compacting ``root`` in ``mode`` would do now, from the checkpoints there are.
+
+    Reads only. Segments a checkpoint does not cover yet (the active file, and
+    what follows the newest checkpoint) are left alone; ``compact`` checkpoints
+    every log first, so it may do more than this shows, never less.
+    """
+    CheckpointPolicy(compaction=mode)  # validates the mode
+    root = Path(root)
+    store = read_store(root)
+    out = CompactPlan(mode, [])
+    for endpoint, log_path in _logs(root):
+        holding = [c for c in store.latest(endpoint) if verify(c, log_path) is None]
+        sealed = list_sealed(log_path)
+        try:
+            active = os.stat(log_path).st_size
+        except FileNotFoundError:
+            active = 0
+        name = None
+        if holding:
+            created = holding[0].facts.get("created") or {}
+            name = created.get("name") if isinstance(created, dict) else None
+        item = LogPlan(
+            endpoint,
+            name,
+            active,
+            sum(1 for s in sealed if not s.archived),
+            sum(1 for s in sealed if s.archived),
+            stored_bytes(log_path),
+            holding[0].at.seq if holding else None,
+        )
+        for segment in sealed:
+            if mode == "archive" and not segment.archived and holding:
+                if segment.last <= holding[0].at.seq:
+                    item.to_archive.append(segment.name)
+            elif mode == "delete" and len(holding) == 2 and segment.last < holding[1].at.seq:
+                item.to_delete.append(segment.name)
+                item.bytes_freed += os.stat(segment.path).st_size
+        out.logs.append(item)
+    return out
+
+
+@dataclass
+class CompactReport:
+    mode: str
+    checkpoints: int
+    sealed: int
+    archived: int
+    deleted: int
+    bytes_before: int
+    bytes_after: int
+    errors: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def compact(
+    root: str | os.PathLike[str], mode: str = DEFAULT_MODE, *, segment_bytes: int | None = None
+) -> CompactReport:
+    """Compact a stopped root now (see the module docstring). FsckError if a daemon runs."""
+    from substrat.rpc.lock import RootLock
+
+    root = Path(root)
+    base = CheckpointPolicy()
+    policy = CheckpointPolicy(
+        compaction=mode, segment_bytes=segment_bytes or base.segment_bytes, background=False
+    )
+    try:
+        held = RootLock.acquire(root, retry_s=0)
+    except RootLockedError as exc:
+        raise FsckError(
+            f"{exc}; a running daemon compacts by its own policy (SUBSTRAT_COMPACTION), or "
+            "stop it and run `substrat compact` again"
+        ) from None
+    try:
+        before = plan(root, mode).stored_bytes
+        stats = asyncio.run(_compact(root, policy))
+        after = plan(root, mode).stored_bytes
+    finally:
+        held.release()
+    return CompactReport(
+        mode,
+        int(stats["written"]),
+        int(stats["rolled"]),
+        int(stats["archived"]),
+        int(stats["deleted"]),
+        before,
+        after,
+        list(stats["errors"]),
+    )
+
+
+async def _compact(root: Path, policy: CheckpointPolicy) -> dict[str, Any]:
+    from substrat.orchestrator import Orchestrator
+
+    orch = await Orchestrator.open(root, checkpoints=policy)
+    try:
+        await orch.checkpoint()  # every log; the big active files are sealed after it
+        await orch.checkpoint()  # and the segments just sealed are covered (and compacted)
+    finally:
+        await orch.close()
+    return orch.checkpointer.stats.to_dict()
