@@ -16,12 +16,13 @@ every agent's log has several checkpoints, sealed segments and archives. Then:
 from __future__ import annotations
 
 import asyncio
+import gzip
 import shutil
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
-from substrat import events
+from substrat import compaction, events, fsck
 from substrat.checkpointer import CheckpointPolicy
 from substrat.checkpoints import CHECKPOINTS_DIR, Checkpoint, read_store, store_path
 from substrat.eventlog import encode_entry, read_log
@@ -263,3 +264,100 @@ def test_checkpoint_with_a_flipped_byte_is_damage_not_data(tmp_path: Path) -> No
     assert report.log_damage[CHECKPOINTS_DIR] == {"bad_checksum": 1}
     assert report.read_in_full == [victim]
     assert snap == from_the_logs(root, tmp_path)
+
+
+# -- fsck and compact ------------------------------------------------------------------
+
+
+def test_fsck_is_clean_on_a_root_with_checkpoints_and_segments(tmp_path: Path) -> None:
+    root = build_root(tmp_path)
+    report = fsck.check(root)
+    assert report.problems == [], report.problems
+    assert not [f for f in report.findings if f.kind == "unexpected_file"]
+
+
+def test_fsck_reports_a_checkpoint_that_disagrees_and_repair_rebuilds_it(tmp_path: Path) -> None:
+    root = build_root(tmp_path)
+    victim = agent_dirs(root)["lead"]
+    seg = list_sealed(victim / "events.jsonl")[0]
+    # a byte flipped in an old line: the entry the checkpoint names is intact, the prefix
+    # before it is not (only a full read, like fsck's, can tell)
+    data = bytearray(
+        gzip.decompress(seg.path.read_bytes()) if seg.archived else seg.path.read_bytes()
+    )
+    data[20] ^= 0x01
+    seg.path.write_bytes(gzip.compress(bytes(data)) if seg.archived else bytes(data))
+    found = fsck.check(root)
+    kinds = found.kinds()
+    assert kinds.get("checkpoint_mismatch") == 1 and kinds.get("damaged_line") == 1, kinds
+    repaired = fsck.check(root, repair=True)
+    assert all(f.repaired for f in repaired.problems), repaired.problems
+    assert fsck.check(root).problems == []
+    snap, report = reopen(root)
+    assert report.checkpoints_rejected == {} and report.read_in_full == []
+    assert snap == from_the_logs(root, tmp_path)
+
+
+def test_compact_archives_what_checkpoints_cover_and_dry_run_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "root"
+
+    async def keep_everything() -> None:
+        orch = await Orchestrator.open(root, checkpoints=CheckpointPolicy(segment_bytes=1500))
+        await orch.create_root("lead", "You coordinate.")
+        for i in range(12):
+            await orch.run_turn("lead", f"turn {i} " + "x" * 200)
+        await orch.close()
+
+    run(keep_everything())
+    before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    planned = compaction.plan(root)
+    assert any(item.sealed for item in planned.logs)
+    assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == before
+    done = compaction.compact(root)
+    assert done.archived >= 1 and done.bytes_after < done.bytes_before
+    assert not any(
+        s for s in list_sealed(agent_dirs(root)["lead"] / "events.jsonl") if not s.archived
+    )
+    snap, report = reopen(root)
+    assert report.checkpoints_rejected == {} and report.events_read == 0
+    assert len(snap["agents"]["lead"]["history"]) == 12
+    assert fsck.check(root).problems == []
+
+
+def test_delete_policy_keeps_the_state_and_holds_back_what_it_cannot_vouch_for(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "root"
+    deleting = CheckpointPolicy(every_entries=3, segment_bytes=600, compaction="delete")
+
+    async def work() -> tuple[dict[str, Any], str]:
+        orch = await Orchestrator.open(root, checkpoints=deleting)
+        await orch.create_root("lead", "You coordinate.")
+        await orch.run_turn("lead", "@spawn a worker")
+        for i in range(10):
+            await orch.run_turn("lead", f"@ask a q{i}")
+            await orch.run_pending()
+        snap = snapshot(orch)
+        await orch.close()
+        return snap, orch.get("lead").session_id
+
+    live, lead_sid = run(work())
+    lead = root / AGENTS_DIR / lead_sid / "events.jsonl"
+    assert list_sealed(lead)[0].first > 1  # history was deleted
+    snap, report = reopen(root)
+    assert report.checkpoints_rejected == {}
+    for path in live["agents"]:
+        for key in ("state", "waiting_on", "inbox", "turns", "last_complete_seq"):
+            assert snap["agents"][path][key] == live["agents"][path][key], (path, key)
+        assert (
+            snap["agents"][path]["history"]
+            == live["agents"][path]["history"][-len(snap["agents"][path]["history"]) :]
+        )
+    shutil.rmtree(root / CHECKPOINTS_DIR)  # the only record of the deleted history
+    snap, report = reopen(root)
+    held = {u.session_id: u for u in report.unreadable}
+    assert lead.parent.name in held
+    assert "deleted by compaction" in held[lead.parent.name].error
+    assert "lead" not in snap["agents"]
