@@ -90,9 +90,14 @@ def inspect(root: Path, add: Add) -> None:
         )
     for endpoint, items in sorted(read.checkpoints.items()):
         log_path = log_of(root, endpoint)
-        if not log_path.parent.is_dir():
-            continue  # the agent's directory went to quarantine: nothing reads this
-        why = disagreement(items[-1], log_path)
+        try:
+            if not (log_path.exists() or list_sealed(log_path)):
+                # the directory went to quarantine, or the log is gone (reported as
+                # such): nothing reads this checkpoint
+                continue
+            why = disagreement(items[-1], log_path)
+        except OSError:
+            continue  # an unreadable log is reported (and held back) as such
         if why is not None:
             add(
                 "checkpoint_mismatch",
@@ -146,7 +151,11 @@ def repair(root: Path) -> None:
         if read.damage or keep != read.checkpoints:
             CheckpointStore(root).rewrite(keep)
     for log_path in [*(root / AGENTS_DIR).glob(f"*/{LOG_NAME}"), root / USER_DIR / LOG_NAME]:
-        for segment in list_sealed(log_path):
+        try:
+            sealed = list_sealed(log_path)
+        except OSError:
+            continue  # an unreadable agent is reported as such
+        for segment in sealed:
             archive = segment.path.with_name(segment.name + ARCHIVE_SUFFIX)
             if segment.archived or not archive.exists():
                 continue
@@ -161,4 +170,7 @@ def repair(root: Path) -> None:
 
 def _agrees(root: Path, checkpoint: Checkpoint) -> bool:
     log_path = log_of(root, checkpoint.endpoint)
-    return log_path.parent.is_dir() and disagreement(checkpoint, log_path) is None
+    try:
+        return log_path.parent.is_dir() and disagreement(checkpoint, log_path) is None
+    except OSError:
+        return True  # an unreadable log: nothing tells against its checkpoint

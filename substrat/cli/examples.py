@@ -53,6 +53,7 @@ EXAMPLES: dict[str, list[str]] = {
     ],
     "fsck": ["substrat fsck", "substrat fsck --repair"],
     "recover": ["substrat recover --dry-run", "substrat recover"],
+    "compact": ["substrat compact --dry-run", "substrat compact", "substrat compact --delete"],
     "demo": ["substrat demo", "substrat demo --root /tmp/crash-demo"],
 }
 
