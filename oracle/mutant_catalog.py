@@ -323,17 +323,6 @@ CATALOG: tuple[Mutant, ...] = (
         "    persistence.durable_unlink(segment.path)  # planted: the plain copy goes first\n"
         "    persistence.atomic_write(target, gzip.compress(data, GZIP_LEVEL, mtime=0))\n",
     ),
-    Mutant(
-        "segment_deleted_unguarded",
-        "the delete policy removes every segment the newest checkpoint covers: with "
-        "nothing left before the active file its numbering is lost, and a lost newest "
-        "checkpoint leaves the one before it without its log",
-        "checkpointer.py",
-        '                if mode == "delete" and segment in deletable:\n'
-        "                    if len(covering) == 2 and segment.last < covering[0].at.seq:\n",
-        '                if mode == "delete":  # planted: whatever the newest checkpoint covers\n'
-        "                    if segment.last < covering[-1].at.seq:\n",
-    ),
 )
 
 

@@ -71,14 +71,14 @@ def unreadable(
 def history_gone(
     session_id: str, path: str | os.PathLike[str], first: int, *, then: str
 ) -> Unreadable:
-    """An agent whose log starts at ``first`` (older segments deleted by the ``delete``
-    compaction policy) and whose checkpoints are gone or do not hold."""
+    """An agent whose log starts at ``first`` (its older segments removed by hand) and
+    whose checkpoints are gone or do not hold."""
     where = os.fspath(path)
     return Unreadable(
         session_id,
         where,
-        f"its log starts at entry {first} (the entries before it were deleted by "
-        "compaction) and no checkpoint of it holds",
+        f"its log starts at entry {first} (the segments before it are missing) and no "
+        "checkpoint of it holds",
         f"restore {os.path.join('checkpoints', 'events.jsonl')} (or the deleted segments) "
         f"from a backup, then {then}; nothing of it was changed",
     )

@@ -5,8 +5,9 @@ once ``every_entries`` entries or ``every_bytes`` bytes were appended to it
 since its last one, when its session is evicted, and at a clean shutdown. An
 active file over ``segment_bytes`` is sealed into a segment after a
 checkpoint; sealed segments wholly before the newest checkpoint are then kept
-(``keep``, the default: the log is the user's record), compressed
-(``archive``) or, once two checkpoints cover them, removed (``delete``).
+(``keep``, the default: the log is the user's record) or compressed
+(``archive``). Nothing deletes history: a policy that removes covered segments
+is not offered until the crash oracle can check a log whose start is gone.
 
 **Off the turn's critical path.** Appending only counts (a few additions in
 :meth:`Checkpointer.appended`). Work starts at :meth:`Checkpointer.poke`,
@@ -21,10 +22,9 @@ the crash fuzzers and tests).
 * a checkpoint covers only entries :meth:`EventLog.log` has returned (durable)
   and turns whose effects are applied (settled), so it never runs ahead of
   what recovery would find;
-* compaction acts only on checkpoints whose append to the store was fsynced;
-  ``delete`` removes a segment only when the newest checkpoint and the one
-  before it both lie after it, so either can be lost and the other still
-  finds its log;
+* compaction acts only on checkpoints whose append to the store was fsynced
+  (archiving loses nothing either way: a lost checkpoint only makes a restart
+  read more);
 * sealing renames the active file within its directory (one directory fsync)
   and creates the next one durably; archiving writes the compressed copy
   atomically before removing the plain one (see :mod:`substrat.segments`).
@@ -55,7 +55,7 @@ from substrat.logs import LogPool
 
 log = logging.getLogger("substrat.checkpointer")
 
-COMPACTION_MODES = ("keep", "archive", "delete")
+COMPACTION_MODES = ("keep", "archive")
 
 
 @dataclass(frozen=True)
@@ -134,7 +134,6 @@ class Stats:
     written: int = 0
     rolled: int = 0
     archived: int = 0
-    deleted: int = 0
     errors: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, object]:
@@ -142,7 +141,6 @@ class Stats:
             "written": self.written,
             "rolled": self.rolled,
             "archived": self.archived,
-            "deleted": self.deleted,
             "errors": list(self.errors[-5:]),
         }
 
@@ -317,21 +315,12 @@ class Checkpointer:
         return out
 
     def _compact(self, path: Path, covering: list[Checkpoint]) -> str | None:
-        """Archive or delete the sealed segments the durable checkpoints cover."""
-        mode = self.policy.compaction
-        if mode == "keep":
+        """Archive the sealed segments the durable checkpoints cover (``archive``)."""
+        if self.policy.compaction == "keep":
             return None
         try:
-            sealed = segments.list_sealed(path)
-            # The newest sealed segment stays: its name says where the active file
-            # starts. The user's inbox is only archived: nothing else records it.
-            deletable = sealed[:-1] if path.parent.name != "user" else []
-            for segment in sealed:
-                if mode == "delete" and segment in deletable:
-                    if len(covering) == 2 and segment.last < covering[0].at.seq:
-                        segments.delete(segment)
-                        self.stats.deleted += 1
-                elif not segment.archived and segment.last <= covering[-1].at.seq:
+            for segment in segments.list_sealed(path):
+                if not segment.archived and segment.last <= covering[-1].at.seq:
                     segments.archive(segment)
                     self.stats.archived += 1
         except OSError as exc:

@@ -5,8 +5,8 @@ A running daemon compacts by its own policy (``SUBSTRAT_COMPACTION``, default
 offline, with the root's lock held: recovery runs (as at a daemon start), every
 log gets a checkpoint, every active file over ``segment_bytes`` is sealed and
 checkpointed again, and the sealed segments the checkpoints cover are archived
-(``archive``, the default here) or, once two checkpoints cover them, deleted
-(``delete``). :func:`plan` says what that would do without changing anything.
+(gzip: nothing is lost). :func:`plan` says what that would do without changing
+anything.
 """
 
 from __future__ import annotations
@@ -25,9 +25,6 @@ from substrat.logs import USER_DIR
 from substrat.segments import list_sealed, stored_bytes
 from substrat.session.store import AGENTS_DIR
 
-DEFAULT_MODE = "archive"
-"""What ``substrat compact`` does when not told (the daemon's own default is ``keep``)."""
-
 
 @dataclass
 class LogPlan:
@@ -42,9 +39,6 @@ class LogPlan:
     checkpoint_seq: int | None
     """The newest checkpoint that holds against the log (None: none does)."""
     to_archive: list[str] = field(default_factory=list)
-    to_delete: list[str] = field(default_factory=list)
-    bytes_freed: int = 0
-    """Bytes ``delete`` would free (what ``archive`` saves depends on the compression)."""
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -52,7 +46,6 @@ class LogPlan:
 
 @dataclass
 class CompactPlan:
-    mode: str
     logs: list[LogPlan]
 
     @property
@@ -61,7 +54,6 @@ class CompactPlan:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "mode": self.mode,
             "stored_bytes": self.stored_bytes,
             "logs": [p.to_dict() for p in self.logs],
         }
@@ -75,17 +67,16 @@ def _logs(root: Path) -> list[tuple[str, Path]]:
     return [(e, p) for e, p in found if p.exists() or list_sealed(p)]
 
 
-def plan(root: str | os.PathLike[str], mode: str = DEFAULT_MODE) -> CompactPlan:
-    """What compacting ``root`` in ``mode`` would do now, from the checkpoints there are.
+def plan(root: str | os.PathLike[str]) -> CompactPlan:
+    """What compacting ``root`` would do now, from the checkpoints there are.
 
     Reads only. Segments a checkpoint does not cover yet (the active file, and
     what follows the newest checkpoint) are left alone; ``compact`` checkpoints
     every log first, so it may do more than this shows, never less.
     """
-    CheckpointPolicy(compaction=mode)  # validates the mode
     root = Path(root)
     store = read_store(root)
-    out = CompactPlan(mode, [])
+    out = CompactPlan([])
     for endpoint, log_path in _logs(root):
         holding = [c for c in store.latest(endpoint) if verify(c, log_path) is None]
         sealed = list_sealed(log_path)
@@ -107,23 +98,17 @@ def plan(root: str | os.PathLike[str], mode: str = DEFAULT_MODE) -> CompactPlan:
             holding[0].at.seq if holding else None,
         )
         for segment in sealed:
-            if mode == "archive" and not segment.archived and holding:
-                if segment.last <= holding[0].at.seq:
-                    item.to_archive.append(segment.name)
-            elif mode == "delete" and len(holding) == 2 and segment.last < holding[1].at.seq:
-                item.to_delete.append(segment.name)
-                item.bytes_freed += os.stat(segment.path).st_size
+            if not segment.archived and holding and segment.last <= holding[0].at.seq:
+                item.to_archive.append(segment.name)
         out.logs.append(item)
     return out
 
 
 @dataclass
 class CompactReport:
-    mode: str
     checkpoints: int
     sealed: int
     archived: int
-    deleted: int
     bytes_before: int
     bytes_after: int
     errors: list[str]
@@ -132,16 +117,14 @@ class CompactReport:
         return dict(self.__dict__)
 
 
-def compact(
-    root: str | os.PathLike[str], mode: str = DEFAULT_MODE, *, segment_bytes: int | None = None
-) -> CompactReport:
+def compact(root: str | os.PathLike[str], *, segment_bytes: int | None = None) -> CompactReport:
     """Compact a stopped root now (see the module docstring). FsckError if a daemon runs."""
     from substrat.rpc.lock import RootLock
 
     root = Path(root)
     base = CheckpointPolicy()
     policy = CheckpointPolicy(
-        compaction=mode, segment_bytes=segment_bytes or base.segment_bytes, background=False
+        compaction="archive", segment_bytes=segment_bytes or base.segment_bytes, background=False
     )
     try:
         held = RootLock.acquire(root, retry_s=0)
@@ -151,17 +134,15 @@ def compact(
             "stop it and run `substrat compact` again"
         ) from None
     try:
-        before = plan(root, mode).stored_bytes
+        before = plan(root).stored_bytes
         stats = asyncio.run(_compact(root, policy))
-        after = plan(root, mode).stored_bytes
+        after = plan(root).stored_bytes
     finally:
         held.release()
     return CompactReport(
-        mode,
         int(stats["written"]),
         int(stats["rolled"]),
         int(stats["archived"]),
-        int(stats["deleted"]),
         before,
         after,
         list(stats["errors"]),

@@ -49,7 +49,7 @@ def disagreement(checkpoint: Checkpoint, log_path: Path) -> str | None:
         return reason
     sealed = list_sealed(log_path)
     if sealed and sealed[0].first > 1:
-        return None  # older segments were deleted by the compaction policy: nothing to add up
+        return None  # the first segments are missing (reported): nothing to add up
     at = checkpoint.at
     size, crc = 0, 0
     for file_first, offset, raw in raw_lines(log_path):
@@ -125,10 +125,10 @@ def inspect_segments(log_path: Path, add: Add) -> None:
                     "archived, but the plain copy was not removed (a crash in between)",
                     repair="remove the plain copy once the archive reads the same",
                 )
-    expected = 0
+    expected = 1
     for first in sorted(plain):
         segment = plain[first]
-        if expected and first != expected:
+        if first != expected:
             add(
                 "missing_segment",
                 directory / segment.name,

@@ -306,7 +306,7 @@ def _read_agent(root: _Root, sid: str, report: RecoveryReport) -> AgentFacts | U
         collected = _read_log(root, sid, path, report)
     except OSError as exc:  # EACCES, EIO, a failed fsync: it costs this agent only
         return access.unreadable(sid, path, exc, then=THEN)
-    except HistoryGone as gone:  # nothing that holds says what the deleted part held
+    except HistoryGone as gone:  # nothing that holds says what the missing part held
         return access.history_gone(sid, path, gone.first, then=THEN)
     if collected.damage:
         report.log_damage[sid] = collected.damage
@@ -363,8 +363,8 @@ def _read_log(root: _Root, endpoint: str, path: Path, report: RecoveryReport) ->
 
 
 class HistoryGone(Exception):
-    """A log whose first entries were deleted by compaction, with no checkpoint that
-    holds for it: what they said is known nowhere."""
+    """A log whose first segments are missing (removed by hand), with no checkpoint
+    that holds for it: what they said is known nowhere."""
 
     def __init__(self, first: int) -> None:
         super().__init__(first)

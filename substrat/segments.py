@@ -10,7 +10,7 @@ first and last ``seq`` they hold::
 
 Reading the whole history reads the sealed segments in order, then the active
 file; an archived segment (``.gz``) is read through :mod:`gzip`. Nothing here
-decides *when* to roll, archive or delete (see :mod:`substrat.checkpointer`);
+decides *when* to roll or archive (see :mod:`substrat.checkpointer`);
 this module only says how, durably, through :mod:`substrat.persistence`:
 
 * **roll** (seal the active file): ``events.jsonl`` is renamed to its sealed
@@ -23,8 +23,6 @@ this module only says how, durably, through :mod:`substrat.persistence`:
   rename, directory fsync) and only then is the plain segment removed
   (durably). A crash between leaves both, identical in content; readers take
   the plain one and the next compaction removes it.
-* **delete**: the segment is removed durably. The caller must already hold a
-  durable checkpoint that covers it (the rule is in :mod:`substrat.checkpointer`).
 """
 
 from __future__ import annotations
@@ -145,19 +143,6 @@ def archive(segment: Segment) -> Segment:
         persistence.atomic_write(target, gzip.compress(data, GZIP_LEVEL, mtime=0))
     persistence.durable_unlink(segment.path)
     return Segment(segment.first, segment.last, target)
-
-
-def delete(segment: Segment) -> None:
-    """Remove a sealed segment durably (its plain and archived copies)."""
-    for path in (segment.path, _twin(segment.path)):
-        persistence.durable_unlink(path)
-
-
-def _twin(path: Path) -> Path:
-    name = path.name
-    if name.endswith(ARCHIVE_SUFFIX):
-        return path.with_name(name[: -len(ARCHIVE_SUFFIX)])
-    return path.with_name(name + ARCHIVE_SUFFIX)
 
 
 def history_files(log_path: str | os.PathLike[str]) -> Iterator[tuple[Segment | None, Path]]:

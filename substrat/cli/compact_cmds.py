@@ -1,4 +1,4 @@
-"""``substrat compact``: archive or delete the log segments checkpoints cover (offline)."""
+"""``substrat compact``: archive the log segments checkpoints cover (offline)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,6 @@ import click
 from substrat.cli import render
 from substrat.cli.common import Opts, emit_json, esc, offline_command
 from substrat.words import plural
-
-_MODES = ("archive", "delete")
 
 
 def _size(n: int) -> str:
@@ -24,26 +22,13 @@ def _size(n: int) -> str:
 @offline_command()
 @click.option("--dry-run", is_flag=True, help="Only show what would be compacted.")
 @click.option(
-    "--delete",
-    "mode",
-    flag_value="delete",
-    help="Delete the segments two checkpoints cover (their history is gone for good).",
-)
-@click.option(
-    "--archive",
-    "mode",
-    flag_value="archive",
-    default=True,
-    help="Compress the segments a checkpoint covers (the default; nothing is lost).",
-)
-@click.option(
     "--segment-bytes",
     type=click.IntRange(min=1),
     default=None,
     help="Seal an active log file into a segment once it is this big (default 8 MiB).",
 )
-def compact(opts: Opts, dry_run: bool, mode: str, segment_bytes: int | None) -> None:
-    """Checkpoint every log, then archive (or delete) the sealed segments they cover.
+def compact(opts: Opts, dry_run: bool, segment_bytes: int | None) -> None:
+    """Checkpoint every log, then compress (gzip) the sealed segments they cover.
 
     The root must be stopped (a running daemon compacts by its own policy,
     SUBSTRAT_COMPACTION). --dry-run reads only: per log, its segments, its
@@ -53,21 +38,21 @@ def compact(opts: Opts, dry_run: bool, mode: str, segment_bytes: int | None) -> 
     from substrat import compaction
 
     if dry_run:
-        planned = compaction.plan(opts.root, mode)
+        planned = compaction.plan(opts.root)
         if opts.json:
             emit_json(planned.to_dict())
             return
         _print_plan(opts, planned)
         return
-    report = compaction.compact(opts.root, mode, segment_bytes=segment_bytes)
+    report = compaction.compact(opts.root, segment_bytes=segment_bytes)
     if opts.json:
         emit_json(report.to_dict())
     else:
         out = opts.out
         out.print(
-            f"compact ({report.mode}): {plural(report.checkpoints, 'checkpoint')} written, "
-            f"{plural(report.sealed, 'segment')} sealed, {report.archived} archived, "
-            f"{report.deleted} deleted; logs {_size(report.bytes_before)} -> "
+            f"compact: {plural(report.checkpoints, 'checkpoint')} written, "
+            f"{plural(report.sealed, 'segment')} sealed, {report.archived} archived; "
+            f"logs {_size(report.bytes_before)} -> "
             f"{_size(report.bytes_after)}"
         )
         for error in report.errors:
@@ -91,11 +76,7 @@ def _print_plan(opts: Opts, planned: object) -> None:
     rows = []
     for item in planned.logs:
         who = item.name or ("user" if item.endpoint == "user" else render.short(item.endpoint))
-        would = []
-        if item.to_archive:
-            would.append(f"archive {len(item.to_archive)}")
-        if item.to_delete:
-            would.append(f"delete {len(item.to_delete)} ({_size(item.bytes_freed)})")
+        would = [f"archive {len(item.to_archive)}"] if item.to_archive else []
         rows.append(
             [
                 esc(who),
@@ -108,13 +89,9 @@ def _print_plan(opts: Opts, planned: object) -> None:
         )
     for part in render.grouped_tables(out.width, cols, [(f"[bold]{esc(opts.root)}[/]", rows)]):
         out.print(part)
-    total = sum(len(p.to_archive) + len(p.to_delete) for p in planned.logs)
+    total = sum(len(p.to_archive) for p in planned.logs)
     out.print(
         f"{plural(len(planned.logs), 'log')}, {_size(planned.stored_bytes)} on disk; "
-        + (
-            f"{plural(total, 'segment')} to {planned.mode}"
-            if total
-            else f"nothing to {planned.mode} yet"
-        )
+        + (f"{plural(total, 'segment')} to archive" if total else "nothing to archive yet")
         + "; nothing was changed (run without --dry-run, the daemon stopped, to compact)"
     )

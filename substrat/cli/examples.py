@@ -53,7 +53,7 @@ EXAMPLES: dict[str, list[str]] = {
     ],
     "fsck": ["substrat fsck", "substrat fsck --repair"],
     "recover": ["substrat recover --dry-run", "substrat recover"],
-    "compact": ["substrat compact --dry-run", "substrat compact", "substrat compact --delete"],
+    "compact": ["substrat compact --dry-run", "substrat compact --segment-bytes 1048576"],
     "demo": ["substrat demo", "substrat demo --root /tmp/crash-demo"],
 }
 

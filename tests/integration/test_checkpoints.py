@@ -326,38 +326,18 @@ def test_compact_archives_what_checkpoints_cover_and_dry_run_changes_nothing(
     assert fsck.check(root).problems == []
 
 
-def test_delete_policy_keeps_the_state_and_holds_back_what_it_cannot_vouch_for(
+def test_a_log_missing_its_first_segment_is_held_back_without_a_checkpoint(
     tmp_path: Path,
 ) -> None:
-    root = tmp_path / "root"
-    deleting = CheckpointPolicy(every_entries=3, segment_bytes=600, compaction="delete")
-
-    async def work() -> tuple[dict[str, Any], str]:
-        orch = await Orchestrator.open(root, checkpoints=deleting)
-        await orch.create_root("lead", "You coordinate.")
-        await orch.run_turn("lead", "@spawn a worker")
-        for i in range(10):
-            await orch.run_turn("lead", f"@ask a q{i}")
-            await orch.run_pending()
-        snap = snapshot(orch)
-        await orch.close()
-        return snap, orch.get("lead").session_id
-
-    live, lead_sid = run(work())
-    lead = root / AGENTS_DIR / lead_sid / "events.jsonl"
-    assert list_sealed(lead)[0].first > 1  # history was deleted
-    snap, report = reopen(root)
-    assert report.checkpoints_rejected == {}
-    for path in live["agents"]:
-        for key in ("state", "waiting_on", "inbox", "turns", "last_complete_seq"):
-            assert snap["agents"][path][key] == live["agents"][path][key], (path, key)
-        assert (
-            snap["agents"][path]["history"]
-            == live["agents"][path]["history"][-len(snap["agents"][path]["history"]) :]
-        )
-    shutil.rmtree(root / CHECKPOINTS_DIR)  # the only record of the deleted history
+    root = build_root(tmp_path)
+    lead = agent_dirs(root)["lead"]
+    first = list_sealed(lead / "events.jsonl")[0]
+    first.path.unlink()  # removed by hand: nothing in substrat deletes history
+    assert fsck.check(root).kinds().get("missing_segment") == 1
+    snap, report = reopen(root)  # the checkpoint still holds: the state is whole
+    assert report.checkpoints_rejected == {} and "lead" in snap["agents"]
+    shutil.rmtree(root / CHECKPOINTS_DIR)  # and now nothing says what that segment held
     snap, report = reopen(root)
     held = {u.session_id: u for u in report.unreadable}
-    assert lead.parent.name in held
-    assert "deleted by compaction" in held[lead.parent.name].error
+    assert lead.name in held and "segments before it are missing" in held[lead.name].error
     assert "lead" not in snap["agents"]
