@@ -478,6 +478,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--rounds", type=int, default=FUZZ_ROUNDS, help="interleaved rounds of the fuzzing rows"
     )
+    parser.add_argument(
+        "--no-checkpoints", action="store_true", help="skip the rows of oracle.bench_checkpoints"
+    )
     args = parser.parse_args(argv)
     if args.log_only:
         print(render(log_rows()))
@@ -592,6 +595,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     rows.extend(scale_rows(args.scale, single_agent=not args.no_single_agent))
     rows.extend(log_rows())
+    if not args.no_checkpoints:
+        from oracle.bench_checkpoints import checkpoint_rows
+
+        rows.extend(checkpoint_rows())
     faultfs_rate, pyfakefs_rate, real_rate = faultfs_rates()
     rows.append(Row("faultfs os calls/s", faultfs_rate, "/s", "pyfakefs alone", pyfakefs_rate))
     rows.append(
