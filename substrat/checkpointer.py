@@ -129,7 +129,7 @@ class _Done:
 
 @dataclass
 class Stats:
-    """What the checkpointer did in this process (``daemon status`` shows it)."""
+    """What the checkpointer did in this process (``substrat compact`` reports it)."""
 
     written: int = 0
     rolled: int = 0
