@@ -181,25 +181,40 @@ CATALOG: tuple[Mutant, ...] = (
         "        except OSError as exc:\n"
         "            # A simulated kill (BaseException) is deliberately not caught here:\n"
         "            # a killed process runs no cleanup.\n"
-        "            self._abandon_failed_append()\n"
+        "            taken_back = self._take_back()\n"
         "            self._poison()\n"
-        "            if isinstance(exc, DurabilityError):\n"
-        "                raise\n"
-        '            raise DurabilityError(f"append to {self.path} failed: {exc}") from exc\n'
-        "        self._appended(line)\n",
+        "            if not taken_back:\n"
+        "                raise OutcomeUnknownError(\n"
+        '                    f"append of entry {seq} to {self.path} failed ({exc}) and could not be "\n'  # noqa: E501
+        '                    "taken back: a crash may keep it or not; treat it as undecided until "\n'  # noqa: E501
+        '                    "a restart has recovered the log"\n'
+        "                ) from exc\n"
+        "            raise DurabilityError(\n"
+        '                f"append of entry {seq} to {self.path} failed ({exc}); it was taken back "\n'  # noqa: E501
+        '                "and will not appear; reopen the log before writing again"\n'
+        "            ) from exc\n"
+        "        self._appended(line)\n"
+        "        return seq\n",
         "            persistence.write_all(self._fd, line)\n"
         "            self._appended(line)  # planted: counted before its fsync\n"
         "            persistence.fsync_fd(self._fd, self.path)\n"
         "        except OSError as exc:\n"
         "            # A simulated kill (BaseException) is deliberately not caught here:\n"
         "            # a killed process runs no cleanup.\n"
-        "            self._abandon_failed_append()\n"
+        "            taken_back = self._take_back()\n"
         "            self._poison()\n"
-        "            if isinstance(exc, DurabilityError):\n"
-        "                raise\n"
-        '            raise DurabilityError(f"append to {self.path} failed: {exc}") from exc\n',
+        "            if not taken_back:\n"
+        "                raise OutcomeUnknownError(\n"
+        '                    f"append of entry {seq} to {self.path} failed ({exc}) and could not be "\n'  # noqa: E501
+        '                    "taken back: a crash may keep it or not; treat it as undecided until "\n'  # noqa: E501
+        '                    "a restart has recovered the log"\n'
+        "                ) from exc\n"
+        "            raise DurabilityError(\n"
+        '                f"append of entry {seq} to {self.path} failed ({exc}); it was taken back "\n'  # noqa: E501
+        '                "and will not appear; reopen the log before writing again"\n'
+        "            ) from exc\n"
+        "        return seq\n",
     ),
-    # -- session store ---------------------------------------------------------------
     Mutant(
         "session_write_in_place",
         "session.json is rewritten in place (truncate, write, fsync) instead of atomically",
