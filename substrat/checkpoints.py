@@ -329,6 +329,11 @@ def _line(checkpoint: Checkpoint, seq: int, clock: Clock = utc_now_iso) -> bytes
     )
 
 
+def encode_store(checkpoints: list[Checkpoint], clock: Clock = utc_now_iso) -> bytes:
+    """A whole store holding ``checkpoints`` (each endpoint's newest last), as bytes."""
+    return b"".join(_line(c, seq, clock) for seq, c in enumerate(checkpoints, start=1))
+
+
 class CheckpointStore:
     """The root's checkpoint store, appended to in batches (see the module docstring).
 
@@ -401,15 +406,9 @@ class CheckpointStore:
     def rewrite(self, keep: dict[str, list[Checkpoint]]) -> None:
         """Replace the store by ``keep`` (each endpoint's newest last), atomically."""
         self.close()
-        lines = [
-            _line(c, index, self._clock)
-            for index, c in enumerate(
-                (c for endpoint in sorted(keep) for c in keep[endpoint][-KEEP_PER_ENDPOINT:]),
-                start=1,
-            )
-        ]
+        kept = [c for endpoint in sorted(keep) for c in keep[endpoint][-KEEP_PER_ENDPOINT:]]
         persistence.durable_mkdir(self.path.parent)
-        persistence.atomic_write(self.path, b"".join(lines))
+        persistence.atomic_write(self.path, encode_store(kept, self._clock))
 
     def close(self) -> None:
         if self._fd is not None:
@@ -429,6 +428,7 @@ __all__ = [
     "Settled",
     "StoreRead",
     "build",
+    "encode_store",
     "read_store",
     "store_path",
     "verify",

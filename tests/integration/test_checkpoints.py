@@ -24,8 +24,14 @@ from typing import Any, TypeVar
 
 from substrat import compaction, events, fsck
 from substrat.checkpointer import CheckpointPolicy
-from substrat.checkpoints import CHECKPOINTS_DIR, Checkpoint, read_store, store_path
-from substrat.eventlog import encode_entry, read_log
+from substrat.checkpoints import (
+    CHECKPOINTS_DIR,
+    Checkpoint,
+    encode_store,
+    read_store,
+    store_path,
+)
+from substrat.eventlog import read_log
 from substrat.orchestrator import Orchestrator
 from substrat.segments import list_sealed
 from substrat.session.store import AGENTS_DIR
@@ -149,19 +155,7 @@ def _store_lines(root: Path) -> list[bytes]:
 
 
 def _rewrite_store(root: Path, checkpoints: list[Checkpoint]) -> None:
-    lines = [
-        encode_entry(
-            {
-                "seq": i,
-                "endpoint": CHECKPOINTS_DIR,
-                "ts": "2030-01-01T00:00:00.000000+00:00",
-                "event": events.CHECKPOINT,
-                "data": c.data(),
-            }
-        )
-        for i, c in enumerate(checkpoints, start=1)
-    ]
-    store_path(root).write_bytes(b"".join(lines))
+    store_path(root).write_bytes(encode_store(checkpoints))
 
 
 def _newest(root: Path) -> dict[str, Checkpoint]:

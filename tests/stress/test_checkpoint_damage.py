@@ -32,10 +32,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from faultfs import FaultFS
-from substrat import events
 from substrat.checkpointer import CheckpointPolicy
-from substrat.checkpoints import CHECKPOINTS_DIR, Checkpoint, read_store, store_path
-from substrat.eventlog import encode_entry
+from substrat.checkpoints import Checkpoint, encode_store, read_store, store_path
 from substrat.orchestrator import Orchestrator
 
 pytestmark = pytest.mark.stress
@@ -128,18 +126,7 @@ async def _reopen(policy: CheckpointPolicy, ids: Ids) -> tuple[dict[str, Any], A
 
 
 def _store(checkpoints: list[Checkpoint]) -> bytes:
-    return b"".join(
-        encode_entry(
-            {
-                "seq": i,
-                "endpoint": CHECKPOINTS_DIR,
-                "ts": "2030-01-01T00:00:00.000000+00:00",
-                "event": events.CHECKPOINT,
-                "data": c.data(),
-            }
-        )
-        for i, c in enumerate(checkpoints, start=1)
-    )
+    return encode_store(checkpoints)
 
 
 def _write(path: Any, data: bytes) -> None:
