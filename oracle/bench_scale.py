@@ -106,7 +106,8 @@ def generate_root(path: Path, agents: int, events_per_agent: int) -> ScaleRoot:
     assert agents >= 1 and events_per_agent >= 4 and events_per_agent % 2 == 0
     if path.exists():
         shutil.rmtree(path)
-    (path / AGENTS_DIR).mkdir(parents=True)
+    path.mkdir(mode=0o700, parents=True)
+    (path / AGENTS_DIR).mkdir()
     roots = min(ROOT_AGENTS, agents)
     agent_ids = [_sid(1, i) for i in range(agents)]
     sessions = [_sid(2, i) for i in range(agents)]
@@ -357,7 +358,8 @@ def scale_rows(scales: list[int], *, single_agent: bool = True) -> list[Any]:
     floor_name = "json.loads of every line, per CPU s (floor)"
     with tempfile.TemporaryDirectory(prefix="substrat-scale-") as tmp:
         empty = ScaleRoot(Path(tmp) / "empty", 0, 0, 0)
-        empty.path.mkdir()
+        # private, as a new root must be: the daemon refuses a group- or world-readable one
+        empty.path.mkdir(mode=0o700)
         # interpreter, imports, lock, socket: what a daemon costs before any log
         fixed_s = daemon_cold_start(empty).cpu_seconds
         for index, events_wanted in enumerate(sorted(scales)):

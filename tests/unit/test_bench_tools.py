@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from oracle.bench import LOG_BEFORE_REV, Row, eventlog_at, log_cost, render
-from oracle.bench_scale import generate_root, parse_floor
+from oracle.bench_scale import ScaleRoot, daemon_cold_start, generate_root, parse_floor
 from substrat import eventlog
 from substrat.agents import USER
 from substrat.fsck import check
@@ -31,6 +31,17 @@ def test_generated_root_is_a_healthy_root_that_recovers_in_full(tmp_path: Path) 
     assert len(orch.tree) == 150 and len(orch.tree.roots()) == 100
     assert len(orch.inboxes.inbox(USER)) == 50
     assert parse_floor(root) > 0
+
+
+def test_the_scale_rows_roots_are_ones_the_daemon_starts_on(tmp_path: Path) -> None:
+    """The recovery rows time a daemon's start on a generated root and on an empty one;
+    both must be private (the daemon refuses a group- or world-readable directory)."""
+    generated = generate_root(tmp_path / "root", 2, 10)
+    assert generated.path.stat().st_mode & 0o777 == 0o700
+    assert daemon_cold_start(generated).cpu_seconds > 0
+    empty = ScaleRoot(tmp_path / "empty", 0, 0, 0)
+    empty.path.mkdir(mode=0o700)
+    assert daemon_cold_start(empty).cpu_seconds > 0
 
 
 def test_table_has_one_row_per_figure_with_its_ratio() -> None:
