@@ -12,7 +12,7 @@ orchestrator on a faultfs disk and checks what a restart makes of it.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
@@ -73,15 +73,21 @@ def test_a_lost_turn_is_reported_by_one_restart_and_told_to_the_agent_once() -> 
     harness.close()
 
 
-def test_a_turn_the_provider_failed_is_not_reported_lost_after_a_crash() -> None:
-    provider = FakeProvider()
+def _serving(provider: FakeProvider) -> Callable[[], ProviderRegistry]:
+    """A registry factory (one per recovery) that serves ``provider`` as "fake"."""
 
     def registry() -> ProviderRegistry:
         made = ProviderRegistry()
         made.register("fake", provider)
         return made
 
-    harness = CrashHarness(registry=registry, provider="fake")
+    return registry
+
+
+def test_a_turn_the_provider_failed_is_not_reported_lost_after_a_crash() -> None:
+    provider = FakeProvider()
+
+    harness = CrashHarness(registry=_serving(provider), provider="fake")
     harness.run(Step("create_root", "ada"))
     harness.run(Step("turn", "ada"))
     provider.fail_send = 1
@@ -124,12 +130,7 @@ def test_a_provider_note_is_in_the_log_after_a_power_loss() -> None:
     """``note`` promises a durable entry: a power loss after the turn keeps it."""
     provider = _NotingProvider()
 
-    def registry() -> ProviderRegistry:
-        made = ProviderRegistry()
-        made.register("fake", provider)
-        return made
-
-    harness = CrashHarness(registry=registry, provider="fake")
+    harness = CrashHarness(registry=_serving(provider), provider="fake")
     harness.run(Step("create_root", "ada"))
     harness.run(Step("turn", "ada"))
     harness.crash_and_recover("power")
