@@ -150,6 +150,16 @@ class AgentFacts:
         """The highest turn number this log may have handed out (see the module docstring)."""
         return self.highest_turn + self.damaged_after
 
+    def cut_turn_start(self, number: int) -> None:
+        """The log's repair cut off a damaged last line that still showed the start of
+        turn ``number`` (no pending copy was left to restore it: a power loss can take
+        that copy). Nothing else may name the turn, so it is taken as started and lost
+        in flight: recovery closes it durably, and its id is never handed out again."""
+        if number > self.turn_counter:
+            self.highest_turn = number
+            self.damaged_after = 0
+            self.open_turns = {f"t{number}": ""}
+
     @property
     def lost_turn(self) -> dict[str, Any] | None:
         if not self.open_turns:

@@ -72,8 +72,11 @@ def repair_root(root: Path, report: _Report) -> None:
                 or os.path.exists(log_path.with_name(PENDING_NAME))
                 or list_sealed(log_path)
             ):
+                # counted before the open, which cuts a damaged last line off (unless
+                # a pending copy restores it): that line may have been a turn's start
+                ceiling = _agent_turn_ceiling(log_path)
                 EventLog(log_path).close()  # open repairs; close removes the pending file
-                _drop_damaged_lines(log_path, quarantine)
+                _drop_damaged_lines(log_path, quarantine, ceiling)
         except OSError:
             continue  # unreadable (reported): it is left exactly as it is
     # after the log rewrites (which move lines): drop the checkpoints that no longer
@@ -98,15 +101,22 @@ async def _recover(root: Path) -> dict[str, Any]:
         await orch.close()
 
 
-def _drop_damaged_lines(log_path: Path, quarantine: Path) -> int:
+def _agent_turn_ceiling(log_path: Path) -> int:
+    """An agent log's turn ceiling (see substrat.facts); 0 for the other logs."""
+    return turn_ceiling(log_path).value if log_path.parent.parent.name == AGENTS_DIR else 0
+
+
+def _drop_damaged_lines(log_path: Path, quarantine: Path, ceiling_before_open: int) -> int:
     """Rewrite a log (each of its segments) without its damaged lines, which go to
     ``quarantine/``.
 
     An agent's damaged line after its last readable turn line may have been
     the start of a turn (see substrat.facts): a ``turn.failed`` marked
-    ``reserved`` keeps that turn's id from being handed out again.
+    ``reserved`` keeps that turn's id from being handed out again. That holds
+    for a damaged last line the open already cut as well (``ceiling_before_open``
+    counted it).
     """
-    ceiling = turn_ceiling(log_path).value if log_path.parent.parent.name == AGENTS_DIR else 0
+    ceiling = max(ceiling_before_open, _agent_turn_ceiling(log_path))
     highest = 0
     seen: set[int] = set()
     count = 0
@@ -133,7 +143,7 @@ def _drop_damaged_lines(log_path: Path, quarantine: Path) -> int:
         if segment is not None and segment.archived:
             keep = bytearray(gzip.compress(bytes(keep), GZIP_LEVEL, mtime=0))
         persistence.atomic_write(path, bytes(keep))
-    if count and ceiling > highest:
+    if ceiling > highest:
         with EventLog(log_path, {"session_id": log_path.parent.name}) as log:
             log.log(
                 events.TURN_FAILED,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -17,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from substrat.events import KNOWN_EVENTS
+from substrat.events import KNOWN_EVENTS, TURN_START
 from substrat.segments import Position, list_sealed, open_segment
 
 Entry = dict[str, Any]
@@ -26,6 +27,9 @@ _CRC_PREFIX = b'{"crc":"'
 _CRC_HEX_END = len(_CRC_PREFIX) + 8
 _BODY_START = _CRC_HEX_END + 2  # past '",'
 _CRC_OF_OPEN_BRACE = zlib.crc32(b"{")
+_TURN_START_MARK = b'"event":"%s"' % TURN_START.encode()
+# A key, not text: inside a JSON string the quotes would be escaped.
+_TURN_ID_KEY = re.compile(rb'"turn_id":"t([1-9][0-9]{0,17})"')
 
 
 def decode_line(line: bytes) -> Entry | str:
@@ -95,6 +99,13 @@ def _classify_damage(line: bytes) -> str:
     return "missing_checksum"
 
 
+def _started_turn(raw: bytes) -> int | None:
+    if _TURN_START_MARK not in raw:
+        return None
+    match = _TURN_ID_KEY.search(raw)
+    return None if match is None else int(match.group(1))
+
+
 @dataclass(frozen=True)
 class Damage:
     """One damaged region of a log."""
@@ -106,6 +117,10 @@ class Damage:
     excerpt: str
     file: str = ""
     """The sealed segment it is in (its file name); empty for the active file."""
+    started_turn: int | None = None
+    """For a damaged complete line whose bytes still show a ``turn.start`` and its
+    ``turn_id``: that turn's number. A repair that cuts such a line off the end of a
+    log tells recovery, which must not hand that id out again."""
 
 
 @dataclass
@@ -117,7 +132,8 @@ class DamageReport:
 
     def add(self, kind: str, offset: int, raw: bytes, line_no: int, file: str = "") -> None:
         excerpt = raw[:_EXCERPT_BYTES].decode("utf-8", "backslashreplace")
-        self.items.append(Damage(kind, offset, len(raw), line_no, excerpt, file))
+        started = _started_turn(raw) if raw.endswith(b"\n") else None
+        self.items.append(Damage(kind, offset, len(raw), line_no, excerpt, file, started))
 
     def counts(self) -> dict[str, int]:
         tally: dict[str, int] = {}

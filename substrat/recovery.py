@@ -341,6 +341,13 @@ def _read_log(root: _Root, endpoint: str, path: Path, report: RecoveryReport) ->
     damage.items.extend(kept.items)
     damage.unknown_events.extend(kept.unknown_events)
     facts.count_damage(path, damage, start, carried)
+    cut_starts = [
+        item.started_turn
+        for item in opened.damage.items
+        if item.offset >= opened.valid_end and item.started_turn is not None
+    ]
+    if cut_starts:
+        facts.cut_turn_start(max(cut_starts))
     if (
         opened.truncated_bytes
         or opened.pending_replayed

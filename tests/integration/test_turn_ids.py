@@ -215,6 +215,44 @@ def test_fsck_repair_reserves_the_id_of_a_dropped_turn_start(built: Built, tmp_p
     _check(built, damaged, root)
 
 
+@pytest.mark.parametrize("built", ["killed"], indirect=True)
+def test_fsck_repair_reserves_the_id_of_a_dropped_last_line_without_a_pending_copy(
+    built: Built, tmp_path: Path
+) -> None:
+    """The log's last line is damaged and no pending copy is left to restore it (the copy
+    is not fsynced: a power loss after the kill may take it). That line may have been the
+    start of a turn already handed out, so ``fsck --repair`` drops it and logs a reserved
+    ``turn.failed`` for its id: the next turn gets a new one."""
+    root = tmp_path / "root"
+    log = _copy(built, root)
+    log.with_name("events.pending").unlink(missing_ok=True)
+    damaged = _damage(log, len(_lines(log)) - 1)
+    repaired = fsck.check(root, repair=True)
+    assert all(f.repaired for f in repaired.problems), repaired.problems
+    _check(built, damaged, root)
+
+
+@pytest.mark.parametrize("built", ["killed"], indirect=True)
+def test_a_damaged_last_turn_start_without_a_pending_copy_keeps_its_id(
+    built: Built, tmp_path: Path
+) -> None:
+    """The kill left the in-flight turn's start as the log's last line; a power loss took
+    the unsynced pending copy, and the line is then damaged. Opening the root cuts that
+    line off the end, yet the turn is closed as lost in flight, durably: its id is not
+    handed out again, at this start or the next."""
+    root = tmp_path / "root"
+    log = _copy(built, root)
+    log.with_name("events.pending").unlink(missing_ok=True)
+    damaged = _damage(log, len(_lines(log)) - 1)
+    assert damaged["event"] == events.TURN_START
+    orch = run(Orchestrator.open(root, registry=registry(), slots=1))
+    report = orch.recovery_report
+    run(orch.close())
+    assert report is not None
+    assert [t["turn_id"] for t in report.lost_turns] == [damaged["data"]["turn_id"]]
+    _check(built, damaged, root)  # a second start: the id stays taken
+
+
 def test_a_committed_turn_with_a_damaged_start_is_in_every_view(
     built: Built, tmp_path: Path
 ) -> None:
