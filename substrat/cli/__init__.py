@@ -41,9 +41,7 @@ def main(group_root: Path | None) -> None:
     """
 
 
-for command in (
-    daemon_group, agent_group, inbox, chat, log, watch, fsck, recover, compact, demo
-):
+for command in (daemon_group, agent_group, inbox, chat, log, watch, fsck, recover, compact, demo):
     main.add_command(command)
 add_examples(main)
 
