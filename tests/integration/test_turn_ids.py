@@ -215,6 +215,14 @@ def test_fsck_repair_reserves_the_id_of_a_dropped_turn_start(built: Built, tmp_p
     _check(built, damaged, root)
 
 
+def _damage_last_line_after_power_loss(built: Built, root: Path) -> dict[str, Any]:
+    """A copy of the killed root whose unsynced pending copy a power loss took, with its
+    log's last line then damaged; returns that line's entry."""
+    log = _copy(built, root)
+    log.with_name("events.pending").unlink(missing_ok=True)
+    return _damage(log, len(_lines(log)) - 1)
+
+
 @pytest.mark.parametrize("built", ["killed"], indirect=True)
 def test_fsck_repair_reserves_the_id_of_a_dropped_last_line_without_a_pending_copy(
     built: Built, tmp_path: Path
@@ -224,9 +232,7 @@ def test_fsck_repair_reserves_the_id_of_a_dropped_last_line_without_a_pending_co
     start of a turn already handed out, so ``fsck --repair`` drops it and logs a reserved
     ``turn.failed`` for its id: the next turn gets a new one."""
     root = tmp_path / "root"
-    log = _copy(built, root)
-    log.with_name("events.pending").unlink(missing_ok=True)
-    damaged = _damage(log, len(_lines(log)) - 1)
+    damaged = _damage_last_line_after_power_loss(built, root)
     repaired = fsck.check(root, repair=True)
     assert all(f.repaired for f in repaired.problems), repaired.problems
     _check(built, damaged, root)
@@ -241,9 +247,7 @@ def test_a_damaged_last_turn_start_without_a_pending_copy_keeps_its_id(
     line off the end, yet the turn is closed as lost in flight, durably: its id is not
     handed out again, at this start or the next."""
     root = tmp_path / "root"
-    log = _copy(built, root)
-    log.with_name("events.pending").unlink(missing_ok=True)
-    damaged = _damage(log, len(_lines(log)) - 1)
+    damaged = _damage_last_line_after_power_loss(built, root)
     assert damaged["event"] == events.TURN_START
     orch = run(Orchestrator.open(root, registry=registry(), slots=1))
     report = orch.recovery_report
