@@ -351,7 +351,7 @@ def scale_rows(scales: list[int], *, single_agent: bool = True) -> list[Any]:
     """The recovery rows of the benchmark table (see :mod:`oracle.bench`)."""
     import tempfile
 
-    from oracle.bench import MIB, Row
+    from oracle.bench_table import MIB, Row
 
     rows: list[Row] = []
     growth: list[tuple[ScaleRoot, StartResult, StartResult]] = []

@@ -22,7 +22,7 @@ from faultfs import FaultFS, explore
 
 pyfakefs_unittest = pytest.importorskip("pyfakefs.fake_filesystem_unittest")
 
-from oracle.bench import _fs_workload as fs_workload  # noqa: E402
+from oracle.bench_io import _fs_workload as fs_workload  # noqa: E402
 
 ITERATIONS = 100
 ROOT = "/faultfs-bench"

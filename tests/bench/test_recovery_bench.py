@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from oracle import bench
+from oracle import bench_fuzz as bench
 from oracle.bench_scale import ScaleRoot, generate_root, parse_floor
 from substrat.orchestrator import Orchestrator
 

@@ -1,4 +1,4 @@
-"""The benchmark tools (oracle.bench, oracle.bench_scale) measure what they claim."""
+"""The benchmark tools (oracle.bench_table, bench_io, bench_scale) measure what they claim."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from oracle.bench import LOG_BEFORE_REV, Row, eventlog_at, log_cost, render
+from oracle.bench_io import LOG_BEFORE_REV, eventlog_at, log_cost
 from oracle.bench_scale import ScaleRoot, daemon_cold_start, generate_root, parse_floor
+from oracle.bench_table import Row, render
 from substrat import eventlog
 from substrat.agents import USER
 from substrat.fsck import check
@@ -84,7 +85,7 @@ def test_the_log_baseline_is_the_two_fsync_log_before_issue_15(
 
 
 def test_rounds_interleave_and_report_the_median_with_its_spread() -> None:
-    from oracle.bench import median_rounds
+    from oracle.bench_table import median_rounds
 
     order: list[str] = []
     values = {"a": iter([3.0, 1.0, 2.0]), "b": iter([5.0, 5.0, 9.0])}

@@ -1,0 +1,260 @@
+"""The fuzzing rows of the benchmark table: crash-recover-check cycles, lifecycle examples,
+sweep states, each per CPU second of one process.
+
+The workload functions here import nothing of the project at module level:
+:func:`on_revision` loads this file beside an old revision's ``substrat``,
+``oracle`` and ``faultfs`` and calls one of them there, so they measure the old
+code with today's measuring code.
+"""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from oracle.bench_table import Row
+
+BASELINE_REV = "1fa8a4582ed8ce7b8ef6d09e52c926ccf5ceec18"
+"""main just before the issue-9 optimisations (orjson, one read per log at recovery, ...)."""
+FUZZ_EPISODES = 20
+FUZZ_STEPS = 30
+HYPOTHESIS_EXAMPLES = 100
+LIFECYCLE_EXAMPLES = 100
+FUZZ_ROUNDS = 3
+"""Interleaved rounds of each fuzzing row and its baselines; the table shows the median."""
+ORIGIN_PERSISTENCE_FUZZER = 342.0
+"""Crash-recover-check cycles per CPU s of the origin's persistence-only crash fuzzer
+(Hardcode84/2, measured on this machine for issue 17; its whole-orchestrator fuzzer: 13.8)."""
+ORIGIN_LIFECYCLE_FUZZER = 85.0
+"""Examples per CPU s of the origin's lifecycle fuzzer, 30 steps (measured here, issue 17)."""
+SWEEP_SCENARIOS = ("roots", "stranded reply", "messages both ways")
+
+
+def fuzz_cycles(episodes: int = FUZZ_EPISODES, steps: int = FUZZ_STEPS, seed: int = 1) -> float:
+    """Crash-recover-check cycles per CPU second, on the crash fuzzer's own draws.
+
+    Each episode is a fresh harness with one root; then ``steps`` times: a step
+    drawn as ``oracle.machines`` draws it, crashed at a random boundary in a
+    random mode (sometimes crashing recovery too), recovered and checked.
+    """
+    from faultfs import MODES
+    from oracle.harness import CrashHarness
+    from oracle.machines import MAX_BOUNDARY, MAX_RECOVERY_BOUNDARY, NAMES
+    from oracle.workload import STEP_KINDS, Step
+
+    rng = random.Random(seed)
+
+    def draw(harness: CrashHarness) -> Step:
+        state = harness.model.state
+        paths = sorted(state.path(a) for a in state.agents)
+        if not paths:
+            return Step("create_root", rng.choice(NAMES))
+        kind, agent = rng.choice(STEP_KINDS), rng.choice(paths)
+        if kind == "create_root":
+            return Step(kind, rng.choice(NAMES))
+        if kind in ("spawn", "terminate_by_parent"):
+            return Step(kind, agent, rng.choice(NAMES))
+        if kind in ("send", "ask"):
+            return Step(kind, agent, rng.choice([*paths, "user"]))
+        return Step(kind, agent)
+
+    cycles = 0
+    started = time.process_time()
+    for _ in range(episodes):
+        harness = CrashHarness()
+        harness.run(Step("create_root", rng.choice(NAMES)))
+        for _ in range(steps):
+            harness.run(draw(harness), crash_at=rng.randint(1, MAX_BOUNDARY))
+            again = None if rng.random() < 0.5 else rng.randint(1, MAX_RECOVERY_BOUNDARY)
+            harness.crash_and_recover(rng.choice(MODES), rng.randint(0, 7), recovery_crash_at=again)
+            cycles += 1
+        harness.close()
+    return cycles / (time.process_time() - started)
+
+
+def hypothesis_cycles(examples: int = HYPOTHESIS_EXAMPLES) -> float:
+    """The same, inside the Hypothesis state machine (engine, other rules and invariants)."""
+    from hypothesis import HealthCheck, settings
+
+    from oracle.harness import CrashHarness
+    from oracle.machines import CrashRecoveryMachine
+
+    count = [0]
+    original = CrashHarness.crash_and_recover
+
+    def counted(self: CrashHarness, *args: Any, **kwargs: Any) -> Any:
+        count[0] += 1
+        return original(self, *args, **kwargs)
+
+    CrashHarness.crash_and_recover = counted  # type: ignore[method-assign]
+    test = CrashRecoveryMachine.TestCase
+    test.settings = settings(
+        max_examples=examples,
+        stateful_step_count=30,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    started = time.process_time()
+    try:
+        test("runTest").runTest()
+    finally:
+        CrashHarness.crash_and_recover = original  # type: ignore[method-assign]
+    return count[0] / (time.process_time() - started)
+
+
+def lifecycle_examples(on_disk: bool = False, examples: int = LIFECYCLE_EXAMPLES) -> float:
+    """Examples per CPU second of the lifecycle fuzzer (30 steps), on faultfs or a real disk."""
+    from oracle.bench_profile import run_machine
+    from oracle.lifecycle import LifecycleMachine, OnDiskLifecycleMachine
+
+    started = time.process_time()
+    run_machine(OnDiskLifecycleMachine if on_disk else LifecycleMachine, examples, 30)
+    return examples / (time.process_time() - started)
+
+
+def lifecycle_on_disk() -> float:
+    return lifecycle_examples(on_disk=True)
+
+
+def sweep_rate(names: tuple[str, ...] = SWEEP_SCENARIOS) -> float:
+    """Crash states (and recovery-crash states) checked per CPU second, posix profile."""
+    from oracle.sweep import SCENARIOS, sweep
+
+    states = 0
+    started = time.process_time()
+    for name in names:
+        result = sweep(SCENARIOS[name], profile="posix")
+        if result.failures:
+            raise RuntimeError(f"sweep {name} failed:\n" + "\n".join(result.failures))
+        states += result.states + result.recovery_states
+    return states / (time.process_time() - started)
+
+
+def on_revision(rev: str, function: str) -> float | None:
+    """Run ``function`` of this file against substrat/oracle/faultfs as of ``rev``."""
+    top = Path(__file__).resolve().parents[1]
+    with tempfile.TemporaryDirectory(prefix="substrat-baseline-") as tmp:
+        archive = subprocess.run(
+            ["git", "-C", str(top), "archive", rev, "substrat", "oracle", "faultfs"],
+            capture_output=True,
+        )
+        if archive.returncode != 0:
+            print(f"baseline {rev} unavailable: {archive.stderr.decode().strip()}", file=sys.stderr)
+            return None
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True)
+        code = (
+            "import importlib.util,sys\n"
+            f"sys.path.insert(0, {tmp!r})\n"
+            f"spec = importlib.util.spec_from_file_location('bench_probe', {__file__!r})\n"
+            "module = importlib.util.module_from_spec(spec)\n"
+            "sys.modules['bench_probe'] = module\n"
+            "spec.loader.exec_module(module)\n"
+            f"print(module.{function}())\n"
+        )
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp)
+    if done.returncode != 0:
+        # E.g. the lifecycle machine did not exist yet at ``rev``: the row shows n/a.
+        last = (done.stderr.strip().splitlines() or ["?"])[-1]
+        print(f"{function} at {rev[:8]} failed: {last}", file=sys.stderr)
+        return None
+    return float(done.stdout.strip().splitlines()[-1])
+
+
+def fuzz_rows(base: str | None, rounds: int = FUZZ_ROUNDS) -> list[Row]:
+    """The fuzzing rows, from ``rounds`` interleaved rounds of each figure and its
+    baselines: the same code at ``base`` (None: no such rows' baselines), the crash
+    fuzzer's workload alone, the lifecycle fuzzer on a real directory, the origin's
+    figures (cited constants)."""
+    from oracle.bench_table import Row, median_rounds
+
+    short = (base or "")[:8]
+
+    def versus(function: str) -> float | None:
+        return None if base is None else on_revision(base, function)
+
+    rates = median_rounds(
+        {
+            "fuzz": fuzz_cycles,
+            "hyp": hypothesis_cycles,
+            "fuzz_base": lambda: versus("fuzz_cycles"),
+            "hyp_base": lambda: versus("hypothesis_cycles"),
+            "life": lifecycle_examples,
+            "life_base": lambda: versus("lifecycle_examples"),
+            "life_disk": lifecycle_on_disk,
+        },
+        rounds,
+    )
+
+    def row(measure: str, figure: str, baseline_name: str, baseline: str | float, **kw: Any) -> Row:
+        got = rates[figure]
+        assert got is not None, f"{figure} has no figure"
+        base_got = rates[baseline] if isinstance(baseline, str) else None
+        return Row(
+            measure,
+            got[0],
+            "/s",
+            baseline_name,
+            base_got[0] if base_got else (baseline if isinstance(baseline, float) else None),
+            spread=got[1:],
+            baseline_spread=base_got[1:] if base_got else None,
+            **kw,
+        )
+
+    fuzz, hyp, life = (rates[k][0] for k in ("fuzz", "hyp", "life"))  # type: ignore[index]
+    crash = "crash fuzzer workload: crash-recover-check cycles/s (1 core)"
+    inside = "the same inside Hypothesis (CrashRecoveryMachine, all rules)"
+    lifecycle = "lifecycle fuzzer on faultfs: examples/s (30 steps, 1 core)"
+    return [
+        row(crash, "fuzz", f"same at {short}", "fuzz_base", target=">= 400/s", met=fuzz >= 400),
+        row(inside, "hyp", f"same at {short}", "hyp_base"),
+        row(
+            inside,
+            "hyp",
+            "the workload alone (row 1)",
+            "fuzz",
+            target=">= 0.5x",
+            met=hyp >= 0.5 * fuzz,
+        ),
+        row(
+            inside,
+            "hyp",
+            "origin's persistence-only crash fuzzer (cited)",
+            ORIGIN_PERSISTENCE_FUZZER,
+            target=">= 340/s",
+            met=hyp >= 340,
+        ),
+        row(lifecycle, "life", f"same at {short}", "life_base"),
+        row(lifecycle, "life", "the same on a real directory", "life_disk"),
+        row(
+            lifecycle,
+            "life",
+            "origin's lifecycle fuzzer (cited)",
+            ORIGIN_LIFECYCLE_FUZZER,
+            target=">= 125/s",
+            met=life >= 125,
+        ),
+    ]
+
+
+def sweep_row(base: str | None) -> Row:
+    """States the exhaustive sweep checks per CPU second, against the same at ``base``."""
+    from oracle.bench_table import Row
+
+    swept = sweep_rate()
+    return Row(
+        "exhaustive sweep: crash states checked/s (posix, 3 scenarios)",
+        swept,
+        "/s",
+        f"same at {(base or '')[:8]}",
+        None if base is None else on_revision(base, "sweep_rate"),
+        target=">= 2,000/s",
+        met=swept >= 2000,
+    )
