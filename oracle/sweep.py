@@ -145,11 +145,43 @@ SCENARIOS: dict[str, Scenario] = {
 }
 
 
+def share_of(boundaries: int, share: tuple[int, int]) -> range:
+    """The boundaries (1-based) that share ``(k, n)`` of a sweep crashes at: the k-th of n
+    consecutive blocks. The n shares of one sweep are disjoint and together are all of its
+    boundaries (a block may be empty when there are fewer boundaries than shares).
+
+    Blocks, not every n-th boundary: neighbouring boundaries often leave the same disk
+    and model, which a sweep checks once (:func:`state_key`), so splitting them apart
+    would check most states twice. A later boundary costs more (the scenario runs up to
+    it, and there is more to recover), so the blocks are cut at equal cost, counting
+    boundary ``b`` of ``B`` as ``B + 2 * b``: the later blocks are shorter.
+    """
+    index, count = share
+    assert count >= 1 and 0 <= index < count, f"share {index} of {count} does not exist"
+
+    def cost_to(b: int) -> int:  # the summed cost of boundaries 1..b
+        return boundaries * b + b * (b + 1)
+
+    def cut(k: int) -> int:  # the last boundary of the first k blocks
+        target = cost_to(boundaries) * k / count
+        return next(b for b in range(boundaries + 1) if cost_to(b) >= target)
+
+    return range(cut(index) + 1, cut(index + 1) + 1)
+
+
+def shares(count: int) -> list[tuple[int, int]]:
+    """All ``count`` shares of a sweep: run each once and the sweep is run whole."""
+    return [(index, count) for index in range(count)]
+
+
 @dataclass
 class SweepResult:
     scenario: str
     profile: str
     boundaries: int = 0
+    """All the scenario's boundaries (a share of the sweep crashes at some of them)."""
+    swept: list[int] = field(default_factory=list)
+    """The boundaries this sweep crashed at, in order."""
     states: int = 0
     recovery_states: int = 0
     distinct: int = 0
@@ -218,6 +250,7 @@ def sweep(
     registry: Callable[[], ProviderRegistry] = scripted_registry,
     provider: str = "scripted",
     dedupe: bool = True,
+    share: tuple[int, int] = (0, 1),
 ) -> SweepResult:
     """Crash ``scenario`` at every boundary and check every image (bounded per mode).
 
@@ -225,12 +258,17 @@ def sweep(
     agents (and so their children) run on. With ``dedupe`` a state with the
     disk and model of one already checked takes that one's verdict (see
     :func:`state_key`); ``result.distinct`` counts the recoveries run.
+    ``share=(k, n)`` crashes only at the boundaries of :func:`share_of`, so one
+    sweep can run as n independent pieces (pytest items on n workers); what a
+    boundary checks does not depend on the share, only deduplication is per
+    share (a state seen by another share is checked again, never skipped).
     """
     options: dict[str, Any] = {"registry": registry, "provider": provider}
     result = SweepResult(scenario.name, profile)
     started = time.perf_counter()
     result.boundaries = count_boundaries(scenario, profile, **options)
-    for boundary in range(1, result.boundaries + 1):
+    for boundary in share_of(result.boundaries, share):
+        result.swept.append(boundary)
         harness = CrashHarness(
             profile=profile, slots=scenario.slots, checkpoints=scenario.checkpoints, **options
         )
@@ -306,6 +344,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", action="append", choices=("posix", "ext4-ordered", "lazyfs"))
     parser.add_argument("--images-per-mode", type=int, default=DEFAULT_IMAGES_PER_MODE)
     parser.add_argument("--no-recovery-crashes", action="store_true")
+    parser.add_argument(
+        "--share",
+        nargs=2,
+        type=int,
+        default=(0, 1),
+        metavar=("K", "N"),
+        help="crash only at every N-th boundary from boundary K+1 (share K of N)",
+    )
     args = parser.parse_args(argv)
     names = args.scenario or sorted(SCENARIOS)
     profiles = args.profile or ["posix", "ext4-ordered", "lazyfs"]
@@ -323,6 +369,7 @@ def main(argv: list[str] | None = None) -> int:
                 profile=profile,
                 images_per_mode=args.images_per_mode,
                 recovery_crashes=not args.no_recovery_crashes,
+                share=(args.share[0], args.share[1]),
             )
             total_states += r.states + r.recovery_states
             total_seconds += r.seconds

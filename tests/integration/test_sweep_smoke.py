@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from oracle.sweep import SCENARIOS, Scenario, sweep
+import pytest
+
+from oracle.sweep import SCENARIOS, Scenario, SweepResult, share_of, shares, sweep
 from oracle.workload import Step
 
 
@@ -29,3 +31,35 @@ def test_sweep_reports_a_lost_acknowledged_operation(monkeypatch) -> None:  # ty
     result = sweep(scenario, modes=("power",), recovery_crashes=False, max_failures=1)
     assert result.failures, "a log that is never fsynced must lose acknowledged entries"
     assert "lost" in result.failures[0] or "matches no allowed outcome" in result.failures[0]
+
+
+@pytest.mark.parametrize("boundaries", [0, 1, 2, 7, 30, 31, 246])
+@pytest.mark.parametrize("count", [1, 2, 3, 8])
+def test_the_shares_of_a_sweeps_boundaries_are_disjoint_and_all_of_them(
+    boundaries: int, count: int
+) -> None:
+    parts = [list(share_of(boundaries, share)) for share in shares(count)]
+    together = sorted(b for part in parts for b in part)
+    assert together == list(range(1, boundaries + 1))  # all, and none twice
+    if boundaries >= 4 * count:  # blocks of consecutive boundaries, the later ones shorter
+        assert all(len(part) > 0 for part in parts)
+        assert all(part == list(range(part[0], part[-1] + 1)) for part in parts)
+        assert len(parts[0]) >= len(parts[-1])
+
+
+def test_a_sweep_run_in_shares_checks_what_the_whole_sweep_checks() -> None:
+    """The stress campaign runs each sweep as several items (``share=(k, n)``): together
+    they crash at every boundary once and check as many crash and recovery-crash states
+    as the sweep run whole."""
+
+    def run(share: tuple[int, int]) -> SweepResult:
+        return sweep(SCENARIOS["roots"], modes=("process", "power"), images_per_mode=1, share=share)
+
+    whole = run((0, 1))
+    parts = [run(share) for share in shares(3)]
+    assert whole.swept == list(range(1, whole.boundaries + 1))
+    assert sorted(b for part in parts for b in part.swept) == whole.swept
+    assert all(part.boundaries == whole.boundaries for part in parts)
+    assert sum(part.states for part in parts) == whole.states
+    assert sum(part.recovery_states for part in parts) == whole.recovery_states > 0
+    assert not whole.failures and not any(part.failures for part in parts)

@@ -1,4 +1,11 @@
-"""The exhaustive sweep: every named scenario, every boundary, mode and image."""
+"""The exhaustive sweep: every named scenario, every boundary, mode and image.
+
+Each sweep runs as several items, each crashing at one block of consecutive
+boundaries (``oracle.sweep.share_of``): ``pytest -n 64`` is only as fast as its
+longest item. Together the items of one sweep crash at every boundary once
+(``tests/integration/test_sweep_smoke.py`` shows that the shares are the whole
+sweep).
+"""
 
 from __future__ import annotations
 
@@ -6,25 +13,57 @@ from collections.abc import Iterator
 
 import pytest
 
-from oracle.sweep import SCENARIOS, sweep
+from oracle.sweep import SCENARIOS, shares, sweep
 from tests.support.chat_server import ChatServer
 from tests.support.directive_chat import directive_responder, openai_registry
 
 pytestmark = pytest.mark.stress
 
+PROFILES = ("posix", "ext4-ordered", "lazyfs")
+SHARES = {
+    "roots": 1,
+    "children": 2,
+    "messages both ways": 2,
+    "stranded reply": 2,
+    "broadcast": 3,
+    "evictions": 2,
+    "terminations": 3,
+    "checkpoints and compaction": 5,
+}
+"""Items each scripted sweep runs as, on every profile. Unsplit, the dearest (lazyfs)
+cost 1.1-10.8 CPU s under ``ci`` (checkpoints and compaction 10.8, terminations 6.4,
+broadcast 5.1), against about 3.4 for 1/64 of the stress campaign; a share costs a
+little more than its part, since a state another share saw is checked again."""
+OPENAI_SHARES = {"children": 8, "messages both ways": 6, "stranded reply": 3}
+"""The same for the OpenAI sweeps (unsplit: 13.5, 12.8 and 7.1 CPU s; in six shares one
+of "children" still cost 4.9)."""
 
-@pytest.mark.parametrize("profile", ["posix", "ext4-ordered", "lazyfs"])
-@pytest.mark.parametrize("name", sorted(SCENARIOS))
-def test_sweep(name: str, profile: str, capsys: pytest.CaptureFixture[str]) -> None:
-    result = sweep(SCENARIOS[name], profile=profile)
+
+def _items(counts: dict[str, int]) -> list[tuple[str, tuple[int, int]]]:
+    return [(name, share) for name in sorted(counts) for share in shares(counts[name])]
+
+
+def _id(item: tuple[str, tuple[int, int]]) -> str:
+    name, (index, count) = item
+    return name if count == 1 else f"{name}-{index + 1}of{count}"
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+@pytest.mark.parametrize("item", _items(SHARES), ids=_id)
+def test_sweep(
+    item: tuple[str, tuple[int, int]], profile: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    name, share = item
+    result = sweep(SCENARIOS[name], profile=profile, share=share)
     with capsys.disabled():
         print(
-            f"\nsweep {name} [{profile}]: {result.boundaries} boundaries, "
+            f"\nsweep {name} [{profile}] share {share[0] + 1} of {share[1]}: "
+            f"{len(result.swept)} of {result.boundaries} boundaries, "
             f"{result.states} crash states + {result.recovery_states} recovery-crash states "
             f"in {result.seconds:.1f} s ({result.rate:.0f}/s)"
         )
-    assert result.boundaries > 0
-    assert result.states >= result.boundaries * 2  # at least process and power everywhere
+    assert result.swept, f"share {share} of {name} has no boundary: fewer shares"
+    assert result.states >= len(result.swept) * 2  # at least process and power everywhere
     assert not result.failures, "\n\n".join(result.failures)
 
 
@@ -34,10 +73,20 @@ def chat_server() -> Iterator[ChatServer]:
         yield server
 
 
-@pytest.mark.parametrize("name", ["children", "messages both ways", "stranded reply"])
-def test_sweep_openai(name: str, chat_server: ChatServer) -> None:
+def test_every_scenario_is_swept_whole() -> None:
+    """Every scenario is split into shares (0..n-1 of n), so the items sweep it whole."""
+    assert set(SHARES) == set(SCENARIOS)
+    assert set(OPENAI_SHARES) <= set(SCENARIOS)
+    for counts in (SHARES, OPENAI_SHARES):
+        for name, count in counts.items():
+            assert [share for n, share in _items(counts) if n == name] == shares(count)
+
+
+@pytest.mark.parametrize("item", _items(OPENAI_SHARES), ids=_id)
+def test_sweep_openai(item: tuple[str, tuple[int, int]], chat_server: ChatServer) -> None:
     """Every tool-call round cut at every boundary recovers to a conversation the endpoint
     accepts and that equals the acknowledged transcripts."""
+    name, share = item
     result = sweep(
         SCENARIOS[name],
         profile="posix",
@@ -46,7 +95,8 @@ def test_sweep_openai(name: str, chat_server: ChatServer) -> None:
         recovery_crashes=False,
         registry=lambda: openai_registry(chat_server),
         provider="openai",
+        share=share,
     )
-    assert result.boundaries > 0
+    assert result.swept, f"share {share} of {name} has no boundary: fewer shares"
     assert not result.failures, "\n\n".join(result.failures)
     assert not chat_server.rejected(), chat_server.rejected()[0]
