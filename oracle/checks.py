@@ -101,7 +101,8 @@ class Reads:
             if self.memos is None:
                 read = read_log(path)
             else:
-                read = self.memos.reads.get(self.fs, path, lambda: read_log(path))
+                # keyed by the log's directory: reading a log reads its sealed segments too
+                read = self.memos.reads.get(self.fs, path.parent, lambda: read_log(path))
             self._reads[endpoint_session] = read
         return read
 
@@ -150,7 +151,8 @@ def observe(
         if memos is None:
             view.turns[node.agent_id] = derive()
         else:
-            view.turns[node.agent_id] = memos.turns.get(fs, orch.logs.path(node.session_id), derive)
+            where = orch.logs.path(node.session_id).parent  # the active file and its segments
+            view.turns[node.agent_id] = memos.turns.get(fs, where, derive)
         view.inboxes[node.agent_id] = {
             m.message_id for m in orch.inboxes.inbox(node.agent_id).all()
         }

@@ -9,13 +9,15 @@ checkpoint; sealed segments wholly before the newest checkpoint are then kept
 (``archive``). Nothing deletes history: a policy that removes covered segments
 is not offered until the crash oracle can check a log whose start is gone.
 
-**Off the turn's critical path.** Appending only counts (a few additions in
-:meth:`Checkpointer.appended`). Work starts at :meth:`Checkpointer.poke`,
-which the orchestrator calls after an operation has answered; there only a
-capture is taken (where the log ends, which turns are settled), and the
-building, the append to the store and the compaction run on a worker thread
-(``background``), or right there (``background=False``, deterministic, for
-the crash fuzzers and tests).
+**Off the turn's critical path.** :meth:`Checkpointer.appended` is the log's
+hook, called once an append's fsync returned: it counts, and when an endpoint
+is due it calls :meth:`Checkpointer.poke`, which the orchestrator also calls
+after an operation has answered. A poke only takes a capture (where the log
+ends, which turns are settled); the building, the append to the store and the
+compaction run on a worker thread (``background``), or right there
+(``background=False``, deterministic, for the crash fuzzers and tests). Sealing
+an active file never happens inside an append (the log being appended to is
+open); a seal that a checkpoint made due waits for the next poke outside one.
 
 **Crash rules** (each step through :mod:`substrat.persistence`):
 
@@ -171,6 +173,10 @@ class Checkpointer:
         self._executor: ThreadPoolExecutor | None = None
         self._pending: list[Future[list[_Done]]] = []
         self._ready = False
+        self._in_append = False
+        """Inside :meth:`appended`: the log that called it is in the middle of an append."""
+        self._roll_due: set[str] = set()
+        """Endpoints whose active file a checkpoint made due to seal (at the next poke)."""
 
     # -- what the orchestrator tells it -------------------------------------------------
 
@@ -190,7 +196,11 @@ class Checkpointer:
         counts[1] += nbytes
         if counts[0] >= self.policy.every_entries or counts[1] >= self.policy.every_bytes:
             self._due.add(endpoint)
-            self.poke()
+            self._in_append = True
+            try:
+                self.poke()
+            finally:
+                self._in_append = False
 
     def due(self, endpoint: str) -> None:
         """Checkpoint ``endpoint`` at the next :meth:`poke` (an eviction, say)."""
@@ -200,12 +210,17 @@ class Checkpointer:
     def forget(self, endpoint: str) -> None:
         """The endpoint's agent was terminated: no more checkpoints of it."""
         self._due.discard(endpoint)
+        self._roll_due.discard(endpoint)
         self._counts.pop(endpoint, None)
         self._latest.pop(endpoint, None)
 
     def poke(self) -> None:
         """Capture the due endpoints that are quiet and checkpoint them (see the module
         docstring). Call it after an operation answered, never in the middle of one."""
+        if not self._in_append:
+            for endpoint in sorted(self._roll_due):
+                self._maybe_roll(endpoint)
+            self._roll_due.clear()
         if not (self.policy.enabled and self._ready and self._due) or self.store.broken:
             return
         settled = self._host.settled()
@@ -340,7 +355,10 @@ class Checkpointer:
             kept = self._latest.setdefault(item.endpoint, [])
             kept.append(item.written)
             del kept[:-2]
-            self._maybe_roll(item.endpoint)
+            if self._in_append:
+                self._roll_due.add(item.endpoint)  # its log is in the middle of an append
+            else:
+                self._maybe_roll(item.endpoint)
         self._rewrite_store_if_big()
 
     def _maybe_roll(self, endpoint: str) -> None:
