@@ -322,7 +322,7 @@ CATALOG: tuple[Mutant, ...] = (
         "recovery uses a checkpoint without checking it against its log (the entry it "
         "names, where it names it)",
         "recovery.py",
-        "        reason = verify(checkpoint, path)\n",
+        "        reason = verify(checkpoint, path, sealed)\n",
         "        reason = None  # planted: the checkpoint is taken on trust\n",
     ),
     Mutant(

@@ -37,6 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from substrat import events, persistence
 from substrat.errors import DurabilityError
 from substrat.eventlog import LOG_NAME, Clock, decode_line, encode_entry, utc_now_iso
@@ -44,6 +46,7 @@ from substrat.facts import AgentFacts
 from substrat.segments import (
     Position,
     PositionGone,
+    Segment,
     active_first,
     list_sealed,
     open_segment,
@@ -51,8 +54,11 @@ from substrat.segments import (
 )
 
 CHECKPOINTS_DIR = "checkpoints"
-FORMAT = 1
-"""The checkpoint format this version writes and reads; others are not trusted."""
+FORMAT = 2
+"""The checkpoint format this version writes: ``facts`` as JSON text, decoded only when
+the checkpoint is used (reading the store decodes no facts). Format 1 (``facts`` an
+object) is still read; any other is not trusted."""
+_READ_FORMATS = (1, FORMAT)
 KEEP_PER_ENDPOINT = 2
 """Checkpoints kept per endpoint when the store is rewritten: the newest and its fallback."""
 MAX_CHECKPOINT_BYTES = 16 << 20
@@ -100,11 +106,12 @@ class LogPoint:
 
 @dataclass
 class Checkpoint:
-    """One endpoint's checkpoint: its facts up to ``at.seq``."""
+    """One endpoint's checkpoint: its facts up to ``at.seq``, as JSON text (see
+    :meth:`load_facts`)."""
 
     endpoint: str
     at: LogPoint
-    facts: dict[str, Any]
+    facts: str
 
     def data(self) -> dict[str, Any]:
         """The ``data`` of its ``checkpoint`` entry in the store."""
@@ -118,35 +125,49 @@ class Checkpoint:
     @classmethod
     def from_data(cls, data: Any) -> Checkpoint:
         """A checkpoint from its entry's ``data``; ValueError if it is not one this reads."""
-        if type(data) is not dict or data.get("format") != FORMAT:
-            raise ValueError("not a checkpoint of this format")
+        if type(data) is not dict or data.get("format") not in _READ_FORMATS:
+            raise ValueError("not a checkpoint of a format this version reads")
         try:
             endpoint = str(data["endpoint"])
             at = LogPoint.from_dict(data["at"])
             facts = data["facts"]
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"checkpoint fields: {exc!r}") from None
-        if type(facts) is not dict:
-            raise ValueError("checkpoint facts are not an object")
+        if data["format"] == 1 and type(facts) is dict:
+            facts = orjson.dumps(facts).decode()
+        if type(facts) is not str:
+            raise ValueError("checkpoint facts are not JSON text")
         return cls(endpoint, at, facts)
 
     def load_facts(self) -> AgentFacts:
-        """Its facts (ValueError if they do not read)."""
-        return AgentFacts.from_dict(self.endpoint, self.facts)
+        """Its facts, decoded now (ValueError if they do not read)."""
+        try:
+            data = orjson.loads(self.facts)
+        except orjson.JSONDecodeError as exc:
+            raise ValueError(f"checkpoint facts are not JSON: {exc}") from None
+        if type(data) is not dict:
+            raise ValueError("checkpoint facts are not an object")
+        return AgentFacts.from_dict(self.endpoint, data)
 
 
 # -- verifying against the log -----------------------------------------------------------
 
 
-def verify(checkpoint: Checkpoint, log_path: str | os.PathLike[str]) -> str | None:
+def verify(
+    checkpoint: Checkpoint,
+    log_path: str | os.PathLike[str],
+    sealed: list[Segment] | None = None,
+) -> str | None:
     """Check ``checkpoint`` against its log: None if it holds, else why not.
 
     Holds when the file it names is in the log and has, at the offset it
     names, a valid entry with its ``seq`` and CRC (so the log still has the
-    prefix it summarises, byte for byte at that line).
+    prefix it summarises, byte for byte at that line). ``sealed`` is the log's
+    :func:`~substrat.segments.list_sealed`, if the caller has it already.
     """
     at = checkpoint.at
-    sealed = list_sealed(log_path)
+    if sealed is None:
+        sealed = list_sealed(log_path)
     segment = next((s for s in sealed if s.first == at.file_first), None)
     try:
         if segment is not None:
@@ -247,7 +268,7 @@ def build(
     if last is None:
         return None
     facts.forget(settled.turns, strict=settled.strict)
-    return Checkpoint(endpoint, last, facts.to_dict())
+    return Checkpoint(endpoint, last, orjson.dumps(facts.to_dict()).decode())
 
 
 # -- the store -------------------------------------------------------------------------

@@ -86,8 +86,11 @@ def plan(root: str | os.PathLike[str]) -> CompactPlan:
             active = 0
         name = None
         if holding:
-            created = holding[0].facts.get("created") or {}
-            name = created.get("name") if isinstance(created, dict) else None
+            try:
+                created = holding[0].load_facts().created or {}
+            except ValueError:
+                created = {}
+            name = created.get("name")
         item = LogPlan(
             endpoint,
             name,

@@ -183,6 +183,12 @@ _SUSPECT_END: dict[str, int] = {}
 """Logs whose failed append could not be taken back yet: path -> durable end offset."""
 
 
+def is_suspect(path: str | os.PathLike[str]) -> bool:
+    """Whether a failed append to the log at ``path`` still waits to be taken back (the
+    next open of it does that)."""
+    return str(path) in _SUSPECT_END
+
+
 class EventLog:
     """An open, append-only, fsynced event log for one session.
 

@@ -76,13 +76,15 @@ def list_sealed(log_path: str | os.PathLike[str]) -> list[Segment]:
     When a segment is there both plain and archived (a crash between writing
     the archive and removing the plain file), the plain one is listed.
     """
-    directory = Path(log_path).parent
+    directory = os.path.dirname(os.fspath(log_path))
     try:
         names = os.listdir(directory)
     except FileNotFoundError:
         return []
     found: dict[int, Segment] = {}
     for name in names:
+        if not name.startswith("events.0"):  # most names (a restart lists every log)
+            continue
         match = _SEALED.fullmatch(name)
         if match is None:
             continue
@@ -91,7 +93,7 @@ def list_sealed(log_path: str | os.PathLike[str]) -> list[Segment]:
             continue
         known = found.get(first)
         if known is None or (known.archived and match.group(3) is None):
-            found[first] = Segment(first, last, directory / name)
+            found[first] = Segment(first, last, Path(directory, name))
     return [found[first] for first in sorted(found)]
 
 

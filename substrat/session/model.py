@@ -12,6 +12,8 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from substrat.errors import CorruptRecordError, InvalidSessionIdError, InvalidTransitionError
 
 RECORD_VERSION = 1
@@ -98,9 +100,12 @@ class Session:
     def from_record(cls, raw: bytes, expected_id: str | None = None) -> Session:
         """Parse a record; raise CorruptRecordError with the reason on any damage."""
         try:
-            body = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as exc:
-            raise CorruptRecordError(f"not valid JSON: {exc}") from None
+            body = orjson.loads(raw)  # a restart reads every record: the fast parser first
+        except orjson.JSONDecodeError:
+            try:  # what orjson refuses and json takes (NaN, integers over 64 bits)
+                body = json.loads(raw.decode("utf-8"))
+            except (UnicodeDecodeError, ValueError) as exc:
+                raise CorruptRecordError(f"not valid JSON: {exc}") from None
         if not isinstance(body, dict):
             raise CorruptRecordError("record is not a JSON object")
         version = body.get("version")
@@ -109,8 +114,7 @@ class Session:
                 f"unknown record version {version!r} (this substrat reads {RECORD_VERSION})"
             )
         crc = body.pop("crc", None)
-        canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
-        if crc != f"{zlib.crc32(canonical.encode()):08x}":
+        if not _crc_matches(body, crc):
             raise CorruptRecordError("checksum mismatch")
         try:
             session = cls(
@@ -130,6 +134,25 @@ class Session:
                 f"record names session {session.session_id} but lives in {expected_id}/"
             )
         return session
+
+
+def _crc_matches(body: dict[str, Any], crc: object) -> bool:
+    """Whether ``crc`` is the checksum of ``body``'s canonical JSON (see to_record).
+
+    orjson's sorted compact form is the canonical form byte for byte when the
+    record is ASCII (every record substrat writes, unless ``extra`` is not); it
+    is tried first, then the canonical form itself.
+    """
+    if not isinstance(crc, str):
+        return False
+    try:
+        fast = orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
+    except TypeError:
+        fast = b""
+    if crc == f"{zlib.crc32(fast):08x}":
+        return True
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    return crc == f"{zlib.crc32(canonical.encode()):08x}"
 
 
 def _str(body: dict[str, Any], key: str) -> str:

@@ -1,0 +1,100 @@
+"""A start on checkpointed logs: what it skips, and what it still checks.
+
+* A log its (verified) checkpoint covers to the last byte, with no pending
+  entry, is not opened for repair at all; a byte past the checkpoint, or a
+  pending entry left by a crash, and the log is repaired from the checkpoint
+  on as before (the pending entry replayed, the torn bytes cut).
+* A checkpoint made due inside an append (the log's hook runs after the
+  append's fsync) never seals the log being appended to: the seal waits for
+  the next poke, so the caller's open log keeps working.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from substrat import recovery
+from substrat.checkpointer import Checkpointer, CheckpointPolicy
+from substrat.checkpoints import Settled
+from substrat.eventlog import PENDING_NAME, encode_entry, read_log
+from substrat.logs import LogPool
+from substrat.segments import list_sealed
+from substrat.session import SessionStore
+from substrat.session.store import AGENTS_DIR
+from tests.integration.test_checkpoints import agent_dirs, build_root, from_the_logs, reopen
+
+
+def _count_repairs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    opened: list[str] = []
+    real = recovery.repair_log
+
+    def counting(path: Any, *args: Any, **kwargs: Any) -> Any:
+        opened.append(Path(path).parent.name)
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(recovery, "repair_log", counting)
+    return opened
+
+
+def test_logs_their_checkpoints_cover_to_the_end_are_not_opened(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = build_root(tmp_path)
+    want = from_the_logs(root, tmp_path)
+    opened = _count_repairs(monkeypatch)
+    snap, report = reopen(root)
+    assert snap == want
+    assert report.events_read == 0 and report.read_in_full == []
+    assert opened == [], f"logs opened for repair although checkpointed to their end: {opened}"
+
+
+def test_a_tail_or_a_pending_entry_past_the_checkpoint_is_still_repaired(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = build_root(tmp_path)
+    dirs = agent_dirs(root)
+    torn, pending = dirs["a"], dirs["b"]
+    with open(torn / "events.jsonl", "ab") as handle:
+        handle.write(b'{"crc":"00000000","seq":')  # a torn append, never acknowledged
+    last = dict(read_log(pending / "events.jsonl").entries[-1])
+    last.pop("crc", None)
+    # a crash after an append's pending copy was written, before the log's: replayed
+    (pending / PENDING_NAME).write_bytes(encode_entry({**last, "seq": last["seq"] + 1}))
+    opened = _count_repairs(monkeypatch)
+    _, report = reopen(root)
+    assert sorted(opened) == sorted([torn.name, pending.name]), opened
+    assert report.log_repairs[torn.name]["truncated_bytes"] > 0
+    assert report.checkpoints_rejected == {}
+    assert report.log_repairs[pending.name]["pending_replayed"] is True
+    assert not (pending / PENDING_NAME).exists()
+    assert read_log(pending / "events.jsonl").entries[-1]["seq"] == last["seq"] + 1
+
+
+class _Quiet:
+    def settled(self) -> Settled:
+        return Settled({}, strict=True)
+
+    def quiet(self, endpoint: str) -> bool:
+        return True
+
+
+def test_a_checkpoint_due_inside_an_append_seals_the_log_only_after_it(tmp_path: Path) -> None:
+    pool = LogPool(SessionStore(tmp_path))
+    policy = CheckpointPolicy(every_entries=1, segment_bytes=100)
+    checkpointer = Checkpointer(tmp_path, pool, policy, _Quiet())
+    checkpointer.adopt({})
+    pool.on_append = checkpointer.appended
+    sid = "a" * 32
+    (tmp_path / AGENTS_DIR / sid).mkdir(parents=True)
+    log = pool.get(sid)
+    for i in range(4):  # each append makes a checkpoint due, and its file big enough to seal
+        log.log("turn.start", {"turn_id": f"t{i + 1}", "prompt": "x" * 80})
+    assert checkpointer.stats.written == 4
+    assert list_sealed(pool.path(sid)) == []  # never while the log was being appended to
+    checkpointer.poke()  # an operation answered: now it seals
+    assert len(list_sealed(pool.path(sid))) == 1
+    assert [e["seq"] for e in read_log(pool.path(sid)).entries] == [1, 2, 3, 4]
+    pool.close_all()
