@@ -186,7 +186,7 @@ def growth_rows(scales: tuple[int, ...] = GROWTH_SCALES) -> list[Any]:
 # -- 3. EventLog.log with the policy on ------------------------------------------------
 
 
-class _Quiet:
+class QuietHost:
     """A host whose every log is quiet and settled (no turns run in this benchmark)."""
 
     def settled(self) -> Settled:
@@ -208,7 +208,7 @@ def log_latency(appends: int = LOG_APPENDS, seed: int = 0) -> tuple[float, float
         off_root.mkdir()
         pool = LogPool(SessionStore(on_root))
         policy = CheckpointPolicy(background=True)
-        checkpointer = Checkpointer(on_root, pool, policy, _Quiet())
+        checkpointer = Checkpointer(on_root, pool, policy, QuietHost())
         checkpointer.adopt({})
         pool.on_append = checkpointer.appended
         sid = "a" * 32

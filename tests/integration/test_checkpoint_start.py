@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
+from oracle.bench_checkpoints import QuietHost
 from substrat import recovery
 from substrat.checkpointer import Checkpointer, CheckpointPolicy
-from substrat.checkpoints import Settled
 from substrat.eventlog import PENDING_NAME, encode_entry, read_log
 from substrat.logs import LogPool
 from substrat.segments import list_sealed
@@ -73,18 +73,10 @@ def test_a_tail_or_a_pending_entry_past_the_checkpoint_is_still_repaired(
     assert read_log(pending / "events.jsonl").entries[-1]["seq"] == last["seq"] + 1
 
 
-class _Quiet:
-    def settled(self) -> Settled:
-        return Settled({}, strict=True)
-
-    def quiet(self, endpoint: str) -> bool:
-        return True
-
-
 def test_a_checkpoint_due_inside_an_append_seals_the_log_only_after_it(tmp_path: Path) -> None:
     pool = LogPool(SessionStore(tmp_path))
     policy = CheckpointPolicy(every_entries=1, segment_bytes=100)
-    checkpointer = Checkpointer(tmp_path, pool, policy, _Quiet())
+    checkpointer = Checkpointer(tmp_path, pool, policy, QuietHost())
     checkpointer.adopt({})
     pool.on_append = checkpointer.appended
     sid = "a" * 32
