@@ -196,6 +196,20 @@ class QuietHost:
         return True
 
 
+def checkpointed_log(
+    root: Path, policy: CheckpointPolicy
+) -> tuple[LogPool, Checkpointer, EventLog]:
+    """One agent's log in ``root`` whose appends feed a checkpointer with ``policy`` (its
+    host: :class:`QuietHost`): the pool, the checkpointer and the open log."""
+    pool = LogPool(SessionStore(root))
+    checkpointer = Checkpointer(root, pool, policy, QuietHost())
+    checkpointer.adopt({})
+    pool.on_append = checkpointer.appended
+    sid = "a" * 32
+    (root / AGENTS_DIR / sid).mkdir(parents=True)
+    return pool, checkpointer, pool.get(sid)
+
+
 def log_latency(appends: int = LOG_APPENDS, seed: int = 0) -> tuple[float, float, int]:
     """Median microseconds of ``EventLog.log`` with the daemon's checkpoint policy on and
     off (interleaved, shuffled per round), and how many checkpoints were written."""
@@ -206,15 +220,8 @@ def log_latency(appends: int = LOG_APPENDS, seed: int = 0) -> tuple[float, float
         on_root, off_root = Path(tmp) / "on", Path(tmp) / "off"
         on_root.mkdir()
         off_root.mkdir()
-        pool = LogPool(SessionStore(on_root))
-        policy = CheckpointPolicy(background=True)
-        checkpointer = Checkpointer(on_root, pool, policy, QuietHost())
-        checkpointer.adopt({})
-        pool.on_append = checkpointer.appended
-        sid = "a" * 32
-        (on_root / AGENTS_DIR / sid).mkdir(parents=True)
-        on_log = pool.get(sid)
-        off_log = EventLog(off_root / LOG_NAME, {"session_id": sid})
+        pool, checkpointer, on_log = checkpointed_log(on_root, CheckpointPolicy(background=True))
+        off_log = EventLog(off_root / LOG_NAME, {"session_id": on_log.path.parent.name})
 
         async def run() -> None:
             for _ in range(appends):

@@ -16,14 +16,11 @@ from typing import Any
 
 import pytest
 
-from oracle.bench_checkpoints import QuietHost
+from oracle.bench_checkpoints import checkpointed_log
 from substrat import recovery
-from substrat.checkpointer import Checkpointer, CheckpointPolicy
+from substrat.checkpointer import CheckpointPolicy
 from substrat.eventlog import PENDING_NAME, encode_entry, read_log
-from substrat.logs import LogPool
 from substrat.segments import list_sealed
-from substrat.session import SessionStore
-from substrat.session.store import AGENTS_DIR
 from tests.integration.test_checkpoints import agent_dirs, build_root, from_the_logs, reopen
 
 
@@ -74,14 +71,9 @@ def test_a_tail_or_a_pending_entry_past_the_checkpoint_is_still_repaired(
 
 
 def test_a_checkpoint_due_inside_an_append_seals_the_log_only_after_it(tmp_path: Path) -> None:
-    pool = LogPool(SessionStore(tmp_path))
     policy = CheckpointPolicy(every_entries=1, segment_bytes=100)
-    checkpointer = Checkpointer(tmp_path, pool, policy, QuietHost())
-    checkpointer.adopt({})
-    pool.on_append = checkpointer.appended
-    sid = "a" * 32
-    (tmp_path / AGENTS_DIR / sid).mkdir(parents=True)
-    log = pool.get(sid)
+    pool, checkpointer, log = checkpointed_log(tmp_path, policy)
+    sid = log.path.parent.name
     for i in range(4):  # each append makes a checkpoint due, and its file big enough to seal
         log.log("turn.start", {"turn_id": f"t{i + 1}", "prompt": "x" * 80})
     assert checkpointer.stats.written == 4
