@@ -402,8 +402,9 @@ class HistoryGone(Exception):
 def _checkpointed_end(checkpoint: Checkpoint, path: Path, sealed: list[Segment]) -> Resume | None:
     """Where the log ends if it ends with the (verified) checkpoint's last entry, with
     nothing after it to read or repair: no byte past it, no pending entry, no failed
-    append of this process to take back. None otherwise (the log is then opened and
-    repaired from the checkpoint on, as always)."""
+    append of this process to take back, and the file writable. None otherwise (the
+    log is then opened and repaired from the checkpoint on, as always, and a log that
+    cannot be opened for writing holds its agent back)."""
     at = checkpoint.at
     if is_suspect(path):
         return None
@@ -424,6 +425,8 @@ def _checkpointed_end(checkpoint: Checkpoint, path: Path, sealed: list[Segment])
         return None
     pending = os.path.join(os.path.dirname(path), PENDING_NAME)
     if not ends_there or os.path.lexists(pending):
+        return None
+    if not os.access(path, os.W_OK):  # the repair's open for writing would fail: it says why
         return None
     return Resume(size, at.seq)
 

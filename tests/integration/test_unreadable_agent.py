@@ -26,7 +26,8 @@ from typing import Any
 
 import pytest
 
-from substrat import logread
+from substrat import checkpoints, logread
+from substrat.checkpoints import CHECKPOINTS_DIR
 from substrat.client import Client, stop_daemon
 from substrat.orchestrator import Orchestrator
 from tests.support import roots
@@ -167,17 +168,32 @@ def _stop_reference(tmp_path: Path) -> Iterator[None]:
         stop_daemon(reference, timeout_s=30)
 
 
-def test_eio_on_one_log_holds_that_agent_back(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("where", ["log read in full", "checkpoint check"])
+def test_eio_on_one_log_holds_that_agent_back(
+    where: str, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     sessions = asyncio.run(roots.three_roots(root))
     broken = str(root / "agents" / sessions["beta"] / "events.jsonl")
-    real_open = open
+    if where == "log read in full":  # no checkpoint: a start reads the whole log
+        shutil.rmtree(root / CHECKPOINTS_DIR)
+        real_open = open
 
-    def failing_open(path: Any, *args: Any, **kwargs: Any) -> Any:
-        if str(path) == broken:
-            raise OSError(errno.EIO, os.strerror(errno.EIO), str(path))
-        return real_open(path, *args, **kwargs)
+        def failing_open(path: Any, *args: Any, **kwargs: Any) -> Any:
+            if str(path) == broken:
+                raise OSError(errno.EIO, os.strerror(errno.EIO), str(path))
+            return real_open(path, *args, **kwargs)
 
-    monkeypatch.setattr(logread, "open", failing_open, raising=False)
+        monkeypatch.setattr(logread, "open", failing_open, raising=False)
+    else:  # a log its checkpoint covers to the end: a start reads only the line it names
+        assert (root / CHECKPOINTS_DIR).is_dir()
+        real_os_open = os.open
+
+        def failing_os_open(path: Any, *args: Any, **kwargs: Any) -> int:
+            if str(path) == broken:
+                raise OSError(errno.EIO, os.strerror(errno.EIO), str(path))
+            return real_os_open(path, *args, **kwargs)
+
+        monkeypatch.setattr(checkpoints.os, "open", failing_os_open)
 
     async def reopen() -> None:
         orch = await Orchestrator.open(root)
