@@ -83,17 +83,23 @@ def test_failed_fsync_raises_durability_error_and_is_not_retried(
     assert not (tmp_path / "x").exists()
 
 
-def test_durable_mkdir_creates_parents_and_fsyncs_each_parent(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    synced: list[str] = []
+@pytest.fixture
+def synced(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The directories `persistence.fsync_dir` really fsyncs during the test, in order."""
+    calls: list[str] = []
     real = persistence.fsync_dir
 
     def spy(path: str | os.PathLike[str]) -> None:
-        synced.append(os.fspath(path))
+        calls.append(os.fspath(path))
         real(path)
 
     monkeypatch.setattr(persistence, "fsync_dir", spy)
+    return calls
+
+
+def test_durable_mkdir_creates_parents_and_fsyncs_each_parent(
+    tmp_path: Path, synced: list[str]
+) -> None:
     above = _parents_from_the_mount_point(tmp_path)  # tmp_path's own entry lives there
     assert persistence.durable_mkdir(tmp_path / "a" / "b" / "c") is True
     assert (tmp_path / "a" / "b" / "c").is_dir()
@@ -105,16 +111,8 @@ def test_durable_mkdir_creates_parents_and_fsyncs_each_parent(
 
 
 def test_durable_mkdir_below_a_durable_base_fsyncs_only_from_the_base_down(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, synced: list[str]
 ) -> None:
-    synced: list[str] = []
-    real = persistence.fsync_dir
-
-    def spy(path: str | os.PathLike[str]) -> None:
-        synced.append(os.fspath(path))
-        real(path)
-
-    monkeypatch.setattr(persistence, "fsync_dir", spy)
     base = tmp_path / "root"
     base.mkdir()
     assert persistence.durable_mkdir(base / "a" / "b", durable_base=base) is True
