@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from oracle.errors import OracleViolation
+from oracle.incremental import log_files
 from oracle.model import Model, ModelAgent, ModelState, canonical
 from substrat import events
 from substrat.agents import USER, AgentState
@@ -61,7 +62,8 @@ class View:
 class Memos:
     """What the checks derive from each log, kept from one check to the next.
 
-    Keyed by the log's bytes (:class:`oracle.incremental.FilesMemo`), so a log
+    Keyed by the bytes of the log's files, the active one and its sealed segments
+    (:class:`oracle.incremental.FilesMemo`, :func:`oracle.incremental.log_files`), so a log
     a step did not touch is neither read nor parsed again, whichever crash
     image it is on.
     """
@@ -101,8 +103,7 @@ class Reads:
             if self.memos is None:
                 read = read_log(path)
             else:
-                # keyed by the log's directory: reading a log reads its sealed segments too
-                read = self.memos.reads.get(self.fs, path.parent, lambda: read_log(path))
+                read = self.memos.reads.get(self.fs, log_files(path), lambda: read_log(path))
             self._reads[endpoint_session] = read
         return read
 
@@ -151,8 +152,9 @@ def observe(
         if memos is None:
             view.turns[node.agent_id] = derive()
         else:
-            where = orch.logs.path(node.session_id).parent  # the active file and its segments
-            view.turns[node.agent_id] = memos.turns.get(fs, where, derive)
+            view.turns[node.agent_id] = memos.turns.get(
+                fs, log_files(orch.logs.path(node.session_id)), derive
+            )
         view.inboxes[node.agent_id] = {
             m.message_id for m in orch.inboxes.inbox(node.agent_id).all()
         }

@@ -57,6 +57,16 @@ def files_below(fs: FaultFS | None, path: str | os.PathLike[str]) -> dict[str, A
     return out
 
 
+def log_files(log_path: str | os.PathLike[str]) -> Path:
+    """What to key a value derived from an event log on: the log's directory.
+
+    A log is its active file and the sealed segments beside it (and reading it
+    consults the checkpoints there); keyed on the active file alone, a memo
+    answered from old bytes after a crash changed only a segment.
+    """
+    return Path(log_path).parent
+
+
 class StaleMemo(AssertionError):
     """A memoised value differs from a fresh derivation: the derivation reads other files."""
 

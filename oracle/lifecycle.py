@@ -57,7 +57,7 @@ from hypothesis.stateful import (
 
 from faultfs import FaultFS
 from oracle.draws import pick
-from oracle.incremental import FilesMemo
+from oracle.incremental import FilesMemo, log_files
 from oracle.kill import abandon
 from substrat.agents import USER, AgentState
 from substrat.errors import HasChildrenError, NameCollisionError
@@ -423,7 +423,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         for agent in self.agents.values():
             log = self.orch.logs.path(self.orch.tree.get(agent.agent_id).session_id)
             turns = self.conversations.get(
-                self.fs, log, functools.partial(self.whole_conversation, agent.agent_id)
+                self.fs, log_files(log), functools.partial(self.whole_conversation, agent.agent_id)
             )
             assert turns == agent.turns, (agent.name, turns, agent.turns)
 

@@ -111,3 +111,30 @@ def test_the_running_check_after_a_step_compares_with_the_model() -> None:
     with pytest.raises(OracleViolation):
         harness.check_running()
     harness.close()
+
+
+def test_the_running_check_sees_a_sealed_segment_that_changed_behind_the_orchestrator() -> None:
+    # A log is its active file and its sealed segments: a memo keyed on the active
+    # file alone answered from old bytes when only a segment changed (found by the
+    # checkpoint crash fuzzer under the default profile, seed 7).
+    from substrat.segments import list_sealed, roll
+
+    harness = _harness_with_turns()
+    node = next(iter(harness.orch.tree.walk()))
+    log = harness.orch.logs.path(node.session_id)
+    entries = harness.fs.read_file(os.path.relpath(log, harness.fs.root)).count(b"\n")
+    with harness.fs:
+        roll(log, 1, entries)
+    harness._checked = False
+    harness.check_running()  # the whole history is in the segment now, and it matches
+    with harness.fs:
+        (segment,) = list_sealed(log)
+    data = harness.fs.read_file(os.path.relpath(segment.path, harness.fs.root))
+    with harness.fs:
+        lines = data.splitlines(keepends=True)
+        cut = max(i for i, line in enumerate(lines) if b'"turn.complete"' in line)
+        segment.path.write_bytes(b"".join(lines[:cut]))
+    harness._checked = False
+    with pytest.raises(OracleViolation, match="conversation"):
+        harness.check_running()
+    harness.close()
