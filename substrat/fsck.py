@@ -16,7 +16,7 @@ What it finds, by severity:
   a temp file from an interrupted atomic write, a stale socket);
 * ``notice``: facts that need no repair (unknown event types written by a
   newer version, records held in ``quarantine/``, an unclean last shutdown,
-  unexpected files).
+  unexpected files, a root on a read-only file system).
 
 With ``repair`` (the lock held exclusively): every log is opened with
 ``EventLog`` (cuts torn tails, replays or drops the pending entry), damaged
@@ -464,6 +464,14 @@ def _inspect_registry(root: Path, report: FsckReport) -> None:
 def _inspect_plan(root: Path, report: FsckReport, unreadable: dict[str, Unreadable]) -> None:
     store = SessionStore(root)
     plan = recovery_plan.analyze(root, then=THEN)
+    if plan.read_only:
+        report.add(
+            "read_only_root",
+            root,
+            NOTICE,
+            "on a read-only file system: checked without writing; the daemon cannot start "
+            "on it and --repair cannot run until it is remounted read-write",
+        )
     for item in plan.unreadable:
         unreadable.setdefault(item.session_id, item)
     for sid, item in sorted(unreadable.items()):

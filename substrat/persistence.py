@@ -210,6 +210,12 @@ def durable_rename(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> 
         fsync_dir(Path(src).parent)
 
 
+def on_read_only_fs(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is on a file system mounted read-only (nothing can be written,
+    whatever the modes say)."""
+    return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+
+
 def read_bytes(path: str | os.PathLike[str]) -> bytes:
     """Read a whole file (through ``open`` so simulators see the read)."""
     with open(path, "rb") as handle:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from substrat import access
+from substrat import access, persistence
 from substrat.access import Unreadable
 from substrat.agents import USER
 from substrat.facts import AgentFacts, read_facts
@@ -59,6 +59,9 @@ class RecoveryPlan:
     creations_to_rebuild: list[str] = field(default_factory=list)
     unreadable: list[Unreadable] = field(default_factory=list)
     registry_problem: str | None = None
+    read_only: bool = False
+    """The root is on a read-only file system: the plan was read, nothing of it can run
+    there (no agent is called unreadable for it: the whole root is)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -70,6 +73,7 @@ class RecoveryPlan:
             "creations_to_rebuild": list(self.creations_to_rebuild),
             "unreadable": [u.to_dict() for u in self.unreadable],
             "registry_problem": self.registry_problem,
+            "read_only": self.read_only,
         }
 
 
@@ -90,11 +94,13 @@ def analyze(root: str | os.PathLike[str], *, then: str = "restart the daemon") -
         | set(scan.missing_records)
         | {q.name for q in scan.quarantined if q.kind != "bad_name"}
     )
+    read_only = persistence.on_read_only_fs(root)
     facts: dict[str, AgentFacts] = {}
     for sid in directories:
         try:
             facts[sid] = read_facts(sid, store.log_path(sid))
-            _check_writable(store.log_path(sid))
+            if not read_only:
+                _check_writable(store.log_path(sid))
         except OSError as exc:
             unreadable[sid] = access.unreadable(sid, store.log_path(sid), exc, then=then)
     for sid in unreadable:
@@ -247,6 +253,7 @@ def analyze(root: str | os.PathLike[str], *, then: str = "restart the daemon") -
             unreadable, {sid: str(data.get("name")) for sid, data in registry.roots.items()}
         ),
         registry_problem=registry.problem,
+        read_only=read_only,
     )
 
 

@@ -282,7 +282,7 @@ def _check_owner_and_access(path: Path) -> int:
     if not os.access(path, os.R_OK | os.W_OK | os.X_OK):
         # access() also says no for a read-only mount (EROFS) and an immutable
         # directory (EPERM); tell the first apart, without writing anything.
-        if os.statvfs(path).f_flag & os.ST_RDONLY:
+        if persistence.on_read_only_fs(path):
             raise _unusable(path, OSError(errno.EROFS, "read-only"), "writing to it")
         mode = stat.S_IMODE(info.st_mode)
         if mode & 0o700 != 0o700:

@@ -281,6 +281,11 @@ def problem_lines(report: dict[str, Any]) -> list[str]:
         )
     if report.get("registry_problem"):
         lines.append(f"[bold red]root registry unusable:[/] {esc(report['registry_problem'])}")
+    if report.get("read_only"):
+        lines.append(
+            "[yellow]read-only file system:[/] this is what recovery would do; it can run "
+            "only once the root is remounted read-write"
+        )
     return lines
 
 

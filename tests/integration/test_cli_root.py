@@ -272,8 +272,16 @@ def test_a_root_on_a_read_only_file_system(tmpfs: Path) -> None:
         assert time.monotonic() < deadline, remount.stderr
         time.sleep(0.1)
     _check_unusable(root, "read-only file system")
-    reading = run(root, "recover", "--dry-run")  # reading a read-only root works
+    # Reading a read-only root (a snapshot, a backup mount) works, and blames no agent:
+    # the whole root is read-only, once, not every agent "Permission denied".
+    reading = run(root, "recover", "--dry-run")
     assert reading.returncode == 0, reading.stdout + reading.stderr
+    assert "read-only file system" in reading.stdout, reading.stdout
+    assert "unreadable" not in reading.stdout and "held back" not in reading.stdout
+    checked = run(root, "fsck", "--json")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    kinds = [f["kind"] for f in json.loads(checked.stdout)["findings"]]
+    assert "read_only_root" in kinds and "unreadable" not in kinds, kinds
 
 
 def test_an_immutable_root(made_root: Path) -> None:
