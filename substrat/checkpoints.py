@@ -104,14 +104,63 @@ class LogPoint:
         return point
 
 
+@dataclass(frozen=True)
+class Stored:
+    """Where a checkpoint's line is in its store: its facts are read back from there."""
+
+    path: Path
+    offset: int
+    length: int
+
+    def read_facts(self, checkpoint: Checkpoint) -> str:
+        """``checkpoint``'s facts text from its line (ValueError if the line is not it)."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                line = os.pread(fd, self.length, self.offset)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise ValueError(f"its store cannot be read back: {exc}") from None
+        entry = decode_line(line[:-1]) if line.endswith(b"\n") else "torn_tail"
+        if isinstance(entry, str):
+            raise ValueError(f"its line in the store no longer reads ({entry})")
+        again = Checkpoint.from_data(entry.get("data"))
+        if again.endpoint != checkpoint.endpoint or again.at != checkpoint.at:
+            raise ValueError("its line in the store holds another checkpoint")
+        assert again.text is not None
+        return again.text
+
+
 @dataclass
 class Checkpoint:
     """One endpoint's checkpoint: its facts up to ``at.seq``, as JSON text (see
-    :meth:`load_facts`)."""
+    :meth:`load_facts`).
+
+    A checkpoint read from or written to the store keeps only where its line
+    is (``stored``), not its text: a root of 10,000 agents holds megabytes of
+    facts, and only the checkpoints a restart uses, or the checkpointer builds
+    on, are ever decoded, one at a time.
+    """
 
     endpoint: str
     at: LogPoint
-    facts: str
+    text: str | None = field(default=None, repr=False)
+    stored: Stored | None = None
+
+    @property
+    def facts(self) -> str:
+        """Its facts as JSON text, read back from the store if not held (ValueError if
+        they cannot be)."""
+        if self.text is not None:
+            return self.text
+        if self.stored is None:
+            raise ValueError("a checkpoint without facts")
+        return self.stored.read_facts(self)
+
+    def release(self, stored: Stored) -> None:
+        """Its line is at ``stored`` now: keep that instead of the text."""
+        self.stored, self.text = stored, None
 
     def data(self) -> dict[str, Any]:
         """The ``data`` of its ``checkpoint`` entry in the store."""
@@ -140,7 +189,8 @@ class Checkpoint:
         return cls(endpoint, at, facts)
 
     def load_facts(self) -> AgentFacts:
-        """Its facts, decoded now (ValueError if they do not read)."""
+        """Its facts, decoded now (ValueError if they do not read, or its line in the store
+        no longer holds it)."""
         try:
             data = orjson.loads(self.facts)
         except orjson.JSONDecodeError as exc:
@@ -312,6 +362,7 @@ def read_store(root: str | os.PathLike[str]) -> StoreRead:
     offset = 0
     with handle:
         for raw in handle:
+            start = offset
             offset += len(raw)
             if not raw.endswith(b"\n"):
                 read.damage["torn_tail"] = read.damage.get("torn_tail", 0) + 1
@@ -331,6 +382,7 @@ def read_store(root: str | os.PathLike[str]) -> StoreRead:
                     read.damage.get("unreadable_checkpoint", 0) + 1
                 )
                 continue
+            checkpoint.release(Stored(path, start, len(raw)))
             kept = read.checkpoints.setdefault(checkpoint.endpoint, [])
             kept.append(checkpoint)
             del kept[:-KEEP_PER_ENDPOINT]
@@ -411,7 +463,9 @@ class CheckpointStore:
                 persistence.write_all(fd, blob)
                 persistence.fsync_fd(fd, self.path)
                 self._next_seq += len(lines)
-                self._end += len(blob)
+                for checkpoint, line in zip(written, lines, strict=True):
+                    checkpoint.release(Stored(self.path, self._end, len(line)))
+                    self._end += len(line)
         except OSError as exc:
             self.close()
             self.broken = str(exc)
@@ -427,9 +481,22 @@ class CheckpointStore:
     def rewrite(self, keep: dict[str, list[Checkpoint]]) -> None:
         """Replace the store by ``keep`` (each endpoint's newest last), atomically."""
         self.close()
-        kept = [c for endpoint in sorted(keep) for c in keep[endpoint][-KEEP_PER_ENDPOINT:]]
+        kept: list[Checkpoint] = []
+        lines: list[bytes] = []
+        for endpoint in sorted(keep):
+            for checkpoint in keep[endpoint][-KEEP_PER_ENDPOINT:]:
+                try:  # read back from the store being replaced
+                    line = _line(checkpoint, len(lines) + 1, self._clock)
+                except ValueError:
+                    continue  # its line no longer reads: a restart reads more of that log
+                kept.append(checkpoint)
+                lines.append(line)
         persistence.durable_mkdir(self.path.parent)
-        persistence.atomic_write(self.path, encode_store(kept, self._clock))
+        persistence.atomic_write(self.path, b"".join(lines))
+        offset = 0
+        for checkpoint, line in zip(kept, lines, strict=True):
+            checkpoint.release(Stored(self.path, offset, len(line)))
+            offset += len(line)
 
     def close(self) -> None:
         if self._fd is not None:
@@ -448,6 +515,7 @@ __all__ = [
     "PositionGone",
     "Settled",
     "StoreRead",
+    "Stored",
     "build",
     "encode_store",
     "read_store",
