@@ -19,6 +19,7 @@ import pytest
 from oracle.bench_checkpoints import checkpointed_log
 from substrat import recovery
 from substrat.checkpointer import CheckpointPolicy
+from substrat.checkpoints import CheckpointStore, read_store
 from substrat.eventlog import PENDING_NAME, encode_entry, read_log
 from substrat.segments import list_sealed
 from tests.integration.test_checkpoints import agent_dirs, build_root, from_the_logs, reopen
@@ -82,3 +83,19 @@ def test_a_checkpoint_due_inside_an_append_seals_the_log_only_after_it(tmp_path:
     assert len(list_sealed(pool.path(sid))) == 1
     assert [e["seq"] for e in read_log(pool.path(sid)).entries] == [1, 2, 3, 4]
     pool.close_all()
+
+
+def test_checkpoints_hold_where_their_line_is_not_their_facts(tmp_path: Path) -> None:
+    root = build_root(tmp_path)
+    read = read_store(root)
+    held = [c for items in read.checkpoints.values() for c in items]
+    assert held and all(c.text is None and c.stored is not None for c in held)
+    want = {id(c): c.facts for c in held}  # read back from the store
+    assert all(c.load_facts().session_id == c.endpoint for c in held)
+    # the checkpointer's rewrite moves every line: each checkpoint follows its own
+    CheckpointStore(root).rewrite({c.endpoint: [c] for c in held[::2]})
+    kept, dropped = held[::2], [c for c in held if c not in held[::2]]
+    assert [c.facts for c in kept] == [want[id(c)] for c in kept]
+    for checkpoint in dropped:  # their old places now hold other lines, or nothing
+        with pytest.raises(ValueError):
+            checkpoint.load_facts()
