@@ -158,6 +158,10 @@ class Checkpoint:
             raise ValueError("a checkpoint without facts")
         return self.stored.read_facts(self)
 
+    def held(self) -> Checkpoint:
+        """A copy that holds its facts text, whatever happens to the store after."""
+        return Checkpoint(self.endpoint, self.at, self.facts)
+
     def release(self, stored: Stored) -> None:
         """Its line is at ``stored`` now: keep that instead of the text."""
         self.stored, self.text = stored, None

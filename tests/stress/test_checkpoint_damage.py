@@ -145,7 +145,9 @@ def _damage(fs: FaultFS, older: FaultFS, damage: str) -> tuple[FaultFS, bool]:
     path = store_path(ROOT)
     with fs:
         store = read_store(ROOT)
-    newest = {e: items[-1] for e, items in store.checkpoints.items()}
+        # their facts text, while the store they were read from is there
+        held = {e: [c.held() for c in items] for e, items in store.checkpoints.items()}
+    newest = {e: items[-1] for e, items in held.items()}
     rejected = False
     with fs:
         if damage == "store_torn":
@@ -160,7 +162,7 @@ def _damage(fs: FaultFS, older: FaultFS, damage: str) -> tuple[FaultFS, bool]:
 
             os.unlink(path)
         elif damage == "newest_gone":
-            _write(path, _store([items[0] for items in store.checkpoints.values()]))
+            _write(path, _store([items[0] for items in held.values()]))
         elif damage == "other_logs":
             names = sorted(newest)
             other = dict(zip(names, names[1:] + names[:1], strict=True))
