@@ -137,10 +137,10 @@ class Checkpoint:
     """One endpoint's checkpoint: its facts up to ``at.seq``, as JSON text (see
     :meth:`load_facts`).
 
-    A checkpoint read from or written to the store keeps only where its line
-    is (``stored``), not its text: a root of 10,000 agents holds megabytes of
-    facts, and only the checkpoints a restart uses, or the checkpointer builds
-    on, are ever decoded, one at a time.
+    A checkpoint written to the store, or used by a restart, keeps only where
+    its line is (``stored``), not its text: a root of 10,000 agents holds
+    megabytes of facts, and the checkpointer reads one back only when it builds
+    on it.
     """
 
     endpoint: str
@@ -162,9 +162,13 @@ class Checkpoint:
         """A copy that holds its facts text, whatever happens to the store after."""
         return Checkpoint(self.endpoint, self.at, self.facts)
 
-    def release(self, stored: Stored) -> None:
-        """Its line is at ``stored`` now: keep that instead of the text."""
-        self.stored, self.text = stored, None
+    def release(self, stored: Stored | None = None) -> None:
+        """Its line is at ``stored`` (or where it was read from): keep that instead of the
+        text."""
+        if stored is not None:
+            self.stored = stored
+        if self.stored is not None:
+            self.text = None
 
     def data(self) -> dict[str, Any]:
         """The ``data`` of its ``checkpoint`` entry in the store."""
@@ -386,7 +390,9 @@ def read_store(root: str | os.PathLike[str]) -> StoreRead:
                     read.damage.get("unreadable_checkpoint", 0) + 1
                 )
                 continue
-            checkpoint.release(Stored(path, start, len(raw)))
+            # the text stays until the checkpoint is used (a restart decodes it then, and
+            # releases it: see Checkpoint.release); the other checkpoints go with the read
+            checkpoint.stored = Stored(path, start, len(raw))
             kept = read.checkpoints.setdefault(checkpoint.endpoint, [])
             kept.append(checkpoint)
             del kept[:-KEEP_PER_ENDPOINT]

@@ -332,6 +332,9 @@ def _read_agent(root: _Root, sid: str, report: RecoveryReport) -> AgentFacts | U
 def _read_log(root: _Root, endpoint: str, path: Path, report: RecoveryReport) -> AgentFacts:
     """An endpoint's facts: from its newest checkpoint that holds, the log after it
     (repaired); without one, the whole log, repaired in the same read."""
+    unsealed = _unsealed_to_the_end(root, endpoint, path, report)
+    if unsealed is not None:
+        return unsealed
     sealed = list_sealed(path)
     checkpoint, facts = _usable_checkpoint(root, endpoint, path, sealed, report)
     if checkpoint is not None:
@@ -399,6 +402,35 @@ class HistoryGone(Exception):
         self.first = first
 
 
+def _unsealed_to_the_end(
+    root: _Root, endpoint: str, path: Path, report: RecoveryReport
+) -> AgentFacts | None:
+    """The facts of a log never sealed whose newest checkpoint ends at its last byte,
+    without listing its directory (most logs of a root with many agents); None for
+    any other log, which :func:`_read_log` then lists and reads as always.
+
+    The checkpoint is checked as ever (:func:`~substrat.checkpoints.verify`), taking
+    the active file as the file its entry must be in: had the log been sealed since,
+    that file would hold another entry there, or none.
+    """
+    newest = root.checkpoints.latest(endpoint)
+    if not newest or newest[0].at.file_first != 1 or verify(newest[0], path, []) is not None:
+        return None
+    checkpoint = newest[0]
+    end = _checkpointed_end(checkpoint, path, [])
+    if end is None:
+        return None
+    try:
+        facts = checkpoint.load_facts()
+    except ValueError:
+        return None  # said by the full path, which tries it again
+    checkpoint.release()
+    report.checkpoints_used += 1
+    root.used[endpoint] = checkpoint
+    root.logs.remember(endpoint, end)
+    return facts
+
+
 def _checkpointed_end(checkpoint: Checkpoint, path: Path, sealed: list[Segment]) -> Resume | None:
     """Where the log ends if it ends with the (verified) checkpoint's last entry, with
     nothing after it to read or repair: no byte past it, no pending entry, no failed
@@ -443,6 +475,7 @@ def _usable_checkpoint(
             except ValueError as exc:
                 reason = f"its facts do not read ({exc})"
             else:
+                checkpoint.release()
                 report.checkpoints_used += 1
                 root.used[endpoint] = checkpoint
                 return checkpoint, facts
