@@ -444,6 +444,8 @@ def _checkpointed_end(checkpoint: Checkpoint, path: Path, sealed: list[Segment])
         size = os.stat(path).st_size
         if at.file_first == active_first(sealed):
             ends_there = size == at.offset + at.length
+        elif not sealed:
+            return None  # it names a segment the log does not have
         else:  # sealed right after the checkpoint: it ends its last segment, nothing after
             last = sealed[-1]
             ends_there = (
