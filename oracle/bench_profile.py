@@ -146,6 +146,7 @@ def crash_hooks() -> list[Hook]:
         Hook("harness set-up and teardown", harness.CrashHarness, "__init__"),
         Hook("harness set-up and teardown", harness.CrashHarness, "close"),
         Hook("the steps (orchestrator on faultfs)", harness.CrashHarness, "run"),
+        Hook("the steps (orchestrator on faultfs)", harness.CrashHarness, "run_failing_fsyncs"),
         Hook("crash image (faultfs)", FaultFS, "crash_image"),
         Hook("recovery (Orchestrator.open on the image)", harness.CrashHarness, "_open", True),
         Hook("the check after recovery", harness, "check_recovery"),

@@ -23,6 +23,7 @@ Relaxations, each allowed only here and nowhere else:
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -36,12 +37,14 @@ from substrat.providers.chat_history import conversation_problems
 from substrat.providers.scripted import chain_digest, reply_header
 from substrat.registry import RegistryRead, read_registry, registry_path
 from substrat.session import SessionState
+from substrat.session.store import RECORD_NAME
 
 if TYPE_CHECKING:
     from faultfs import FaultFS
     from oracle.incremental import FilesMemo
     from substrat.orchestrator import Orchestrator
     from substrat.providers.base import TurnRecord
+    from substrat.session.store import ScanResult
 
 _SHOWN = 6
 
@@ -71,12 +74,14 @@ class Memos:
     reads: FilesMemo[LogRead]
     turns: FilesMemo[list[TurnView]]
     registry: FilesMemo[RegistryRead]
+    records: FilesMemo[ScanResult]
+    """The session store's read-only scan, keyed by the records (not the logs beside them)."""
 
     @classmethod
     def new(cls) -> Memos:
         from oracle.incremental import FilesMemo
 
-        return cls(FilesMemo(), FilesMemo(), FilesMemo())
+        return cls(FilesMemo(), FilesMemo(), FilesMemo(), FilesMemo())
 
 
 class Reads:
@@ -95,6 +100,17 @@ class Reads:
         self.memos = memos
         self.fs = fs
         self._reads: dict[str, LogRead] = {}
+        self._files: dict[str, dict[str, Any]] = {}
+
+    def files(self, path: str | os.PathLike[str]) -> dict[str, Any]:
+        """The bytes at ``path`` (``files_below``), read once per check for all memos."""
+        from oracle.incremental import files_below
+
+        key = os.fspath(path)
+        found = self._files.get(key)
+        if found is None:
+            found = self._files[key] = files_below(self.fs, key)
+        return found
 
     def log(self, endpoint_session: str) -> LogRead:
         read = self._reads.get(endpoint_session)
@@ -103,9 +119,28 @@ class Reads:
             if self.memos is None:
                 read = read_log(path)
             else:
-                read = self.memos.reads.get(self.fs, log_files(path), lambda: read_log(path))
+                directory = log_files(path)
+                read = self.memos.reads.get(
+                    self.fs, directory, lambda: read_log(path), self.files(directory)
+                )
             self._reads[endpoint_session] = read
         return read
+
+    def scan(self) -> ScanResult:
+        """The session store's records as ``store.scan(quarantine=False)`` finds them."""
+        store = self.orch.store
+        if self.memos is None:
+            return store.scan(quarantine=False)
+        # What the scan reads: the names below agents/ (and which are directories)
+        # and each session's record; not the logs that share the directories.
+        records = {
+            name: data
+            for name, data in self.files(store.agents_dir).items()
+            if "/" not in name or name.endswith("/" + RECORD_NAME)
+        }
+        return self.memos.records.get(
+            self.fs, store.agents_dir, lambda: store.scan(quarantine=False), records
+        )
 
     def registry(self) -> RegistryRead:
         """The root registry as ``read_registry`` finds it."""
@@ -152,9 +187,9 @@ def observe(
         if memos is None:
             view.turns[node.agent_id] = derive()
         else:
-            view.turns[node.agent_id] = memos.turns.get(
-                fs, log_files(orch.logs.path(node.session_id)), derive
-            )
+            directory = log_files(orch.logs.path(node.session_id))
+            files = None if reads is None or reads.memos is None else reads.files(directory)
+            view.turns[node.agent_id] = memos.turns.get(fs, directory, derive, files)
         view.inboxes[node.agent_id] = {
             m.message_id for m in orch.inboxes.inbox(node.agent_id).all()
         }
@@ -404,7 +439,7 @@ def check_invariants(
     problems: list[str] = []
     reads = reads or Reads(orch)
     orch.tree.check()
-    scan = orch.store.scan(quarantine=False)
+    scan = reads.scan()
     bad = [q for q in scan.quarantined if q.kind != "bad_name"]
     if bad:
         problems.append(f"unreadable session records after a crash: {bad}")

@@ -81,10 +81,24 @@ class FilesMemo(Generic[T]):
         self.lookups = 0
         self.derived = 0
 
-    def get(self, fs: FaultFS | None, path: str | os.PathLike[str], derive: Callable[[], T]) -> T:
-        """``derive()``, or the value it gave when the files at ``path`` held the same bytes."""
+    def get(
+        self,
+        fs: FaultFS | None,
+        path: str | os.PathLike[str],
+        derive: Callable[[], T],
+        files: dict[str, Any] | None = None,
+    ) -> T:
+        """``derive()``, or the value it gave when the files at ``path`` held the same bytes.
+
+        ``files``: what :func:`files_below` gives for ``path`` now (a caller that
+        looks at one file for several memos reads it once), or the part of it the
+        derivation reads (e.g. the session records below a directory that holds
+        logs too); the periodic re-derivation still catches a derivation that
+        reads more than that.
+        """
         key = os.fspath(path)
-        files = files_below(fs, key)
+        if files is None:
+            files = files_below(fs, key)
         self.lookups += 1
         held = self._memo.get(key)
         if held is not None and held[0] == files:

@@ -138,3 +138,32 @@ def test_the_running_check_sees_a_sealed_segment_that_changed_behind_the_orchest
     with pytest.raises(OracleViolation, match="conversation"):
         harness.check_running()
     harness.close()
+
+
+def test_the_recovery_check_sees_a_session_record_that_changed_behind_it() -> None:
+    """The store scan of the invariants is kept by the records' bytes: unchanged, it is
+    not run again; a record that changes or goes is scanned again and judged."""
+    from oracle.checks import Reads, check_invariants
+
+    harness = _harness_with_turns()
+    harness.run(Step("turn", "ada"), crash_at=10_000)  # no boundary that far: crash after
+    harness.crash_and_recover("power")
+    memos, orch, fs = harness.memos, harness.orch, harness.fs
+
+    def check() -> None:
+        with fs:
+            check_invariants(orch, harness.model.state, Reads(orch, memos, fs))
+
+    scans = memos.records.derived
+    check()
+    assert memos.records.derived == scans  # nothing changed: the scan is not run again
+    harness.run(Step("turn", "ada"))  # the session is restored and saved again:
+    harness.run(Step("evict", "ada"))  # its record changes
+    check()
+    assert memos.records.derived == scans + 1
+    node = next(iter(orch.tree.walk()))
+    with fs:
+        os.unlink(orch.store.record_path(node.session_id))
+    with pytest.raises(OracleViolation, match="has no session record"):
+        check()
+    harness.close()
