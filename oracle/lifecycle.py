@@ -56,7 +56,7 @@ from hypothesis.stateful import (
 )
 
 from faultfs import FaultFS
-from oracle.draws import pick
+from oracle.draws import choice, nth
 from oracle.incremental import FilesMemo, log_files
 from oracle.kill import abandon
 from substrat.agents import USER, AgentState
@@ -71,6 +71,7 @@ NAMES = ("ada", "bo", "cy", "di", "ed")
 SLOTS = 3
 MAX_AGENTS = 14  # keeps one example well under a second
 FAULTFS_ROOT = "/substrat-lifecycle"
+TARGETS = ("parent", USER)
 
 
 @dataclass
@@ -192,9 +193,6 @@ class LifecycleMachine(RuleBasedStateMachine):
         # and children (with parents that outlive them) are where the interesting cases are.
         return sorted(self.agents, key=lambda a: (-self.depth(a), -int(a, 16)))
 
-    def pick(self, data: st.DataObject, ids: list[str]) -> str:
-        return pick(data, ids, "agent")
-
     def deliver(self, recipient: str, sender: str, kind: str, request: int | None = None) -> Msg:
         msg = Msg(next(self.order), sender, kind, request)
         if recipient == USER:
@@ -236,9 +234,9 @@ class LifecycleMachine(RuleBasedStateMachine):
         self.roots[name] = info.agent_id
 
     @precondition(lambda self: self.agents and len(self.agents) < MAX_AGENTS)
-    @rule(data=st.data(), name=st.sampled_from(NAMES))
-    def spawn_child(self, data: st.DataObject, name: str) -> None:
-        parent = self.pick(data, self.alive())
+    @rule(parent_at=choice, name=st.sampled_from(NAMES))
+    def spawn_child(self, parent_at: int, name: str) -> None:
+        parent = nth(self.alive(), parent_at)
         result = self.turn(parent, f"@spawn {name} be useful")
         if name in self.agents[parent].children:
             assert result.spawned == [] and "already have a child" in result.response
@@ -248,15 +246,16 @@ class LifecycleMachine(RuleBasedStateMachine):
         self.agents[parent].children[name] = child
 
     @precondition(lambda self: self.agents)
-    @rule(data=st.data(), text=st.sampled_from(["hello", "status?", "plan the work"]))
-    def run_turn(self, data: st.DataObject, text: str) -> None:
-        self.turn(self.pick(data, self.alive()), text)
+    @rule(agent=choice, text=st.sampled_from(["hello", "status?", "plan the work"]))
+    def run_turn(self, agent: int, text: str) -> None:
+        self.turn(nth(self.alive(), agent), text)
 
     @precondition(lambda self: self.agents)
-    @rule(data=st.data(), ask=st.booleans())
-    def send_message(self, data: st.DataObject, ask: bool) -> None:
-        sender = self.pick(data, self.alive())
-        target = pick(data, [*self.alive(), "parent", USER], "target")
+    @rule(sender_at=choice, target_at=choice, ask=st.booleans())
+    def send_message(self, sender_at: int, target_at: int, ask: bool) -> None:
+        alive = self.alive()
+        sender = nth(alive, sender_at)
+        target = nth([*alive, *TARGETS], target_at)
         recipient = (self.agents[sender].parent or USER) if target == "parent" else target
         result = self.turn(sender, f"@{'ask' if ask else 'send'} {target} hello")
         if recipient == sender:
@@ -271,9 +270,9 @@ class LifecycleMachine(RuleBasedStateMachine):
                 self.agents[sender].waiting[msg.order] = recipient
 
     @precondition(lambda self: self.agents)
-    @rule(data=st.data())
-    def broadcast(self, data: st.DataObject) -> None:
-        sender = self.pick(data, self.alive())
+    @rule(sender_at=choice)
+    def broadcast(self, sender_at: int) -> None:
+        sender = nth(self.alive(), sender_at)
         parent = self.agents[sender].parent
         # a root broadcasts to its children, a child to its siblings
         group = self.agents[sender if parent is None else parent].children
@@ -284,16 +283,16 @@ class LifecycleMachine(RuleBasedStateMachine):
             self.deliver(target, sender, "broadcast")
 
     @precondition(lambda self: any(not a.children for a in self.agents.values()))
-    @rule(data=st.data())
-    def terminate_leaf(self, data: st.DataObject) -> None:
-        leaf = self.pick(data, [a for a in self.alive() if not self.agents[a].children])
+    @rule(leaf_at=choice)
+    def terminate_leaf(self, leaf_at: int) -> None:
+        leaf = nth([a for a in self.alive() if not self.agents[a].children], leaf_at)
         assert self.run(self.orch.terminate(leaf)) == [leaf]
         self.forget(leaf)
 
     @precondition(lambda self: any(a.children for a in self.agents.values()))
-    @rule(data=st.data())
-    def terminate_cascade(self, data: st.DataObject) -> None:
-        top = self.pick(data, [a for a in self.alive() if self.agents[a].children])
+    @rule(top_at=choice)
+    def terminate_cascade(self, top_at: int) -> None:
+        top = nth([a for a in self.alive() if self.agents[a].children], top_at)
         _raises(HasChildrenError, lambda: self.run(self.orch.terminate(top)))
         order: list[str] = []
 
@@ -330,9 +329,9 @@ class LifecycleMachine(RuleBasedStateMachine):
             self.user = []
 
     @precondition(lambda self: self.agents)
-    @rule(data=st.data())
-    def evict(self, data: st.DataObject) -> None:
-        agent = self.pick(data, self.alive())
+    @rule(agent_at=choice)
+    def evict(self, agent_at: int) -> None:
+        agent = nth(self.alive(), agent_at)
         live = self.orch.mux.is_live(agent)
         assert self.run(self.orch.evict(agent)) is live
         assert not self.orch.mux.is_live(agent)
