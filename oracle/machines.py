@@ -39,7 +39,7 @@ from hypothesis.stateful import (
 )
 
 from faultfs import MODES
-from oracle.draws import choice, nth, pick
+from oracle.draws import pick
 from oracle.harness import CrashHarness, held_interception, scripted_registry
 from oracle.workload import STEP_KINDS, Step
 from substrat.checkpointer import CheckpointPolicy
@@ -173,46 +173,47 @@ class CrashRecoveryMachine(RuleBasedStateMachine):
         self._step(Step("create_root", name), crash)
 
     @precondition(_has_agents)
-    @rule(parent=choice, name=st.sampled_from(NAMES), crash=maybe_crash)
-    def spawn_child(self, parent: int, name: str, crash: CrashPlan | None) -> None:
-        self._step(Step("spawn", nth(self._paths(), parent), name), crash)
+    @rule(data=st.data(), name=st.sampled_from(NAMES), crash=maybe_crash)
+    def spawn_child(self, data: Any, name: str, crash: CrashPlan | None) -> None:
+        self._step(Step("spawn", pick(data, self._paths(), "parent"), name), crash)
 
     @precondition(_has_agents)
-    @rule(src=choice, dst=choice, ask=st.booleans(), crash=maybe_crash)
-    def send_message(self, src: int, dst: int, ask: bool, crash: CrashPlan | None) -> None:
+    @rule(data=st.data(), ask=st.booleans(), crash=maybe_crash)
+    def send_message(self, data: Any, ask: bool, crash: CrashPlan | None) -> None:
         paths = self._paths()
-        kind = "ask" if ask else "send"
-        self._step(Step(kind, nth(paths, src), nth([*paths, "user"], dst)), crash)
+        src = pick(data, paths, "from")
+        dst = pick(data, [*paths, "user"], "to")
+        self._step(Step("ask" if ask else "send", src, dst), crash)
 
     @precondition(_has_agents)
-    @rule(agent=choice, crash=maybe_crash)
-    def broadcast(self, agent: int, crash: CrashPlan | None) -> None:
-        self._step(Step("broadcast", nth(self._paths(), agent)), crash)
+    @rule(data=st.data(), crash=maybe_crash)
+    def broadcast(self, data: Any, crash: CrashPlan | None) -> None:
+        self._step(Step("broadcast", pick(data, self._paths(), "from")), crash)
 
     @precondition(_has_agents)
-    @rule(agent=choice, crash=maybe_crash)
-    def check_inbox(self, agent: int, crash: CrashPlan | None) -> None:
-        self._step(Step("inbox", nth(self._paths(), agent)), crash)
+    @rule(data=st.data(), crash=maybe_crash)
+    def check_inbox(self, data: Any, crash: CrashPlan | None) -> None:
+        self._step(Step("inbox", pick(data, self._paths(), "agent")), crash)
 
     @precondition(_has_agents)
-    @rule(agent=choice, kind=st.sampled_from(("turn", "complete")), crash=maybe_crash)
-    def run_turn(self, agent: int, kind: str, crash: CrashPlan | None) -> None:
-        self._step(Step(kind, nth(self._paths(), agent)), crash)
+    @rule(data=st.data(), kind=st.sampled_from(("turn", "complete")), crash=maybe_crash)
+    def run_turn(self, data: Any, kind: str, crash: CrashPlan | None) -> None:
+        self._step(Step(kind, pick(data, self._paths(), "agent")), crash)
 
     @precondition(_has_agents)
-    @rule(leaf=choice, crash=maybe_crash)
-    def terminate_leaf(self, leaf: int, crash: CrashPlan | None) -> None:
-        self._step(Step("terminate", nth(self._leaves(), leaf)), crash)
+    @rule(data=st.data(), crash=maybe_crash)
+    def terminate_leaf(self, data: Any, crash: CrashPlan | None) -> None:
+        self._step(Step("terminate", pick(data, self._leaves(), "leaf")), crash)
 
     @precondition(_has_agents)
-    @rule(parent=choice, child=st.sampled_from(NAMES), crash=maybe_crash)
-    def terminate_by_parent(self, parent: int, child: str, crash: CrashPlan | None) -> None:
-        self._step(Step("terminate_by_parent", nth(self._paths(), parent), child), crash)
+    @rule(data=st.data(), child=st.sampled_from(NAMES), crash=maybe_crash)
+    def terminate_by_parent(self, data: Any, child: str, crash: CrashPlan | None) -> None:
+        self._step(Step("terminate_by_parent", pick(data, self._paths(), "parent"), child), crash)
 
     @precondition(_has_agents)
-    @rule(agent=choice, crash=maybe_crash)
-    def eviction(self, agent: int, crash: CrashPlan | None) -> None:
-        self._step(Step("evict", nth(self._paths(), agent)), crash)
+    @rule(data=st.data(), crash=maybe_crash)
+    def eviction(self, data: Any, crash: CrashPlan | None) -> None:
+        self._step(Step("evict", pick(data, self._paths(), "agent")), crash)
 
     @precondition(_has_agents)
     @rule(crash=maybe_crash)
@@ -225,10 +226,10 @@ class CrashRecoveryMachine(RuleBasedStateMachine):
         self._step(Step("user_inbox"), crash)
 
     @precondition(_has_agents)
-    @rule(log=choice, crash=maybe_crash)
-    def checkpoint(self, log: int, crash: CrashPlan | None) -> None:
+    @rule(data=st.data(), crash=maybe_crash)
+    def checkpoint(self, data: Any, crash: CrashPlan | None) -> None:
         """Checkpoint one log, or all of them (sealing and compacting by the policy)."""
-        self._step(Step("checkpoint", nth(["", *self._paths()], log)), crash)
+        self._step(Step("checkpoint", pick(data, ["", *self._paths()], "log")), crash)
 
     @rule(data=st.data())
     def fsync_failure_and_crash(self, data: Any) -> None:
