@@ -9,7 +9,7 @@ import pytest
 
 from faultfs import FaultFS
 from oracle.errors import OracleViolation
-from oracle.harness import CrashHarness
+from oracle.harness import CrashHarness, held_interception
 from oracle.incremental import FilesMemo, StaleMemo, files_below
 from oracle.workload import Step
 
@@ -167,3 +167,34 @@ def test_the_recovery_check_sees_a_session_record_that_changed_behind_it() -> No
     with pytest.raises(OracleViolation, match="has no session record"):
         check()
     harness.close()
+
+
+def test_a_log_sealed_into_a_segment_is_read_again() -> None:
+    """Found by the crash fuzzer's checkpoint machine on lazyfs: after sealing, a
+    log's active file can hold the same bytes as at an earlier check while its
+    sealed segments hold more turns. Keyed by the active file alone, the memo gave
+    that earlier, shorter conversation ("expected 8 turns, found 5"); the memos
+    are keyed by every file of the log's directory now."""
+    from oracle.sweep import SMALL_CHECKPOINTS
+
+    with held_interception():
+        harness = CrashHarness(profile="lazyfs", checkpoints=SMALL_CHECKPOINTS)
+        steps = [
+            (Step("create_root", "ada"), None),
+            (Step("send", "ada", "ada"), None),
+            (Step("broadcast", "ada"), None),
+            (Step("send", "ada", "ada"), None),
+            (Step("broadcast", "ada"), None),
+            (Step("turn", "ada"), None),
+            (Step("broadcast", "ada"), 1),
+            (Step("broadcast", "ada"), None),
+            (Step("send", "ada", "ada"), None),
+            (Step("send", "ada", "ada"), 36),
+        ]
+        for step, crash_at in steps:
+            harness.run(step, crash_at=crash_at)
+            if crash_at is None:
+                harness.check_running()
+            else:
+                harness.crash_and_recover("process", 0)
+        harness.close()
