@@ -20,9 +20,6 @@ OPENAI_SHARDS = 10
 HTTP an example costs several times a scripted one, and as one item it was a
 third of the ci campaign's CPU time, which bounds ``pytest -n 64`` (in six items,
 3.6-6.0 CPU s each under ``ci``)."""
-SHARDS = 2
-"""Items each scripted machine's examples are shared by (as one item: 4.2-4.7 CPU s
-under ``ci``, against about 3.5 for 1/64 of the stress campaign)."""
 
 
 class Ext4CrashRecoveryMachine(CrashRecoveryMachine):
@@ -31,6 +28,14 @@ class Ext4CrashRecoveryMachine(CrashRecoveryMachine):
 
 class LazyFSCrashRecoveryMachine(CrashRecoveryMachine):
     profile = "lazyfs"
+
+
+# One item each, not shards (oracle.shards): under ``ci`` shards draw other examples
+# (a seed each), and the planted bugs the crash fuzzer kills took 5.5 min of wall
+# to kill with two shards per machine against 3.6 with these (docs/benchmarks.md).
+TestCrashRecoveryPosix = CrashRecoveryMachine.TestCase
+TestCrashRecoveryExt4 = Ext4CrashRecoveryMachine.TestCase
+TestCrashRecoveryLazyFS = LazyFSCrashRecoveryMachine.TestCase
 
 
 class CheckpointCrashMachine(CrashRecoveryMachine):
@@ -48,20 +53,9 @@ class LazyFSCheckpointCrashMachine(CheckpointCrashMachine):
     profile = "lazyfs"
 
 
-MACHINES = {
-    "posix": CrashRecoveryMachine,
-    "ext4": Ext4CrashRecoveryMachine,
-    "lazyfs": LazyFSCrashRecoveryMachine,
-    "checkpoints-posix": CheckpointCrashMachine,
-    "checkpoints-ext4": Ext4CheckpointCrashMachine,
-    "checkpoints-lazyfs": LazyFSCheckpointCrashMachine,
-}
-
-
-@pytest.mark.parametrize("shard", range(SHARDS))
-@pytest.mark.parametrize("machine", sorted(MACHINES))
-def test_crash_recovery(machine: str, shard: int) -> None:
-    run_shard(MACHINES[machine], shard, SHARDS)
+TestCheckpointCrashPosix = CheckpointCrashMachine.TestCase
+TestCheckpointCrashExt4 = Ext4CheckpointCrashMachine.TestCase
+TestCheckpointCrashLazyFS = LazyFSCheckpointCrashMachine.TestCase
 
 
 class OpenAICrashRecoveryMachine(CrashRecoveryMachine):
