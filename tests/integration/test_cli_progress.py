@@ -29,6 +29,7 @@ from tests.support.cli import (
     run,
     spawn,
     wait_busy,
+    wait_subscribed,
 )
 
 pytestmark = pytest.mark.skipif(not SUBSTRAT, reason="the substrat console script is not installed")
@@ -114,7 +115,7 @@ def test_watch_shows_tool_calls_with_timestamps_in_text_and_json(root: Path) -> 
     run(root, "agent", "create", "lead")
     people = spawn(root, "watch", "-e", "turn.tool", "-e", "turn.completed")
     machines = spawn(root, "watch", "--json")
-    time.sleep(1.0)  # both subscribed (watch subscribes before anything else)
+    wait_subscribed(root, 2)
     run(root, "agent", "send", "lead", "go\n@spawn scout map it\n@send scout map the river")
     events = read_json_until(machines, lambda e: e["event"] == "turn.completed")
     tools = [e["params"] for e in events if e["event"] == "turn.tool"]
@@ -139,7 +140,7 @@ def test_a_clean_stop_ends_watch_unless_it_follows_restarts(root: Path) -> None:
     run(root, "daemon", "start")
     plain = spawn(root, "watch")
     follower = spawn(root, "watch", "--json", "--follow-restarts")
-    time.sleep(1.0)
+    wait_subscribed(root, 2)
     assert run(root, "daemon", "stop").returncode == 0
     out, err = plain.communicate(timeout=30)
     assert plain.returncode == 0, err

@@ -87,6 +87,17 @@ def wait_busy(root: Path) -> None:
     time.sleep(0.1)
 
 
+def wait_subscribed(root: Path, count: int, timeout_s: float = 60) -> None:
+    """Until ``count`` clients (``watch``, ``log --follow``) are subscribed to the daemon's
+    events: a sleep is not enough on a loaded machine, where a watcher that subscribes
+    late misses the events it was started to see."""
+    with Client(root) as client:
+        deadline = time.monotonic() + timeout_s
+        while client.call("daemon.status")["subscribers"] < count:
+            assert time.monotonic() < deadline, f"fewer than {count} subscribers in {timeout_s} s"
+            time.sleep(0.05)
+
+
 def read_json_until(
     proc: subprocess.Popen[str], done: Callable[[Any], bool], timeout_s: float = 30
 ) -> list[Any]:
