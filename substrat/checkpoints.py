@@ -441,9 +441,12 @@ class CheckpointStore:
         read = read_store(self.path.parent.parent)
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
         try:
-            if os.fstat(fd).st_size > read.valid_end:  # a torn tail: cut it before appending
+            if os.fstat(fd).st_size > read.valid_end:
+                # A torn tail: cut it before appending. Not fsynced, as the event log's
+                # cut is not: the cut bytes were never relied on, a crash that brings
+                # them back loses nothing (read_store stops before them again), and the
+                # next append's fsync makes the cut durable with the line.
                 os.ftruncate(fd, read.valid_end)
-                persistence.fsync_fd(fd, self.path)
         except OSError:
             os.close(fd)
             raise
@@ -501,7 +504,8 @@ class CheckpointStore:
                     continue  # its line no longer reads: a restart reads more of that log
                 kept.append(checkpoint)
                 lines.append(line)
-        persistence.durable_mkdir(self.path.parent)
+        # No durable_mkdir here: both callers rewrite a store they have just read, so
+        # its directory is there, made durable by the _open that created the store.
         persistence.atomic_write(self.path, b"".join(lines))
         offset = 0
         for checkpoint, line in zip(kept, lines, strict=True):

@@ -335,3 +335,46 @@ def test_a_log_missing_its_first_segment_is_held_back_without_a_checkpoint(
     held = {u.session_id: u for u in report.unreadable}
     assert lead.name in held and "segments before it are missing" in held[lead.name].error
     assert "lead" not in snap["agents"]
+
+
+# -- checkpoints survive a power loss -------------------------------------------------
+
+
+def test_checkpoints_written_before_a_power_loss_are_used_after_it() -> None:
+    """A checkpoint is fsynced when it is appended, so a power loss right after a kill
+    (only what was fsynced survives; faultfs gives that disk) still finds the
+    checkpoints, and the restart reads only what follows them. Unsynced, they were
+    gone, and the restart after a crash (when start-up time matters most) read every
+    log in full."""
+    from faultfs import FaultFS
+
+    top = "/checkpoints-power-loss"
+    root = Path(top) / "root"
+    fs = FaultFS(top)
+
+    async def work_then_kill() -> None:
+        orch = await Orchestrator.open(root, checkpoints=SMALL, slots=1)
+        await orch.create_root("lead", "You coordinate.")
+        await orch.run_turn("lead", "@spawn a worker\n@spawn b worker")
+        for i in range(3):
+            await orch.run_turn("lead", f"@ask a question {i}\n@send b note {i}")
+            await orch.run_pending()
+        orch.logs.close_all()  # killed: no clean shutdown, no closing checkpoints
+
+    with fs:
+        run(work_then_kill())
+        written = sum(len(items) for items in read_store(root).checkpoints.values())
+    assert written >= 3
+    with fs.crash_image("power"):
+        snap, report = reopen(root)
+        logs_only = reopen_without_checkpoints(root)
+    assert report.checkpoints_used >= 3, report
+    assert report.read_in_full == [], report
+    assert snap == logs_only
+
+
+def reopen_without_checkpoints(root: Path) -> dict[str, Any]:
+    shutil.rmtree(root / CHECKPOINTS_DIR)
+    snap, report = reopen(root)
+    assert report.checkpoints_used == 0
+    return snap
