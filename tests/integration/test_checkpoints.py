@@ -270,6 +270,27 @@ def test_fsck_is_clean_on_a_root_with_checkpoints_and_segments(tmp_path: Path) -
     assert not [f for f in report.findings if f.kind == "unexpected_file"]
 
 
+def test_fsck_repair_finishes_an_archive_a_crash_interrupted(tmp_path: Path) -> None:
+    """A crash between writing a segment's archive and removing its plain copy leaves
+    both: fsck reports it, and --repair removes the plain copy (the archive reads the
+    same), and the state is unchanged."""
+    root = build_root(tmp_path)
+    before, _ = reopen(root)
+    archived = [
+        s for d in agent_dirs(root).values() for s in list_sealed(d / "events.jsonl") if s.archived
+    ]
+    assert archived, "the workload archives segments"
+    twin = archived[0].path.with_name(archived[0].name.removesuffix(".gz"))
+    twin.write_bytes(gzip.decompress(archived[0].path.read_bytes()))
+    assert fsck.check(root).kinds().get("segment_archived_twice") == 1
+    repaired = fsck.check(root, repair=True)
+    assert all(f.repaired for f in repaired.problems), repaired.problems
+    assert not twin.exists() and archived[0].path.exists()
+    assert fsck.check(root).problems == []
+    after, _ = reopen(root)
+    assert after == before
+
+
 def test_fsck_reports_a_checkpoint_that_disagrees_and_repair_rebuilds_it(tmp_path: Path) -> None:
     root = build_root(tmp_path)
     victim = agent_dirs(root)["lead"]
