@@ -321,7 +321,7 @@ CATALOG: tuple[Mutant, ...] = (
         "checkpoint_trusted_unverified",
         "recovery uses a checkpoint without checking it against its log (the entry it "
         "names, where it names it)",
-        "recovery.py",
+        "recovery_logs.py",
         "        reason = verify(checkpoint, path, sealed)\n",
         "        reason = None  # planted: the checkpoint is taken on trust\n",
     ),

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from oracle.bench_checkpoints import checkpointed_log
-from substrat import recovery
+from substrat import recovery_logs
 from substrat.checkpointer import CheckpointPolicy
 from substrat.checkpoints import CheckpointStore, read_store
 from substrat.eventlog import PENDING_NAME, encode_entry, read_log
@@ -27,13 +27,13 @@ from tests.integration.test_checkpoints import agent_dirs, build_root, from_the_
 
 def _count_repairs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     opened: list[str] = []
-    real = recovery.repair_log
+    real = recovery_logs.repair_log
 
     def counting(path: Any, *args: Any, **kwargs: Any) -> Any:
         opened.append(Path(path).parent.name)
         return real(path, *args, **kwargs)
 
-    monkeypatch.setattr(recovery, "repair_log", counting)
+    monkeypatch.setattr(recovery_logs, "repair_log", counting)
     return opened
 
 

@@ -1,0 +1,237 @@
+"""Recovery's read of one log: from its newest checkpoint that holds, then the rest, repaired.
+
+Every endpoint (an agent, or the user) is read once at start-up. With a checkpoint
+that holds against its log (:func:`~substrat.checkpoints.verify`), only what
+follows it is read; a log that ends where its checkpoint does is not opened at
+all. Without one, the whole log is repaired (a torn tail cut, a pending entry
+replayed) and distilled into :class:`~substrat.facts.AgentFacts` in the same
+single read. A log whose first segments were removed by hand, with no checkpoint
+to say what they held, is :class:`HistoryGone`. What the reads find goes into the
+:class:`~substrat.recovery_report.RecoveryReport`.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from substrat import access
+from substrat.access import Unreadable
+from substrat.agents import USER
+from substrat.checkpoints import Checkpoint, StoreRead, verify
+from substrat.eventlog import PENDING_NAME, DamageReport, Resume, is_suspect, repair_log
+from substrat.events import KNOWN_EVENTS
+from substrat.facts import AgentFacts
+from substrat.logread import sealed_batches
+from substrat.logs import LogPool
+from substrat.recovery_report import RecoveryReport
+from substrat.registry import RootRegistry
+from substrat.segments import Position, Segment, active_first, list_sealed
+from substrat.session import SessionStore
+
+THEN = "restart the daemon"
+"""The step after fixing an unreadable agent (see substrat.access)."""
+
+
+@dataclass
+class RootStores:
+    """The stores of one root that recovery reads and repairs."""
+
+    store: SessionStore
+    logs: LogPool
+    roots: RootRegistry
+    checkpoints: StoreRead
+    used: dict[str, Checkpoint] = field(default_factory=dict)
+
+
+def read_agent(
+    root: RootStores, sid: str, report: RecoveryReport
+) -> AgentFacts | Unreadable | None:
+    """Repair one agent's log and distill it; None if it has no log, Unreadable if it failed."""
+    path = root.logs.path(sid)
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        if not list_sealed(path):
+            return None
+        # a crash between sealing the active file and creating the next one: the
+        # log is its segments (opening it creates the active file)
+    except OSError as exc:
+        return access.unreadable(sid, path, exc, then=THEN)
+    root.logs.close(sid)  # the repair below must be the only open of this log
+    try:
+        collected = _read_log(root, sid, path, report)
+    except OSError as exc:  # EACCES, EIO, a failed fsync: it costs this agent only
+        return access.unreadable(sid, path, exc, then=THEN)
+    except HistoryGone as gone:  # nothing that holds says what the missing part held
+        return access.history_gone(sid, path, gone.first, then=THEN)
+    if collected.damage:
+        report.log_damage[sid] = collected.damage
+    return collected
+
+
+def _read_log(root: RootStores, endpoint: str, path: Path, report: RecoveryReport) -> AgentFacts:
+    """An endpoint's facts: from its newest checkpoint that holds, the log after it
+    (repaired); without one, the whole log, repaired in the same read."""
+    unsealed = _unsealed_to_the_end(root, endpoint, path, report)
+    if unsealed is not None:
+        return unsealed
+    sealed = list_sealed(path)
+    checkpoint, facts = _usable_checkpoint(root, endpoint, path, sealed, report)
+    if checkpoint is not None:
+        end = _checkpointed_end(checkpoint, path, sealed)
+        if end is not None:  # the log ends where its checkpoint does: nothing to read
+            root.logs.remember(endpoint, end)
+            return facts
+    damage = DamageReport()
+    resume: Resume | None = None
+    start: Position | None = None
+    carried = None
+    floor = 0
+    if checkpoint is not None:
+        carried = facts.ceiling()
+        start = checkpoint.at.after()
+        floor = checkpoint.at.seq
+    elif sealed and sealed[0].first > 1:
+        raise HistoryGone(sealed[0].first)
+    elif sealed:
+        start = Position(sealed[0].first, 0)
+    if start is not None and start.file_first == active_first(sealed):
+        resume = Resume(start.offset, floor)
+    elif start is not None:  # the sealed segments (from the checkpoint's on) first
+        for batch in sealed_batches(path, start, damage, KNOWN_EVENTS, set(), floor):
+            facts.add_all(batch)
+    opened = repair_log(path, facts.add_all, resume)
+    kept = opened.kept_damage()
+    damage.items.extend(kept.items)
+    damage.unknown_events.extend(kept.unknown_events)
+    facts.count_damage(path, damage, start, carried)
+    cut_starts = [
+        item.started_turn
+        for item in opened.damage.items
+        if item.offset >= opened.valid_end and item.started_turn is not None
+    ]
+    if cut_starts:
+        facts.cut_turn_start(max(cut_starts))
+    if (
+        opened.truncated_bytes
+        or opened.pending_replayed
+        or opened.pending_discarded
+        not in (
+            None,
+            "already_logged",  # the normal leftover of a crash after a durable append
+        )
+    ):
+        report.log_repairs[endpoint] = {
+            "truncated_bytes": opened.truncated_bytes,
+            "pending_replayed": opened.pending_replayed,
+            "pending_discarded": opened.pending_discarded,
+        }
+    for kind, count in damage.counts().items():
+        facts.damage[kind] = facts.damage.get(kind, 0) + count
+    report.events_read += facts.entries
+    root.logs.remember(endpoint, opened.resume())
+    return facts
+
+
+class HistoryGone(Exception):
+    """A log whose first segments are missing (removed by hand), with no checkpoint
+    that holds for it: what they said is known nowhere."""
+
+    def __init__(self, first: int) -> None:
+        super().__init__(first)
+        self.first = first
+
+
+def _unsealed_to_the_end(
+    root: RootStores, endpoint: str, path: Path, report: RecoveryReport
+) -> AgentFacts | None:
+    """The facts of a log never sealed whose newest checkpoint ends at its last byte,
+    without listing its directory (most logs of a root with many agents); None for
+    any other log, which :func:`_read_log` then lists and reads as always.
+
+    The checkpoint is checked as ever (:func:`~substrat.checkpoints.verify`), taking
+    the active file as the file its entry must be in: had the log been sealed since,
+    that file would hold another entry there, or none.
+    """
+    newest = root.checkpoints.latest(endpoint)
+    if not newest or newest[0].at.file_first != 1 or verify(newest[0], path, []) is not None:
+        return None
+    checkpoint = newest[0]
+    end = _checkpointed_end(checkpoint, path, [])
+    if end is None:
+        return None
+    try:
+        facts = checkpoint.load_facts()
+    except ValueError:
+        return None  # said by the full path, which tries it again
+    checkpoint.release()
+    report.checkpoints_used += 1
+    root.used[endpoint] = checkpoint
+    root.logs.remember(endpoint, end)
+    return facts
+
+
+def _checkpointed_end(checkpoint: Checkpoint, path: Path, sealed: list[Segment]) -> Resume | None:
+    """Where the log ends if it ends with the (verified) checkpoint's last entry, with
+    nothing after it to read or repair: no byte past it, no pending entry, no failed
+    append of this process to take back, and the file writable. None otherwise (the
+    log is then opened and repaired from the checkpoint on, as always, and a log that
+    cannot be opened for writing holds its agent back)."""
+    at = checkpoint.at
+    if is_suspect(path):
+        return None
+    try:
+        size = os.stat(path).st_size
+        if at.file_first == active_first(sealed):
+            ends_there = size == at.offset + at.length
+        elif not sealed:
+            return None  # it names a segment the log does not have
+        else:  # sealed right after the checkpoint: it ends its last segment, nothing after
+            last = sealed[-1]
+            ends_there = (
+                size == 0
+                and at.file_first == last.first
+                and at.seq == last.last
+                and not last.archived  # an archive's length is not known without reading it
+                and os.stat(last.path).st_size == at.offset + at.length
+            )
+    except FileNotFoundError:
+        return None
+    pending = os.path.join(os.path.dirname(path), PENDING_NAME)
+    if not ends_there or os.path.lexists(pending):
+        return None
+    if not os.access(path, os.W_OK):  # the repair's open for writing would fail: it says why
+        return None
+    return Resume(size, at.seq)
+
+
+def _usable_checkpoint(
+    root: RootStores, endpoint: str, path: Path, sealed: list[Segment], report: RecoveryReport
+) -> tuple[Checkpoint | None, AgentFacts]:
+    """The endpoint's newest checkpoint that holds against its log, with its facts."""
+    for checkpoint in root.checkpoints.latest(endpoint):
+        reason = verify(checkpoint, path, sealed)
+        if reason is None:
+            try:
+                facts = checkpoint.load_facts()
+            except ValueError as exc:
+                reason = f"its facts do not read ({exc})"
+            else:
+                checkpoint.release()
+                report.checkpoints_used += 1
+                root.used[endpoint] = checkpoint
+                return checkpoint, facts
+        report.checkpoints_rejected.setdefault(endpoint, reason)
+    report.read_in_full.append(endpoint)
+    return None, AgentFacts(endpoint)
+
+
+def read_user(root: RootStores, report: RecoveryReport) -> AgentFacts:
+    """The user's log, read like an agent's (from its checkpoint, repaired)."""
+    user_log = root.logs.path(USER)
+    if not os.path.exists(user_log.parent):
+        return AgentFacts(USER)
+    root.logs.close(USER)
+    return _read_log(root, USER, user_log, report)
