@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from substrat import events, recovery, restore
+from substrat import events, recovery, restore, rootdir
 from substrat.agents import (
     USER,
     AgentNode,
@@ -115,7 +115,15 @@ class Orchestrator(QueryMixin, CommitMixin, WakeMixin):
 
     @classmethod
     async def open(cls, root: str | Path, **kwargs: Any) -> Orchestrator:
-        """Open a root: recover everything the logs hold, then serve."""
+        """Open a root: recover everything the logs hold, then serve.
+
+        ``root`` is created when missing. A directory that holds anything
+        substrat does not put in a root (a mistyped path to a project, a home
+        directory) is refused with :class:`~substrat.errors.NotARootError`
+        before anything is written; a root of a newer format with
+        :class:`~substrat.errors.RootUnusableError`.
+        """
+        rootdir.refuse_strangers(root)
         orch = cls(root, **kwargs)
         orch.store.make_root_durable()  # here, not in the first request's latency
         orch.recover()

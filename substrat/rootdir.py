@@ -225,6 +225,25 @@ def refuse_foreign(root: str | os.PathLike[str]) -> RootInfo:
     return info
 
 
+def refuse_strangers(root: str | os.PathLike[str]) -> RootInfo:
+    """Fail, writing nothing, if ``root`` holds anything substrat would not have put there.
+
+    For :meth:`substrat.orchestrator.Orchestrator.open`, which has always made
+    its root without the marker: a directory holding only substrat's own
+    names is accepted even when :func:`inspect` cannot tell it is a root (a
+    crash can leave ``user/`` made and ``agents/`` not yet), but a mistyped
+    path to a project or a home directory is refused before anything is
+    created in it.
+    """
+    info = inspect(root)
+    if info.state is RootState.FOREIGN and any(
+        _base_name(name) not in LEGACY_NAMES for name in info.strangers
+    ):
+        raise NotARootError(_no_root_message(info))
+    _check_version(info)
+    return info
+
+
 def _check_version(info: RootInfo) -> None:
     if info.version is not None and info.version > MARKER_VERSION:
         raise RootUnusableError(

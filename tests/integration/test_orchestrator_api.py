@@ -4,6 +4,7 @@ notifications, failures, eviction and clean restarts."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
@@ -18,7 +19,9 @@ from substrat.errors import (
     AgentNotFoundError,
     HasChildrenError,
     NameCollisionError,
+    NotARootError,
     ProviderError,
+    RootUnusableError,
     UnknownProviderError,
 )
 from substrat.eventlog import read_log
@@ -27,6 +30,7 @@ from substrat.providers.base import AgentContext, TurnRecord
 from substrat.providers.fake import FakeProvider
 from substrat.providers.registry import ProviderRegistry
 from substrat.providers.scripted import ScriptedProvider, ScriptedSession, parse_directives
+from substrat.rootdir import MARKER_NAME
 from substrat.session import SessionState, SessionStore
 
 T = TypeVar("T")
@@ -70,6 +74,42 @@ class Gate:
         for index, (tool, args) in enumerate(parse_directives(prompt)):
             lines.append(await ctx.call_tool(tool, args, f"g{len(turns)}c{index}"))
         return "\n".join(lines)
+
+
+# -- the root directory ----------------------------------------------------------
+
+
+def test_open_refuses_a_directory_that_is_not_a_root_and_writes_nothing(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "README.md").write_text("mine\n")
+    (project / "src").mkdir()
+    with pytest.raises(NotARootError, match=r"not a substrat root.*README\.md"):
+        run(Orchestrator.open(project))
+    assert sorted(p.name for p in project.iterdir()) == ["README.md", "src"]
+
+
+def test_open_takes_a_root_a_crash_left_with_substrat_names_only(tmp_path: Path) -> None:
+    """A library root has no marker; a crash can leave ``user/`` made and ``agents/`` not."""
+    left = tmp_path / "left"
+    (left / "user").mkdir(parents=True)
+
+    async def go() -> None:
+        orch = await Orchestrator.open(left, registry=registry())
+        await orch.create_root("lead", "You lead.", provider="scripted")
+        await orch.close()
+
+    run(go())
+    assert (left / "agents").is_dir()
+
+
+def test_open_refuses_a_root_of_a_newer_format(tmp_path: Path) -> None:
+    newer = tmp_path / "newer"
+    newer.mkdir()
+    (newer / MARKER_NAME).write_text(json.dumps({"format": "substrat-root", "version": 99}))
+    with pytest.raises(RootUnusableError, match="newer"):
+        run(Orchestrator.open(newer))
+    assert [p.name for p in newer.iterdir()] == [MARKER_NAME]
 
 
 # -- creating roots --------------------------------------------------------------
