@@ -5,9 +5,11 @@ once ``every_entries`` entries or ``every_bytes`` bytes were appended to it
 since its last one, when its session is evicted, and at a clean shutdown. An
 active file over ``segment_bytes`` is sealed into a segment after a
 checkpoint; sealed segments wholly before the newest checkpoint are then kept
-(``keep``, the default: the log is the user's record) or compressed
-(``archive``). Nothing deletes history: a policy that removes covered segments
-is not offered until the crash oracle can check a log whose start is gone.
+(``keep``, the default: the log is the user's record), compressed
+(``archive``), or deleted (``delete``: the segments before the one holding the
+newest durable checkpoint's entry go, except the newest sealed segment, and
+what they held is kept in the log's base first, see :mod:`substrat.logbase`;
+the other covered segments are compressed).
 
 **Off the turn's critical path.** :meth:`Checkpointer.appended` is the log's
 hook, called once an append's fsync returned: it counts, and when an endpoint
@@ -26,7 +28,10 @@ open); a seal that a checkpoint made due waits for the next poke outside one.
   what recovery would find;
 * compaction acts only on checkpoints whose append to the store was fsynced
   (archiving loses nothing either way: a lost checkpoint only makes a restart
-  read more);
+  read more; deleting relies on it);
+* deleting writes the log's base (the covering checkpoint, the turns of the
+  segments going) atomically before it removes a segment, each removal durable
+  (:func:`substrat.logbase.delete_covered`);
 * sealing renames the active file within its directory (one directory fsync)
   and creates the next one durably; archiving writes the compressed copy
   atomically before removing the plain one (see :mod:`substrat.segments`).
@@ -43,21 +48,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from substrat import segments
+from substrat import logbase, segments
 from substrat.checkpoints import (
     Checkpoint,
     CheckpointStore,
     PositionGone,
     Settled,
     build,
+    verify,
 )
+from substrat.conversation import conversation_from_entries
 from substrat.errors import DurabilityError
 from substrat.eventlog import Clock, utc_now_iso
 from substrat.logs import LogPool
 
 log = logging.getLogger("substrat.checkpointer")
 
-COMPACTION_MODES = ("keep", "archive")
+COMPACTION_MODES = ("keep", "archive", "delete")
 
 
 @dataclass(frozen=True)
@@ -136,6 +143,7 @@ class Stats:
     written: int = 0
     rolled: int = 0
     archived: int = 0
+    deleted: int = 0
     errors: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, object]:
@@ -143,6 +151,7 @@ class Stats:
             "written": self.written,
             "rolled": self.rolled,
             "archived": self.archived,
+            "deleted": self.deleted,
             "errors": list(self.errors[-5:]),
         }
 
@@ -330,15 +339,19 @@ class Checkpointer:
         return out
 
     def _compact(self, path: Path, covering: list[Checkpoint]) -> str | None:
-        """Archive the sealed segments the durable checkpoints cover (``archive``)."""
+        """Archive the sealed segments the durable checkpoints cover (``archive``), or
+        delete those the newest lets go and archive the rest (``delete``)."""
         if self.policy.compaction == "keep":
             return None
         try:
+            if self.policy.compaction == "delete":
+                gone = logbase.delete_covered(path, covering[-1], conversation_from_entries)
+                self.stats.deleted += len(gone)
             for segment in segments.list_sealed(path):
                 if not segment.archived and segment.last <= covering[-1].at.seq:
                     segments.archive(segment)
                     self.stats.archived += 1
-        except OSError as exc:
+        except (OSError, ValueError) as exc:  # ValueError: a damaged base (nothing deleted)
             return f"compacting {path.parent.name}: {exc}"
         return None
 
@@ -401,15 +414,30 @@ def _build(task: _Task) -> Checkpoint | None:
     except (PositionGone, ValueError):
         if task.previous is None:
             raise
-        # the previous checkpoint's file left the log (or does not read): from the start
+    # the previous checkpoint's file left the log (or does not read): from the log's
+    # base if its first segments were deleted (build refuses a log without its start)
+    base = logbase.read_base(task.path)
+    if (
+        base is not None
+        and logbase.first_kept(task.path) > 1
+        and verify(base.checkpoint, task.path) is None
+    ):
         return build(
             task.endpoint,
             task.path,
-            None,
+            base.checkpoint,
             upto_seq=task.upto_seq,
             active_end=task.active_end,
             settled=task.settled,
         )
+    return build(
+        task.endpoint,
+        task.path,
+        None,
+        upto_seq=task.upto_seq,
+        active_end=task.active_end,
+        settled=task.settled,
+    )
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:

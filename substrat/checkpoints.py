@@ -294,6 +294,9 @@ def build(
     damage: dict[str, int] = {}
     last: LogPoint | None = None
     for file_first, offset, raw in raw_lines(log_path, start, active_end=active_end):
+        if start is None and last is None and file_first > 1:
+            # its first segments were deleted: only a checkpoint can say what they held
+            raise ValueError(f"{log_path}: entries before {file_first} are not in the log")
         if not ceiling.feed(raw):
             break  # a partial line: never durable
         decoded = decode_line(raw[:-1])

@@ -5,8 +5,10 @@ A running daemon compacts by its own policy (``SUBSTRAT_COMPACTION``, default
 offline, with the root's lock held: recovery runs (as at a daemon start), every
 log gets a checkpoint, every active file over ``segment_bytes`` is sealed and
 checkpointed again, and the sealed segments the checkpoints cover are archived
-(gzip: nothing is lost). :func:`plan` says what that would do without changing
-anything.
+(gzip: nothing is lost), or, with ``compaction="delete"``, deleted as far as
+:func:`substrat.logbase.deletable` lets them go (their turns and the covering
+checkpoint kept in the log's base first) and the rest archived. :func:`plan`
+says what that would do without changing anything.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from substrat.checkpointer import CheckpointPolicy
 from substrat.checkpoints import read_store, verify
 from substrat.errors import FsckError, RootLockedError
 from substrat.eventlog import LOG_NAME
+from substrat.logbase import BaseUnreadable, deletable, read_base
 from substrat.logs import USER_DIR
 from substrat.segments import list_sealed, stored_bytes
 from substrat.session.store import AGENTS_DIR
@@ -39,6 +42,9 @@ class LogPlan:
     checkpoint_seq: int | None
     """The newest checkpoint that holds against the log (None: none does)."""
     to_archive: list[str] = field(default_factory=list)
+    to_delete: list[str] = field(default_factory=list)
+    deleted_through: int = 0
+    """Entries 1..this were deleted by an earlier ``delete`` compaction (0: none)."""
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -67,13 +73,15 @@ def _logs(root: Path) -> list[tuple[str, Path]]:
     return [(e, p) for e, p in found if p.exists() or list_sealed(p)]
 
 
-def plan(root: str | os.PathLike[str]) -> CompactPlan:
-    """What compacting ``root`` would do now, from the checkpoints there are.
+def plan(root: str | os.PathLike[str], *, compaction: str = "archive") -> CompactPlan:
+    """What compacting ``root`` with ``compaction`` (``archive`` or ``delete``) would do
+    now, from the checkpoints there are.
 
     Reads only. Segments a checkpoint does not cover yet (the active file, and
     what follows the newest checkpoint) are left alone; ``compact`` checkpoints
     every log first, so it may do more than this shows, never less.
     """
+    _check_mode(compaction)
     root = Path(root)
     store = read_store(root)
     out = CompactPlan([])
@@ -100,7 +108,16 @@ def plan(root: str | os.PathLike[str]) -> CompactPlan:
             stored_bytes(log_path),
             holding[0].at.seq if holding else None,
         )
+        try:
+            base = read_base(log_path)
+        except BaseUnreadable:
+            base = None
+        item.deleted_through = 0 if base is None else base.deleted_through
+        going = deletable(sealed, holding[0]) if holding and compaction == "delete" else []
+        item.to_delete = [s.name for s in going]
         for segment in sealed:
+            if segment in going:
+                continue
             if not segment.archived and holding and segment.last <= holding[0].at.seq:
                 item.to_archive.append(segment.name)
         out.logs.append(item)
@@ -112,6 +129,7 @@ class CompactReport:
     checkpoints: int
     sealed: int
     archived: int
+    deleted: int
     bytes_before: int
     bytes_after: int
     errors: list[str]
@@ -120,14 +138,27 @@ class CompactReport:
         return dict(self.__dict__)
 
 
-def compact(root: str | os.PathLike[str], *, segment_bytes: int | None = None) -> CompactReport:
+def _check_mode(compaction: str) -> None:
+    if compaction not in ("archive", "delete"):
+        raise ValueError(f"compaction must be 'archive' or 'delete', not {compaction!r}")
+
+
+def compact(
+    root: str | os.PathLike[str],
+    *,
+    segment_bytes: int | None = None,
+    compaction: str = "archive",
+) -> CompactReport:
     """Compact a stopped root now (see the module docstring). FsckError if a daemon runs."""
     from substrat.rpc.lock import RootLock
 
+    _check_mode(compaction)
     root = Path(root)
     base = CheckpointPolicy()
     policy = CheckpointPolicy(
-        compaction="archive", segment_bytes=segment_bytes or base.segment_bytes, background=False
+        compaction=compaction,
+        segment_bytes=segment_bytes or base.segment_bytes,
+        background=False,
     )
     try:
         held = RootLock.acquire(root, retry_s=0)
@@ -146,6 +177,7 @@ def compact(root: str | os.PathLike[str], *, segment_bytes: int | None = None) -
         int(stats["written"]),
         int(stats["rolled"]),
         int(stats["archived"]),
+        int(stats["deleted"]),
         before,
         after,
         list(stats["errors"]),

@@ -11,12 +11,46 @@ from pathlib import Path
 
 from substrat import events
 from substrat.eventlog import Entry, read_log
+from substrat.logbase import BaseUnreadable, LogBase, first_kept, read_base
 from substrat.providers.base import TurnRecord
 
 
+class ConversationGone(Exception):
+    """The log's first entries were deleted and its base, which held their turns, does
+    not read: the conversation cannot be rebuilt (never guessed from what is left)."""
+
+
 def conversation_from_log(path: Path) -> list[TurnRecord]:
-    """Completed turns, in order, from an agent's log (damage is skipped)."""
-    return conversation_from_entries(read_log(path).entries)
+    """Completed turns, in order, from an agent's log (damage is skipped).
+
+    A log whose first segments the ``delete`` compaction policy removed starts
+    with the turns its base holds (:mod:`substrat.logbase`); ConversationGone if
+    they are gone and the base does not read.
+    """
+    return conversation_with_base(log_base(path), read_log(path).entries)
+
+
+def log_base(path: Path) -> LogBase | None:
+    """The log's base, if it has one that counts; ConversationGone if its first
+    entries are gone and the base does not read."""
+    try:
+        return read_base(path)
+    except BaseUnreadable as exc:
+        if first_kept(path) > 1:
+            raise ConversationGone(
+                f"{path}: entries before {first_kept(path)} were deleted by the compaction "
+                f"policy and their base does not read ({exc}); restore {path.parent} from a "
+                "backup"
+            ) from None
+        return None  # nothing is deleted yet: the log holds every turn
+
+
+def conversation_with_base(base: LogBase | None, entries: Iterable[Entry]) -> list[TurnRecord]:
+    """The base's turns, then those of the log's entries after what it deleted."""
+    if base is None:
+        return conversation_from_entries(entries)
+    floor = base.deleted_through
+    return [*base.turns, *conversation_from_entries(e for e in entries if e["seq"] > floor)]
 
 
 def conversation_from_entries(entries: Iterable[Entry]) -> list[TurnRecord]:

@@ -23,6 +23,9 @@ ROOT_REGISTERED = "root.registered"
 """Written only to the root registry (``roots/events.jsonl``), never to an agent's log."""
 CHECKPOINT = "checkpoint"
 """Written only to the checkpoint store (``checkpoints/events.jsonl``)."""
+LOG_BASE = "log.base"
+"""Written only to a log's base file (``events.base``), before the ``delete`` compaction
+policy removes the segments it covers (see :mod:`substrat.logbase`)."""
 
 KNOWN_EVENTS: frozenset[str] = frozenset(
     {
@@ -40,5 +43,6 @@ KNOWN_EVENTS: frozenset[str] = frozenset(
         PROVIDER_SESSION,
         ROOT_REGISTERED,
         CHECKPOINT,
+        LOG_BASE,
     }
 )

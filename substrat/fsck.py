@@ -47,6 +47,7 @@ from substrat.errors import FsckError, RootLockedError
 from substrat.eventlog import LOG_NAME, PENDING_NAME, decode_line, read_log
 from substrat.facts import collect_facts
 from substrat.fsck_repair import repair_root
+from substrat.logbase import BASE_NAME
 from substrat.logs import USER_DIR
 from substrat.registry import REGISTRY_DIR, registry_path
 from substrat.rootdir import LEGACY_NAMES, MARKER_NAME
@@ -60,7 +61,7 @@ EXIT_CLEAN = 0
 EXIT_DAMAGE = 1
 EXIT_ERROR = 2
 DAMAGE, LEFTOVER, NOTICE = "damage", "leftover", "notice"
-_SESSION_FILES = frozenset({RECORD_NAME, LOG_NAME, PENDING_NAME})
+_SESSION_FILES = frozenset({RECORD_NAME, LOG_NAME, PENDING_NAME, BASE_NAME})
 _ROOT_FILES = frozenset({*LEGACY_NAMES, MARKER_NAME})
 THEN = "run `substrat fsck` again"
 """The step after fixing an unreadable agent (see substrat.access)."""

@@ -10,7 +10,10 @@
   drops it, and the recovery that ends the repair writes a new one from the
   log at its clean shutdown.
 * Sealed segments: a segment missing between two others (its entries are
-  lost), and a segment both plain and archived (a crash between writing the
+  lost); the first segments missing (lost, unless the ``delete`` compaction
+  policy removed them: then the log's base, :mod:`substrat.logbase`, reads and
+  covers them with a checkpoint that holds, and they are noted as deleted, not
+  reported as damage); and a segment both plain and archived (a crash between writing the
   archive and removing the plain copy: ``--repair`` removes the plain copy once
   the archive reads back the same).
 """
@@ -25,6 +28,7 @@ from pathlib import Path
 from substrat import persistence
 from substrat.checkpoints import Checkpoint, CheckpointStore, read_store, store_path, verify
 from substrat.eventlog import LOG_NAME
+from substrat.logbase import BASE_NAME, BaseUnreadable, read_base
 from substrat.logs import USER_DIR
 from substrat.segments import ARCHIVE_SUFFIX, Segment, list_sealed, raw_lines, read_segment
 from substrat.session.store import AGENTS_DIR
@@ -126,6 +130,11 @@ def inspect_segments(log_path: Path, add: Add) -> None:
                     repair="remove the plain copy once the archive reads the same",
                 )
     expected = 1
+    if plain and min(plain) > 1:
+        deleted = deleted_by_policy(log_path, min(plain))
+        if deleted is not None:
+            add("deleted_by_policy", directory, NOTICE, deleted)
+            expected = min(plain)
     for first in sorted(plain):
         segment = plain[first]
         if first != expected:
@@ -137,6 +146,24 @@ def inspect_segments(log_path: Path, add: Add) -> None:
                 "restore them from a backup if there is one",
             )
         expected = segment.last + 1
+
+
+def deleted_by_policy(log_path: Path, first: int) -> str | None:
+    """What to say of a log whose entries before ``first`` are not there, if the
+    ``delete`` compaction policy removed them (its base covers them with a checkpoint
+    that holds against the log); None if nothing accounts for them (they are lost)."""
+    try:
+        base = read_base(log_path)
+    except BaseUnreadable:
+        return None  # damaged: nothing says what the missing entries held
+    if base is None or base.deleted_through < first - 1:
+        return None
+    if verify(base.checkpoint, log_path) is not None:
+        return None
+    return (
+        f"entries 1-{first - 1} deleted by the compaction policy (delete); their base "
+        f"({BASE_NAME}) covers them with the checkpoint at entry {base.checkpoint.at.seq}"
+    )
 
 
 def repair(root: Path) -> None:

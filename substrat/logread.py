@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 
 from substrat.events import KNOWN_EVENTS, TURN_START
-from substrat.segments import Position, list_sealed, open_segment
+from substrat.segments import Position, Segment, list_sealed, open_segment
 
 Entry = dict[str, Any]
 _EXCERPT_BYTES = 80
@@ -322,3 +322,14 @@ def sealed_batches(
             yield from _batches(
                 handle, damage, known_events, seen, None, offset, min_seq, segment.name
             )
+
+
+def segment_entries(segment: Segment, min_seq: int = 0) -> list[Entry]:
+    """The healthy entries of one sealed segment with a ``seq`` above ``min_seq``."""
+    out: list[Entry] = []
+    with open_segment(segment) as handle:
+        for batch in _batches(
+            handle, DamageReport(), KNOWN_EVENTS, set(), None, 0, min_seq, segment.name
+        ):
+            out.extend(batch)
+    return out

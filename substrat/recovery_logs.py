@@ -23,6 +23,7 @@ from substrat.checkpoints import Checkpoint, StoreRead, verify
 from substrat.eventlog import PENDING_NAME, DamageReport, Resume, is_suspect, repair_log
 from substrat.events import KNOWN_EVENTS
 from substrat.facts import AgentFacts
+from substrat.logbase import BaseUnreadable, read_base
 from substrat.logread import sealed_batches
 from substrat.logs import LogPool
 from substrat.recovery_report import RecoveryReport
@@ -210,8 +211,9 @@ def _checkpointed_end(checkpoint: Checkpoint, path: Path, sealed: list[Segment])
 def _usable_checkpoint(
     root: RootStores, endpoint: str, path: Path, sealed: list[Segment], report: RecoveryReport
 ) -> tuple[Checkpoint | None, AgentFacts]:
-    """The endpoint's newest checkpoint that holds against its log, with its facts."""
-    for checkpoint in root.checkpoints.latest(endpoint):
+    """The endpoint's newest checkpoint that holds against its log, with its facts (the
+    one in the log's base last: see :mod:`substrat.logbase`)."""
+    for checkpoint in [*root.checkpoints.latest(endpoint), *_base_checkpoint(path, sealed)]:
         reason = verify(checkpoint, path, sealed)
         if reason is None:
             try:
@@ -226,6 +228,18 @@ def _usable_checkpoint(
         report.checkpoints_rejected.setdefault(endpoint, reason)
     report.read_in_full.append(endpoint)
     return None, AgentFacts(endpoint)
+
+
+def _base_checkpoint(path: Path, sealed: list[Segment]) -> list[Checkpoint]:
+    """The checkpoint in the log's base, if its first segments were deleted (a damaged
+    base is no candidate: then nothing may say what they held, see HistoryGone)."""
+    if not sealed or sealed[0].first == 1:
+        return []
+    try:
+        base = read_base(path)
+    except BaseUnreadable:
+        return []
+    return [] if base is None else [base.checkpoint]
 
 
 def read_user(root: RootStores, report: RecoveryReport) -> AgentFacts:

@@ -17,7 +17,8 @@ from typing import Any
 from substrat import access, persistence
 from substrat.access import Unreadable
 from substrat.agents import USER
-from substrat.facts import AgentFacts, read_facts
+from substrat.facts import AgentFacts
+from substrat.logbase import read_facts
 from substrat.registry import (
     RegistryRead,
     creation_from_registry,

@@ -1,4 +1,4 @@
-"""``substrat compact``: archive the log segments checkpoints cover (offline)."""
+"""``substrat compact``: archive (or delete) the log segments checkpoints cover (offline)."""
 
 from __future__ import annotations
 
@@ -27,31 +27,43 @@ def _size(n: int) -> str:
     default=None,
     help="Seal an active log file into a segment once it is this big (default 8 MiB).",
 )
-def compact(opts: Opts, dry_run: bool, segment_bytes: int | None) -> None:
-    """Checkpoint every log, then compress (gzip) the sealed segments they cover.
+@click.option(
+    "--policy",
+    type=click.Choice(["archive", "delete"]),
+    default="archive",
+    show_default=True,
+    help="archive: compress covered segments (nothing is lost). delete: remove the "
+    "covered segments before the one holding the newest checkpoint (their turns and the "
+    "checkpoint are kept in the log's base, events.base), compress the rest.",
+)
+def compact(opts: Opts, dry_run: bool, segment_bytes: int | None, policy: str) -> None:
+    """Checkpoint every log, then compress (gzip) or delete the sealed segments they cover.
 
     The root must be stopped (a running daemon compacts by its own policy,
     SUBSTRAT_COMPACTION). --dry-run reads only: per log, its segments, its
     newest checkpoint and what compacting would do with what is checkpointed
-    now (compacting checkpoints every log first, so it may do more).
+    now (compacting checkpoints every log first, so it may do more). Deleted
+    entries are gone from `substrat log` (it says which); conversations and
+    recovery keep what they need in the log's base.
     """
     from substrat import compaction
 
     if dry_run:
-        planned = compaction.plan(opts.root)
+        planned = compaction.plan(opts.root, compaction=policy)
         if opts.json:
             emit_json(planned.to_dict())
             return
         _print_plan(opts, planned)
         return
-    report = compaction.compact(opts.root, segment_bytes=segment_bytes)
+    report = compaction.compact(opts.root, segment_bytes=segment_bytes, compaction=policy)
     if opts.json:
         emit_json(report.to_dict())
     else:
         out = opts.out
         out.print(
             f"compact: {plural(report.checkpoints, 'checkpoint')} written, "
-            f"{plural(report.sealed, 'segment')} sealed, {report.archived} archived; "
+            f"{plural(report.sealed, 'segment')} sealed, {report.archived} archived, "
+            f"{report.deleted} deleted; "
             f"logs {_size(report.bytes_before)} -> "
             f"{_size(report.bytes_after)}"
         )
@@ -76,7 +88,10 @@ def _print_plan(opts: Opts, planned: object) -> None:
     rows = []
     for item in planned.logs:
         who = item.name or ("user" if item.endpoint == "user" else render.short(item.endpoint))
-        would = [f"archive {len(item.to_archive)}"] if item.to_archive else []
+        would = [f"delete {len(item.to_delete)}"] if item.to_delete else []
+        would += [f"archive {len(item.to_archive)}"] if item.to_archive else []
+        if item.deleted_through:
+            would.append(f"(1-{item.deleted_through} deleted)")
         rows.append(
             [
                 esc(who),
@@ -90,8 +105,10 @@ def _print_plan(opts: Opts, planned: object) -> None:
     for part in render.grouped_tables(out.width, cols, [(f"[bold]{esc(opts.root)}[/]", rows)]):
         out.print(part)
     total = sum(len(p.to_archive) for p in planned.logs)
+    going = sum(len(p.to_delete) for p in planned.logs)
     out.print(
         f"{plural(len(planned.logs), 'log')}, {_size(planned.stored_bytes)} on disk; "
+        + (f"{plural(going, 'segment')} to delete, " if going else "")
         + (f"{plural(total, 'segment')} to archive" if total else "nothing to archive yet")
         + "; nothing was changed (run without --dry-run, the daemon stopped, to compact)"
     )

@@ -53,7 +53,11 @@ EXAMPLES: dict[str, list[str]] = {
     ],
     "fsck": ["substrat fsck", "substrat fsck --repair"],
     "recover": ["substrat recover --dry-run", "substrat recover"],
-    "compact": ["substrat compact --dry-run", "substrat compact --segment-bytes 1048576"],
+    "compact": [
+        "substrat compact --dry-run",
+        "substrat compact --segment-bytes 1048576",
+        "substrat compact --policy delete --dry-run",
+    ],
     "demo": ["substrat demo", "substrat demo --root /tmp/crash-demo"],
 }
 

@@ -20,8 +20,9 @@ import pytest
 
 from substrat import events
 from substrat.agents import AgentState
+from substrat.checkpointer import CheckpointPolicy
 from substrat.errors import ProviderError
-from substrat.eventlog import read_log
+from substrat.eventlog import decode_line, read_log
 from substrat.orchestrator import Orchestrator
 from substrat.providers.base import AgentContext, TurnRecord
 from substrat.providers.fake import FakeProvider
@@ -184,8 +185,12 @@ def test_every_event_the_code_writes_is_documented_with_its_fields(root: Path) -
     abandon(held[0])  # the kill closed the descriptors; nothing else ran
 
     async def recover() -> None:  # recovery closes the lost turn in the log
-        orch = await Orchestrator.open(root, registry=registry, slots=1)
+        deleting = CheckpointPolicy(every_entries=2, segment_bytes=400, compaction="delete")
+        orch = await Orchestrator.open(root, registry=registry, slots=1, checkpoints=deleting)
         assert orch.recovery_report is not None and orch.recovery_report.lost_turns
+        await orch.create_root("keeper", provider="fake")
+        for i in range(8):  # its first segments are deleted: its log gets a base
+            await orch.run_turn("keeper", f"turn {i}")
         await orch.close()
 
     run(recover())
@@ -193,10 +198,17 @@ def test_every_event_the_code_writes_is_documented_with_its_fields(root: Path) -
     assert set(table) == set(events.KNOWN_EVENTS)
     seen: set[str] = set()
     logs = [*root.glob("agents/*/events.jsonl"), root / "user" / "events.jsonl"]
-    for log in [*logs, root / "roots" / "events.jsonl", root / "checkpoints" / "events.jsonl"]:
-        for entry in read_log(log).entries:
-            seen.add(entry["event"])
-            undocumented = set(entry["data"]) - table[entry["event"]]
-            assert not undocumented, (entry["event"], undocumented)
+    entries = [
+        entry
+        for log in [*logs, root / "roots" / "events.jsonl", root / "checkpoints" / "events.jsonl"]
+        for entry in read_log(log).entries
+    ]
+    bases = [decode_line(base.read_bytes()[:-1]) for base in root.glob("agents/*/events.base")]
+    assert bases, "a log's base was written"
+    for entry in [*entries, *bases]:
+        assert isinstance(entry, dict)
+        seen.add(entry["event"])
+        undocumented = set(entry["data"]) - table[entry["event"]]
+        assert not undocumented, (entry["event"], undocumented)
     # everything but the two events only real providers write
     assert seen == set(events.KNOWN_EVENTS) - {events.TOOL_REPAIRED, events.PROVIDER_SESSION}
