@@ -134,6 +134,18 @@ def deletable(sealed: list[Segment], checkpoint: Checkpoint) -> list[Segment]:
     return [s for s in sealed[:-1] if s.last < checkpoint.at.file_first]
 
 
+def deleted_through(log_path: str | os.PathLike[str]) -> int:
+    """Through which entry the log was deleted by the compaction policy (0: none; also
+    0 for a base that does not read, whose loss fsck and recovery report)."""
+    if first_kept(log_path) == 1:
+        return 0
+    try:
+        base = read_base(log_path)
+    except BaseUnreadable:
+        return 0
+    return 0 if base is None else base.deleted_through
+
+
 def first_kept(log_path: str | os.PathLike[str]) -> int:
     """The first ``seq`` the log's files hold: 1, or past the segments deleted."""
     sealed = list_sealed(log_path)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from substrat import events
+from substrat.logbase import read_base
 from substrat.logread import DamageReport, iter_log
 from substrat.session import SessionState, SessionStore
 
@@ -51,6 +52,8 @@ def read_terminated(store: SessionStore, session_id: str) -> TerminatedAgent | N
             created = data
         elif event == events.AGENT_TERMINATED:
             terminated_at = str(entry.get("ts") or "") or None
+    if created is None:  # its first segments deleted by the compaction policy, or an orphan
+        created, provider, model = _created_from_base(store.log_path(session_id), provider, model)
     if created is None:  # an orphan of a crashed creation: never acknowledged to anyone
         return None
     parent = created.get("parent_session_id")
@@ -65,12 +68,33 @@ def read_terminated(store: SessionStore, session_id: str) -> TerminatedAgent | N
     )
 
 
+def _created_from_base(
+    log_path: Path, provider: str, model: str
+) -> tuple[dict[str, Any] | None, str, str]:
+    """``agent.created`` (and the provider and model) from the log's base, when the
+    ``delete`` compaction policy removed the entries holding them."""
+    try:
+        base = read_base(log_path)
+        facts = None if base is None else base.checkpoint.load_facts()
+    except ValueError:
+        return None, provider, model
+    if facts is None:
+        return None, provider, model
+    session = facts.session_created or {}
+    return (
+        facts.created,
+        provider or str(session.get("provider", "")),
+        model or str(session.get("model", "")),
+    )
+
+
 def read_instructions(log_path: Path) -> str:
-    """The instructions an agent was created with, from its log."""
+    """The instructions an agent was created with, from its log (or its base)."""
     for entry in iter_log(log_path, DamageReport()):
         if entry.get("event") == events.AGENT_CREATED:
             return str((entry.get("data") or {}).get("instructions", ""))
-    return ""
+    created, _, _ = _created_from_base(log_path, "", "")
+    return str((created or {}).get("instructions", ""))
 
 
 class Graveyard:

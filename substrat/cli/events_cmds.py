@@ -213,6 +213,13 @@ def log(opts: Opts, agent: str, limit: int, follow: bool, follow_restarts: bool)
         want = 10_000 if reconnected else limit
         history = conn.call("agent.history", {"agent": state.get("agent_id", agent), "limit": want})
         state["agent_id"], state["path"] = history["agent"]["agent_id"], history["agent"]["path"]
+        gone = history.get("deleted_through", 0)
+        if gone and not opts.json and not reconnected:
+            opts.out.print(
+                f"[dim]entries 1-{gone} of {esc(state['path'])}'s log were deleted by the "
+                "compaction policy: the turns they held are kept (in the log's base), their "
+                "other events are gone[/]"
+            )
         first = history["total"] - len(history["turns"]) + 1
         for offset, turn in enumerate(history["turns"]):
             if turn["turn_id"] not in printed:

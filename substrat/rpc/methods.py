@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol
 
+from substrat.logbase import deleted_through
 from substrat.rpc import protocol
 from substrat.rpc.protocol import RequestError
 from substrat.rpc.server import Call, Method, MethodTable, Param
@@ -138,6 +139,9 @@ def build_methods(daemon: DaemonView) -> MethodTable:
         return {
             "agent": info.to_dict(),
             "total": len(turns),
+            # entries 1..this of its log were deleted by the compaction policy (their
+            # turns are still in ``turns``, kept in the log's base): 0 if none were
+            "deleted_through": deleted_through(daemon.orch.logs.path(info.session_id)),
             "turns": [
                 {"turn_id": t.turn_id, "prompt": t.prompt, "response": t.response} for t in shown
             ],

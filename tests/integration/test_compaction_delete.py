@@ -241,3 +241,34 @@ def test_cli_compact_policy_delete_dry_run_then_delete(tmp_path: Path) -> None:
     assert " deleted" in done.stdout and not done.stdout.startswith("compact: 0 deleted")
     again = cli(root, "compact", "--policy", "delete", "--dry-run")
     assert "deleted)" in again.stdout  # what the earlier deletion removed, per log
+
+
+def test_log_shows_the_deleted_prefix_and_every_turn(tmp_path: Path) -> None:
+    from tests.support.cli import as_json, stop_or_kill
+    from tests.support.cli import run as cli
+
+    root = build(tmp_path, DELETE, "root")
+    kept = comparable(reopen(build(tmp_path, KEEP, "kept"), KEEP)[0])
+    lead_log = agent_dirs(root)["lead"] / "events.jsonl"
+    gone = logbase.deleted_through(lead_log)
+    assert gone > 0
+    try:
+        shown = cli(root, "log", "lead")
+        assert shown.returncode == 0, shown.stderr
+        assert f"entries 1-{gone} of lead's log were deleted by the compaction policy" in (
+            " ".join(shown.stdout.split())
+        )
+        doc = as_json(cli(root, "log", "lead", "--json"))
+        assert doc["deleted_through"] == gone
+        assert doc["total"] == len(kept["agents"]["lead"]["history"])
+        assert [(_masked(t["prompt"]), _masked(t["response"])) for t in doc["turns"]] == kept[
+            "agents"
+        ]["lead"]["history"]
+        # a terminated agent whose agent.created was deleted is still known by its base
+        assert cli(root, "agent", "rm", "lead/a").returncode == 0
+        listed = as_json(cli(root, "agent", "list", "--all", "--json"))
+        dead = [a for a in listed if a["name"] == "a"]
+        assert dead and dead[0]["state"] == "terminated"
+        assert as_json(cli(root, "log", dead[0]["agent_id"], "--json"))["deleted_through"] > 0
+    finally:
+        stop_or_kill(root)
