@@ -87,8 +87,21 @@ class FaultFileIO(io.RawIOBase):
         return f"<FaultFileIO name={self.name!r} mode={self.mode!r}>"
 
 
+_FLAGS_OF: dict[str, tuple[int, str]] = {}
+"""The valid modes seen so far and their flags (a program uses a handful)."""
+
+
 def _flags_for(mode: str) -> tuple[int, str]:
     """os.open flags and the raw mode string for an open() mode, validated as open() does."""
+    if type(mode) is not str:
+        return _parse_mode(mode)
+    known = _FLAGS_OF.get(mode)
+    if known is None:
+        known = _FLAGS_OF[mode] = _parse_mode(mode)
+    return known
+
+
+def _parse_mode(mode: str) -> tuple[int, str]:
     chars = set(mode)
     if len(chars) != len(mode) or not chars <= set("rwaxbt+"):
         raise ValueError(f"invalid mode: {mode!r}")

@@ -33,6 +33,22 @@ from faultfs.errors import IOAfterCrash, SimulatedCrash
 _CREATE_MODE_MASK = 0o7777 & ~0o022
 _UID = os.getuid()
 _GID = os.getgid()
+_PARTS_KEPT = 4096
+"""Paths whose split :meth:`Syscalls._parts` keeps (then it starts over)."""
+
+
+def _stat_tail() -> tuple[Any, ...] | None:
+    """The fields after ``st_blocks`` (all None) when this platform's os.stat_result lists
+    its named fields as Linux's does, so one is built from a flat tuple (about 4x faster
+    than from a dict of them); None elsewhere."""
+    named = tuple(os.stat_result((0,) * 10).__reduce__()[1][1])
+    first = ("st_atime", "st_mtime", "st_ctime", "st_atime_ns", "st_mtime_ns", "st_ctime_ns")
+    if named[:8] != (*first, "st_blksize", "st_blocks"):
+        return None
+    return (None,) * (len(named) - 8)
+
+
+_STAT_TAIL = _stat_tail()
 
 
 class Syscalls:
@@ -43,6 +59,8 @@ class Syscalls:
     def __init__(self, root: str, model: Model, record_trace: bool) -> None:
         self.root = root
         self._root_slash = root + "/"
+        # path -> its names below the root: the same few paths are walked again and again
+        self._parts_of: dict[str, tuple[str, ...]] = {}
         self.model = model
         self._fds: dict[int, Handle] = {}
         self._lock = threading.RLock()
@@ -66,11 +84,14 @@ class Syscalls:
 
     # --------------------------------------------------------------- boundaries
 
-    def _alive(self, what: str) -> None:
-        """Refuse I/O from a crashed process (it is dead; its cleanup must not run)."""
+    def _alive(self, what: str, path: str | None = None) -> None:
+        """Refuse I/O from a crashed process (it is dead; its cleanup must not run).
+
+        The call is named ``what(path)``, formatted only then: this runs on every call.
+        """
         if self.crashed:
             self.io_after_crash += 1
-            raise IOAfterCrash(what)
+            raise IOAfterCrash(what if path is None else f"{what}({path!r})")
 
     def _before(self, kind: str, path: str, args: tuple[object, ...]) -> Op:
         if self._record_trace:
@@ -101,9 +122,15 @@ class Syscalls:
 
     # ------------------------------------------------------------------- paths
 
-    def _parts(self, path: str) -> list[str]:
-        assert path == self.root or path.startswith(self._root_slash), path
-        return [p for p in path[len(self.root) + 1 :].split("/") if p]
+    def _parts(self, path: str) -> tuple[str, ...]:
+        parts = self._parts_of.get(path)
+        if parts is None:
+            assert path == self.root or path.startswith(self._root_slash), path
+            parts = tuple(p for p in path[len(self.root) + 1 :].split("/") if p)
+            if len(self._parts_of) >= _PARTS_KEPT:
+                self._parts_of.clear()
+            self._parts_of[path] = parts
+        return parts
 
     def _walk(self, path: str) -> tuple[Inode | None, str, Inode | None]:
         """(parent directory, last name, inode or None) for ``path``."""
@@ -139,9 +166,13 @@ class Syscalls:
         kind = stat_mod.S_IFDIR if node.is_dir else stat_mod.S_IFREG
         t_ns = node.mtime_ns
         t_s = t_ns / 1e9
+        head = (kind | node.mode, node.ino, self._dev, node.nlink, _UID, _GID, size)
+        whole_s = t_ns // 1_000_000_000
+        if _STAT_TAIL is not None:
+            fields: tuple[Any, ...] = (*head, whole_s, whole_s, whole_s, t_s, t_s, t_s, t_ns)
+            return os.stat_result((*fields, t_ns, t_ns, 4096, (size + 511) // 512, *_STAT_TAIL))
         return os.stat_result(
-            (kind | node.mode, node.ino, self._dev, node.nlink, _UID, _GID, size)
-            + (t_ns // 1_000_000_000,) * 3,
+            head + (whole_s,) * 3,
             {
                 "st_atime": t_s,
                 "st_mtime": t_s,
@@ -158,7 +189,7 @@ class Syscalls:
 
     def open(self, path: str, flags: int, mode: int = 0o777) -> int:
         with self._lock:
-            self._alive(f"open({path!r})")
+            self._alive("open", path)
             parent, name, node = self._walk(path)
             if node is None:
                 if not flags & os.O_CREAT:
@@ -198,7 +229,9 @@ class Syscalls:
             handle = self._readable(fd)
             data = self.model.inodes[handle.ino].data
             pos = handle.pos
-            chunk = bytes(data[pos : pos + n]) if n >= 0 else bytes(data[pos:])
+            end = pos + n if n >= 0 else len(data)
+            # One copy: slicing a bytearray copies, and bytes() of that would again.
+            chunk = data[pos:end] if type(data) is bytes else bytes(memoryview(data)[pos:end])
             handle.pos = pos + len(chunk)
             return chunk
 
@@ -364,12 +397,12 @@ class Syscalls:
 
     def stat(self, path: str) -> os.stat_result:
         with self._lock:
-            self._alive(f"stat({path!r})")
+            self._alive("stat", path)
             return self._stat_result(self._existing(path))
 
     def listdir(self, path: str) -> list[str]:
         with self._lock:
-            self._alive(f"listdir({path!r})")
+            self._alive("listdir", path)
             node = self._existing(path)
             if not node.is_dir:
                 raise oserror(errno.ENOTDIR, path)
@@ -377,7 +410,7 @@ class Syscalls:
 
     def scandir(self, path: str, prefix: str) -> ScandirIterator:
         with self._lock:
-            self._alive(f"scandir({path!r})")
+            self._alive("scandir", path)
             node = self._existing(path)
             if not node.is_dir:
                 raise oserror(errno.ENOTDIR, path)
@@ -392,7 +425,7 @@ class Syscalls:
 
     def mkdir(self, path: str, mode: int = 0o777) -> None:
         with self._lock:
-            self._alive(f"mkdir({path!r})")
+            self._alive("mkdir", path)
             parent, name, node = self._walk(path)
             if node is not None:
                 raise oserror(errno.EEXIST, path)
@@ -405,7 +438,7 @@ class Syscalls:
 
     def rmdir(self, path: str) -> None:
         with self._lock:
-            self._alive(f"rmdir({path!r})")
+            self._alive("rmdir", path)
             parent, name, node = self._walk(path)
             if node is None:
                 raise oserror(errno.ENOENT, path)
@@ -421,7 +454,7 @@ class Syscalls:
 
     def unlink(self, path: str) -> None:
         with self._lock:
-            self._alive(f"unlink({path!r})")
+            self._alive("unlink", path)
             parent, name, node = self._walk(path)
             if node is None:
                 raise oserror(errno.ENOENT, path)
@@ -434,7 +467,7 @@ class Syscalls:
 
     def link(self, src: str, dst: str) -> None:
         with self._lock:
-            self._alive(f"link({src!r})")
+            self._alive("link", src)
             node = self._existing(src)
             if node.is_dir:
                 raise oserror(errno.EPERM, src, dst)
@@ -450,7 +483,7 @@ class Syscalls:
 
     def rename(self, src: str, dst: str) -> None:
         with self._lock:
-            self._alive(f"rename({src!r})")
+            self._alive("rename", src)
             sparent, sname, node = self._walk(src)
             if node is None:
                 raise oserror(errno.ENOENT, src, dst)
@@ -482,7 +515,7 @@ class Syscalls:
 
     def chmod(self, path: str, mode: int) -> None:
         with self._lock:
-            self._alive(f"chmod({path!r})")
+            self._alive("chmod", path)
             self._existing(path).mode = mode & 0o7777
 
     def fchmod(self, fd: int, mode: int) -> None:
@@ -492,13 +525,13 @@ class Syscalls:
 
     def utime(self, path: str, mtime_ns: int | None) -> None:
         with self._lock:
-            self._alive(f"utime({path!r})")
+            self._alive("utime", path)
             node = self._existing(path)
             node.mtime_ns = time.time_ns() if mtime_ns is None else mtime_ns
 
     def exists(self, path: str) -> bool:
         with self._lock:
-            self._alive(f"access({path!r})")
+            self._alive("access", path)
             try:
                 return self._walk(path)[2] is not None
             except OSError:

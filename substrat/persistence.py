@@ -28,6 +28,8 @@ from pathlib import Path
 from substrat.errors import DurabilityError
 
 _DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
+_READ_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
+_READ_CHUNK_BYTES = 1 << 16
 _FILE_MODE = 0o600
 _DIR_MODE = 0o700
 TMP_SUFFIX = ".tmp"
@@ -217,6 +219,16 @@ def on_read_only_fs(path: str | os.PathLike[str]) -> bool:
 
 
 def read_bytes(path: str | os.PathLike[str]) -> bytes:
-    """Read a whole file (through ``open`` so simulators see the read)."""
-    with open(path, "rb") as handle:
-        return handle.read()
+    """Read a whole file (through ``os.open`` and ``os.read``, so simulators see the read).
+
+    Raises what ``open(path, "rb").read()`` would (FileNotFoundError,
+    IsADirectoryError, ...), without its buffered file object.
+    """
+    fd = os.open(path, _READ_FLAGS)
+    try:
+        chunks: list[bytes] = []
+        while chunk := os.read(fd, _READ_CHUNK_BYTES):
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
