@@ -90,7 +90,7 @@ def validate_name(name: object) -> str:
     return name
 
 
-@dataclass
+@dataclass(slots=True)
 class MessageEnvelope:
     """One message between endpoints (agent ids, or ``"user"``)."""
 
@@ -224,7 +224,7 @@ class InboxRegistry:
         return list(self._inboxes)
 
 
-@dataclass
+@dataclass(slots=True)
 class AgentNode:
     """One live agent: a name in the tree and one provider session."""
 
@@ -355,11 +355,13 @@ class AgentTree:
 
     def walk(self) -> Iterator[AgentNode]:
         """Every live agent, parents before children, siblings by name."""
-        stack = list(reversed(self.roots()))
+        nodes = self._nodes
+        stack = [nodes[i] for _, i in sorted(self._roots.items(), reverse=True)]
         while stack:
             node = stack.pop()
             yield node
-            stack.extend(reversed(self.children(node.agent_id)))
+            if node.children:  # most agents are leaves: nothing to sort
+                stack.extend([nodes[i] for _, i in sorted(node.children.items(), reverse=True)])
 
     def subtree_leaves_first(self, agent_id: str) -> list[AgentNode]:
         order: list[AgentNode] = []

@@ -39,7 +39,7 @@ from typing import Any
 
 import orjson
 
-from substrat import events, persistence
+from substrat import events, jsontext, persistence
 from substrat.errors import DurabilityError
 from substrat.eventlog import LOG_NAME, Clock, decode_line, encode_entry, utc_now_iso
 from substrat.facts import AgentFacts
@@ -69,7 +69,7 @@ REWRITE_MIN_BYTES = 4 << 20
 times what it keeps."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LogPoint:
     """Where a checkpoint's prefix ends in its log (see the module docstring)."""
 
@@ -86,7 +86,15 @@ class LogPoint:
         return Position(self.file_first, self.offset + self.length)
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        return {
+            "seq": self.seq,
+            "file_first": self.file_first,
+            "offset": self.offset,
+            "length": self.length,
+            "crc": self.crc,
+            "prefix_bytes": self.prefix_bytes,
+            "prefix_crc": self.prefix_crc,
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> LogPoint:
@@ -104,7 +112,7 @@ class LogPoint:
         return point
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Stored:
     """Where a checkpoint's line is in its store: its facts are read back from there."""
 
@@ -132,7 +140,7 @@ class Stored:
         return again.text
 
 
-@dataclass
+@dataclass(slots=True)
 class Checkpoint:
     """One endpoint's checkpoint: its facts up to ``at.seq``, as JSON text (see
     :meth:`load_facts`).
@@ -200,7 +208,7 @@ class Checkpoint:
         """Its facts, decoded now (ValueError if they do not read, or its line in the store
         no longer holds it)."""
         try:
-            data = orjson.loads(self.facts)
+            data = jsontext.loads(self.facts)
         except orjson.JSONDecodeError as exc:
             raise ValueError(f"checkpoint facts are not JSON: {exc}") from None
         if type(data) is not dict:
@@ -242,6 +250,24 @@ def verify(
             return f"the segment starting at seq {at.file_first} is not in the log"
     except FileNotFoundError:
         return "its log is gone"
+    return line_mismatch(at, line)
+
+
+_CRC_OF_OPEN_BRACE = zlib.crc32(b"{")
+_BODY_START = len(b'{"crc":"00000000",')
+
+
+def line_mismatch(at: LogPoint, line: bytes) -> str | None:
+    """Whether ``line``, read where ``at`` says its entry is (``at.length`` bytes at
+    ``at.offset`` of its file), is that entry: None if it is, else why not.
+
+    The entry is that line when its checksum holds and is ``at.crc``, and it starts
+    with ``at.seq`` as substrat writes it (``seq`` first): that is checked without
+    decoding the line (a restart checks one line per agent). Anything else is
+    decoded, to say what is there.
+    """
+    if _is_the_line(at, line):
+        return None
     if len(line) < at.length or not line.endswith(b"\n"):
         return f"the log ends before entry {at.seq} (it is shorter than the checkpoint)"
     entry = decode_line(line[:-1])
@@ -250,6 +276,17 @@ def verify(
     if entry["seq"] != at.seq or line[8:16].decode("ascii", "replace") != at.crc:
         return f"the entry where entry {at.seq} was is a different one (seq {entry['seq']})"
     return None
+
+
+def _is_the_line(at: LogPoint, line: bytes) -> bool:
+    prefix = b'{"crc":"%s","seq":%d,' % (at.crc.encode("ascii", "replace"), at.seq)
+    if len(line) != at.length or not line.endswith(b"\n") or not line.startswith(prefix):
+        return False
+    try:
+        expected = int(line[8:16], 16)
+    except ValueError:
+        return False
+    return zlib.crc32(memoryview(line)[_BODY_START:-1], _CRC_OF_OPEN_BRACE) == expected
 
 
 # -- building --------------------------------------------------------------------------
@@ -354,6 +391,11 @@ class StoreRead:
     def latest(self, endpoint: str) -> list[Checkpoint]:
         """The endpoint's checkpoints, newest first."""
         return list(reversed(self.checkpoints.get(endpoint, [])))
+
+    def newest(self, endpoint: str) -> Checkpoint | None:
+        """The endpoint's newest checkpoint, if it has one."""
+        kept = self.checkpoints.get(endpoint)
+        return kept[-1] if kept else None
 
     def kept_bytes(self) -> int:
         return sum(len(_line(c, 0)) for items in self.checkpoints.values() for c in items)
@@ -535,6 +577,7 @@ __all__ = [
     "Stored",
     "build",
     "encode_store",
+    "line_mismatch",
     "read_store",
     "store_path",
     "verify",

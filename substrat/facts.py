@@ -20,15 +20,16 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from substrat import events
 from substrat.agents import USER, MessageEnvelope
 from substrat.eventlog import DamageReport, Entry, decode_line, iter_log
 from substrat.segments import Position, raw_lines
 
+_V = TypeVar("_V")
 TURN_EVENTS = frozenset({events.TURN_START, events.TURN_COMPLETE, events.TURN_FAILED})
 _TURN_ID = re.compile(r"t([1-9][0-9]{0,17})")
 SUMMARY_CHARS = 1000
@@ -96,7 +97,7 @@ def turn_ceiling(
     return ceiling
 
 
-@dataclass
+@dataclass(slots=True)
 class AgentFacts:
     """What one log says, distilled in a single pass (or from a checkpoint and the tail
     after it: see :mod:`substrat.checkpoints`)."""
@@ -352,20 +353,20 @@ class AgentFacts:
                 session_created=_dict_or_none(data["session_created"]),
                 created=_dict_or_none(data["created"]),
                 terminated=bool(data["terminated"]),
-                enqueued={str(m["message_id"]): m for m in data["pending"]},
-                kept={str(k): [str(v[0]), v[1]] for k, v in data["kept"].items()},
-                settled_senders={str(k): int(v) for k, v in data["settled_senders"].items()},
-                children={str(k): dict(v) for k, v in data["children"].items()},
-                waiting={str(k): str(v) for k, v in data["waiting"].items()},
+                enqueued=_keyed(data["pending"]),
+                kept=_map(data["kept"], lambda v: [str(v[0]), v[1]]),
+                settled_senders=_map(data["settled_senders"], int),
+                children=_map(data["children"], dict),
+                waiting=_map(data["waiting"], str),
                 highest_turn=int(data["highest_turn"]),
                 damaged_after=int(data["damaged_after"]),
                 completed_turns=int(data["completed_turns"]),
                 headless_turns=list(data["headless_turns"]),
                 last_complete_seq=int(data["last_complete_seq"]),
                 last_complete=_dict_or_none(data["last_complete"]),
-                open_turns={str(k): str(v) for k, v in data["open_turns"].items()},
+                open_turns=_map(data["open_turns"], str),
                 lost_notice=_dict_or_none(data["lost_notice"]),
-                damage={str(k): int(v) for k, v in data["damage"].items()},
+                damage=_map(data["damage"], int),
             )
         except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
             raise ValueError(f"not the facts of a log: {exc!r}") from None
@@ -377,6 +378,20 @@ class AgentFacts:
 
     def ceiling(self) -> TurnCeiling:
         return TurnCeiling(self.highest_turn, self.damaged_after)
+
+
+def _map(value: Any, convert: Callable[[Any], _V]) -> dict[str, _V]:
+    """A stored object with string keys and ``convert``-ed values (TypeError, ValueError,
+    AttributeError if it is not one); an empty one, the common case, without a copy."""
+    if type(value) is dict and not value:
+        return {}
+    return {str(k): convert(v) for k, v in value.items()}
+
+
+def _keyed(messages: Any) -> dict[str, dict[str, Any]]:
+    if type(messages) is list and not messages:
+        return {}
+    return {str(m["message_id"]): m for m in messages}
 
 
 def _dict_or_none(value: object) -> dict[str, Any] | None:

@@ -19,6 +19,7 @@ from typing import Any
 import orjson
 
 from substrat.events import KNOWN_EVENTS, TURN_START
+from substrat.jsontext import BIG_TEXT_BYTES, loads
 from substrat.segments import Position, Segment, list_sealed, open_segment
 
 Entry = dict[str, Any]
@@ -46,8 +47,10 @@ def decode_line(line: bytes) -> Entry | str:
         # The checksum covers '{' + the line after the crc member; seeding the
         # CRC with '{' spares copying the line.
         if zlib.crc32(memoryview(line)[_BODY_START:], _CRC_OF_OPEN_BRACE) == expected:
+            body = b"{" + line[_BODY_START:]
             try:
-                entry = orjson.loads(b"{" + line[_BODY_START:])
+                # a big line (a checkpoint of a large inbox) without orjson's peak
+                entry = orjson.loads(body) if len(body) < BIG_TEXT_BYTES else loads(body)
             except orjson.JSONDecodeError:
                 return "invalid_json"
             if isinstance(entry, dict) and isinstance(entry.get("seq"), int):
@@ -74,8 +77,9 @@ def _decode_fast(raw: bytes) -> Entry | None:
         or zlib.crc32(memoryview(raw)[_BODY_START:-1], _CRC_OF_OPEN_BRACE) != expected
     ):
         return None
+    body = b"{" + raw[_BODY_START:]
     try:
-        entry = orjson.loads(b"{" + raw[_BODY_START:])
+        entry = orjson.loads(body) if len(body) < BIG_TEXT_BYTES else loads(body)
     except orjson.JSONDecodeError:
         return None
     if type(entry) is dict and isinstance(entry.get("seq"), int):

@@ -17,7 +17,7 @@ from pathlib import Path
 from substrat import segments
 from substrat.agents import USER
 from substrat.eventlog import LOG_NAME, Clock, EventLog, Resume, utc_now_iso
-from substrat.session import SessionStore
+from substrat.session import SessionStore, validate_session_id
 
 MAX_OPEN_LOGS = 256
 USER_DIR = "user"
@@ -31,6 +31,8 @@ class LogPool:
     ) -> None:
         assert max_open >= 2
         self._store = store
+        self._root_text = os.fspath(store.root)
+        self._agents_text = os.fspath(store.agents_dir)
         self._clock = clock
         self._max_open = max_open
         self._open: OrderedDict[str, EventLog] = OrderedDict()
@@ -42,6 +44,12 @@ class LogPool:
         if endpoint == USER:
             return self._store.root / USER_DIR / LOG_NAME
         return self._store.log_path(endpoint)
+
+    def path_text(self, endpoint: str) -> str:
+        """:meth:`path` as a string, built without a Path (a restart asks it per agent)."""
+        if endpoint == USER:
+            return os.path.join(self._root_text, USER_DIR, LOG_NAME)
+        return os.path.join(self._agents_text, validate_session_id(endpoint), LOG_NAME)
 
     def get(self, endpoint: str) -> EventLog:
         log = self._open.get(endpoint)

@@ -136,9 +136,11 @@ class Orchestrator(QueryMixin, CommitMixin, WakeMixin):
         value; :func:`substrat.restore.apply` serves it and finishes what
         committed turns left undone, with this orchestrator's commit code.
         """
-        recovered = recovery.recover(self.store, self.logs, self.roots)
-        self.recovery_report = restore.apply(self, recovered)
-        self.checkpointer.adopt(recovered.checkpointed)
+        with recovery.gc_paused():  # applying it builds as many objects per agent
+            recovered = recovery.recover(self.store, self.logs, self.roots)
+            self.recovery_report = restore.apply(self, recovered)
+            self.checkpointer.adopt(recovered.checkpointed)
+            del recovered  # the facts of every agent go here, not in a collection
         return self.recovery_report
 
     # -- checkpoints (see substrat.checkpointer) ---------------------------------

@@ -41,6 +41,11 @@ def new_session_id() -> str:
     return uuid.uuid4().hex
 
 
+def is_session_id(value: str) -> bool:
+    """Whether ``value`` is a session id (see :func:`validate_session_id`)."""
+    return _SESSION_ID.fullmatch(value) is not None
+
+
 def validate_session_id(value: object) -> str:
     """Return ``value`` if it is a 32-character lowercase hex UUID, else raise."""
     if not isinstance(value, str) or not _SESSION_ID.fullmatch(value):
@@ -50,7 +55,7 @@ def validate_session_id(value: object) -> str:
     return value
 
 
-@dataclass
+@dataclass(slots=True)
 class Session:
     """One provider session, as recorded in ``agents/<id>/session.json``.
 

@@ -7,17 +7,21 @@
 * A checkpoint made due inside an append (the log's hook runs after the
   append's fsync) never seals the log being appended to: the seal waits for
   the next poke, so the caller's open log keeps working.
+* The cyclic garbage collector stays paused while the orchestrator applies
+  what recovery read (its passes over a 10,000-agent heap freed nothing), and
+  runs again after.
 """
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from oracle.bench_checkpoints import checkpointed_log
-from substrat import recovery_logs
+from substrat import recovery_logs, restore
 from substrat.checkpointer import CheckpointPolicy
 from substrat.checkpoints import CheckpointStore, read_store
 from substrat.eventlog import PENDING_NAME, encode_entry, read_log
@@ -103,3 +107,21 @@ def test_a_released_checkpoint_reads_its_facts_back_from_its_line(tmp_path: Path
     for checkpoint in dropped:  # their old places now hold other lines, or nothing
         with pytest.raises(ValueError):
             checkpoint.load_facts()
+
+
+def test_the_collector_is_paused_while_a_start_applies_what_it_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = build_root(tmp_path)
+    seen: list[bool] = []
+    real = restore.apply
+
+    def watching(host: Any, recovered: Any) -> Any:
+        seen.append(gc.isenabled())
+        return real(host, recovered)
+
+    monkeypatch.setattr(restore, "apply", watching)
+    assert gc.isenabled()
+    reopen(root)
+    assert seen == [False]
+    assert gc.isenabled()

@@ -183,3 +183,23 @@ def test_directories_cost_one_fsync_each_once_the_root_is_durable(
     synced.clear()
     store.transition(session, SessionState.ACTIVE)
     assert synced == [store.session_dir("c" * 32)]
+
+
+def test_scan_reads_records_bigger_than_one_read_and_skips_what_is_no_session(
+    root: Path,
+) -> None:
+    store = SessionStore(root)
+    big = Session(new_session_id(), "scripted", "m", provider_state=os.urandom(300_000))
+    small = Session(new_session_id(), "scripted", "m")
+    for session in (big, small):
+        store.save(session)
+    assert len(big.to_record()) > 4 * (64 << 10)  # several reads of the record
+    (store.agents_dir / ("f" * 32)).write_bytes(b"")  # a file with a session's name
+    (store.agents_dir / "notes").mkdir()
+    os.symlink(store.session_dir(small.session_id), store.agents_dir / ("e" * 32))
+    scan = store.scan(quarantine=False)
+    by_id = {s.session_id: s for s in scan.sessions}
+    assert by_id[big.session_id].provider_state == big.provider_state
+    # a symlink to a session's directory is a directory (its record names the other id)
+    assert sorted(q.name for q in scan.quarantined) == sorted(["f" * 32, "notes", "e" * 32])
+    assert {q.kind for q in scan.quarantined if q.name != "e" * 32} == {"bad_name"}
