@@ -123,11 +123,11 @@ class Session:
             raise CorruptRecordError("checksum mismatch")
         try:
             session = cls(
-                session_id=validate_session_id(body["session_id"]),
+                session_id=body["session_id"],  # validated by __post_init__
                 provider=_str(body, "provider"),
                 model=_str(body, "model"),
                 state=SessionState(body["state"]),
-                provider_state=base64.b64decode(body["provider_state"], validate=True),
+                provider_state=_blob(body["provider_state"]),
                 state_seq=int(body["state_seq"]),
                 agent_id=_str(body, "agent_id"),
                 extra=dict(body.get("extra") or {}),
@@ -158,6 +158,13 @@ def _crc_matches(body: dict[str, Any], crc: object) -> bool:
         return True
     canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
     return crc == f"{zlib.crc32(canonical.encode()):08x}"
+
+
+def _blob(encoded: Any) -> bytes:
+    """A record's base64 ``provider_state`` (most are empty: no decoding then)."""
+    if encoded == "":
+        return b""
+    return base64.b64decode(encoded, validate=True)
 
 
 def _str(body: dict[str, Any], key: str) -> str:
