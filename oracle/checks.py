@@ -32,7 +32,9 @@ from oracle.incremental import log_files
 from oracle.model import Model, ModelAgent, ModelState, canonical
 from substrat import events
 from substrat.agents import USER, AgentState
+from substrat.checkpoints import verify
 from substrat.eventlog import LogRead, read_log
+from substrat.logbase import BaseUnreadable, LogBase, read_base
 from substrat.providers.chat_history import conversation_problems
 from substrat.providers.scripted import chain_digest, reply_header
 from substrat.registry import RegistryRead, read_registry, registry_path
@@ -101,6 +103,7 @@ class Reads:
         self.fs = fs
         self._reads: dict[str, LogRead] = {}
         self._files: dict[str, dict[str, Any]] = {}
+        self._bases: dict[str, LogBase | None] = {}
 
     def files(self, path: str | os.PathLike[str]) -> dict[str, Any]:
         """The bytes at ``path`` (``files_below``), read once per check for all memos."""
@@ -150,12 +153,27 @@ class Reads:
             self.fs, registry_path(self.orch.root), lambda: read_registry(self.orch.root)
         )
 
+    def base(self, endpoint_session: str) -> LogBase | None:
+        """The log's base (what the ``delete`` policy removed held); None without one.
+
+        Raises OracleViolation if it is there and does not read: a crash never damages
+        a file written atomically.
+        """
+        if endpoint_session not in self._bases:
+            try:
+                found = read_base(self.orch.logs.path(endpoint_session))
+            except BaseUnreadable as exc:
+                raise OracleViolation(f"a log's base does not read after a crash: {exc}") from None
+            self._bases[endpoint_session] = found
+        return self._bases[endpoint_session]
+
     def history(self, agent_id: str) -> list[TurnRecord]:
-        """What ``orch.history(agent_id)`` returns, from the cached read."""
-        from substrat.conversation import conversation_from_entries
+        """What ``orch.history(agent_id)`` returns, from the cached read (the log's base
+        first, if the ``delete`` policy removed its first segments)."""
+        from substrat.conversation import conversation_with_base
 
         node = self.orch.tree.resolve(agent_id)
-        return conversation_from_entries(self.log(node.session_id).entries)
+        return conversation_with_base(self.base(node.session_id), self.log(node.session_id).entries)
 
 
 def _turn_views(history: list[TurnRecord]) -> list[TurnView]:
@@ -426,6 +444,35 @@ def check_checkpoints(model: Model, orch: Orchestrator) -> None:
         )
 
 
+def deleted_range_problems(reads: Reads, endpoint: str, log_name: str) -> list[str]:
+    """A log may start after entry 1 only as the ``delete`` compaction policy leaves it.
+
+    Its base must read and cover the missing entries (``deleted_through``), its
+    checkpoint must hold against the log (so it was durable and is usable), the
+    log must go on right after what the base deleted (entries acknowledged and not
+    covered are all there), and the policy must be ``delete``.
+    """
+    read = reads.log(log_name)
+    first = read.entries[0]["seq"] if read.entries else 1
+    if first == 1:
+        return []
+    who = f"log of {endpoint[:8]}"
+    base = reads.base(log_name)
+    if base is None:
+        return [f"{who} starts at entry {first} and has no base: entries 1-{first - 1} are lost"]
+    problems = []
+    if reads.orch.checkpointer.policy.compaction != "delete":
+        problems.append(f"{who} lost entries 1-{first - 1} without the delete policy")
+    if base.deleted_through < first - 1:
+        problems.append(
+            f"{who} starts at entry {first}, its base covers only 1-{base.deleted_through}"
+        )
+    why = verify(base.checkpoint, reads.orch.logs.path(log_name))
+    if why is not None:
+        problems.append(f"{who}: its base's checkpoint does not hold ({why})")
+    return problems
+
+
 def check_invariants(
     orch: Orchestrator, state: ModelState | None = None, reads: Reads | None = None
 ) -> None:
@@ -483,9 +530,19 @@ def check_invariants(
         seqs = [e["seq"] for e in read.entries]
         if seqs != sorted(seqs) or len(set(seqs)) != len(seqs):
             problems.append(f"log of {endpoint[:8]} has seqs out of order")
+        problems.extend(deleted_range_problems(reads, endpoint, log_name))
         enqueued: dict[str, None] = {}
         delivered: set[str] = set()
+        base = reads.base(log_name)
+        floor = 0
+        if base is not None and seqs and seqs[0] > 1:
+            # entries up to the base's checkpoint are summed up in it: its pending
+            # messages, then what the log says after it
+            floor = base.checkpoint.at.seq
+            enqueued.update(dict.fromkeys(base.checkpoint.load_facts().enqueued))
         for entry in read.entries:
+            if entry["seq"] <= floor:
+                continue
             data = entry.get("data") or {}
             if entry["event"] == events.MESSAGE_ENQUEUED:
                 enqueued[data["message_id"]] = None

@@ -338,6 +338,35 @@ CATALOG: tuple[Mutant, ...] = (
         "    persistence.durable_unlink(segment.path)  # planted: the plain copy goes first\n"
         "    persistence.atomic_write(target, gzip.compress(data, GZIP_LEVEL, mtime=0))\n",
     ),
+    Mutant(
+        "segment_deleted_before_covering_checkpoint_durable",
+        "the delete policy removes segments while the checkpoint covering them is not "
+        "durable: the log's base, which holds it, is written without fsync",
+        "logbase.py",
+        "    persistence.atomic_write(base_path(log_path), line)\n",
+        "    with open(base_path(log_path), 'wb') as handle:  # planted: never fsynced\n"
+        "        handle.write(line)\n",
+    ),
+    Mutant(
+        "segment_deleted_before_base_written",
+        "the delete policy removes segments first and writes the log's base (the covering "
+        "checkpoint, their turns) after",
+        "logbase.py",
+        "    write_base(log_path, LogBase(through, checkpoint.held(), turns))\n"
+        "    for segment in victims:\n"
+        "        delete_segment(segment)\n",
+        "    for segment in victims:  # planted: the segments go before their base is written\n"
+        "        delete_segment(segment)\n"
+        "    write_base(log_path, LogBase(through, checkpoint.held(), turns))\n",
+    ),
+    Mutant(
+        "deletes_the_checkpoints_own_segment",
+        "the delete policy removes every sealed segment the checkpoint reaches into: the one "
+        "holding its entry (which may hold entries after it) and the newest sealed one",
+        "logbase.py",
+        "    return [s for s in sealed[:-1] if s.last < checkpoint.at.file_first]\n",
+        "    return [s for s in sealed if s.first <= checkpoint.at.seq]  # planted\n",
+    ),
 )
 
 

@@ -50,6 +50,11 @@ SMALL_CHECKPOINTS = CheckpointPolicy(every_entries=6, segment_bytes=1500, compac
 archives them (see substrat.checkpointer)."""
 
 
+DELETING_CHECKPOINTS = CheckpointPolicy(every_entries=4, segment_bytes=500, compaction="delete")
+"""The same under the ``delete`` compaction policy, small enough that a short scenario
+deletes an agent's first segments (its base written first: see substrat.logbase)."""
+
+
 def _s(*parts: str) -> Step:
     return Step(*parts)
 
@@ -140,6 +145,23 @@ SCENARIOS: dict[str, Scenario] = {
             ),
             slots=1,
             checkpoints=SMALL_CHECKPOINTS,
+        ),
+        Scenario(
+            "checkpoints and deletion",
+            (
+                _s("create_root", "ada"),
+                _s("spawn", "ada", "bob"),
+                _s("ask", "ada", "ada/bob"),
+                _s("pending"),
+                _s("turn", "ada"),
+                _s("send", "ada/bob", "user"),
+                _s("turn", "ada"),
+                _s("checkpoint"),
+                _s("evict", "ada"),
+                _s("turn", "ada"),
+            ),
+            slots=1,
+            checkpoints=DELETING_CHECKPOINTS,
         ),
     )
 }

@@ -272,3 +272,71 @@ def test_log_shows_the_deleted_prefix_and_every_turn(tmp_path: Path) -> None:
         assert as_json(cli(root, "log", dead[0]["agent_id"], "--json"))["deleted_through"] > 0
     finally:
         stop_or_kill(root)
+
+
+def test_an_openai_conversation_is_sent_whole_after_its_first_segments_are_deleted(
+    tmp_path: Path,
+) -> None:
+    from tests.support.chat_server import ChatServer
+    from tests.support.directive_chat import directive_responder, openai_registry
+
+    root = tmp_path / "root"
+    prompts = [f"@send user hello {i}\nand some words " + "y" * 80 for i in range(8)]
+    with ChatServer(directive_responder) as server:
+
+        async def first_run() -> None:
+            orch = await Orchestrator.open(
+                root, registry=openai_registry(server), checkpoints=DELETE, slots=1
+            )
+            await orch.create_root("lead", "You coordinate.", provider="openai")
+            for prompt in prompts:
+                await orch.run_turn("lead", prompt)
+            await orch.close()
+
+        async def after_deletion() -> None:
+            orch = await Orchestrator.open(
+                root, registry=openai_registry(server), checkpoints=DELETE, slots=1
+            )
+            node = orch.tree.resolve("lead")
+            orch.sessions[node.session_id].provider_state = b""  # the log is the only copy
+            await orch.run_turn("lead", "final")
+            await orch.close()
+
+        run(first_run())
+        lead = agent_dirs(root)["lead"] / "events.jsonl"
+        assert logbase.deleted_through(lead) > 0, "the lead's first segments were deleted"
+        before = len(server.accepted())
+        run(after_deletion())
+        sent = server.accepted()[before].messages
+        assert not server.rejected()
+    assert sent[0] == {"role": "system", "content": "You coordinate."}
+    assert [m["content"] for m in sent if m["role"] == "user"] == [*prompts, "final"]
+    assert sum(1 for m in sent if m["role"] == "tool") == len(prompts)  # each @send's result
+
+
+def test_the_oracle_accepts_a_covered_deleted_prefix_and_nothing_else(tmp_path: Path) -> None:
+    from oracle.checks import check_invariants
+    from oracle.errors import OracleViolation
+
+    root = build(tmp_path, DELETE, "root")
+    lead = agent_dirs(root)["lead"]
+
+    async def check(policy: CheckpointPolicy) -> None:
+        orch = await Orchestrator.open(root, checkpoints=policy)
+        try:
+            check_invariants(orch)
+        finally:
+            orch.logs.close_all()
+
+    run(check(DELETE))  # deleted by the policy, covered by a base that holds: fine
+    with pytest.raises(OracleViolation, match="without the delete policy"):
+        run(check(KEEP))
+    base = (lead / logbase.BASE_NAME).read_bytes()
+    (lead / logbase.BASE_NAME).unlink()  # the store's checkpoint still serves the agent
+    with pytest.raises(OracleViolation, match="has no base: entries 1-"):
+        run(check(DELETE))
+    (lead / logbase.BASE_NAME).write_bytes(base)
+    first = list_sealed(lead / "events.jsonl")[0]
+    first.path.unlink()  # a kept segment lost: what follows the base is not all there
+    with pytest.raises(OracleViolation, match="its base covers only"):
+        run(check(DELETE))

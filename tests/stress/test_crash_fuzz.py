@@ -8,7 +8,7 @@ import pytest
 
 from oracle.machines import CrashRecoveryMachine
 from oracle.shards import run_shard
-from oracle.sweep import SMALL_CHECKPOINTS
+from oracle.sweep import DELETING_CHECKPOINTS, SMALL_CHECKPOINTS
 from substrat.providers.registry import ProviderRegistry
 from tests.support.chat_server import ChatServer
 from tests.support.directive_chat import directive_responder, openai_registry
@@ -56,6 +56,27 @@ class LazyFSCheckpointCrashMachine(CheckpointCrashMachine):
 TestCheckpointCrashPosix = CheckpointCrashMachine.TestCase
 TestCheckpointCrashExt4 = Ext4CheckpointCrashMachine.TestCase
 TestCheckpointCrashLazyFS = LazyFSCheckpointCrashMachine.TestCase
+
+
+class DeletingCrashMachine(CrashRecoveryMachine):
+    """The same under the ``delete`` compaction policy: first segments are deleted once a
+    durable checkpoint covers them (their base written first), so crashes land between
+    the base and the removals, and the oracle checks every deleted range is covered."""
+
+    checkpoints = DELETING_CHECKPOINTS
+
+
+class Ext4DeletingCrashMachine(DeletingCrashMachine):
+    profile = "ext4-ordered"
+
+
+class LazyFSDeletingCrashMachine(DeletingCrashMachine):
+    profile = "lazyfs"
+
+
+TestDeletingCrashPosix = DeletingCrashMachine.TestCase
+TestDeletingCrashExt4 = Ext4DeletingCrashMachine.TestCase
+TestDeletingCrashLazyFS = LazyFSDeletingCrashMachine.TestCase
 
 
 class OpenAICrashRecoveryMachine(CrashRecoveryMachine):

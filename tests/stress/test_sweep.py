@@ -29,6 +29,7 @@ SHARES = {
     "evictions": 2,
     "terminations": 3,
     "checkpoints and compaction": 5,
+    "checkpoints and deletion": 5,
 }
 """Items each scripted sweep runs as, on every profile. Unsplit, the dearest (lazyfs)
 cost 1.1-10.8 CPU s under ``ci`` (checkpoints and compaction 10.8, terminations 6.4,
