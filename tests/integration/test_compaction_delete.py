@@ -340,3 +340,28 @@ def test_the_oracle_accepts_a_covered_deleted_prefix_and_nothing_else(tmp_path: 
     first.path.unlink()  # a kept segment lost: what follows the base is not all there
     with pytest.raises(OracleViolation, match="its base covers only"):
         run(check(DELETE))
+
+
+def test_a_checkpoint_is_never_built_from_a_log_without_its_start(tmp_path: Path) -> None:
+    from substrat.checkpoints import Settled
+    from substrat.checkpoints import build as build_checkpoint
+
+    root = build(tmp_path, DELETE, "root")
+    lead = agent_dirs(root)["lead"] / "events.jsonl"
+    assert logbase.first_kept(lead) > 1
+    end = read_log(lead).entries[-1]["seq"]
+    with pytest.raises(ValueError, match="are not in the log"):
+        build_checkpoint(
+            "lead", lead, None, upto_seq=end, active_end=lead.stat().st_size, settled=Settled()
+        )
+    base = logbase.read_base(lead)
+    assert base is not None  # from the base's checkpoint it builds
+    built = build_checkpoint(
+        "lead",
+        lead,
+        base.checkpoint,
+        upto_seq=end,
+        active_end=lead.stat().st_size,
+        settled=Settled(),
+    )
+    assert built is None or built.at.seq == end
