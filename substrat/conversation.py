@@ -10,12 +10,13 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from substrat import events
+from substrat.errors import SubstratError
 from substrat.eventlog import Entry, read_log
 from substrat.logbase import BaseUnreadable, LogBase, first_kept, read_base
 from substrat.providers.base import TurnRecord
 
 
-class ConversationGone(Exception):
+class ConversationGone(SubstratError):
     """The log's first entries were deleted and its base, which held their turns, does
     not read: the conversation cannot be rebuilt (never guessed from what is left)."""
 
@@ -32,17 +33,18 @@ def conversation_from_log(path: Path) -> list[TurnRecord]:
 
 def log_base(path: Path) -> LogBase | None:
     """The log's base, if it has one that counts; ConversationGone if its first
-    entries are gone and the base does not read."""
+    entries are gone and no base that reads says what they held."""
     try:
-        return read_base(path)
+        base = read_base(path)
+        why = "it has no base"
     except BaseUnreadable as exc:
-        if first_kept(path) > 1:
-            raise ConversationGone(
-                f"{path}: entries before {first_kept(path)} were deleted by the compaction "
-                f"policy and their base does not read ({exc}); restore {path.parent} from a "
-                "backup"
-            ) from None
-        return None  # nothing is deleted yet: the log holds every turn
+        base, why = None, f"their base does not read ({exc})"
+    if base is None and first_kept(path) > 1:
+        raise ConversationGone(
+            f"{path}: entries before {first_kept(path)} are gone and {why}; restore "
+            f"{path.parent} from a backup"
+        )
+    return base  # None: nothing is deleted, the log holds every turn
 
 
 def conversation_with_base(base: LogBase | None, entries: Iterable[Entry]) -> list[TurnRecord]:

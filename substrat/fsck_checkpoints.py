@@ -115,7 +115,10 @@ def inspect(root: Path, add: Add) -> None:
 
 
 def inspect_segments(log_path: Path, add: Add) -> None:
-    """Sealed segments missing in the middle, or there both plain and archived."""
+    """Sealed segments missing at the start (unless deleted by the policy) or in the
+    middle, or there both plain and archived. (A log with no sealed segment left whose
+    active file starts after entry 1 is not flagged: its first lines may have been
+    damaged and quarantined.)"""
     directory = log_path.parent
     plain = {s.first: s for s in list_sealed(log_path)}
     for name in sorted(os.listdir(directory)):

@@ -147,7 +147,11 @@ def deleted_through(log_path: str | os.PathLike[str]) -> int:
 
 
 def first_kept(log_path: str | os.PathLike[str]) -> int:
-    """The first ``seq`` the log's files hold: 1, or past the segments deleted."""
+    """The first ``seq`` the log's segments hold: 1, or past the segments deleted.
+
+    Only segment names say so: an active file alone whose first entry is past 1 may
+    have lost its first lines to damage (each costs only itself), not to a deletion.
+    """
     sealed = list_sealed(log_path)
     return sealed[0].first if sealed else 1
 

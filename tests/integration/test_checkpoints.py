@@ -31,6 +31,7 @@ from substrat.checkpoints import (
     read_store,
     store_path,
 )
+from substrat.conversation import ConversationGone
 from substrat.eventlog import read_log
 from substrat.orchestrator import Orchestrator
 from substrat.segments import list_sealed
@@ -56,9 +57,16 @@ def snapshot(orch: Orchestrator) -> dict[str, Any]:
             "turns": orch.turn_counts.get(node.agent_id),
             "last_complete_seq": orch.last_complete_seq.get(node.agent_id),
             "lost_turn": node.lost_turn,
-            "history": [(t.turn_id, t.prompt, t.response) for t in orch.history(node.agent_id)],
+            "history": _history(orch, node.agent_id),
         }
     return {"agents": agents, "user": sorted(m.message_id for m in orch.user_inbox())}
+
+
+def _history(orch: Orchestrator, agent_id: str) -> list[tuple[str, str, str]] | str:
+    try:
+        return [(t.turn_id, t.prompt, t.response) for t in orch.history(agent_id)]
+    except ConversationGone:  # its first entries are gone with nothing saying what they held
+        return "gone"
 
 
 async def _workload(root: Path, rounds: int) -> None:
@@ -351,6 +359,8 @@ def test_a_log_missing_its_first_segment_is_held_back_without_a_checkpoint(
     assert fsck.check(root).kinds().get("missing_segment") == 1
     snap, report = reopen(root)  # the checkpoint still holds: the state is whole
     assert report.checkpoints_rejected == {} and "lead" in snap["agents"]
+    # but not its conversation: refused rather than rebuilt from what is left
+    assert snap["agents"]["lead"]["history"] == "gone"
     shutil.rmtree(root / CHECKPOINTS_DIR)  # and now nothing says what that segment held
     snap, report = reopen(root)
     held = {u.session_id: u for u in report.unreadable}
