@@ -402,15 +402,18 @@ REWRITE_MIN_BYTES = 4 << 20
 
 
 def _build(task: _Task) -> Checkpoint | None:
-    try:
+    def from_(previous: Checkpoint | None) -> Checkpoint | None:
         return build(
             task.endpoint,
             task.path,
-            task.previous,
+            previous,
             upto_seq=task.upto_seq,
             active_end=task.active_end,
             settled=task.settled,
         )
+
+    try:
+        return from_(task.previous)
     except (PositionGone, ValueError):
         if task.previous is None:
             raise
@@ -422,22 +425,8 @@ def _build(task: _Task) -> Checkpoint | None:
         and logbase.first_kept(task.path) > 1
         and verify(base.checkpoint, task.path) is None
     ):
-        return build(
-            task.endpoint,
-            task.path,
-            base.checkpoint,
-            upto_seq=task.upto_seq,
-            active_end=task.active_end,
-            settled=task.settled,
-        )
-    return build(
-        task.endpoint,
-        task.path,
-        None,
-        upto_seq=task.upto_seq,
-        active_end=task.active_end,
-        settled=task.settled,
-    )
+        return from_(base.checkpoint)
+    return from_(None)
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:
