@@ -53,7 +53,7 @@ def compact(opts: Opts, dry_run: bool, segment_bytes: int | None, policy: str) -
         if opts.json:
             emit_json(planned.to_dict())
             return
-        _print_plan(opts, planned)
+        _print_plan(opts, planned, policy)
         return
     report = compaction.compact(opts.root, segment_bytes=segment_bytes, compaction=policy)
     if opts.json:
@@ -72,7 +72,7 @@ def compact(opts: Opts, dry_run: bool, segment_bytes: int | None, policy: str) -
     sys.exit(1 if report.errors else 0)
 
 
-def _print_plan(opts: Opts, planned: object) -> None:
+def _print_plan(opts: Opts, planned: object, policy: str) -> None:
     from substrat.compaction import CompactPlan
 
     assert isinstance(planned, CompactPlan)
@@ -106,9 +106,12 @@ def _print_plan(opts: Opts, planned: object) -> None:
         out.print(part)
     total = sum(len(p.to_archive) for p in planned.logs)
     going = sum(len(p.to_delete) for p in planned.logs)
+    would = [f"{plural(going, 'segment')} to delete"] if going else []
+    would += [f"{plural(total, 'segment')} to archive"] if total else []
+    if not would:  # in the words of the policy asked about
+        would = ["nothing to delete yet" if policy == "delete" else "nothing to archive yet"]
     out.print(
         f"{plural(len(planned.logs), 'log')}, {_size(planned.stored_bytes)} on disk; "
-        + (f"{plural(going, 'segment')} to delete, " if going else "")
-        + (f"{plural(total, 'segment')} to archive" if total else "nothing to archive yet")
+        + ", ".join(would)
         + "; nothing was changed (run without --dry-run, the daemon stopped, to compact)"
     )

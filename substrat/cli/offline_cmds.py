@@ -129,9 +129,10 @@ def _findings(report: Any, repair: bool, width: int) -> list[RenderableType]:
     cols = [
         render.Col("SEVERITY"),
         render.Col("KIND"),
-        render.Col("FILE", cut=True, min_width=12),
-        render.Col("DETAIL", cut=True, min_width=16),
-        render.Col("REPAIRED" if repair else "REPAIR", cut=not repair, drop=1),
+        # folded, never cut: a user acts on the whole path and the whole detail
+        render.Col("FILE", fold=True, min_width=12),
+        render.Col("DETAIL", fold=True, min_width=16),
+        render.Col("REPAIRED" if repair else "REPAIR", fold=not repair, drop=1),
     ]
     groups: dict[str, list[list[str]]] = {}
     for f in report.findings:

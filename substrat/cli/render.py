@@ -44,6 +44,9 @@ class Col:
     header: str
     cut: bool = False
     """May be shortened with an ellipsis (free text); names and ids never are."""
+    fold: bool = False
+    """May be narrowed like a cut column, its cells wrapping onto more lines instead of
+    being cut (paths and details a user must see whole)."""
     drop: int = 0
     """May be left out when even cutting is not enough; the highest goes first."""
     justify: JustifyMethod = "left"
@@ -51,18 +54,18 @@ class Col:
 
 
 def fitted_table(width: int, cols: list[Col], rows: list[list[str]]) -> Table:
-    """A table of one line per row within ``width`` columns.
+    """A table within ``width`` columns, one line per row unless a column folds.
 
-    Cells never wrap. Free-text columns give way first (cut with an
-    ellipsis), then optional columns are left out; names and ids are always
-    shown whole. Cells are rich markup.
+    Cells never wrap, except in fold columns. Free-text columns give way first
+    (cut with an ellipsis, or folded onto more lines), then optional columns
+    are left out; names and ids are always shown whole. Cells are rich markup.
     """
     shown, widths = fit_widths(width, cols, rows)
     return _table(cols, rows, shown, widths)
 
 
 def fit_widths(width: int, cols: list[Col], rows: list[list[str]]) -> tuple[list[int], list[int]]:
-    """Which columns to show and how wide, so that every row fits on one line."""
+    """Which columns to show and how wide, so that every row fits within ``width``."""
     natural = [Text(c.header).cell_len for c in cols]
     for row in rows:
         assert len(row) == len(cols)
@@ -74,12 +77,14 @@ def fit_widths(width: int, cols: list[Col], rows: list[list[str]]) -> tuple[list
     def total() -> int:
         return sum(widths[i] for i in shown) + GAP * (len(shown) - 1)
 
-    # A cut column keeps its header whole and at least its min_width.
+    # A cut (or fold) column keeps its header whole and at least its min_width.
     floor = [max(c.min_width, Text(c.header).cell_len) for c in cols]
     while True:
         excess = total() - width
         while excess > 0:  # take from the widest cuttable column, one cell at a time
-            slack = [i for i in shown if cols[i].cut and widths[i] > floor[i]]
+            slack = [
+                i for i in shown if (cols[i].cut or cols[i].fold) and widths[i] > floor[i]
+            ]
             if not slack:
                 break
             widest = max(slack, key=lambda i: widths[i] - floor[i])
@@ -113,7 +118,11 @@ def _table(
     for i in shown:
         col = cols[i]
         table.add_column(
-            col.header, no_wrap=True, overflow="ellipsis", width=widths[i], justify=col.justify
+            col.header,
+            no_wrap=not col.fold,
+            overflow="fold" if col.fold else "ellipsis",
+            width=widths[i],
+            justify=col.justify,
         )
     for row in rows:
         table.add_row(*(row[i] for i in shown))
