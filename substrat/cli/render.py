@@ -82,9 +82,7 @@ def fit_widths(width: int, cols: list[Col], rows: list[list[str]]) -> tuple[list
     while True:
         excess = total() - width
         while excess > 0:  # take from the widest cuttable column, one cell at a time
-            slack = [
-                i for i in shown if (cols[i].cut or cols[i].fold) and widths[i] > floor[i]
-            ]
+            slack = [i for i in shown if (cols[i].cut or cols[i].fold) and widths[i] > floor[i]]
             if not slack:
                 break
             widest = max(slack, key=lambda i: widths[i] - floor[i])

@@ -5,6 +5,7 @@ of the policy asked about, and ``fsck``'s findings whole at 80 columns (issue 16
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 from pathlib import Path
 
@@ -54,7 +55,7 @@ def _columns(lines: list[str], headers: list[str]) -> list[dict[str, str]]:
     for line in lines[head + 1 :]:
         if not line.startswith(" "):
             continue  # a group's title line
-        cells = [line[a:b].strip() for a, b in zip(starts, starts[1:], strict=False)]
+        cells = [line[a:b].strip() for a, b in itertools.pairwise(starts)]
         if cells[0]:
             rows.append(dict.fromkeys(headers, ""))
         for header, cell in zip(headers, cells, strict=True):
@@ -79,13 +80,12 @@ def test_fsck_shows_whole_paths_and_details_at_80_columns(tmp_path: Path) -> Non
     rows = _columns(table, ["SEVERITY", "KIND", "FILE", "DETAIL", "REPAIR"])
     assert len(rows) == len(findings), shown.stdout
     assert any(first.name in f["path"] for f in findings), findings
+
     def squeezed(text: str) -> str:
         return "".join(text.split())
 
     shown_rows = sorted((r["KIND"], squeezed(r["FILE"]), squeezed(r["DETAIL"])) for r in rows)
-    expected = sorted(
-        (f["kind"], squeezed(f["path"]), squeezed(f["detail"])) for f in findings
-    )
+    expected = sorted((f["kind"], squeezed(f["path"]), squeezed(f["detail"])) for f in findings)
     for (kind, file, detail), (want_kind, path, want_detail) in zip(
         shown_rows, expected, strict=True
     ):
