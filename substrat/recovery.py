@@ -171,17 +171,22 @@ def _recover(store: SessionStore, logs: LogPool, roots: RootRegistry) -> Recover
     candidates += scan.missing_records
     candidates += [q.name for q in scan.quarantined if q.kind != "bad_name"]
 
-    facts: dict[str, AgentFacts] = {}
-    for sid in sorted(set(candidates)):
-        read = read_agent(root, sid, report)
-        if isinstance(read, Unreadable):
-            unreadable[sid] = read
-        elif read is not None:
-            facts[sid] = read
-            if read.created is not None and sid in records:
-                # what it says is in the record: it is read again only to rebuild a lost
-                # record, or a lost agent.created (3 MiB of a 10,000-agent start's peak)
-                read.session_created = None
+    facts, user_facts, failed = _read_endpoints(root, sorted(set(candidates)), records, report)
+    doubt = _checkpoints_in_doubt(report)
+    if doubt is not None:
+        # Another log's checkpoint may count on what this log lost: a sender's
+        # checkpoint forgets the messages its turns sent once they are in their
+        # recipients' logs, so only the sender's log still says they were sent.
+        # Read every log without the store, as if it were gone (bases still count).
+        report.checkpoints_set_aside = doubt
+        report.checkpoints_used = 0
+        report.read_in_full.clear()
+        every_log = RootStores(store, logs, roots, StoreRead())
+        facts, user_facts, failed = _read_endpoints(
+            every_log, sorted(set(candidates)), records, report
+        )
+        root.used = every_log.used
+    unreadable.update(failed)
     for sid in unreadable:
         records.pop(sid, None)
     candidates = [sid for sid in candidates if sid not in unreadable]
@@ -230,7 +235,6 @@ def _recover(store: SessionStore, logs: LogPool, roots: RootRegistry) -> Recover
             assert created is not None
             logs.get(sid).log(events.AGENT_CREATED, created)
     _register_roots(root, tree, live, registry, report)
-    user_facts = read_user(root, report)
     held = set(unreadable)
     in_tree = {node.session_id: live[node.session_id] for node in tree.walk()}
     plan = rollforward.plan(tree, in_tree, facts, records, user_facts, held)
@@ -238,6 +242,48 @@ def _recover(store: SessionStore, logs: LogPool, roots: RootRegistry) -> Recover
     report.unreadable = access.named(unreadable, names)
     sessions = {sid: records[sid] for sid in in_tree}
     return Recovered(report, tree, sessions, in_tree, plan, root.checkpoints, root.used)
+
+
+def _read_endpoints(
+    root: RootStores, sids: list[str], records: dict[str, Session], report: RecoveryReport
+) -> tuple[dict[str, AgentFacts], AgentFacts, dict[str, Unreadable]]:
+    """Every candidate agent's facts, the user's, and the agents whose log failed."""
+    facts: dict[str, AgentFacts] = {}
+    failed: dict[str, Unreadable] = {}
+    for sid in sids:
+        read = read_agent(root, sid, report)
+        if isinstance(read, Unreadable):
+            failed[sid] = read
+        elif read is not None:
+            facts[sid] = read
+            if read.created is not None and sid in records:
+                # what it says is in the record: it is read again only to rebuild a lost
+                # record, or a lost agent.created (3 MiB of a 10,000-agent start's peak)
+                read.session_created = None
+    return facts, read_user(root, report), failed
+
+
+def _checkpoints_in_doubt(report: RecoveryReport) -> str | None:
+    """Why the store's checkpoints cannot all be trusted together, if they cannot.
+
+    A checkpoint is checked against its own log only, but it also counts on the
+    other logs: it forgets what its agent sent once the recipients logged it.
+    So when a log is not what its checkpoint says (rejected), or lost entries to
+    damage, the checkpoints of the others may have forgotten what only they could
+    say. Torn tails are no such loss: nothing counts on an entry before it is
+    durable.
+    """
+    if report.checkpoints_used == 0:
+        return None  # nothing was read from the store: there is nothing to set aside
+    for endpoint, why in sorted(report.checkpoints_rejected.items()):
+        return f"the checkpoint of {endpoint} did not hold against its log ({why})"
+    for endpoint, damage in sorted(report.log_damage.items()):
+        if endpoint in (CHECKPOINTS_DIR, REGISTRY_DIR):
+            continue  # the store's or the registry's own lines: no log lost anything
+        lost = sorted(kind for kind in damage if kind != "torn_tail")
+        if lost:
+            return f"the log of {endpoint} is damaged ({', '.join(lost)})"
+    return None
 
 
 def _check_registered(

@@ -46,6 +46,9 @@ class RecoveryReport:
     from its start instead: see substrat.checkpoints)."""
     read_in_full: list[str] = field(default_factory=list)
     """Endpoints whose log was read from its start (no checkpoint of it held)."""
+    checkpoints_set_aside: str | None = None
+    """Why no checkpoint of the store was used, if a checkpoint that did not hold or a
+    log's damage made every log read from its start (see substrat.recovery)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -74,4 +77,5 @@ class RecoveryReport:
             "checkpoints_used": self.checkpoints_used,
             "checkpoints_rejected": dict(self.checkpoints_rejected),
             "read_in_full": list(self.read_in_full),
+            "checkpoints_set_aside": self.checkpoints_set_aside,
         }

@@ -22,6 +22,8 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
+import orjson
+
 from substrat import compaction, events, fsck
 from substrat.checkpointer import CheckpointPolicy
 from substrat.checkpoints import (
@@ -226,7 +228,9 @@ def test_another_logs_checkpoint_is_rejected(tmp_path: Path) -> None:
     _rewrite_store(root, [c for e, c in sorted(newest.items()) if e != a] + [swapped])
     snap, report = reopen(root)
     assert a in report.checkpoints_rejected, report.checkpoints_rejected
-    assert report.read_in_full == [a]
+    # the others' checkpoints may count on what a's log holds: every log is read in full
+    assert a in str(report.checkpoints_set_aside)
+    assert report.checkpoints_used == 0 and a in report.read_in_full
     assert snap == from_the_logs(root, tmp_path)
 
 
@@ -243,6 +247,38 @@ def test_checkpoint_of_a_rewritten_log_is_rejected(tmp_path: Path) -> None:
     assert victim.name in report.checkpoints_rejected
     assert victim.name in report.read_in_full
     assert snap == from_the_logs(root, tmp_path)
+
+
+def _enqueued_lines(directory: Path) -> list[tuple[Path, int, int]]:
+    """(file, offset, length) of every ``message.enqueued`` line in a log's files."""
+    out = []
+    for path in sorted(directory.glob("events*.jsonl")):
+        offset = 0
+        for line in path.read_bytes().splitlines(keepends=True):
+            if b'"event":"message.enqueued"' in line:
+                out.append((path, offset, len(line)))
+            offset += len(line)
+    return out
+
+
+def test_a_message_a_damaged_log_lost_comes_back_from_its_senders_log(tmp_path: Path) -> None:
+    """A sender's checkpoint forgets the messages its turns sent once their recipients
+    logged them. When the recipient's line is then damaged, only the sender's log still
+    says the message was sent: the restart must read it, as the logs alone would, and
+    the message is delivered again rather than lost."""
+    root = build_root(tmp_path)
+    lead = agent_dirs(root)["lead"]
+    path, offset, length = _enqueued_lines(lead)[-1]  # the newest message lead received
+    data = bytearray(path.read_bytes())
+    message_id = orjson.loads(data[offset : offset + length])["data"]["message_id"]
+    data[offset + length // 2] ^= 0x01  # its CRC fails: the line is damage, not data
+    path.write_bytes(bytes(data))
+    want = from_the_logs(root, tmp_path)
+    snap, report = reopen(root)
+    assert snap == want
+    assert f"message:{message_id}" in report.reconciled  # logged again, from a's turn
+    assert report.checkpoints_set_aside is not None
+    assert report.checkpoints_used == 0
 
 
 def test_deleted_store_reads_every_log_in_full(tmp_path: Path) -> None:

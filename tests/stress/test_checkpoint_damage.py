@@ -32,7 +32,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from faultfs import FaultFS
@@ -193,6 +193,14 @@ def _damage(fs: FaultFS, older: FaultFS, damage: str) -> tuple[FaultFS, bool]:
 
 
 @settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@example(  # lead's enqueue of a's result dropped; only a's log still said it was sent
+    first=[("lead/a", "@complete done\n@send user hi")],
+    second=[("lead/a", "@complete done\n@send user hi")],
+    every=5,
+    segment=829,
+    compaction="keep",
+    damage="first_line_dropped",
+)
 @given(
     first=st.lists(st.sampled_from(STEPS), min_size=1, max_size=6),
     second=st.lists(st.sampled_from(STEPS), min_size=1, max_size=6),
