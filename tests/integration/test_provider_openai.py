@@ -603,3 +603,44 @@ def test_the_default_registry_offers_both_real_providers_without_importing_the_s
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False
     )
     assert completed.returncode == 0, completed.stderr
+
+
+def test_a_given_http_client_factory_builds_each_event_loops_client(server: ChatServer) -> None:
+    import openai
+
+    built: list[Any] = []
+    sent: list[tuple[int, str]] = []
+
+    def factory() -> Any:
+        number = len(built)
+
+        async def record(request: Any) -> None:
+            sent.append((number, request.url.path))
+
+        built.append(openai.DefaultAsyncHttpxClient(event_hooks={"request": [record]}))
+        return built[-1]
+
+    server.script(text("one"), text("two"), text("three"))
+    config = OpenAIConfig(base_url=server.base_url, api_key="k", request_timeout_s=5.0)
+    provider = OpenAIProvider(config, http_client=factory)
+
+    async def two_turns() -> list[str]:
+        session = await provider.create("m", SYSTEM, RecordingContext())
+        try:
+            return [(await turn(session, "a"))[0], (await turn(session, "b"))[0]]
+        finally:
+            await session.stop()
+
+    async def one_turn() -> str:
+        session = await provider.create("m", SYSTEM, RecordingContext())
+        try:
+            return (await turn(session, "c"))[0]
+        finally:
+            await session.stop()
+
+    assert run(two_turns()) == ["one", "two"]
+    assert len(built) == 1  # one client for the loop, shared by its requests
+    assert run(one_turn()) == "three"  # a new event loop builds its own
+    assert len(built) == 2
+    # Every request went through the factory's clients, the first loop's through the first.
+    assert sent == [(0, "/v1/chat/completions")] * 2 + [(1, "/v1/chat/completions")]
