@@ -363,6 +363,11 @@ class AgentTree:
             if node.children:  # most agents are leaves: nothing to sort
                 stack.extend([nodes[i] for _, i in sorted(node.children.items(), reverse=True)])
 
+    def nodes(self) -> list[AgentNode]:
+        """Every live agent, in no promised order (no sorting: a start goes over every
+        agent this way where the order does not matter)."""
+        return list(self._nodes.values())
+
     def subtree_leaves_first(self, agent_id: str) -> list[AgentNode]:
         order: list[AgentNode] = []
 

@@ -49,7 +49,7 @@ class LogPool:
         """:meth:`path` as a string, built without a Path (a restart asks it per agent)."""
         if endpoint == USER:
             return os.path.join(self._root_text, USER_DIR, LOG_NAME)
-        return os.path.join(self._agents_text, validate_session_id(endpoint), LOG_NAME)
+        return f"{self._agents_text}{os.sep}{validate_session_id(endpoint)}{os.sep}{LOG_NAME}"
 
     def get(self, endpoint: str) -> EventLog:
         log = self._open.get(endpoint)

@@ -236,7 +236,7 @@ def _recover(store: SessionStore, logs: LogPool, roots: RootRegistry) -> Recover
             logs.get(sid).log(events.AGENT_CREATED, created)
     _register_roots(root, tree, live, registry, report)
     held = set(unreadable)
-    in_tree = {node.session_id: live[node.session_id] for node in tree.walk()}
+    in_tree = {node.session_id: live[node.session_id] for node in tree.nodes()}
     plan = rollforward.plan(tree, in_tree, facts, records, user_facts, held)
     names = {sid: str(data.get("name")) for sid, data in registry.roots.items()}
     report.unreadable = access.named(unreadable, names)

@@ -187,7 +187,11 @@ def _unsealed_to_the_end(
         os.close(fd)
     if not line or line_mismatch(at, line) is not None:
         return None
-    if os.path.lexists(os.path.join(os.path.dirname(path), PENDING_NAME)):
+    try:  # a string, not os.path's join and dirname: a restart asks this per agent
+        os.lstat(path[: path.rfind(os.sep) + 1] + PENDING_NAME)
+    except OSError:  # as os.path.lexists has it
+        pass
+    else:
         return None
     try:
         facts = checkpoint.load_facts()

@@ -45,7 +45,7 @@ def apply(host: Host, recovered: Recovered) -> RecoveryReport:
     report, plan = recovered.report, recovered.plan
     host.tree = recovered.tree
     host.sessions.update(recovered.sessions)
-    for node in host.tree.walk():
+    for node in host.tree.nodes():
         f = recovered.facts[node.session_id]
         host.turn_counts[node.agent_id] = f.turn_counter
         host.last_complete_seq[node.agent_id] = f.last_complete_seq

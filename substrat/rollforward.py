@@ -48,7 +48,8 @@ class RollForward:
     pending: list[dict[str, Any]] = field(default_factory=list)
     """Every inbox's messages (the user's too) once the plan is applied, in arrival order."""
     waiting: dict[str, dict[str, str]] = field(default_factory=dict)
-    """Agent id -> the requests it sent and awaits a reply to (message id -> recipient)."""
+    """Agent id -> the requests it sent and awaits a reply to (message id -> recipient);
+    an agent that awaits none may be missing."""
 
 
 def plan(
@@ -115,7 +116,8 @@ def plan(
             out.lost[f.session_id] = f.lost_turn
         elif f.lost_notice is not None:
             out.notices[f.session_id] = f.lost_notice
-        out.waiting[agent_id] = _waiting(f)
+        if f.waiting or f.committed:  # most agents of a checkpointed root wait on nothing
+            out.waiting[agent_id] = _waiting(f)
     pending: list[dict[str, Any]] = list(user.pending())
     for _, f in everyone:
         pending.extend(f.pending())

@@ -171,7 +171,7 @@ class SessionStore:
         agents_dir = os.fspath(self.agents_dir)
         for session_id in good:
             # a string path: a Path per agent was a tenth of a 10,000-agent start
-            path = os.path.join(agents_dir, session_id, RECORD_NAME)
+            path = f"{agents_dir}{os.sep}{session_id}{os.sep}{RECORD_NAME}"
             try:
                 raw = _read_limited(path)
             except FileNotFoundError:
