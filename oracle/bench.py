@@ -12,7 +12,10 @@ ratio means something on a busy machine too:
 * ``EventLog.log`` against a raw ``write`` + ``fsync`` of the same bytes, and against
   ``EventLog.log`` as of ``LOG_BEFORE_REV`` (before issue 15: two fsyncs per entry);
   faultfs against pyfakefs alone and against the real file system (:mod:`oracle.bench_io`);
-* checkpoints (:mod:`oracle.bench_checkpoints`).
+* checkpoints (:mod:`oracle.bench_checkpoints`);
+* what the main job's costliest items pay per example or call (``--campaign-only``):
+  the OpenAI crash machine's examples and one CLI process, against the same at
+  ``--baseline-rev`` (:func:`oracle.bench_fuzz.campaign_rows`).
 
 Rates of CPU-bound work are per CPU second of one process (``time.process_time``),
 which is what "one core" means and what other load on the machine disturbs least.
@@ -23,7 +26,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from oracle.bench_fuzz import BASELINE_REV, FUZZ_ROUNDS, fuzz_rows, sweep_row
+from oracle.bench_fuzz import BASELINE_REV, FUZZ_ROUNDS, campaign_rows, fuzz_rows, sweep_row
 from oracle.bench_io import faultfs_rows, log_rows
 from oracle.bench_table import GIB, MIB, Row, render
 
@@ -53,6 +56,11 @@ def main(argv: list[str] | None = None) -> int:
         help="only the fuzzing rows (crash fuzzer, lifecycle fuzzer) and their baselines",
     )
     parser.add_argument(
+        "--campaign-only",
+        action="store_true",
+        help="only the rows of the main job's costliest calls (OpenAI crash machine, CLI)",
+    )
+    parser.add_argument(
         "--rounds", type=int, default=FUZZ_ROUNDS, help="interleaved rounds of the fuzzing rows"
     )
     parser.add_argument(
@@ -63,7 +71,10 @@ def main(argv: list[str] | None = None) -> int:
         print(render(log_rows()))
         return 0
     base = None if args.no_baseline else args.baseline_rev
-    rows: list[Row] = fuzz_rows(base, args.rounds)
+    if args.campaign_only:
+        print(render(campaign_rows(base, args.rounds)))
+        return 0
+    rows: list[Row] = fuzz_rows(base, args.rounds) + campaign_rows(base, args.rounds)
     if args.fuzz_only:
         print(render(rows))
         return 0

@@ -9,6 +9,7 @@ code with today's measuring code.
 
 from __future__ import annotations
 
+import os
 import random
 import subprocess
 import sys
@@ -33,6 +34,8 @@ ORIGIN_PERSISTENCE_FUZZER = 342.0
 (Hardcode84/2, measured on this machine for issue 17; its whole-orchestrator fuzzer: 13.8)."""
 ORIGIN_LIFECYCLE_FUZZER = 85.0
 """Examples per CPU s of the origin's lifecycle fuzzer, 30 steps (measured here, issue 17)."""
+OPENAI_EXAMPLES = 20
+CLI_RUNS = 5
 SWEEP_SCENARIOS = ("roots", "stranded reply", "messages both ways")
 
 
@@ -138,12 +141,69 @@ def sweep_rate(names: tuple[str, ...] = SWEEP_SCENARIOS) -> float:
     return states / (time.process_time() - started)
 
 
+def openai_examples(examples: int = OPENAI_EXAMPLES) -> float:
+    """Examples per CPU second of the OpenAI crash machine (tests/stress/test_crash_fuzz.py:
+    every agent on the openai provider over loopback HTTP), derandomized, 30 steps, after
+    3 unmeasured warm-up examples; the server's threads are in this process and count."""
+    from hypothesis import HealthCheck, settings
+    from hypothesis.stateful import run_state_machine_as_test
+
+    import tests.stress.test_crash_fuzz as fuzz
+    from tests.support.chat_server import ChatServer
+    from tests.support.directive_chat import directive_responder
+
+    machine = fuzz.OpenAICrashRecoveryMachine
+    profile = settings(
+        max_examples=3,
+        stateful_step_count=30,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    with ChatServer(directive_responder) as server:
+        machine.server = server
+        run_state_machine_as_test(machine, settings=profile)
+        started = time.process_time()
+        run_state_machine_as_test(machine, settings=settings(profile, max_examples=examples))
+        spent = time.process_time() - started
+    return examples / spent
+
+
+def cli_commands(runs: int = CLI_RUNS) -> float:
+    """``substrat agent list --json`` processes per CPU second (the median of ``runs``; on
+    a directory that is no root, so the command's own work is a few checks): what every
+    CLI test pays per call, mostly imports."""
+    import resource
+    import statistics
+
+    import substrat
+
+    tree = str(Path(substrat.__file__).resolve().parents[1])
+    code = "import sys; from substrat.cli import main; sys.exit(main())"
+    spent = []
+    with tempfile.TemporaryDirectory(prefix="substrat-cli-bench-") as empty:
+        argv = [sys.executable, "-c", code, "agent", "list", "--json", "--no-autostart"]
+        for _ in range(runs):
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            subprocess.run(
+                [*argv, "--root", empty],
+                capture_output=True,
+                env={**os.environ, "PYTHONPATH": tree},
+                cwd=empty,
+            )
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            spent.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+    return 1 / statistics.median(spent)
+
+
 def on_revision(rev: str, function: str) -> float | None:
-    """Run ``function`` of this file against substrat/oracle/faultfs as of ``rev``."""
+    """Run ``function`` of this file against substrat/oracle/faultfs/tests as of ``rev``."""
     top = Path(__file__).resolve().parents[1]
     with tempfile.TemporaryDirectory(prefix="substrat-baseline-") as tmp:
         archive = subprocess.run(
-            ["git", "-C", str(top), "archive", rev, "substrat", "oracle", "faultfs"],
+            # tests: the OpenAI crash machine and its loopback server live there.
+            ["git", "-C", str(top), "archive", rev, "substrat", "oracle", "faultfs", "tests"],
             capture_output=True,
         )
         if archive.returncode != 0:
@@ -258,3 +318,43 @@ def sweep_row(base: str | None) -> Row:
         target=">= 2,000/s",
         met=swept >= 2000,
     )
+
+
+def campaign_rows(base: str | None, rounds: int = FUZZ_ROUNDS) -> list[Row]:
+    """What the main job's slowest items pay per example or call, against the same at
+    ``base`` (interleaved rounds): the OpenAI crash machine, and a CLI process."""
+    from oracle.bench_table import Row, median_rounds
+
+    short = (base or "")[:8]
+
+    def versus(function: str) -> float | None:
+        return None if base is None else on_revision(base, function)
+
+    rates = median_rounds(
+        {
+            "openai": openai_examples,
+            "openai_base": lambda: versus("openai_examples"),
+            "cli": cli_commands,
+            "cli_base": lambda: versus("cli_commands"),
+        },
+        rounds,
+    )
+    rows = []
+    for key, measure in (
+        ("openai", "OpenAI crash machine: examples/s (30 steps, 1 core)"),
+        ("cli", "CLI: `substrat agent list --json` processes/s (CPU, median of 5)"),
+    ):
+        got, against = rates[key], rates[f"{key}_base"]
+        assert got is not None, f"{key} has no figure"
+        rows.append(
+            Row(
+                measure,
+                got[0],
+                "/s",
+                f"same at {short}",
+                against[0] if against else None,
+                spread=got[1:],
+                baseline_spread=against[1:] if against else None,
+            )
+        )
+    return rows

@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
-from substrat.cli import render
-from substrat.cli.common import Opts, daemon_command, emit_json, esc
+from substrat.cli.common import LazyChoice, Opts, daemon_command, emit_json, esc, lazy_module
 from substrat.cli.turns import TurnView, read_prompt
 from substrat.errors import DaemonError
-from substrat.providers.registry import provider_names
 from substrat.words import plural, when
 
+if TYPE_CHECKING:
+    from substrat.cli import render
+else:
+    render = lazy_module("substrat.cli.render")  # rich, loaded when something is drawn
+
 SEND_TIMEOUT_S = 600.0
+
+
+def _provider_names() -> list[str]:
+    from substrat.providers.registry import provider_names
+
+    return provider_names()
 
 
 @click.group("agent")
@@ -29,7 +40,7 @@ def agent_group() -> None:
 @click.option("-i", "--instructions", default="", help="The agent's system prompt.")
 @click.option(
     "--provider",
-    type=click.Choice(provider_names()),
+    type=LazyChoice(_provider_names),
     default="scripted",
     show_default=True,
     help="Which backend runs the agent (README: Providers).",

@@ -19,15 +19,14 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from substrat import client as client_mod
 from substrat.cli.agent_cmds import SEND_TIMEOUT_S
-from substrat.cli.common import Opts, daemon_command, emit_json, esc
+from substrat.cli.common import Opts, daemon_command, emit_json, esc, lazy_module
 from substrat.cli.explain import reword
-from substrat.cli.render import excerpt, print_turn
 from substrat.cli.turns import TurnView, check_prompt
 from substrat.errors import (
     AgentError,
@@ -39,6 +38,11 @@ from substrat.errors import (
 )
 from substrat.rpc import protocol
 from substrat.words import plural
+
+if TYPE_CHECKING:
+    from substrat.cli import render
+else:
+    render = lazy_module("substrat.cli.render")  # rich, loaded when something is drawn
 
 RECONNECT_MAX_S = 2.0
 HELP = """\
@@ -146,7 +150,7 @@ class ChatSession:
             )
 
     def _tell_lost(self, lost: dict[str, Any]) -> None:
-        prompt = excerpt(lost.get("prompt", ""), 50)
+        prompt = render.excerpt(lost.get("prompt", ""), 50)
         self.say(
             f"[red]turn {esc(lost.get('turn_id'))} was lost in the crash[/] "
             f"[dim](prompt: {esc(prompt)})[/]; {esc(self.path)} is told at its next turn",
@@ -235,7 +239,7 @@ class ChatSession:
                 if self.opts.json:
                     emit_json({"event": "log", "number": first + offset, **turn})
                 else:
-                    print_turn(self.opts.out, turn, first + offset)
+                    render.print_turn(self.opts.out, turn, first + offset)
         else:
             self.say(f"[red]unknown command {esc(word)}[/]; /help lists them", event="error")
         return True

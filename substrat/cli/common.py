@@ -14,16 +14,17 @@ Exit codes of every command (docs/daemon.md):
 from __future__ import annotations
 
 import functools
+import importlib.util
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 from click.core import ParameterSource
-from rich.console import Console
 
 from substrat import client as client_mod
 from substrat import rootdir
@@ -38,6 +39,9 @@ from substrat.errors import (
     SocketPathTooLongError,
     SubstratError,
 )
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -70,10 +74,14 @@ class Opts:
 
     @property
     def out(self) -> Console:
+        from rich.console import Console
+
         return Console(highlight=False, soft_wrap=True)
 
     @property
     def err(self) -> Console:
+        from rich.console import Console
+
         return Console(stderr=True, highlight=False, soft_wrap=True)
 
     def connect(self) -> client_mod.Client:
@@ -232,3 +240,46 @@ def _escape(text: str) -> str:
 def esc(text: object) -> str:
     """Escape text for rich markup."""
     return _escape(str(text))
+
+
+def lazy_module(name: str) -> ModuleType:
+    """Module ``name``, run on first use of one of its attributes.
+
+    The command modules take their rich renderers this way: rich costs about a
+    third of a command's start-up, and ``--json`` or an error never uses it.
+    """
+    loaded = sys.modules.get(name)
+    if loaded is not None:
+        return loaded
+    spec = importlib.util.find_spec(name)
+    assert spec is not None and spec.loader is not None, f"no module {name}"
+    spec.loader = importlib.util.LazyLoader(spec.loader)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    parent, _, child = name.rpartition(".")
+    setattr(sys.modules[parent], child, module)
+    spec.loader.exec_module(module)
+    return module
+
+
+class LazyChoice(click.Choice):
+    """A ``click.Choice`` whose choices are looked up when an option of it is used or shown.
+
+    The provider names come from an entry-point scan of every installed package,
+    which every command would otherwise pay at start-up.
+    """
+
+    def __init__(self, names: Callable[[], Sequence[str]]) -> None:
+        self._names = names
+        self._choices: tuple[str, ...] | None = None
+        super().__init__(())
+
+    @property
+    def choices(self) -> tuple[str, ...]:
+        if self._choices is None:
+            self._choices = tuple(self._names())
+        return self._choices
+
+    @choices.setter
+    def choices(self, value: Sequence[str]) -> None:
+        assert not value, "the choices come from the function given"

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
-from substrat.cli import render
-from substrat.cli.common import Opts, emit_json, esc, offline_command
+from substrat.cli.common import Opts, emit_json, esc, lazy_module, offline_command
 from substrat.words import plural
+
+if TYPE_CHECKING:
+    from substrat.cli import render
+else:
+    render = lazy_module("substrat.cli.render")  # rich, loaded when something is drawn
 
 
 def _size(n: int) -> str:

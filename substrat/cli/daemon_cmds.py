@@ -7,22 +7,27 @@ import sys
 import time
 from collections import deque
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import click
 
 from substrat import client as client_mod
-from substrat.cli import render
 from substrat.cli.common import (
     EXIT_UNAVAILABLE,
     Opts,
     emit_json,
     esc,
+    lazy_module,
     offline_command,
 )
 from substrat.errors import DaemonNotRunningError
 from substrat.rpc import lock
 from substrat.words import when
+
+if TYPE_CHECKING:
+    from substrat.cli import render
+else:
+    render = lazy_module("substrat.cli.render")  # rich, loaded when something is drawn
 
 
 @click.group("daemon")

@@ -11,16 +11,20 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from substrat import client as client_mod
-from substrat.cli import render
-from substrat.cli.common import Opts, daemon_command, emit_json, esc
+from substrat.cli.common import Opts, daemon_command, emit_json, esc, lazy_module
 from substrat.errors import DaemonError, DaemonNotRunningError, RpcError
 from substrat.eventlog import utc_now_iso
-from substrat.rpc.methods import EVENT_NAMES
+from substrat.rpc.protocol import EVENT_NAMES
+
+if TYPE_CHECKING:
+    from substrat.cli import render
+else:
+    render = lazy_module("substrat.cli.render")  # rich, loaded when something is drawn
 
 ALWAYS = ("daemon.heartbeat", "daemon.recovered", "daemon.stopping")
 RECONNECT_MAX_S = 2.0

@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-from rich.console import RenderableType
 
 from substrat import rootdir
-from substrat.cli import render
 from substrat.cli.common import (
     EXIT_FAILED,
     Opts,
@@ -20,10 +17,18 @@ from substrat.cli.common import (
     esc,
     group_root,
     guarded,
+    lazy_module,
     offline_command,
 )
 from substrat.errors import BadInputError, FsckError, RootLockedError
 from substrat.words import plural
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+
+    from substrat.cli import render
+else:
+    render = lazy_module("substrat.cli.render")  # rich, loaded when something is drawn
 
 SEVERITY_STYLE = {"damage": "bold red", "leftover": "yellow", "notice": "dim"}
 
@@ -98,6 +103,8 @@ def recover(opts: Opts, dry_run: bool) -> None:
             _print_plan(opts, plan)
         return
     rootdir.prepare_root(opts.root, create=False)
+    import asyncio
+
     data = asyncio.run(_recover_now(opts.root))
     if opts.json:
         emit_json(data)

@@ -18,16 +18,18 @@ from __future__ import annotations
 
 import sys
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-from rich.console import Console
-from rich.status import Status
 
 from substrat.cli.common import esc
 from substrat.errors import BadInputError, RpcError
-from substrat.rpc.methods import MAX_PROMPT_CHARS
+from substrat.rpc.protocol import MAX_PROMPT_CHARS
 from substrat.words import plural
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.status import Status
 
 
 def read_prompt(prompt: str) -> str:

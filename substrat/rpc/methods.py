@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from substrat.logbase import deleted_through
 from substrat.rpc import protocol
-from substrat.rpc.protocol import RequestError
+from substrat.rpc.protocol import EVENT_NAMES, MAX_PROMPT_CHARS, RequestError
 from substrat.rpc.server import Call, Method, MethodTable, Param
 
 if TYPE_CHECKING:
@@ -21,23 +21,8 @@ if TYPE_CHECKING:
 MAX_NAME_CHARS = 64
 MAX_REF_CHARS = 4096
 MAX_INSTRUCTIONS_CHARS = 64 * 1024
-MAX_PROMPT_CHARS = 256 * 1024
 MAX_HISTORY_TURNS = 10_000
 MAX_ACK_IDS = 10_000
-
-ORCHESTRATOR_EVENTS = (
-    "turn.started",
-    "turn.tool",
-    "turn.retrying",
-    "turn.completed",
-    "turn.failed",
-    "agent.created",
-    "agent.terminated",
-    "message.enqueued",
-    "message.delivered",
-)
-DAEMON_EVENTS = ("daemon.recovered", "daemon.heartbeat", "daemon.stopping")
-EVENT_NAMES = frozenset(ORCHESTRATOR_EVENTS + DAEMON_EVENTS)
 
 
 class DaemonView(Protocol):

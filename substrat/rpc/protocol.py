@@ -27,6 +27,25 @@ MAX_REQUEST_BYTES = 2 << 20
 MAX_BATCH_ITEMS = 64
 MAX_METHOD_CHARS = 128
 MAX_ID_CHARS = 256
+MAX_PROMPT_CHARS = 256 * 1024
+"""Longest prompt a turn takes (``agent.send``; the CLI checks it before sending)."""
+
+# The notifications a client can subscribe to (``events.subscribe``; docs/rpc.md). They
+# are here, with the wire's other fixed values, so that a client need not load the
+# daemon's side (the CLI starts in a fraction of the time without it).
+ORCHESTRATOR_EVENTS = (
+    "turn.started",
+    "turn.tool",
+    "turn.retrying",
+    "turn.completed",
+    "turn.failed",
+    "agent.created",
+    "agent.terminated",
+    "message.enqueued",
+    "message.delivered",
+)
+DAEMON_EVENTS = ("daemon.recovered", "daemon.heartbeat", "daemon.stopping")
+EVENT_NAMES = frozenset(ORCHESTRATOR_EVENTS + DAEMON_EVENTS)
 
 # Codes fixed by the JSON-RPC 2.0 specification.
 PARSE_ERROR = -32700

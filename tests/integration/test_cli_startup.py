@@ -1,0 +1,54 @@
+"""What a ``substrat`` command process loads: every CLI call (and every CLI test) pays it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+PROBE = """
+import json, sys
+from substrat.cli import main
+try:
+    main()
+except SystemExit:
+    pass
+print(json.dumps(sorted(sys.modules)), file=sys.stderr)
+"""
+
+
+def loaded_by(where: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], set[str]]:
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=where,  # as a user would run it: not from the source tree
+    )
+    return done, set(json.loads(done.stderr.strip().splitlines()[-1]))
+
+
+def test_a_json_command_loads_neither_rich_nor_the_daemons_side(tmp_path: Path) -> None:
+    done, loaded = loaded_by(
+        tmp_path, "agent", "list", "--json", "--no-autostart", "--root", str(tmp_path)
+    )
+    assert "NotARootError" in done.stderr  # it ran: an empty directory is no root
+    assert not {m for m in loaded if m == "rich" or m.startswith("rich.")}
+    # The daemon's RPC methods (asyncio, the server) and the entry-point scan of the
+    # provider names (importlib.metadata) are not needed to send a request.
+    assert not loaded & {"asyncio", "substrat.rpc.methods", "substrat.rpc.server"}
+    assert "importlib.metadata" not in loaded
+
+
+def test_people_get_rich_output_and_the_provider_choices_when_asked(tmp_path: Path) -> None:
+    done, loaded = loaded_by(tmp_path, "agent", "list", "--no-autostart", "--root", str(tmp_path))
+    assert "no substrat root" in done.stderr and "rich.console" in loaded  # the error, drawn
+    done, _ = loaded_by(tmp_path, "agent", "create", "--help")
+    assert "[claude-code|fake|openai|paced|scripted]" in done.stdout
+    done, _ = loaded_by(
+        tmp_path, "agent", "create", "x", "--provider", "nope", "--root", str(tmp_path)
+    )
+    assert "'nope' is not one of 'claude-code', 'fake', 'openai', 'paced', 'scripted'" in (
+        done.stderr
+    )
