@@ -38,6 +38,7 @@ from substrat.logbase import BaseUnreadable, LogBase, read_base
 from substrat.providers.chat_history import conversation_problems
 from substrat.providers.scripted import chain_digest, reply_header
 from substrat.registry import RegistryRead, read_registry, registry_path
+from substrat.segments import StartUnreadable, active_first, list_sealed, read_start
 from substrat.session import SessionState
 from substrat.session.store import RECORD_NAME
 
@@ -473,6 +474,34 @@ def deleted_range_problems(reads: Reads, endpoint: str, log_name: str) -> list[s
     return problems
 
 
+def start_record_problems(reads: Reads, endpoint: str, log_name: str) -> list[str]:
+    """A log's start record (``events.start``) must read and never be ahead of its log.
+
+    It says which entry the active file starts at; written after the roll's rename,
+    it may lag (a crash before it) but never names an entry past the active file's
+    first, nor past the end of the sealed segments: that would claim entries lost
+    that are there.
+    """
+    path = reads.orch.logs.path(log_name)
+    try:
+        recorded = read_start(path)
+    except StartUnreadable as exc:
+        return [f"log of {endpoint[:8]}: its start record does not read after a crash: {exc}"]
+    if recorded is None:
+        return []
+    sealed = list_sealed(path)
+    read = reads.log(log_name)
+    in_active = [e["seq"] for e in read.entries if not sealed or e["seq"] > sealed[-1].last]
+    limit = min([active_first(sealed), *in_active[:1]])
+    if recorded > limit:
+        return [
+            f"log of {endpoint[:8]}: its start record says the active file starts at entry "
+            f"{recorded}, but entry {limit} is "
+            + ("in it" if in_active[:1] == [limit] else "where it starts")
+        ]
+    return []
+
+
 def check_invariants(
     orch: Orchestrator, state: ModelState | None = None, reads: Reads | None = None
 ) -> None:
@@ -531,6 +560,7 @@ def check_invariants(
         if seqs != sorted(seqs) or len(set(seqs)) != len(seqs):
             problems.append(f"log of {endpoint[:8]} has seqs out of order")
         problems.extend(deleted_range_problems(reads, endpoint, log_name))
+        problems.extend(start_record_problems(reads, endpoint, log_name))
         enqueued: dict[str, None] = {}
         delivered: set[str] = set()
         base = reads.base(log_name)

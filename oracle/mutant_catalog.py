@@ -360,6 +360,18 @@ CATALOG: tuple[Mutant, ...] = (
         "    write_base(log_path, LogBase(through, checkpoint.held(), turns))\n",
     ),
     Mutant(
+        "log_start_before_roll",
+        "a roll writes the log's start record (where the new active file starts) before it "
+        "renames the active file, so a crash in between leaves a record ahead of the log",
+        "segments.py",
+        "    persistence.durable_rename(active, target)\n"
+        "    persistence.durable_create(active)\n"
+        "    write_start(active, last + 1)  # after the rename: never ahead of the active file\n",
+        "    write_start(active, last + 1)  # planted: the record before the rename\n"
+        "    persistence.durable_rename(active, target)\n"
+        "    persistence.durable_create(active)\n",
+    ),
+    Mutant(
         "deletes_the_checkpoints_own_segment",
         "the delete policy removes every sealed segment the checkpoint reaches into: the one "
         "holding its entry (which may hold entries after it) and the newest sealed one",

@@ -47,7 +47,7 @@ from substrat.segments import (
     Position,
     PositionGone,
     Segment,
-    active_first,
+    active_start,
     list_sealed,
     open_segment,
     raw_lines,
@@ -240,7 +240,7 @@ def verify(
             with open_segment(segment) as handle:
                 handle.read(at.offset) if segment.archived else handle.seek(at.offset)
                 line = handle.read(at.length)
-        elif at.file_first == active_first(sealed):
+        elif at.file_first == active_start(log_path, sealed):
             fd = os.open(log_path, os.O_RDONLY | os.O_CLOEXEC)
             try:
                 line = os.pread(fd, at.length, at.offset)

@@ -36,7 +36,11 @@ Opening repairs: bytes after the last valid line (a torn or NUL-padded tail) are
 cut off, so a new append is never glued onto a partial line, and a leftover
 pending entry is appended only if its ``seq`` is not already anywhere in the log.
 The cut is not fsynced on its own: only unacknowledged bytes go, and the next
-append's fsync makes the cut durable together with the entry.
+append's fsync makes the cut durable together with the entry. Numbering goes on
+after the sealed segments, or with none left after where the log's start
+record says the active file starts (never from 1 again), and an open for
+appending writes that record when the segments' names say more than it does
+(see :mod:`substrat.segments`).
 
 Reading (``read_log``, ``iter_log``, in :mod:`substrat.logread` and
 re-exported here) never raises on damage: bad lines are skipped, counted and
@@ -48,15 +52,12 @@ from __future__ import annotations
 import gc
 import math
 import os
-import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any
-
-import orjson
 
 from substrat import persistence
 from substrat.errors import (
@@ -66,13 +67,14 @@ from substrat.errors import (
     OutcomeUnknownError,
 )
 from substrat.events import KNOWN_EVENTS
+from substrat.logline import encode_entry as encode_entry
 from substrat.logread import BATCH_LINES as BATCH_LINES
 from substrat.logread import Damage as Damage
 from substrat.logread import DamageReport, Entry, decode_line, entry_batches
 from substrat.logread import LogRead as LogRead
 from substrat.logread import iter_log as iter_log
 from substrat.logread import read_log as read_log
-from substrat.segments import list_sealed
+from substrat.segments import active_start, ensure_start, list_sealed
 
 LOG_NAME = "events.jsonl"
 PENDING_NAME = "events.pending"
@@ -131,17 +133,6 @@ def check_plain_json(value: object, where: str = "data") -> None:
             f"{path}: {type(item).__name__} is not a plain JSON type; convert it "
             "(UUIDs to hex strings, times to ISO 8601 strings, tuples to lists)"
         )
-
-
-def encode_entry(body: Mapping[str, Any]) -> bytes:
-    """Serialise one entry (without ``crc``) into a checksummed log line.
-
-    The body must be plain JSON (see :func:`check_plain_json`); anything the
-    codec cannot write exactly raises TypeError.
-    """
-    payload = orjson.dumps(body)
-    crc = zlib.crc32(payload)
-    return b'{"crc":"%08x",' % crc + payload[1:] + b"\n"
 
 
 @dataclass(frozen=True)
@@ -251,7 +242,9 @@ class EventLog:
         # Entries before the active file (sealed segments) or before a known-good
         # position (resume) are not scanned again: only what follows can need repair.
         sealed = list_sealed(self.path)
-        floor = sealed[-1].last if sealed else 0
+        # numbering goes on past the sealed segments, or past what the start record
+        # says they held once they are all gone (never from 1 again)
+        floor = active_start(self.path, sealed) - 1
         start = 0
         if resume is not None and resume.offset <= os.stat(self.path).st_size:
             start, floor = resume.offset, max(floor, resume.last_seq)
@@ -285,6 +278,7 @@ class EventLog:
                 if report.pending_found:  # what close() would have done
                     _unlink_quietly(self.pending_path)
                 return report
+            ensure_start(self.path, sealed)  # a roll a crash cut short, or an old root
             pending_fd = os.open(self.pending_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         except OSError:
             os.close(fd)

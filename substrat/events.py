@@ -26,6 +26,9 @@ CHECKPOINT = "checkpoint"
 LOG_BASE = "log.base"
 """Written only to a log's base file (``events.base``), before the ``delete`` compaction
 policy removes the segments it covers (see :mod:`substrat.logbase`)."""
+LOG_START = "log.start"
+"""Written only to a log's start record (``events.start``), when its active file is sealed
+(see :mod:`substrat.segments`)."""
 
 KNOWN_EVENTS: frozenset[str] = frozenset(
     {
@@ -44,5 +47,6 @@ KNOWN_EVENTS: frozenset[str] = frozenset(
         ROOT_REGISTERED,
         CHECKPOINT,
         LOG_BASE,
+        LOG_START,
     }
 )

@@ -52,7 +52,7 @@ from substrat.logs import USER_DIR
 from substrat.registry import REGISTRY_DIR, registry_path
 from substrat.rootdir import LEGACY_NAMES, MARKER_NAME
 from substrat.rpc import lock as root_lock
-from substrat.segments import is_segment_name, list_sealed
+from substrat.segments import START_NAME, is_segment_name, list_sealed
 from substrat.session import SessionStore
 from substrat.session.store import AGENTS_DIR, QUARANTINE_DIR, RECORD_NAME
 from substrat.words import plural
@@ -61,7 +61,7 @@ EXIT_CLEAN = 0
 EXIT_DAMAGE = 1
 EXIT_ERROR = 2
 DAMAGE, LEFTOVER, NOTICE = "damage", "leftover", "notice"
-_SESSION_FILES = frozenset({RECORD_NAME, LOG_NAME, PENDING_NAME, BASE_NAME})
+_SESSION_FILES = frozenset({RECORD_NAME, LOG_NAME, PENDING_NAME, BASE_NAME, START_NAME})
 _ROOT_FILES = frozenset({*LEGACY_NAMES, MARKER_NAME})
 THEN = "run `substrat fsck` again"
 """The step after fixing an unreadable agent (see substrat.access)."""

@@ -28,9 +28,18 @@ from pathlib import Path
 from substrat import persistence
 from substrat.checkpoints import Checkpoint, CheckpointStore, read_store, store_path, verify
 from substrat.eventlog import LOG_NAME
-from substrat.logbase import BASE_NAME, BaseUnreadable, read_base
+from substrat.logbase import BASE_NAME, BaseUnreadable, first_kept, read_base
 from substrat.logs import USER_DIR
-from substrat.segments import ARCHIVE_SUFFIX, Segment, list_sealed, raw_lines, read_segment
+from substrat.segments import (
+    ARCHIVE_SUFFIX,
+    Segment,
+    StartUnreadable,
+    list_sealed,
+    raw_lines,
+    read_segment,
+    read_start,
+    start_path,
+)
 from substrat.session.store import AGENTS_DIR
 
 Add = Callable[..., None]
@@ -51,8 +60,7 @@ def disagreement(checkpoint: Checkpoint, log_path: Path) -> str | None:
     reason = verify(checkpoint, log_path)
     if reason is not None:
         return reason
-    sealed = list_sealed(log_path)
-    if sealed and sealed[0].first > 1:
+    if first_kept(log_path) > 1:
         return None  # the first segments are missing (reported): nothing to add up
     at = checkpoint.at
     size, crc = 0, 0
@@ -116,11 +124,30 @@ def inspect(root: Path, add: Add) -> None:
 
 def inspect_segments(log_path: Path, add: Add) -> None:
     """Sealed segments missing at the start (unless deleted by the policy) or in the
-    middle, or there both plain and archived. (A log with no sealed segment left whose
-    active file starts after entry 1 is not flagged: its first lines may have been
-    damaged and quarantined.)"""
+    middle, or there both plain and archived; with none left, entries before the
+    active file's start (its start record says where: without one, or with one that
+    does not read, a log whose active file starts after entry 1 is not flagged, as its
+    first lines may have been damaged and quarantined)."""
     directory = log_path.parent
-    plain = {s.first: s for s in list_sealed(log_path)}
+    sealed = list_sealed(log_path)
+    plain = {s.first: s for s in sealed}
+    try:
+        recorded = read_start(log_path)
+    except StartUnreadable as exc:
+        recorded = None
+        if sealed:
+            why, fix = (
+                "its segments' names still say where the active file starts",
+                ("rewrite it from the segments' names"),
+            )
+        else:  # nothing else says it: only the user can settle it
+            why, fix = (
+                "whether entries before the active file's first were lost cannot be told; "
+                "restore the log's segments from a backup, or remove it to take the log as "
+                "it is",
+                None,
+            )
+        add("damaged_start", start_path(log_path), DAMAGE, f"{exc}: {why}", repair=fix)
     for name in sorted(os.listdir(directory)):
         if name.endswith(".jsonl" + ARCHIVE_SUFFIX):
             twin = directory / name[: -len(ARCHIVE_SUFFIX)]
@@ -133,11 +160,21 @@ def inspect_segments(log_path: Path, add: Add) -> None:
                     repair="remove the plain copy once the archive reads the same",
                 )
     expected = 1
-    if plain and min(plain) > 1:
-        deleted = deleted_by_policy(log_path, min(plain))
+    starts = min(plain) if plain else recorded or 1
+    if starts > 1:
+        deleted = deleted_by_policy(log_path, starts)
         if deleted is not None:
             add("deleted_by_policy", directory, NOTICE, deleted)
-            expected = min(plain)
+            expected = starts
+    if not plain and expected < starts:
+        add(
+            "missing_segment",
+            start_path(log_path),
+            DAMAGE,
+            f"entries {expected}..{starts - 1} are in no segment (its start record says the "
+            f"active file starts at entry {starts}): they are lost; restore them from a "
+            "backup if there is one",
+        )
     for first in sorted(plain):
         segment = plain[first]
         if first != expected:

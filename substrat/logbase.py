@@ -33,12 +33,13 @@ from typing import Any
 
 from substrat import events, persistence
 from substrat.checkpoints import Checkpoint
-from substrat.eventlog import decode_line, encode_entry, utc_now_iso
+from substrat.eventlog import encode_entry, utc_now_iso
 from substrat.facts import AgentFacts
 from substrat.facts import read_facts as read_whole_log
+from substrat.logline import RecordUnreadable, read_record
 from substrat.logread import DamageReport, Entry, iter_log, segment_entries
 from substrat.providers.base import TurnRecord
-from substrat.segments import ARCHIVE_SUFFIX, Segment, list_sealed
+from substrat.segments import ARCHIVE_SUFFIX, Segment, active_start, list_sealed
 
 BASE_NAME = "events.base"
 FORMAT = 1
@@ -104,14 +105,11 @@ def base_path(log_path: str | os.PathLike[str]) -> Path:
 def read_base(log_path: str | os.PathLike[str]) -> LogBase | None:
     """The log's base; None if it has none, BaseUnreadable if it is damaged."""
     try:
-        raw = persistence.read_bytes(base_path(log_path))
-    except FileNotFoundError:
+        entry = read_record(base_path(log_path), events.LOG_BASE)
+    except RecordUnreadable as exc:
+        raise BaseUnreadable(str(exc)) from None
+    if entry is None:
         return None
-    entry = decode_line(raw[:-1]) if raw.endswith(b"\n") else "torn_tail"
-    if isinstance(entry, str):
-        raise BaseUnreadable(f"{base_path(log_path)} is damaged ({entry})")
-    if entry.get("event") != events.LOG_BASE:
-        raise BaseUnreadable(f"{base_path(log_path)} holds a {entry.get('event')!r} entry")
     return LogBase.from_data(entry.get("data"))
 
 
@@ -147,13 +145,15 @@ def deleted_through(log_path: str | os.PathLike[str]) -> int:
 
 
 def first_kept(log_path: str | os.PathLike[str]) -> int:
-    """The first ``seq`` the log's segments hold: 1, or past the segments deleted.
+    """The first ``seq`` the log's files hold: 1, or past the segments deleted.
 
-    Only segment names say so: an active file alone whose first entry is past 1 may
-    have lost its first lines to damage (each costs only itself), not to a deletion.
+    Only segment names and the start record say so
+    (:func:`~substrat.segments.active_start`): an active file whose first entry is
+    past 1 with neither may have lost its first lines to damage (each costs only
+    itself), not to a deletion.
     """
     sealed = list_sealed(log_path)
-    return sealed[0].first if sealed else 1
+    return sealed[0].first if sealed else active_start(log_path, sealed)
 
 
 def delete_covered(

@@ -1,62 +1,32 @@
 """Reading an event log: healthy entries out, damage skipped, counted and described.
 
 The line format and the writer are in :mod:`substrat.eventlog`, which
-re-exports everything here. A reader never raises on damage: a torn tail,
-NUL padding, invalid UTF-8 or JSON, a bad checksum, a duplicate ``seq`` and (if
-asked) an unknown event type each cost only their own line.
+re-exports everything here (one line's codec is :mod:`substrat.logline`). A
+reader never raises on damage: a torn tail, NUL padding, invalid UTF-8 or JSON,
+a bad checksum, a duplicate ``seq`` and (if asked) an unknown event type each
+cost only their own line.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 import orjson
 
 from substrat.events import KNOWN_EVENTS, TURN_START
 from substrat.jsontext import BIG_TEXT_BYTES, loads
+from substrat.logline import BODY_START, CRC_HEX_END, CRC_OF_OPEN_BRACE, CRC_PREFIX, Entry
+from substrat.logline import decode_line as decode_line
 from substrat.segments import Position, Segment, list_sealed, open_segment
 
-Entry = dict[str, Any]
 _EXCERPT_BYTES = 80
-_CRC_PREFIX = b'{"crc":"'
-_CRC_HEX_END = len(_CRC_PREFIX) + 8
-_BODY_START = _CRC_HEX_END + 2  # past '",'
-_CRC_OF_OPEN_BRACE = zlib.crc32(b"{")
 _TURN_START_MARK = b'"event":"%s"' % TURN_START.encode()
 # A key, not text: inside a JSON string the quotes would be escaped.
 _TURN_ID_KEY = re.compile(rb'"turn_id":"t([1-9][0-9]{0,17})"')
-
-
-def decode_line(line: bytes) -> Entry | str:
-    """Decode one line (without its newline): the entry, or the kind of damage."""
-    if (
-        line.startswith(_CRC_PREFIX)
-        and len(line) > _BODY_START
-        and line[_CRC_HEX_END:_BODY_START] == b'",'
-    ):
-        try:
-            expected = int(line[len(_CRC_PREFIX) : _CRC_HEX_END], 16)
-        except ValueError:
-            expected = -1
-        # The checksum covers '{' + the line after the crc member; seeding the
-        # CRC with '{' spares copying the line.
-        if zlib.crc32(memoryview(line)[_BODY_START:], _CRC_OF_OPEN_BRACE) == expected:
-            body = b"{" + line[_BODY_START:]
-            try:
-                # a big line (a checkpoint of a large inbox) without orjson's peak
-                entry = orjson.loads(body) if len(body) < BIG_TEXT_BYTES else loads(body)
-            except orjson.JSONDecodeError:
-                return "invalid_json"
-            if isinstance(entry, dict) and isinstance(entry.get("seq"), int):
-                return entry
-            return "invalid_json"
-    return _classify_damage(line)
 
 
 def _decode_fast(raw: bytes) -> Entry | None:
@@ -66,18 +36,18 @@ def _decode_fast(raw: bytes) -> Entry | None:
     trailing whitespace) and no damage classification. Whatever it returns,
     decode_line returns too.
     """
-    if not raw.startswith(_CRC_PREFIX) or raw[_CRC_HEX_END:_BODY_START] != b'",':
+    if not raw.startswith(CRC_PREFIX) or raw[CRC_HEX_END:BODY_START] != b'",':
         return None
     try:
-        expected = int(raw[len(_CRC_PREFIX) : _CRC_HEX_END], 16)
+        expected = int(raw[len(CRC_PREFIX) : CRC_HEX_END], 16)
     except ValueError:
         return None
     if (
-        len(raw) <= _BODY_START + 1
-        or zlib.crc32(memoryview(raw)[_BODY_START:-1], _CRC_OF_OPEN_BRACE) != expected
+        len(raw) <= BODY_START + 1
+        or zlib.crc32(memoryview(raw)[BODY_START:-1], CRC_OF_OPEN_BRACE) != expected
     ):
         return None
-    body = b"{" + raw[_BODY_START:]
+    body = b"{" + raw[BODY_START:]
     try:
         entry = orjson.loads(body) if len(body) < BIG_TEXT_BYTES else loads(body)
     except orjson.JSONDecodeError:
@@ -85,22 +55,6 @@ def _decode_fast(raw: bytes) -> Entry | None:
     if type(entry) is dict and isinstance(entry.get("seq"), int):
         return entry
     return None
-
-
-def _classify_damage(line: bytes) -> str:
-    if b"\x00" in line:
-        return "nul_bytes"
-    try:
-        text = line.decode("utf-8")
-    except UnicodeDecodeError:
-        return "invalid_utf8"
-    try:
-        parsed = json.loads(text)
-    except ValueError:
-        return "invalid_json"
-    if isinstance(parsed, dict) and "crc" in parsed:
-        return "bad_checksum"
-    return "missing_checksum"
 
 
 def _started_turn(raw: bytes) -> int | None:

@@ -110,7 +110,7 @@ class LogPool:
         path = self.path(endpoint)
         if end is None or end.offset == 0 or os.stat(path).st_size != end.offset:
             return None
-        first = segments.active_first(segments.list_sealed(path))
+        first = segments.active_start(path, segments.list_sealed(path))
         if end.last_seq < first:
             return None
         sealed = segments.roll(path, first, end.last_seq)

@@ -5,7 +5,8 @@ that holds against its log (:func:`~substrat.checkpoints.verify`), only what
 follows it is read; a log that ends where its checkpoint does is not opened at
 all. Without one, the whole log is repaired (a torn tail cut, a pending entry
 replayed) and distilled into :class:`~substrat.facts.AgentFacts` in the same
-single read. A log whose first segments were removed by hand, with no checkpoint
+single read. A log whose first segments were removed by hand (segment names, or
+with none left its start record, say where it should start), with no checkpoint
 to say what they held, is :class:`HistoryGone`. What the reads find goes into the
 :class:`~substrat.recovery_report.RecoveryReport`.
 """
@@ -28,7 +29,7 @@ from substrat.logread import sealed_batches
 from substrat.logs import LogPool
 from substrat.recovery_report import RecoveryReport
 from substrat.registry import RootRegistry
-from substrat.segments import Position, Segment, active_first, list_sealed
+from substrat.segments import Position, Segment, active_start, list_sealed
 from substrat.session import SessionStore
 
 THEN = "restart the daemon"
@@ -89,9 +90,10 @@ def _read_log(root: RootStores, endpoint: str, path: Path, report: RecoveryRepor
     """An endpoint's facts: from its newest checkpoint that holds, the log after it
     (repaired); without one, the whole log, repaired in the same read."""
     sealed = list_sealed(path)
-    checkpoint, facts = _usable_checkpoint(root, endpoint, path, sealed, report)
+    first_active = active_start(path, sealed)
+    checkpoint, facts = _usable_checkpoint(root, endpoint, path, sealed, first_active, report)
     if checkpoint is not None:
-        end = _checkpointed_end(checkpoint, path, sealed)
+        end = _checkpointed_end(checkpoint, path, sealed, first_active)
         if end is not None:  # the log ends where its checkpoint does: nothing to read
             root.logs.remember(endpoint, end)
             return facts
@@ -104,11 +106,11 @@ def _read_log(root: RootStores, endpoint: str, path: Path, report: RecoveryRepor
         carried = facts.ceiling()
         start = checkpoint.at.after()
         floor = checkpoint.at.seq
-    elif sealed and sealed[0].first > 1:
-        raise HistoryGone(sealed[0].first)
+    elif (sealed[0].first if sealed else first_active) > 1:
+        raise HistoryGone(sealed[0].first if sealed else first_active)
     elif sealed:
         start = Position(sealed[0].first, 0)
-    if start is not None and start.file_first == active_first(sealed):
+    if start is not None and start.file_first == first_active:
         resume = Resume(start.offset, floor)
     elif start is not None:  # the sealed segments (from the checkpoint's on) first
         for batch in sealed_batches(path, start, damage, KNOWN_EVENTS, set(), floor):
@@ -147,8 +149,9 @@ def _read_log(root: RootStores, endpoint: str, path: Path, report: RecoveryRepor
 
 
 class HistoryGone(Exception):
-    """A log whose first segments are missing (removed by hand), with no checkpoint
-    that holds for it: what they said is known nowhere."""
+    """A log whose first segments are missing (removed by hand: the first sealed
+    segment starts after entry 1, or with none left the start record says the active
+    file does), with no checkpoint that holds for it: what they said is known nowhere."""
 
     def __init__(self, first: int) -> None:
         super().__init__(first)
@@ -204,7 +207,9 @@ def _unsealed_to_the_end(
     return facts
 
 
-def _checkpointed_end(checkpoint: Checkpoint, path: Path, sealed: list[Segment]) -> Resume | None:
+def _checkpointed_end(
+    checkpoint: Checkpoint, path: Path, sealed: list[Segment], first_active: int
+) -> Resume | None:
     """Where the log ends if it ends with the (verified) checkpoint's last entry, with
     nothing after it to read or repair: no byte past it, no pending entry, no failed
     append of this process to take back, and the file writable. None otherwise (the
@@ -215,7 +220,7 @@ def _checkpointed_end(checkpoint: Checkpoint, path: Path, sealed: list[Segment])
         return None
     try:
         size = os.stat(path).st_size
-        if at.file_first == active_first(sealed):
+        if at.file_first == first_active:
             ends_there = size == at.offset + at.length
         elif not sealed:
             return None  # it names a segment the log does not have
@@ -239,11 +244,17 @@ def _checkpointed_end(checkpoint: Checkpoint, path: Path, sealed: list[Segment])
 
 
 def _usable_checkpoint(
-    root: RootStores, endpoint: str, path: Path, sealed: list[Segment], report: RecoveryReport
+    root: RootStores,
+    endpoint: str,
+    path: Path,
+    sealed: list[Segment],
+    first_active: int,
+    report: RecoveryReport,
 ) -> tuple[Checkpoint | None, AgentFacts]:
     """The endpoint's newest checkpoint that holds against its log, with its facts (the
     one in the log's base last: see :mod:`substrat.logbase`)."""
-    for checkpoint in [*root.checkpoints.latest(endpoint), *_base_checkpoint(path, sealed)]:
+    based = _base_checkpoint(path, sealed, first_active)
+    for checkpoint in [*root.checkpoints.latest(endpoint), *based]:
         reason = verify(checkpoint, path, sealed)
         if reason is None:
             try:
@@ -260,10 +271,10 @@ def _usable_checkpoint(
     return None, AgentFacts(endpoint)
 
 
-def _base_checkpoint(path: Path, sealed: list[Segment]) -> list[Checkpoint]:
+def _base_checkpoint(path: Path, sealed: list[Segment], first_active: int) -> list[Checkpoint]:
     """The checkpoint in the log's base, if its first segments were deleted (a damaged
     base is no candidate: then nothing may say what they held, see HistoryGone)."""
-    if not sealed or sealed[0].first == 1:
+    if (sealed[0].first if sealed else first_active) == 1:
         return []
     try:
         base = read_base(path)

@@ -19,6 +19,18 @@ this module only says how, durably, through :mod:`substrat.persistence`:
   ``events.jsonl`` is created durably. A crash between the two leaves no
   active file; opening the log creates it and numbers on from the last sealed
   segment.
+* **start record**: once the roll is done, ``events.start`` beside the log (one
+  checksummed line in the log format, event ``log.start``, written atomically)
+  says which entry the new active file starts at. Segment names say it too,
+  but only while a sealed segment is there: with every one of them removed by
+  hand, the active file alone cannot tell "entries 1..N-1 are gone" from "its
+  first lines were damaged" (a damaged line costs only itself). The record
+  tells (:func:`active_start`). It is written after the rename, never before
+  (a record ahead of the active file would claim entries lost that are there);
+  a crash in between leaves it missing or naming an older start, which only
+  weakens what a reader knows while the names still say it, and every open
+  of the log for appending writes it again then (:func:`ensure_start`). A
+  root from before the record reads as before until its next roll.
 * **archive**: the compressed copy is written atomically (temp file, fsync,
   rename, directory fsync) and only then is the plain segment removed
   (durably). A crash between leaves both, identical in content; readers take
@@ -36,8 +48,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from substrat import persistence
+from substrat.events import LOG_START
+from substrat.logline import RecordUnreadable, encode_entry, read_record
 
 ACTIVE_NAME = "events.jsonl"
+START_NAME = "events.start"
+START_FORMAT = 1
 ARCHIVE_SUFFIX = ".gz"
 GZIP_LEVEL = 6
 _SEALED = re.compile(r"events\.([0-9]{20})-([0-9]{20})\.jsonl(\.gz)?")
@@ -102,6 +118,71 @@ def active_first(sealed: list[Segment]) -> int:
     return sealed[-1].last + 1 if sealed else 1
 
 
+class StartUnreadable(ValueError):
+    """The start record is there but does not read (damaged)."""
+
+
+def start_path(log_path: str | os.PathLike[str]) -> Path:
+    return Path(log_path).with_name(START_NAME)
+
+
+def read_start(log_path: str | os.PathLike[str]) -> int | None:
+    """The entry the log's active file starts at, as its start record says; None
+    without a record, StartUnreadable for one that does not read."""
+    try:
+        entry = read_record(start_path(log_path), LOG_START)
+    except RecordUnreadable as exc:
+        raise StartUnreadable(str(exc)) from None
+    if entry is None:
+        return None
+    data = entry.get("data")
+    if (
+        type(data) is not dict
+        or data.get("format") != START_FORMAT
+        or type(data.get("first")) is not int
+        or data["first"] < 1
+    ):
+        raise StartUnreadable(f"{start_path(log_path)} is not a start record this version reads")
+    return int(data["first"])
+
+
+def write_start(log_path: str | os.PathLike[str], first: int) -> None:
+    """Record durably that the active file starts at entry ``first`` (atomically)."""
+    assert first >= 1, first
+    line = encode_entry(
+        {"seq": first, "event": LOG_START, "data": {"format": START_FORMAT, "first": first}}
+    )
+    persistence.atomic_write(start_path(log_path), line)
+
+
+def ensure_start(log_path: str | os.PathLike[str], sealed: list[Segment]) -> None:
+    """Write the start record if the sealed segments' names say more than it does
+    (missing, damaged, or older: a crash cut a roll short, or a root from before the
+    record). Nothing to do for a log never sealed."""
+    if not sealed:
+        return
+    first = active_first(sealed)
+    try:
+        recorded = read_start(log_path)
+    except StartUnreadable:
+        recorded = None
+    if recorded is None or recorded < first:
+        write_start(log_path, first)
+
+
+def active_start(log_path: str | os.PathLike[str], sealed: list[Segment]) -> int:
+    """The ``seq`` the active file starts at: one past the last sealed segment, or,
+    with none left, what the start record says (1 without one, or with one that
+    does not read: fsck reports it)."""
+    if sealed:
+        return active_first(sealed)
+    try:
+        recorded = read_start(log_path)
+    except StartUnreadable:
+        recorded = None
+    return 1 if recorded is None else recorded
+
+
 def open_segment(segment: Segment) -> io.BufferedIOBase:
     """A binary reader of the segment's lines (decompressed if archived).
 
@@ -123,7 +204,8 @@ def read_segment(segment: Segment) -> bytes:
 
 
 def roll(log_path: str | os.PathLike[str], first: int, last: int) -> Segment:
-    """Seal the active file (entries ``first``..``last``) and start an empty one, durably.
+    """Seal the active file (entries ``first``..``last``) and start an empty one, durably,
+    then record where it starts (see the module docstring).
 
     The caller has closed every writer of ``log_path``.
     """
@@ -131,6 +213,7 @@ def roll(log_path: str | os.PathLike[str], first: int, last: int) -> Segment:
     target = active.with_name(sealed_name(first, last))
     persistence.durable_rename(active, target)
     persistence.durable_create(active)
+    write_start(active, last + 1)  # after the rename: never ahead of the active file
     return Segment(first, last, target)
 
 
@@ -195,7 +278,7 @@ def raw_lines(
     file ``start`` names does not exist.
     """
     sealed = list_sealed(log_path)
-    first_active = active_first(sealed)
+    first_active = active_start(log_path, sealed)
     files: list[tuple[int, Segment | None]] = [(s.first, s) for s in sealed]
     files.append((first_active, None))
     if start is not None:

@@ -205,7 +205,9 @@ def test_every_event_the_code_writes_is_documented_with_its_fields(root: Path) -
     ]
     bases = [decode_line(base.read_bytes()[:-1]) for base in root.glob("agents/*/events.base")]
     assert bases, "a log's base was written"
-    for entry in [*entries, *bases]:
+    starts = [decode_line(s.read_bytes()[:-1]) for s in root.glob("agents/*/events.start")]
+    assert starts, "a log's start record was written"
+    for entry in [*entries, *bases, *starts]:
         assert isinstance(entry, dict)
         seen.add(entry["event"])
         undocumented = set(entry["data"]) - table[entry["event"]]
