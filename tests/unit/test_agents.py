@@ -115,6 +115,17 @@ def test_tree_paths_resolution_and_order() -> None:
     assert len(tree) == 6 and "g1" in tree and "zz" not in tree
 
 
+def test_nodes_are_every_live_agent_as_walk_has_them() -> None:
+    tree = build_tree()
+    tree.remove("g1")
+    tree.add(node("c4", "late", "r1"))  # added after its parent's other children
+    walked = [n.agent_id for n in tree.walk()]
+    assert walked == ["r1", "c2", "c4", "c1", "r2", "c3"]
+    nodes = tree.nodes()
+    assert sorted(n.agent_id for n in nodes) == sorted(walked)
+    assert all(n is tree.get(n.agent_id) for n in nodes)
+
+
 @pytest.mark.parametrize("ref", ["", "/", "gamma", "alpha/nobody", "alpha/worker/worker/deeper"])
 def test_unknown_agents_raise_with_a_hint(ref: str) -> None:
     with pytest.raises(AgentNotFoundError, match="no live agent"):
