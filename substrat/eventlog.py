@@ -164,6 +164,15 @@ class OpenReport:
         """Where a later open of this (unchanged) log can start."""
         return Resume(self.end, self.last_seq)
 
+    def whole_lines_cut(self) -> int:
+        """Whole lines (a newline at their end) the repair cut off with a damaged
+        tail, less the one a replayed pending copy put back. Such a line may be an
+        acknowledged entry damaged since, not a torn append."""
+        cut = sum(
+            1 for d in self.damage.items if d.offset >= self.valid_end and d.kind != "torn_tail"
+        )
+        return cut - min(cut, int(self.pending_replayed))
+
     def kept_damage(self) -> DamageReport:
         """The damage still in the log after the repair (a cut tail is gone)."""
         kept = [d for d in self.damage.items if d.offset < self.valid_end]

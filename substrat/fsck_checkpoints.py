@@ -206,12 +206,18 @@ def deleted_by_policy(log_path: Path, first: int) -> str | None:
     )
 
 
-def repair(root: Path) -> None:
-    """Drop damaged and disagreeing checkpoints; finish interrupted archives."""
+def repair(root: Path, *, lines_lost: bool = False) -> None:
+    """Drop damaged and disagreeing checkpoints; finish interrupted archives.
+
+    ``lines_lost``: the repair took entries out of some log (damaged lines). Then
+    every checkpoint goes: a sender's checkpoint forgets the messages its turns sent
+    once their recipients logged them, so a lost line in another log may have been
+    what only the sender's log still says (see :mod:`substrat.recovery`).
+    """
     read = read_store(root)
     if read.problem is None and (read.damage or read.checkpoints):
         keep = {
-            endpoint: [c for c in items if _agrees(root, c)]
+            endpoint: [c for c in items if not lines_lost and _agrees(root, c)]
             for endpoint, items in read.checkpoints.items()
         }
         keep = {e: items for e, items in keep.items() if items}

@@ -65,6 +65,7 @@ def repair_root(root: Path, report: _Report) -> None:
         store.scan(quarantine=True)
     logs = [store.log_path(sid) for sid in store.list_dirs()[0]]
     logs += [root / USER_DIR / LOG_NAME, registry_path(root)]
+    lines_lost = False
     for log_path in logs:
         try:
             if (
@@ -75,13 +76,18 @@ def repair_root(root: Path, report: _Report) -> None:
                 # counted before the open, which cuts a damaged last line off (unless
                 # a pending copy restores it): that line may have been a turn's start
                 ceiling = _agent_turn_ceiling(log_path)
-                EventLog(log_path).close()  # open repairs; close removes the pending file
-                _drop_damaged_lines(log_path, quarantine, ceiling)
+                opened = EventLog(log_path)  # the open repairs a damaged last line away
+                opened.close()  # and close removes the pending file
+                cut = opened.report.whole_lines_cut()
+                dropped = _drop_damaged_lines(log_path, quarantine, ceiling)
+                if (dropped or cut) and log_path != registry_path(root):
+                    lines_lost = True  # an agent's or the user's: checkpoints count on it
         except OSError:
             continue  # unreadable (reported): it is left exactly as it is
     # after the log rewrites (which move lines): drop the checkpoints that no longer
-    # agree; recovery reads those logs in full and writes new ones when it closes
-    fsck_checkpoints.repair(root)
+    # agree, or all of them if a log lost lines; recovery reads those logs in full and
+    # writes new checkpoints when it closes
+    fsck_checkpoints.repair(root, lines_lost=lines_lost)
     report.recovery = asyncio.run(_recover(root))
     for sid in report.recovery.get("unrecoverable", []):
         directory = store.session_dir(sid)

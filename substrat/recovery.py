@@ -271,7 +271,8 @@ def _checkpoints_in_doubt(report: RecoveryReport) -> str | None:
     So when a log is not what its checkpoint says (rejected), or lost entries to
     damage, the checkpoints of the others may have forgotten what only they could
     say. Torn tails are no such loss: nothing counts on an entry before it is
-    durable.
+    durable, but a whole line cut off a log's end may have been an acknowledged entry
+    damaged since.
     """
     if report.checkpoints_used == 0:
         return None  # nothing was read from the store: there is nothing to set aside
@@ -283,6 +284,9 @@ def _checkpoints_in_doubt(report: RecoveryReport) -> str | None:
         lost = sorted(kind for kind in damage if kind != "torn_tail")
         if lost:
             return f"the log of {endpoint} is damaged ({', '.join(lost)})"
+    for endpoint, repairs in sorted(report.log_repairs.items()):
+        if repairs.get("whole_lines_cut"):
+            return f"a damaged whole line was cut off the end of the log of {endpoint}"
     return None
 
 

@@ -127,6 +127,7 @@ def _read_log(root: RootStores, endpoint: str, path: Path, report: RecoveryRepor
     ]
     if cut_starts:
         facts.cut_turn_start(max(cut_starts))
+    whole_lines_cut = opened.whole_lines_cut()  # may be lost: see recovery's doubt
     if (
         opened.truncated_bytes
         or opened.pending_replayed
@@ -141,6 +142,8 @@ def _read_log(root: RootStores, endpoint: str, path: Path, report: RecoveryRepor
             "pending_replayed": opened.pending_replayed,
             "pending_discarded": opened.pending_discarded,
         }
+        if whole_lines_cut:
+            report.log_repairs[endpoint]["whole_lines_cut"] = whole_lines_cut
     for kind, count in damage.counts().items():
         facts.damage[kind] = facts.damage.get(kind, 0) + count
     report.events_read += facts.entries

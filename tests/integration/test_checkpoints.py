@@ -281,6 +281,74 @@ def test_a_message_a_damaged_log_lost_comes_back_from_its_senders_log(tmp_path: 
     assert report.checkpoints_used == 0
 
 
+def _message_after_lead_checkpoint(tmp_path: Path) -> tuple[Path, Path, int, int]:
+    """A root where a's newest checkpoint forgot a message it sent lead, and lead's
+    checkpoint that holds is older than the message's line: (root, file, offset, length)
+    of that line, the last of lead's log."""
+    root = build_root(tmp_path)
+
+    async def one_more() -> None:
+        orch = await Orchestrator.open(root, checkpoints=SMALL, slots=1)
+        await orch.run_turn("lead/a", "@send lead one more")
+        await orch.close()  # every log checkpointed to its end: a's forgets the message
+
+    run(one_more())
+    lead = agent_dirs(root)["lead"]
+    path, offset, length = _enqueued_lines(lead)[-1]
+    assert path.name == "events.jsonl" and offset + length == path.stat().st_size
+    newest = _newest(root)
+    older = [c for c in read_store(root).checkpoints[lead.name] if c.at.offset < offset]
+    assert older, "lead has a checkpoint before the message"
+    # lead's newest checkpoint lost (the store's own damage): its older one holds
+    _rewrite_store(root, [c for e, c in sorted(newest.items()) if e != lead.name] + older[-1:])
+    return root, path, offset, length
+
+
+def _flip(path: Path, offset: int, length: int) -> str:
+    """Flip a byte in the middle of the line; returns the id of the message it held."""
+    data = bytearray(path.read_bytes())
+    message_id = str(orjson.loads(data[offset : offset + length])["data"]["message_id"])
+    data[offset + length // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+    return message_id
+
+
+def test_a_damaged_last_line_cut_off_a_log_comes_back_from_its_senders_log(
+    tmp_path: Path,
+) -> None:
+    """A whole last line with a bad checksum is cut like a torn append, but it may have
+    been acknowledged: when the sender's checkpoint forgot the message it held, the
+    restart reads the sender's log and the message comes back."""
+    root, path, offset, length = _message_after_lead_checkpoint(tmp_path)
+    message_id = _flip(path, offset, length)
+    want = from_the_logs(root, tmp_path)
+    snap, report = reopen(root)
+    assert snap == want
+    assert f"message:{message_id}" in report.reconciled
+    assert report.log_repairs[path.parent.name]["whole_lines_cut"] == 1
+    assert "cut off the end" in str(report.checkpoints_set_aside)
+
+
+def test_fsck_repair_of_a_damaged_line_keeps_the_message_its_sender_forgot(
+    tmp_path: Path,
+) -> None:
+    """``fsck --repair`` quarantines a damaged line, or cuts a damaged last one: when
+    the line held a message whose sender's checkpoint forgot it, the recovery that ends
+    the repair must still bring it back from the sender's log."""
+    root, path, offset, length = _message_after_lead_checkpoint(tmp_path)
+    message_id = _flip(path, offset, length)
+    want = from_the_logs(root, tmp_path)
+    repaired = fsck.check(root, repair=True)
+    assert repaired.recovery is not None
+    assert f"message:{message_id}" in repaired.recovery["reconciled"]
+    assert fsck.check(root).problems == []
+    snap, _ = reopen(root)
+    # the repair reserves one more turn id (the damaged line might have started a turn)
+    for name, agent in want["agents"].items():
+        assert snap["agents"][name].pop("turns") >= agent.pop("turns")
+    assert snap == want
+
+
 def test_deleted_store_reads_every_log_in_full(tmp_path: Path) -> None:
     root = build_root(tmp_path)
     shutil.rmtree(root / CHECKPOINTS_DIR)
