@@ -182,6 +182,7 @@ def _recover(store: SessionStore, logs: LogPool, roots: RootRegistry) -> Recover
         report.checkpoints_used = 0
         report.read_in_full.clear()
         every_log = RootStores(store, logs, roots, StoreRead())
+        every_log.cut_turn_starts = root.cut_turn_starts  # that repair is done
         facts, user_facts, failed = _read_endpoints(
             every_log, sorted(set(candidates)), records, report
         )
@@ -256,6 +257,8 @@ def _read_endpoints(
             failed[sid] = read
         elif read is not None:
             facts[sid] = read
+            if sid in root.cut_turn_starts:  # cut by an earlier read's repair
+                read.cut_turn_start(root.cut_turn_starts[sid])
             if read.created is not None and sid in records:
                 # what it says is in the record: it is read again only to rebuild a lost
                 # record, or a lost agent.created (3 MiB of a 10,000-agent start's peak)

@@ -45,6 +45,9 @@ class RootStores:
     roots: RootRegistry
     checkpoints: StoreRead
     used: dict[str, Checkpoint] = field(default_factory=dict)
+    cut_turn_starts: dict[str, int] = field(default_factory=dict)
+    """Endpoint -> the turn whose damaged start its repair cut off (a read after that
+    repair no longer sees the line: see :meth:`AgentFacts.cut_turn_start`)."""
 
 
 def read_agent(
@@ -126,6 +129,7 @@ def _read_log(root: RootStores, endpoint: str, path: Path, report: RecoveryRepor
         if item.offset >= opened.valid_end and item.started_turn is not None
     ]
     if cut_starts:
+        root.cut_turn_starts[endpoint] = max(cut_starts)
         facts.cut_turn_start(max(cut_starts))
     whole_lines_cut = opened.whole_lines_cut()  # may be lost: see recovery's doubt
     if (
