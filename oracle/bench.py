@@ -74,10 +74,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.campaign_only:
         print(render(campaign_rows(base, args.rounds)))
         return 0
-    rows: list[Row] = fuzz_rows(base, args.rounds) + campaign_rows(base, args.rounds)
+    rows: list[Row] = fuzz_rows(base, args.rounds)
     if args.fuzz_only:
         print(render(rows))
         return 0
+    rows.extend(campaign_rows(base, args.rounds))
     from oracle.bench_scale import scale_rows
 
     rows.append(sweep_row(base))
