@@ -270,6 +270,11 @@ def recovery_lines(notice: dict[str, Any] | None, names: dict[str, str] | None =
     repairs = report.get("log_repairs") or {}
     if repairs:
         lines.append(f"logs repaired on open: [bold]{len(repairs)}[/]")
+    if report.get("checkpoints_set_aside"):
+        lines.append(
+            "[yellow]checkpoints set aside, every log read from its start:[/] "
+            f"{esc(report['checkpoints_set_aside'])}"
+        )
     return lines
 
 
