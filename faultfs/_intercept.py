@@ -26,7 +26,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from faultfs import _escapes
-from faultfs._fdtable import FAKE_FD_BASE, FD_OWNERS, oserror
+from faultfs._fdtable import FAKE_FD_BASE, fd_owner, oserror
 from faultfs._fileobj import open_file
 from faultfs._syscalls import Syscalls
 from faultfs._trace import is_internal
@@ -75,7 +75,7 @@ def _route(path: Any, dir_fd: int | None = None) -> tuple[FaultFS, str] | None:
     relative = False
     if not p.startswith("/"):
         if dir_fd is not None:
-            owner = FD_OWNERS.get(dir_fd)
+            owner = fd_owner(dir_fd)
             if owner is None:
                 return None
             p = owner.fd_path(dir_fd) + "/" + p
@@ -171,7 +171,7 @@ def _outside(given: Any, p: str, relative: bool) -> None:
 
 def _owner(fd: Any) -> Syscalls | None:
     if type(fd) is int and fd >= FAKE_FD_BASE:
-        return FD_OWNERS.get(fd)
+        return fd_owner(fd)
     return None
 
 

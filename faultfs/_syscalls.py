@@ -24,6 +24,7 @@ from faultfs._fdtable import (
     ScandirIterator,
     next_fd,
     oserror,
+    owner_ref,
 )
 from faultfs._model import ROOT_INO, Inode, Model
 from faultfs._trace import Op, call_stack
@@ -63,6 +64,7 @@ class Syscalls:
         self._parts_of: dict[str, tuple[str, ...]] = {}
         self.model = model
         self._fds: dict[int, Handle] = {}
+        self._owner_ref = owner_ref(self, self._fds)
         self._lock = threading.RLock()
         self._dev = hash(root) & 0xFFFF_FFFF
         self._record_trace = record_trace
@@ -212,7 +214,7 @@ class Syscalls:
                 self._after(op)
             fd = next_fd()
             self._fds[fd] = Handle(fd, node, path, flags)
-            FD_OWNERS[fd] = self
+            FD_OWNERS[fd] = self._owner_ref
             return fd
 
     def close(self, fd: int) -> None:

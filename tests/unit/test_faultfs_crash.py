@@ -151,3 +151,31 @@ def test_a_crash_image_can_itself_be_armed_and_crashed() -> None:
     with image, pytest.raises(SimulatedCrash):
         atomic_save(image, b"two")
     assert image.crash_image("process").tree() == {"s": b"one", "s.tmp": b""}
+
+
+def test_a_killed_programs_open_descriptors_do_not_keep_its_file_system_alive() -> None:
+    """A crash kills the program: it never closes what it opened. Once nothing else holds
+    that file system, it and its descriptors go (as a dead process's descriptors close),
+    so a campaign of crashes does not keep every crashed model in memory."""
+    import gc
+    import weakref
+
+    from faultfs._fdtable import FD_OWNERS, fd_owner
+
+    fs = FaultFS("/leak")
+    with fs:
+        fd = os.open("/leak/f", os.O_WRONLY | os.O_CREAT, 0o600)
+    fs.arm(1)
+    with fs, pytest.raises(SimulatedCrash):
+        while True:
+            os.write(fd, b"x")
+    assert fd_owner(fd) is fs  # still open, as the killed program left it
+    image = fs.crash_image("process")
+    gone = weakref.ref(fs)
+    del fs
+    gc.collect()
+    assert gone() is None, "the crashed file system is still held"
+    assert fd not in FD_OWNERS and fd_owner(fd) is None
+    with image:  # the image is a new disk: the dead program's descriptor is not in it
+        with pytest.raises(OSError):
+            os.write(fd, b"y")
