@@ -348,29 +348,40 @@ class AgentFacts:
     def from_dict(cls, session_id: str, data: dict[str, Any]) -> AgentFacts:
         """Facts stored by :meth:`to_dict`; ValueError if they do not read as such."""
         try:
+            # An empty map (most of them, at most agents) is kept as decoded: a call per
+            # field was a third of this, which a restart runs for every agent.
+            pending, kept, settled_senders = data["pending"], data["kept"], data["settled_senders"]
+            children, waiting, open_turns = data["children"], data["waiting"], data["open_turns"]
+            damage = data["damage"]
             facts = cls(
                 session_id,
                 session_created=_dict_or_none(data["session_created"]),
                 created=_dict_or_none(data["created"]),
                 terminated=bool(data["terminated"]),
-                enqueued=_keyed(data["pending"]),
-                kept=_map(data["kept"], lambda v: [str(v[0]), v[1]]),
-                settled_senders=_map(data["settled_senders"], int),
-                children=_map(data["children"], dict),
-                waiting=_map(data["waiting"], str),
+                enqueued={} if type(pending) is list and not pending else _keyed(pending),
+                kept=kept if type(kept) is dict and not kept else _map(kept, _kept_entry),
+                settled_senders=settled_senders
+                if type(settled_senders) is dict and not settled_senders
+                else _map(settled_senders, int),
+                children=children
+                if type(children) is dict and not children
+                else _map(children, dict),
+                waiting=waiting if type(waiting) is dict and not waiting else _map(waiting, str),
                 highest_turn=int(data["highest_turn"]),
                 damaged_after=int(data["damaged_after"]),
                 completed_turns=int(data["completed_turns"]),
                 headless_turns=list(data["headless_turns"]),
                 last_complete_seq=int(data["last_complete_seq"]),
                 last_complete=_dict_or_none(data["last_complete"]),
-                open_turns=_map(data["open_turns"], str),
+                open_turns=open_turns
+                if type(open_turns) is dict and not open_turns
+                else _map(open_turns, str),
                 lost_notice=_dict_or_none(data["lost_notice"]),
-                damage=_map(data["damage"], int),
+                damage=damage if type(damage) is dict and not damage else _map(damage, int),
             )
         except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
             raise ValueError(f"not the facts of a log: {exc!r}") from None
-        if not all(MessageEnvelope.is_valid(m) for m in facts.enqueued.values()):
+        if facts.enqueued and not all(MessageEnvelope.is_valid(m) for m in facts.enqueued.values()):
             raise ValueError("a pending message is not a message envelope")
         if facts.children:
             facts.committed = [{"spawns": list(facts.children.values())}]
@@ -389,9 +400,11 @@ def _map(value: Any, convert: Callable[[Any], _V]) -> dict[str, _V]:
 
 
 def _keyed(messages: Any) -> dict[str, dict[str, Any]]:
-    if type(messages) is list and not messages:
-        return {}
     return {str(m["message_id"]): m for m in messages}
+
+
+def _kept_entry(value: Any) -> list[Any]:
+    return [str(value[0]), value[1]]
 
 
 def _dict_or_none(value: object) -> dict[str, Any] | None:

@@ -68,20 +68,27 @@ def apply(host: Host, recovered: Recovered) -> RecoveryReport:
         if message.recipient == USER or message.recipient in host.tree:
             host.inboxes.deliver(message)
             report.redelivered.append(message.message_id)
-    for node in host.tree.walk():
-        for message_id, recipient in plan.waiting.get(node.agent_id, {}).items():
+    # Every agent is IDLE, waiting on nothing and told nothing until here (recovery built
+    # it so, materialize_child too): only the agents the plan names change.
+    for agent_id, waits in plan.waiting.items():
+        if agent_id not in host.tree:
+            continue
+        node = host.tree.get(agent_id)
+        for message_id, recipient in waits.items():
             if recipient in host.tree:
                 node.waiting_on[message_id] = recipient
         node.state = AgentState.WAITING if node.waiting_on else AgentState.IDLE
-        lost = plan.lost.get(node.session_id)
-        if lost is not None:
-            # Closed durably, so the next start does not report it again; the
-            # agent is still told at its next turn (node.lost_turn).
-            host.logs.get(node.session_id).log(
-                events.TURN_FAILED, {**lost, "error": LOST_IN_FLIGHT, "lost": True}
-            )
-            report.lost_turns.append({"agent_id": node.agent_id, **lost})
-        node.lost_turn = lost or plan.notices.get(node.session_id)
+    if plan.lost or plan.notices:
+        for node in host.tree.walk():  # in the tree's order: the log writes and the report
+            lost = plan.lost.get(node.session_id)
+            if lost is not None:
+                # Closed durably, so the next start does not report it again; the
+                # agent is still told at its next turn (node.lost_turn).
+                host.logs.get(node.session_id).log(
+                    events.TURN_FAILED, {**lost, "error": LOST_IN_FLIGHT, "lost": True}
+                )
+                report.lost_turns.append({"agent_id": node.agent_id, **lost})
+            node.lost_turn = lost or plan.notices.get(node.session_id)
     # every committed turn is applied now (or its agent is gone)
     host.settled_turns.update(host.turn_counts)
     report.agents = len(host.tree)

@@ -68,8 +68,11 @@ def plan(
     """
     out = RollForward()
     sources = [(node, live[node.session_id]) for node in tree.walk()]
+    # Only a committed turn spawns, sends or terminates: most agents of a checkpointed
+    # root have none (filtering keeps the walk's order, which the plan's lists follow).
+    committing = [(node, f) for node, f in sources if f.committed]
     planned: dict[str, AgentFacts] = {}  # agent id of a child to spawn -> its facts
-    for node, f in sources:
+    for node, f in committing:
         for effects in f.committed:
             for spawn in effects.get("spawns", []):
                 sid = spawn["session_id"]
@@ -89,7 +92,8 @@ def plan(
                 out.spawns.append(Spawn(node.agent_id, spawn, child))
     children = [(s.spawn["agent_id"], s.facts) for s in out.spawns]
     everyone = [(n.agent_id, f) for n, f in sources] + children
-    for _, f in everyone:
+    senders = [(n.agent_id, f) for n, f in committing] + [c for c in children if c[1].committed]
+    for _, f in senders:
         for effects in f.committed:
             for data in effects.get("messages", []):
                 if not MessageEnvelope.is_valid(data):
@@ -108,19 +112,23 @@ def plan(
                 if not target.received(data):
                     out.messages.append((endpoint, data))
                     target.enqueued[data["message_id"]] = data
-    for _, f in everyone:
+    for _, f in senders:
         for effects in f.committed:
             out.terminations.extend(effects.get("terminations", []))
     for agent_id, f in everyone:
+        # most agents of a checkpointed root: no turn open or lost, no request waiting
+        if not (f.open_turns or f.lost_notice is not None or f.waiting or f.committed):
+            continue
         if f.lost_turn is not None:
             out.lost[f.session_id] = f.lost_turn
         elif f.lost_notice is not None:
             out.notices[f.session_id] = f.lost_notice
-        if f.waiting or f.committed:  # most agents of a checkpointed root wait on nothing
+        if f.waiting or f.committed:
             out.waiting[agent_id] = _waiting(f)
     pending: list[dict[str, Any]] = list(user.pending())
     for _, f in everyone:
-        pending.extend(f.pending())
+        if f.enqueued:  # the plan above may have added to it
+            pending.extend(f.pending())
     pending.sort(key=lambda m: (str(m.get("timestamp", "")), str(m.get("message_id"))))
     out.pending = pending
     return out
