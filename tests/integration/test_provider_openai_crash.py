@@ -22,6 +22,7 @@ from substrat.providers.chat_history import rebuild
 from substrat.providers.openai_chat import OpenAIConfig, OpenAIProvider
 from tests.support.chat_server import ChatServer, Reply, echo, text, tool_call, tools
 from tests.support.context import RecordingContext, SimulatedCrash
+from tests.support.directive_chat import plain_http_client
 
 SYSTEM = "sweep"
 WORK = "do the work"
@@ -82,7 +83,7 @@ def cuts() -> Iterator[Cut]:
 
 def make_provider(server: ChatServer) -> OpenAIProvider:
     config = OpenAIConfig(base_url=server.base_url, api_key="k", request_timeout_s=5.0)
-    return OpenAIProvider(config)
+    return OpenAIProvider(config, http_client=plain_http_client)
 
 
 class CuttingContext(RecordingContext):

@@ -26,6 +26,7 @@ from substrat.providers.chat_history import conversation_problems, rebuild
 from substrat.providers.openai_chat import OpenAIConfig, OpenAIProvider
 from substrat.providers.registry import ProviderRegistry
 from tests.support.chat_server import ChatServer, Reply, echo, text, tool_call, tools
+from tests.support.directive_chat import plain_http_client
 
 ROOT = "/substrat-openai-sweep/root"
 SYSTEM = "You lead."
@@ -60,7 +61,7 @@ class Run:
         self.loop = asyncio.new_event_loop()
         config = OpenAIConfig(base_url=server.base_url, api_key="k", request_timeout_s=5.0)
         registry = ProviderRegistry()
-        registry.register("openai", OpenAIProvider(config))
+        registry.register("openai", OpenAIProvider(config, http_client=plain_http_client))
         ids = itertools.count(1)
         self.orch = self.within(
             Orchestrator.open(ROOT, registry=registry, new_id=lambda: f"{next(ids):032x}")
