@@ -3,15 +3,17 @@
 Load it into a run with ``-p oracle.item_cpu`` and name a file in
 ``SUBSTRAT_ITEM_CPU``: every item (set-up, call and teardown) appends one JSON
 line with its node id, the process id, the CPU seconds of the process that ran it (user and
-system, plus child processes it waited for, such as a killed daemon) and its
-wall seconds. It works under xdist (each worker appends its own lines).
+system, plus child processes it waited for, such as a killed daemon), its
+wall seconds and when it started and ended (Unix time). It works under xdist
+(each worker appends its own lines).
 
 ``python -m oracle.item_cpu FILE [--workers 64]`` summarises a run: total CPU
 seconds, the longest items with their share of the total, and the wall time a
 run on N workers cannot beat (the longest item, or the total over N) next to
 the time greedy scheduling of the measured items gives (longest first, each to
 the worker that frees up first; xdist hands out items in collection order,
-which can only be as good).
+which can only be as good), and how long each worker of the measured run sat
+idle at its end while another still ran items (the run's tail).
 
 CPU time, not wall time, because this machine is shared: another process's
 load stretches wall time, much less the CPU an item needs.
@@ -43,7 +45,7 @@ def _cpu_s() -> float:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, Any, None]:
     path = os.environ.get(ENV)
-    cpu, wall = _cpu_s(), time.perf_counter()
+    cpu, wall, start = _cpu_s(), time.perf_counter(), time.time()
     yield
     if path:
         line = {
@@ -51,6 +53,8 @@ def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, Any, None]:
             "pid": os.getpid(),
             "cpu_s": round(_cpu_s() - cpu, 3),
             "wall_s": round(time.perf_counter() - wall, 3),
+            "start": round(start, 3),
+            "end": round(time.time(), 3),
         }
         with open(path, "a", encoding="utf-8") as out:
             out.write(json.dumps(line) + "\n")
@@ -91,6 +95,24 @@ def load(path: str) -> dict[str, tuple[float, float]]:
     return out
 
 
+def tails(path: str) -> dict[int, tuple[float, float]]:
+    """Worker pid -> (seconds from its first item's start to its last item's end, seconds it
+    sat idle at the end while another worker still ran items). Lines without times (from
+    an older run) are left out."""
+    spans: dict[int, list[float]] = {}
+    with open(path, encoding="utf-8") as lines:
+        for line in lines:
+            if line.strip():
+                row = json.loads(line)
+                if "start" in row:
+                    span = spans.setdefault(row["pid"], [row["start"], row["end"]])
+                    span[0], span[1] = min(span[0], row["start"]), max(span[1], row["end"])
+    if not spans:
+        return {}
+    last = max(end for _, end in spans.values())
+    return {pid: (end - start, last - end) for pid, (start, end) in spans.items()}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="CPU seconds per pytest item, and their spread")
     parser.add_argument("file")
@@ -108,6 +130,11 @@ def main(argv: list[str] | None = None) -> int:
     for n in args.workers:
         s = spread(cpu, n)
         print(f"| {n} | {s.bound_s:.1f} | {s.greedy_s:.1f} | {s.longest_s:.1f} |")
+    workers = tails(args.file)
+    if workers:
+        print("\n| worker (pid) | busy span (s) | idle at the end (s) |\n|---:|---:|---:|")
+        for pid, (busy, idle) in sorted(workers.items()):
+            print(f"| {pid} | {busy:.1f} | {idle:.1f} |")
     return 0
 
 

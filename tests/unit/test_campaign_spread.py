@@ -14,7 +14,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, rule
 
-from oracle.item_cpu import load, spread
+from oracle.item_cpu import load, spread, tails
 from oracle.shards import examples_per_shard, run_shard
 
 REPO = Path(__file__).resolve().parents[2]
@@ -78,6 +78,18 @@ def test_item_cpu_lines_are_read_back_last_one_wins(tmp_path: Path) -> None:
     assert load(str(path)) == {"t::a": (3.0, 4.0), "t::b": (0.5, 0.5)}
 
 
+def test_tails_are_each_workers_busy_span_and_idle_end(tmp_path: Path) -> None:
+    path = tmp_path / "items.jsonl"
+    rows = [
+        {"item": "t::a", "pid": 1, "cpu_s": 1, "wall_s": 4, "start": 100.0, "end": 104.0},
+        {"item": "t::b", "pid": 2, "cpu_s": 1, "wall_s": 1, "start": 100.5, "end": 101.5},
+        {"item": "t::c", "pid": 2, "cpu_s": 1, "wall_s": 1, "start": 101.5, "end": 102.5},
+        {"item": "t::old", "pid": 3, "cpu_s": 1, "wall_s": 1},  # an older run's line: no times
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert tails(str(path)) == {1: (4.0, 0.0), 2: (2.0, 1.5)}
+
+
 def test_the_plugin_records_each_item(tmp_path: Path) -> None:
     (tmp_path / "test_x.py").write_text(
         "def test_one():\n    sum(range(10**5))\n\ndef test_two():\n    pass\n"
@@ -106,3 +118,6 @@ def test_the_plugin_records_each_item(tmp_path: Path) -> None:
     got = load(str(out))
     assert sorted(item.split("::")[1] for item in got) == ["test_one", "test_two"]
     assert all(cpu >= 0 and wall >= 0 for cpu, wall in got.values())
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert all(line["start"] <= line["end"] for line in lines)
+    assert lines[0]["end"] <= lines[1]["start"]  # one worker: one item after the other
