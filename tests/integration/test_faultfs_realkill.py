@@ -1,9 +1,10 @@
 """Process mode checked against reality: SIGKILL a real process at the same boundary.
 
 The same operation sequence runs twice: under faultfs, armed at boundary b,
-and in a subprocess on a real temporary directory, which counts boundaries by
+and in a real process on a real temporary directory, which counts boundaries by
 the same rule (one before and one after each mutating call) and kills itself
 with SIGKILL at b. The tree the kill leaves must equal faultfs's process image.
+Each program's process is forked off one long-lived interpreter (``FORKS``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import random
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -105,21 +107,81 @@ def run(root, ops, boundary):
         os.close(fd)
 """
 
-CHILD = (
+FORKS = (
     INTERPRETER
     + r"""
-import json, signal, sys
-root, ops, kill_at = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])
-count = 0
-def boundary():
-    global count
-    count += 1
-    if count == kill_at:
-        os.kill(os.getpid(), signal.SIGKILL)
-run(root, ops, boundary)
-print(count)
+import json, signal, sys, traceback
+# One request a line on stdin: a program forked off this process runs it on a real
+# directory and kills itself with SIGKILL at boundary kill_at (0: never); one answer
+# a line on stdout: its exit status (negative: the signal) and what it wrote.
+for request in sys.stdin:
+    root, ops, kill_at = json.loads(request)
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_end)
+        count = 0
+        def boundary():
+            global count
+            count += 1
+            if count == kill_at:
+                os.kill(os.getpid(), signal.SIGKILL)
+        try:
+            run(root, ops, boundary)
+            os.write(write_end, str(count).encode())
+            os._exit(0)
+        except BaseException:
+            os.write(write_end, traceback.format_exc().encode())
+            os._exit(1)
+    os.close(write_end)
+    chunks = []
+    while chunk := os.read(read_end, 65536):
+        chunks.append(chunk)
+    os.close(read_end)
+    _, status = os.waitpid(pid, 0)
+    code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+    print(json.dumps([code, b"".join(chunks).decode()]), flush=True)
 """
 )
+"""Starts each program as a real process that runs it and is SIGKILLed, by fork: a fresh
+interpreter per program cost about 12 ms of CPU, most of this file's time (2,400
+programs under --run-stress), where a fork costs well under one."""
+
+
+class Forks:
+    """The process that forks the programs (one per module: see ``FORKS``)."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-I", "-S", "-c", FORKS],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+
+    def run(self, root: Path, ops: list[list[Any]], kill_at: int) -> tuple[int, str]:
+        """Run ``ops`` in a new process on ``root``; its exit status and its output (the
+        boundary count when it finished, a traceback when it failed)."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps([str(root), ops, kill_at]) + "\n")
+        self.proc.stdin.flush()
+        answer = self.proc.stdout.readline()
+        assert answer, f"the forking process died (status {self.proc.wait(timeout=30)})"
+        code, output = json.loads(answer)
+        return code, output
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        assert self.proc.wait(timeout=30) == 0
+
+
+@pytest.fixture(scope="module")
+def forks() -> Iterator[Forks]:
+    started = Forks()
+    yield started
+    started.close()
+
 
 _namespace: dict[str, Any] = {}
 exec(INTERPRETER, _namespace)
@@ -166,15 +228,9 @@ def real_tree(root: Path) -> dict[str, bytes | None]:
     return tree
 
 
-def run_child(root: Path, ops: list[list[Any]], kill_at: int) -> subprocess.CompletedProcess[str]:
+def run_child(forks: Forks, root: Path, ops: list[list[Any]], kill_at: int) -> tuple[int, str]:
     root.mkdir()
-    return subprocess.run(
-        [sys.executable, "-I", "-S", "-c", CHILD, str(root), json.dumps(ops), str(kill_at)],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
+    return forks.run(root, ops, kill_at)
 
 
 def faultfs_image(ops: list[list[Any]], kill_at: int) -> tuple[int, dict[str, bytes | None]]:
@@ -190,31 +246,33 @@ def faultfs_image(ops: list[list[Any]], kill_at: int) -> tuple[int, dict[str, by
     return fs.boundaries, fs.crash_image("process").tree()
 
 
-def compare(tmp_path: Path, seed: int, length: int, max_points: int) -> int:
+def compare(forks: Forks, tmp_path: Path, seed: int, length: int, max_points: int) -> int:
     ops = random_program(seed, length)
-    full = run_child(tmp_path / "full", ops, 0)
-    assert full.returncode == 0, full.stderr
+    code, out = run_child(forks, tmp_path / "full", ops, 0)
+    assert code == 0, out
     total, final = faultfs_image(ops, 0)
-    assert total == int(full.stdout), "boundary counts differ between faultfs and reality"
+    assert total == int(out), "boundary counts differ between faultfs and reality"
     assert final == real_tree(tmp_path / "full")
     points = range(1, total + 1)
     if total > max_points:
         points = sorted(random.Random(seed).sample(points, max_points))
     for kill_at in points:
         real_root = tmp_path / f"kill{kill_at}"
-        child = run_child(real_root, ops, kill_at)
-        assert child.returncode == -signal.SIGKILL, child.stderr
+        code, out = run_child(forks, real_root, ops, kill_at)
+        assert code == -signal.SIGKILL, out
         _, image = faultfs_image(ops, kill_at)
         assert image == real_tree(real_root), f"seed {seed}: differs at boundary {kill_at}"
     return total
 
 
 @pytest.mark.parametrize("seed", [1, 2])
-def test_process_image_equals_a_real_sigkill(tmp_path: Path, seed: int) -> None:
-    assert compare(tmp_path, seed, length=14, max_points=12) > 4
+def test_process_image_equals_a_real_sigkill(forks: Forks, tmp_path: Path, seed: int) -> None:
+    assert compare(forks, tmp_path, seed, length=14, max_points=12) > 4
 
 
 @pytest.mark.stress
 @pytest.mark.parametrize("seed", range(100, 140))
-def test_process_image_equals_a_real_sigkill_many_programs(tmp_path: Path, seed: int) -> None:
-    compare(tmp_path, seed, length=30, max_points=60)
+def test_process_image_equals_a_real_sigkill_many_programs(
+    forks: Forks, tmp_path: Path, seed: int
+) -> None:
+    compare(forks, tmp_path, seed, length=30, max_points=60)
