@@ -1,7 +1,7 @@
 """Where a fuzzer's CPU time goes: exclusive CPU seconds per named part of the run.
 
 ``python -m oracle.bench_profile crash`` (or ``lifecycle [--on-disk]``) runs a fuzzer on a
-fixed, derandomized Hypothesis run and prints one markdown table: the CPU
+fixed-seed Hypothesis run and prints one markdown table: the CPU
 seconds spent in each part (the Hypothesis engine, the draws inside rules,
 harness set-up and teardown, the steps, the after-step check, crash images,
 recovery, the check after recovery, model copies), as a share of the whole
@@ -115,19 +115,10 @@ def hooked(hooks: list[Hook]) -> Iterator[Breakdown]:
 
 
 def run_machine(machine: Any, examples: int, steps: int) -> None:
-    """Run a state machine's test case on a fixed derandomized run."""
-    from hypothesis import HealthCheck, settings
+    """Run a state machine's test case on a fixed seed's examples (see ``run_seeded``)."""
+    from oracle.bench_fuzz import run_seeded
 
-    test = machine.TestCase
-    test.settings = settings(
-        max_examples=examples,
-        stateful_step_count=steps,
-        deadline=None,
-        derandomize=True,
-        database=None,
-        suppress_health_check=list(HealthCheck),
-    )
-    test("runTest").runTest()
+    run_seeded(machine, examples, steps)
 
 
 def draw_hooks() -> list[Hook]:

@@ -36,6 +36,7 @@ DEFAULT_ROOT = "/substrat-oracle/root"
 HOLD_ROOT = "/substrat-oracle-interception-hold"
 DEFAULT_SLOTS = 2
 _EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
+_FAST_TICKS = 60_000_000
 
 T = TypeVar("T")
 
@@ -103,9 +104,10 @@ class CrashHarness:
         return f"{next(self._ids):032x}"
 
     def _clock(self) -> str:
-        return (_EPOCH + timedelta(microseconds=next(self._ticks))).isoformat(
-            timespec="microseconds"
-        )
+        tick = next(self._ticks)
+        if tick < _FAST_TICKS:  # the first minute, formatted without a datetime (each event)
+            return f"2026-01-01T00:00:{tick // 1_000_000:02d}.{tick % 1_000_000:06d}+00:00"
+        return (_EPOCH + timedelta(microseconds=tick)).isoformat(timespec="microseconds")
 
     def _within_fs(self, coro: Coroutine[Any, Any, T]) -> T:
         with self.fs:

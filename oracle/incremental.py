@@ -57,14 +57,15 @@ def files_below(fs: FaultFS | None, path: str | os.PathLike[str]) -> dict[str, A
     return out
 
 
-def log_files(log_path: str | os.PathLike[str]) -> Path:
+def log_files(log_path: str | os.PathLike[str]) -> str:
     """What to key a value derived from an event log on: the log's directory.
 
     A log is its active file and the sealed segments beside it (and reading it
     consults the checkpoints there); keyed on the active file alone, a memo
-    answered from old bytes after a crash changed only a segment.
+    answered from old bytes after a crash changed only a segment. (Text, not a
+    Path: the checks ask it for every agent after every step.)
     """
-    return Path(log_path).parent
+    return os.path.dirname(os.fspath(log_path))
 
 
 class StaleMemo(AssertionError):

@@ -80,6 +80,14 @@ crash_plans = st.builds(
 )
 maybe_crash = st.none() | crash_plans
 """Half the operations crash; shrinking prefers the ones that do not."""
+# The rules' own draws, built once (a strategy built inside a rule is built,
+# validated and labelled again at every step).
+_boundaries = st.integers(1, MAX_BOUNDARY)
+_modes = st.sampled_from(MODES)
+_image_seeds = st.integers(0, IMAGE_SEEDS - 1)
+_failing_fsyncs = st.integers(1, MAX_FSYNC)
+_failures_in_a_row = st.integers(1, MAX_CONSECUTIVE_FAILURES)
+_written_back = st.booleans()
 
 
 class CrashRecoveryMachine(RuleBasedStateMachine):
@@ -234,11 +242,11 @@ class CrashRecoveryMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def fsync_failure_and_crash(self, data: Any) -> None:
         step = self._draw_step(data)
-        nth = data.draw(st.integers(1, MAX_FSYNC), label="failing fsync")
-        count = data.draw(st.integers(1, MAX_CONSECUTIVE_FAILURES), label="failures in a row")
-        written = data.draw(st.booleans(), label="written back anyway")
-        mode = data.draw(st.sampled_from(MODES), label="mode")
-        seed = data.draw(st.integers(0, 7), label="image seed")
+        nth = data.draw(_failing_fsyncs, label="failing fsync")
+        count = data.draw(_failures_in_a_row, label="failures in a row")
+        written = data.draw(_written_back, label="written back anyway")
+        mode = data.draw(_modes, label="mode")
+        seed = data.draw(_image_seeds, label="image seed")
         outcome = self.harness.run_failing_fsyncs(step, nth, count, written=written)
         self.harness.crash_and_recover(mode, seed)
         self.crashes += 1
@@ -250,8 +258,8 @@ class CrashRecoveryMachine(RuleBasedStateMachine):
         """A message sent, then its reader's ``@inbox`` turn cut: nothing consumed
         before the commit may count as delivered."""
         paths = self._paths()
-        src = data.draw(st.sampled_from(paths), label="from")
-        dst = data.draw(st.sampled_from([p for p in paths if p != src] or paths), label="to")
+        src = pick(data, paths, "from")
+        dst = pick(data, [p for p in paths if p != src] or paths, "to")
         self._step(Step("send", src, dst))
         if dst == src:
             return
@@ -262,15 +270,15 @@ class CrashRecoveryMachine(RuleBasedStateMachine):
     def crash_in_a_cascading_termination(self, data: Any, child: str, grandchild: str) -> None:
         """A parent terminates a child that has a child of its own, and the crash cuts
         the cascade: recovery must finish it."""
-        parent = data.draw(st.sampled_from(self._paths()), label="parent")
+        parent = pick(data, self._paths(), "parent")
         self._step(Step("spawn", parent, child))
         self._step(Step("spawn", f"{parent}/{child}", grandchild))
         self._crash_during(Step("terminate_by_parent", parent, child), data)
 
     def _crash_during(self, step: Step, data: Any) -> None:
-        boundary = data.draw(st.integers(1, MAX_BOUNDARY), label="boundary")
-        mode = data.draw(st.sampled_from(MODES), label="mode")
-        seed = data.draw(st.integers(0, 7), label="image seed")
+        boundary = data.draw(_boundaries, label="boundary")
+        mode = data.draw(_modes, label="mode")
+        seed = data.draw(_image_seeds, label="image seed")
         ran = self.harness.run(step, crash_at=boundary)
         self.harness.crash_and_recover(mode, seed)
         self.crashes += 1

@@ -39,7 +39,7 @@ from substrat.facts import read_facts as read_whole_log
 from substrat.logline import RecordUnreadable, read_record
 from substrat.logread import DamageReport, Entry, iter_log, segment_entries
 from substrat.providers.base import TurnRecord
-from substrat.segments import ARCHIVE_SUFFIX, Segment, active_start, list_sealed
+from substrat.segments import ARCHIVE_SUFFIX, Segment, active_start, list_sealed, sibling_path
 
 BASE_NAME = "events.base"
 FORMAT = 1
@@ -99,7 +99,7 @@ class LogBase:
 
 
 def base_path(log_path: str | os.PathLike[str]) -> Path:
-    return Path(log_path).with_name(BASE_NAME)
+    return sibling_path(log_path, BASE_NAME)
 
 
 def read_base(log_path: str | os.PathLike[str]) -> LogBase | None:

@@ -122,8 +122,24 @@ class StartUnreadable(ValueError):
     """The start record is there but does not read (damaged)."""
 
 
+_SIBLINGS_KEPT = 1024
+_siblings: dict[tuple[str, str], Path] = {}
+
+
+def sibling_path(log_path: str | os.PathLike[str], name: str) -> Path:
+    """The file ``name`` beside the log's active file (kept: recovery, the checks and
+    every roll ask for the same few, and each new Path is parsed and formatted again)."""
+    key = (os.fspath(log_path), name)
+    path = _siblings.get(key)
+    if path is None:
+        if len(_siblings) >= _SIBLINGS_KEPT:
+            _siblings.clear()
+        path = _siblings[key] = Path(key[0]).with_name(name)
+    return path
+
+
 def start_path(log_path: str | os.PathLike[str]) -> Path:
-    return Path(log_path).with_name(START_NAME)
+    return sibling_path(log_path, START_NAME)
 
 
 def read_start(log_path: str | os.PathLike[str]) -> int | None:

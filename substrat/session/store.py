@@ -24,6 +24,8 @@ RECORD_NAME = "session.json"
 LOG_NAME = "events.jsonl"
 MAX_RECORD_BYTES = 64 << 20
 READ_CHUNK_BYTES = 64 << 10
+PATHS_KEPT = 1024
+"""Session paths kept built per store: a Path built once is turned into text once."""
 
 
 @dataclass(frozen=True)
@@ -56,15 +58,29 @@ class SessionStore:
         self.quarantine_dir = self.root / QUARANTINE_DIR
         # Directories whose entries, and all above them, this store made durable.
         self._durable_dirs: set[Path] = set()
+        # (session id, file name or "") -> its path; each step and check asks for the
+        # same few, and every new Path costs parsing and formatting it again.
+        self._paths: dict[tuple[str, str], Path] = {}
+
+    def _path(self, session_id: str, name: str) -> Path:
+        path = self._paths.get((session_id, name))
+        if path is None:
+            path = self.agents_dir / validate_session_id(session_id)
+            if name:
+                path = path / name
+            if len(self._paths) >= PATHS_KEPT:
+                self._paths.clear()
+            self._paths[session_id, name] = path
+        return path
 
     def session_dir(self, session_id: str) -> Path:
-        return self.agents_dir / validate_session_id(session_id)
+        return self._path(session_id, "")
 
     def log_path(self, session_id: str) -> Path:
-        return self.session_dir(session_id) / LOG_NAME
+        return self._path(session_id, LOG_NAME)
 
     def record_path(self, session_id: str) -> Path:
-        return self.session_dir(session_id) / RECORD_NAME
+        return self._path(session_id, RECORD_NAME)
 
     def create_dir(self, session_id: str) -> Path:
         """Create the session's directory durably (and the root's, if missing)."""
