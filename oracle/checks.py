@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from oracle.errors import OracleViolation
-from oracle.incremental import log_files
+from oracle.incremental import files_below, log_files, log_part
 from oracle.model import Model, ModelAgent, ModelState, canonical
 from substrat import events
 from substrat.agents import USER, AgentState
@@ -104,16 +104,22 @@ class Reads:
         self.fs = fs
         self._reads: dict[str, LogRead] = {}
         self._files: dict[str, dict[str, Any]] = {}
+        self._log_files: dict[str, dict[str, Any]] = {}
         self._bases: dict[str, LogBase | None] = {}
 
     def files(self, path: str | os.PathLike[str]) -> dict[str, Any]:
         """The bytes at ``path`` (``files_below``), read once per check for all memos."""
-        from oracle.incremental import files_below
-
         key = os.fspath(path)
         found = self._files.get(key)
         if found is None:
             found = self._files[key] = files_below(self.fs, key)
+        return found
+
+    def log_files(self, directory: str) -> dict[str, Any]:
+        """What reading the log in ``directory`` reads of its files (``log_part``)."""
+        found = self._log_files.get(directory)
+        if found is None:
+            found = self._log_files[directory] = log_part(self.files(directory))
         return found
 
     def log(self, endpoint_session: str) -> LogRead:
@@ -125,7 +131,7 @@ class Reads:
             else:
                 directory = log_files(path)
                 read = self.memos.reads.get(
-                    self.fs, directory, lambda: read_log(path), self.files(directory)
+                    self.fs, directory, lambda: read_log(path), self.log_files(directory)
                 )
             self._reads[endpoint_session] = read
         return read
@@ -207,7 +213,10 @@ def observe(
             view.turns[node.agent_id] = derive()
         else:
             directory = log_files(orch.logs.path(node.session_id))
-            files = None if reads is None or reads.memos is None else reads.files(directory)
+            if reads is None or reads.memos is None:
+                files = log_part(files_below(fs, directory))
+            else:
+                files = reads.log_files(directory)
             view.turns[node.agent_id] = memos.turns.get(fs, directory, derive, files)
         view.inboxes[node.agent_id] = {
             m.message_id for m in orch.inboxes.inbox(node.agent_id).all()

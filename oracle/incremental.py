@@ -68,6 +68,30 @@ def log_files(log_path: str | os.PathLike[str]) -> str:
     return os.path.dirname(os.fspath(log_path))
 
 
+LOG_PREFIX = "events."
+NOT_READ_WITH_THE_LOG = frozenset({"events.pending"})
+"""A log's files that reading it never reads: the pending copy of the last append
+(only an open that repairs the log reads it)."""
+
+
+def log_part(files: dict[str, Any]) -> dict[str, Any]:
+    """What reading a log reads of its directory's files (:func:`files_below` of
+    :func:`log_files`): the active file, the sealed segments, the start record and
+    the base; not the session record beside them, nor the pending copy.
+
+    Both change on steps that leave the log as it was (a session suspended, an
+    append's pending copy), and a memo keyed on them derived again for nothing.
+    The memo's periodic re-derivation still catches a reader that comes to read
+    another file. Kept whatever its name: an entry for the directory itself ("",
+    when it is a file or cannot be read).
+    """
+    return {
+        name: data
+        for name, data in files.items()
+        if name == "" or (name.startswith(LOG_PREFIX) and name not in NOT_READ_WITH_THE_LOG)
+    }
+
+
 class StaleMemo(AssertionError):
     """A memoised value differs from a fresh derivation: the derivation reads other files."""
 

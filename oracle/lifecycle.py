@@ -57,7 +57,7 @@ from hypothesis.stateful import (
 
 from faultfs import FaultFS
 from oracle.draws import choice, nth
-from oracle.incremental import FilesMemo, log_files
+from oracle.incremental import FilesMemo, files_below, log_files, log_part
 from oracle.kill import abandon
 from substrat.agents import USER, AgentState
 from substrat.errors import HasChildrenError, NameCollisionError
@@ -420,9 +420,10 @@ class LifecycleMachine(RuleBasedStateMachine):
 
     def conversations_are_whole(self) -> None:
         for agent in self.agents.values():
-            log = self.orch.logs.path(self.orch.tree.get(agent.agent_id).session_id)
+            log = log_files(self.orch.logs.path(self.orch.tree.get(agent.agent_id).session_id))
+            derive = functools.partial(self.whole_conversation, agent.agent_id)
             turns = self.conversations.get(
-                self.fs, log_files(log), functools.partial(self.whole_conversation, agent.agent_id)
+                self.fs, log, derive, log_part(files_below(self.fs, log))
             )
             assert turns == agent.turns, (agent.name, turns, agent.turns)
 

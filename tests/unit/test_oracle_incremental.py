@@ -198,3 +198,51 @@ def test_a_log_sealed_into_a_segment_is_read_again() -> None:
             else:
                 harness.crash_and_recover("process", 0)
         harness.close()
+
+
+def test_a_log_is_keyed_by_the_files_reading_it_reads() -> None:
+    """``log_part``: the session record and the pending copy beside a log change on
+    steps that leave the log alone; the log's own files (active, segments, start
+    record, base) all count."""
+    from oracle.incremental import log_part
+
+    files = {
+        "": None,
+        "session.json": b"{}",
+        "session.json.tmp": b"{",
+        "events.pending": b"x",
+        "events.jsonl": b"a\n",
+        "events.00000000000000000001-00000000000000000004.jsonl.gz": b"z",
+        "events.start": b"s\n",
+        "events.base": b"b\n",
+    }
+    assert log_part(files) == {
+        "": None,
+        "events.jsonl": b"a\n",
+        "events.00000000000000000001-00000000000000000004.jsonl.gz": b"z",
+        "events.start": b"s\n",
+        "events.base": b"b\n",
+    }
+
+
+def test_the_running_check_reads_a_log_again_only_when_the_log_changed() -> None:
+    """A session record or a pending copy that changed (as a suspension or an append
+    changes them) is not a change of the log: the conversation is not derived again.
+    A start record that changes behind the orchestrator is: it is read again."""
+    harness = _harness_with_turns()
+    node = next(iter(harness.orch.tree.walk()))
+    log = Path(harness.orch.logs.path(node.session_id))
+    derived = harness.memos.turns.derived
+    with harness.fs:
+        record = harness.orch.store.record_path(node.session_id)
+        record.write_bytes(record.read_bytes() + b" ")
+        log.with_name("events.pending").write_bytes(b"another pending copy\n")
+    harness._checked = False
+    harness.check_running()
+    assert harness.memos.turns.derived == derived
+    with harness.fs:
+        log.with_name("events.start").write_bytes(b"not a start record\n")
+    harness._checked = False
+    harness.check_running()  # an unreadable start record: the log is read from entry 1
+    assert harness.memos.turns.derived == derived + 1
+    harness.close()
