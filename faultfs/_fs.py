@@ -427,6 +427,7 @@ class FaultFS(Syscalls):
         step: an oracle can tell from it whether anything it derived from those
         files needs deriving again.
         """
+        self.touches += 1
         with self._lock:
             inodes = self.model.inodes
             try:

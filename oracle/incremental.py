@@ -34,10 +34,13 @@ def files_below(fs: FaultFS | None, path: str | os.PathLike[str]) -> dict[str, A
     disk is read.
     """
     if fs is not None:
+        text = os.fspath(path)
+        try:  # a directory first: the checks ask for log directories after every step
+            return fs.read_tree(text)
+        except NotADirectoryError:
+            pass  # a file, or a file where a directory is expected on the way
         try:
-            return {"": fs.read_file(os.fspath(path))}
-        except IsADirectoryError:
-            return fs.read_tree(os.fspath(path))
+            return {"": fs.read_file(text)}
         except FileNotFoundError:
             return {}
         except OSError as exc:

@@ -28,6 +28,19 @@ def test_read_tree_maps_every_entry_below_a_directory() -> None:
         fs.read_tree("a/x.log")
 
 
+def test_files_below_tells_a_directory_a_file_a_missing_path_and_a_broken_one() -> None:
+    import errno
+
+    fs = FaultFS(ROOT)
+    with fs:
+        os.makedirs(f"{ROOT}/a/b")
+        Path(f"{ROOT}/a/x.log").write_bytes(b"one\n")
+    assert files_below(fs, f"{ROOT}/a") == {"b": None, "x.log": b"one\n"}
+    assert files_below(fs, f"{ROOT}/a/x.log") == {"": b"one\n"}
+    assert files_below(fs, f"{ROOT}/a/missing") == {}
+    assert files_below(fs, f"{ROOT}/a/x.log/y") == {"": errno.ENOTDIR}
+
+
 @pytest.mark.parametrize("on_faultfs", [True, False], ids=["faultfs", "real disk"])
 def test_a_memo_derives_again_exactly_when_the_bytes_change(
     on_faultfs: bool, tmp_path: Path
