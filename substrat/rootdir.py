@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import enum
 import errno
+import functools
 import json
 import os
 import stat
@@ -35,15 +36,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from substrat import __version__, persistence
-from substrat.checkpoints import CHECKPOINTS_DIR
 from substrat.errors import NotARootError, RootPermissionError, RootUnusableError
-from substrat.eventlog import utc_now_iso
-from substrat.logs import USER_DIR
-from substrat.registry import REGISTRY_DIR
 from substrat.rpc import lock
 from substrat.rpc.transport import SOCKET_NAME
-from substrat.session.model import validate_session_id
-from substrat.session.store import AGENTS_DIR, QUARANTINE_DIR
 
 MARKER_NAME = "substrat-root.json"
 MARKER_FORMAT = "substrat-root"
@@ -51,20 +46,41 @@ MARKER_VERSION = 1
 """The newest root format this code reads and writes."""
 MAX_MARKER_BYTES = 4096
 DAEMON_LOG_NAME = "daemon.log"
-LEGACY_NAMES = frozenset(
-    {
-        AGENTS_DIR,
-        USER_DIR,
-        QUARANTINE_DIR,
-        REGISTRY_DIR,
-        CHECKPOINTS_DIR,
-        lock.LOCK_NAME,
-        SOCKET_NAME,
-        DAEMON_LOG_NAME,
-    }
-)
-"""What a root made before the marker may hold at its top level."""
 _LISTED_MAX = 5
+
+
+@functools.cache
+def legacy_names() -> frozenset[str]:
+    """What a root made before the marker may hold at its top level (``LEGACY_NAMES``).
+
+    The names belong to the storage modules, which are imported here, on first
+    use: every ``substrat`` command checks its root through this module, and
+    a root with the marker never needs them (importing them cost about a
+    quarter of a command's start-up).
+    """
+    from substrat.checkpoints import CHECKPOINTS_DIR
+    from substrat.logs import USER_DIR
+    from substrat.registry import REGISTRY_DIR
+    from substrat.session.store import AGENTS_DIR, QUARANTINE_DIR
+
+    return frozenset(
+        {
+            AGENTS_DIR,
+            USER_DIR,
+            QUARANTINE_DIR,
+            REGISTRY_DIR,
+            CHECKPOINTS_DIR,
+            lock.LOCK_NAME,
+            SOCKET_NAME,
+            DAEMON_LOG_NAME,
+        }
+    )
+
+
+def __getattr__(name: str) -> frozenset[str]:
+    if name == "LEGACY_NAMES":  # the constant it was; importing it loads the names
+        return legacy_names()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class RootState(enum.Enum):
@@ -137,7 +153,7 @@ def inspect(root: str | os.PathLike[str]) -> RootInfo:
         return RootInfo(path, RootState.ROOT, version=_marker_version(path))
     if not [n for n in names if n != MARKER_NAME + persistence.TMP_SUFFIX]:
         return RootInfo(path, RootState.EMPTY)  # a crash may leave the marker's temp file
-    strangers = tuple(n for n in names if _base_name(n) not in LEGACY_NAMES)
+    strangers = tuple(n for n in names if _base_name(n) not in legacy_names())
     if not strangers and _looks_made_by_substrat(path, names):
         return RootInfo(path, RootState.LEGACY)
     return RootInfo(path, RootState.FOREIGN, strangers=strangers or tuple(names))
@@ -155,6 +171,8 @@ def _looks_made_by_substrat(path: Path, names: list[str]) -> bool:
             info = None
         if info is not None and info.state in ("running", "stopped"):
             return True
+    from substrat.session.store import AGENTS_DIR
+
     if AGENTS_DIR not in names or not (path / AGENTS_DIR).is_dir():
         return False
     try:
@@ -167,6 +185,8 @@ def _looks_made_by_substrat(path: Path, names: list[str]) -> bool:
 
 
 def _is_session_id(name: str) -> bool:
+    from substrat.session.model import validate_session_id
+
     try:
         validate_session_id(name)
     except ValueError:
@@ -237,7 +257,7 @@ def refuse_strangers(root: str | os.PathLike[str]) -> RootInfo:
     """
     info = inspect(root)
     if info.state is RootState.FOREIGN and any(
-        _base_name(name) not in LEGACY_NAMES for name in info.strangers
+        _base_name(name) not in legacy_names() for name in info.strangers
     ):
         raise NotARootError(_no_root_message(info))
     _check_version(info)
@@ -317,6 +337,8 @@ def _check_owner_and_access(path: Path) -> int:
 
 
 def _write_marker(path: Path) -> None:
+    from substrat.eventlog import utc_now_iso
+
     body = {
         "format": MARKER_FORMAT,
         "version": MARKER_VERSION,

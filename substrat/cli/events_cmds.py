@@ -18,7 +18,6 @@ import click
 from substrat import client as client_mod
 from substrat.cli.common import Opts, daemon_command, emit_json, esc, lazy_module
 from substrat.errors import DaemonError, DaemonNotRunningError, RpcError
-from substrat.eventlog import utc_now_iso
 from substrat.rpc.protocol import EVENT_NAMES
 
 if TYPE_CHECKING:
@@ -47,6 +46,8 @@ def stream_events(
     stream, unless ``follow_restarts``; one that dies is waited for. Local
     markers carry a ``time`` like the daemon's events.
     """
+    from substrat.eventlog import utc_now_iso  # the log's module: only a stream needs it
+
     subscribe = sorted(set(wanted) | set(ALWAYS)) if wanted else []
     conn: client_mod.Client | None = None
     first = True

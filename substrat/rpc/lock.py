@@ -27,7 +27,6 @@ from typing import Any
 
 from substrat import persistence
 from substrat.errors import RootLockedError
-from substrat.eventlog import utc_now_iso
 
 LOCK_NAME = "daemon.lock"
 MAX_LOCK_BYTES = 4096
@@ -166,6 +165,8 @@ class RootLock:
         """
         if self.previous_shutdown != "unclean":
             return
+        from substrat.eventlog import utc_now_iso  # the log's module: loaded only here
+
         previous = self.previous
         assert previous is not None
         self.write(

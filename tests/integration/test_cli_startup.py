@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from substrat.rootdir import prepare_root
+
 PROBE = """
 import json, sys
 from substrat.cli import main
@@ -52,3 +54,23 @@ def test_people_get_rich_output_and_the_provider_choices_when_asked(tmp_path: Pa
     assert "'nope' is not one of 'claude-code', 'fake', 'openai', 'paced', 'scripted'" in (
         done.stderr
     )
+
+
+def test_a_command_on_a_root_loads_none_of_the_storage_modules(tmp_path: Path) -> None:
+    # The root check needs the storage modules' names only for a root without the
+    # marker (one made before it); every process used to load the logs, the
+    # checkpoints and the session store for them.
+    root = tmp_path / "root"
+    prepare_root(root)
+    done, loaded = loaded_by(
+        tmp_path, "agent", "list", "--json", "--no-autostart", "--root", str(root)
+    )
+    assert "DaemonNotRunningError" in done.stderr  # it ran: the root is fine, no daemon
+    storage = {
+        "substrat.eventlog",
+        "substrat.logs",
+        "substrat.checkpoints",
+        "substrat.session.store",
+        "substrat.registry",
+    }
+    assert not loaded & storage, sorted(loaded & storage)
