@@ -169,7 +169,9 @@ class OpenReport:
         tail, less the one a replayed pending copy put back. Such a line may be an
         acknowledged entry damaged since, not a torn append."""
         cut = sum(
-            1 for d in self.damage.items if d.offset >= self.valid_end and d.kind != "torn_tail"
+            1
+            for d in self.damage.items
+            if d.offset >= self.valid_end and d.kind != "torn_tail" and d.missing is None
         )
         return cut - min(cut, int(self.pending_replayed))
 

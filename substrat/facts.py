@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 from substrat import events
 from substrat.agents import USER, MessageEnvelope
 from substrat.eventlog import DamageReport, Entry, decode_line, iter_log
+from substrat.logread import SEQ_GAP
 from substrat.segments import Position, raw_lines
 
 _V = TypeVar("_V")
@@ -261,9 +262,10 @@ class AgentFacts:
         """Count the damaged lines the log still holds after ``start`` into the turn
         counter (a second read, only for a damaged log: see :class:`TurnCeiling`).
 
-        ``carried`` is the rule's state at ``start`` (from a checkpoint).
+        ``carried`` is the rule's state at ``start`` (from a checkpoint). Entries
+        missing whole (``seq_gap``) leave no line to count.
         """
-        if any(item.kind not in ("torn_tail", "missing_segment") for item in damage.items):
+        if any(item.kind not in ("torn_tail", "missing_segment", SEQ_GAP) for item in damage.items):
             ceiling = turn_ceiling(path, start, carried)
             self.highest_turn = max(self.highest_turn, ceiling.highest)
             self.damaged_after = ceiling.damaged_after

@@ -53,7 +53,7 @@ from substrat.registry import REGISTRY_DIR, registry_path
 from substrat.rootdir import LEGACY_NAMES, MARKER_NAME
 from substrat.rpc import lock as root_lock
 from substrat.segments import START_NAME, is_segment_name, list_sealed
-from substrat.session import SessionStore
+from substrat.session import SessionState, SessionStore
 from substrat.session.store import AGENTS_DIR, QUARANTINE_DIR, RECORD_NAME
 from substrat.words import plural
 
@@ -275,6 +275,7 @@ def _inspect(root: Path, report: FsckReport) -> None:
             repair="rebuild from the log (or quarantine the session)",
         )
     unreadable: dict[str, Unreadable] = {}
+    ended = {s.session_id for s in scan.sessions if s.state is SessionState.TERMINATED}
     for sid in good:
         directory = store.session_dir(sid)
         if not directory.is_dir():
@@ -282,7 +283,7 @@ def _inspect(root: Path, report: FsckReport) -> None:
         if sid in scan.unreadable:
             continue  # reported with the plan's findings below
         try:
-            _inspect_log(directory / LOG_NAME, report, turns=True)
+            _inspect_log(directory / LOG_NAME, report, turns=True, live=sid not in ended)
             names = sorted(os.listdir(directory))
         except OSError as exc:  # EACCES, EIO: this session only
             unreadable[sid] = access.unreadable(sid, directory, exc, then=THEN)
@@ -326,7 +327,7 @@ def _inspect(root: Path, report: FsckReport) -> None:
             )
 
 
-def _inspect_log(path: Path, report: FsckReport, *, turns: bool = False) -> None:
+def _inspect_log(path: Path, report: FsckReport, *, turns: bool = False, live: bool = True) -> None:
     if not path.exists() and not list_sealed(path):
         return
     report.logs += 1
@@ -336,6 +337,7 @@ def _inspect_log(path: Path, report: FsckReport, *, turns: bool = False) -> None
         _inspect_turns(path, read.entries, report)
     report.entries += len(read.entries)
     lines: dict[str, dict[str, list[int]]] = {}
+    gaps: dict[str, list[tuple[int, int]]] = {}
     for item in read.damage.items:
         if item.kind == "torn_tail":
             torn = path.read_bytes()[item.offset :]
@@ -355,8 +357,12 @@ def _inspect_log(path: Path, report: FsckReport, *, turns: bool = False) -> None
                     f"{item.length}-byte partial last line",
                     repair="truncate after the last valid line",
                 )
+        elif item.missing is not None:
+            gaps.setdefault(item.file, []).append(item.missing)
         elif item.kind != "missing_segment":  # reported by inspect_segments
             lines.setdefault(item.file, {}).setdefault(item.kind, []).append(item.line_no)
+    for file, missing in sorted(gaps.items()):
+        _report_gaps(report, path, file, missing, live=live)
     for file, kinds in sorted(lines.items()):
         _report_lines(report, path.with_name(file) if file else path, kinds)
     unknown = sorted({str(e.get("event")) for e in read.damage.unknown_events})
@@ -370,6 +376,44 @@ def _inspect_log(path: Path, report: FsckReport, *, turns: bool = False) -> None
             count=len(read.damage.unknown_events),
         )
     _inspect_pending(path.with_name(PENDING_NAME), read.entries, report)
+
+
+def _report_gaps(
+    report: FsckReport, path: Path, file: str, missing: list[tuple[int, int]], *, live: bool
+) -> None:
+    """Entries missing whole from a log's file (``seq_gap``, see substrat.logread).
+
+    Damage while recovery may count on them: a checkpoint of another log may have
+    forgotten a message only the missing line still had, so the next start reads every
+    log from its start (the repair: recovery does that, rolls forward what the senders'
+    logs say, and its clean shutdown writes checkpoints that cover the gap). A notice
+    once a checkpoint agreeing with the whole log covers them (they were missing when it
+    was written, as ``fsck --repair``'s quarantine leaves them), or when nothing reads
+    the log at a start (a terminated agent's, the registry's).
+    """
+    count = sum(last - first + 1 for first, last in missing)
+    shown = ", ".join(f"{a}-{b}" if b > a else str(a) for a, b in missing[:10])
+    what = f"{'entry' if count == 1 else 'entries'} {shown} {'is' if count == 1 else 'are'}"
+    what += " missing (removed whole, or quarantined by an earlier fsck --repair)"
+    where = path.with_name(file) if file else path
+    covered = fsck_checkpoints.covered_through(Path(report.root), path) if live else 0
+    if not live or path == registry_path(report.root):
+        why = "nothing reads this log at a start"
+        report.add("seq_gap", where, NOTICE, f"{what}; {why}", count=count)
+    elif covered >= max(last for _, last in missing):
+        why = f"the checkpoint at entry {covered}, which agrees with the log, covers them"
+        report.add("seq_gap", where, NOTICE, f"{what}; {why}", count=count)
+    else:
+        report.add(
+            "seq_gap",
+            where,
+            DAMAGE,
+            f"{what}; no checkpoint covers them, so the next start reads every log from its "
+            "start (another log's checkpoint may have forgotten a message only they had)",
+            count=count,
+            repair="recover from every log in full (rolling forward what other logs say "
+            "was sent); the checkpoints written after it cover the gap",
+        )
 
 
 def _report_lines(report: FsckReport, path: Path, lines: dict[str, list[int]]) -> None:

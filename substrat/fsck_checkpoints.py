@@ -188,6 +188,30 @@ def inspect_segments(log_path: Path, add: Add) -> None:
         expected = segment.last + 1
 
 
+def covered_through(root: Path, log_path: Path) -> int:
+    """The last entry of ``log_path`` that a checkpoint agreeing with the log (its whole
+    prefix, :func:`disagreement`) covers: the store's newest two, or the log's base;
+    0 if none. Entries missing before it were missing when that checkpoint was written,
+    and recovery, reading from it, does not count on them."""
+    if log_path.parent.parent.name == AGENTS_DIR:
+        endpoint = log_path.parent.name
+    elif log_path == root / USER_DIR / LOG_NAME:
+        endpoint = "user"
+    else:
+        return 0
+    candidates = list(reversed(read_store(root).checkpoints.get(endpoint, [])))
+    try:
+        base = read_base(log_path)
+    except BaseUnreadable:
+        base = None
+    if base is not None:
+        candidates.append(base.checkpoint)
+    for checkpoint in sorted(candidates, key=lambda c: -c.at.seq):
+        if disagreement(checkpoint, log_path) is None:
+            return checkpoint.at.seq
+    return 0
+
+
 def deleted_by_policy(log_path: Path, first: int) -> str | None:
     """What to say of a log whose entries before ``first`` are not there, if the
     ``delete`` compaction policy removed them (its base covers them with a checkpoint

@@ -65,7 +65,8 @@ def repair_root(root: Path, report: _Report) -> None:
         store.scan(quarantine=True)
     logs = [store.log_path(sid) for sid in store.list_dirs()[0]]
     logs += [root / USER_DIR / LOG_NAME, registry_path(root)]
-    lines_lost = False
+    # entries missing whole (seq_gap): what a sender's checkpoint forgot may be among them
+    lines_lost = "seq_gap" in kinds
     for log_path in logs:
         try:
             if (

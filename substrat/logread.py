@@ -21,9 +21,20 @@ from substrat.events import KNOWN_EVENTS, TURN_START
 from substrat.jsontext import BIG_TEXT_BYTES, loads
 from substrat.logline import BODY_START, CRC_HEX_END, CRC_OF_OPEN_BRACE, CRC_PREFIX, Entry
 from substrat.logline import decode_line as decode_line
-from substrat.segments import Position, Segment, list_sealed, open_segment
+from substrat.segments import (
+    Position,
+    Segment,
+    StartUnreadable,
+    list_sealed,
+    open_segment,
+    read_start,
+)
 
 _EXCERPT_BYTES = 80
+SEQ_GAP = "seq_gap"
+"""The damage kind of entries missing between healthy ones (see the module docstring)."""
+_NOT_A_LINE = ("torn_tail", "duplicate_seq", "missing_segment", SEQ_GAP)
+"""Damage kinds that cannot hide a missing entry's ``seq`` (see :func:`_check_gaps`)."""
 _TURN_START_MARK = b'"event":"%s"' % TURN_START.encode()
 # A key, not text: inside a JSON string the quotes would be escaped.
 _TURN_ID_KEY = re.compile(rb'"turn_id":"t([1-9][0-9]{0,17})"')
@@ -79,6 +90,12 @@ class Damage:
     """For a damaged complete line whose bytes still show a ``turn.start`` and its
     ``turn_id``: that turn's number. A repair that cuts such a line off the end of a
     log tells recovery, which must not hand that id out again."""
+    missing: tuple[int, int] | None = None
+    """For a ``seq_gap``: the first and last ``seq`` of the entries not in the file."""
+
+    @property
+    def entries_missing(self) -> int:
+        return 0 if self.missing is None else self.missing[1] - self.missing[0] + 1
 
 
 @dataclass
@@ -93,10 +110,19 @@ class DamageReport:
         started = _started_turn(raw) if raw.endswith(b"\n") else None
         self.items.append(Damage(kind, offset, len(raw), line_no, excerpt, file, started))
 
+    def add_gap(self, first: int, last: int, file: str = "") -> None:
+        excerpt = f"entries {first}-{last}" if last > first else f"entry {first}"
+        self.items.append(Damage(SEQ_GAP, 0, 0, 0, excerpt, file, missing=(first, last)))
+
+    def gaps(self) -> list[tuple[int, int]]:
+        """The ``seq`` ranges missing, in the order found."""
+        return [d.missing for d in self.items if d.missing is not None]
+
     def counts(self) -> dict[str, int]:
+        """Damaged lines per kind (for ``seq_gap``: entries missing)."""
         tally: dict[str, int] = {}
         for item in self.items:
-            tally[item.kind] = tally.get(item.kind, 0) + 1
+            tally[item.kind] = tally.get(item.kind, 0) + (item.entries_missing or 1)
         if self.unknown_events:
             tally["unknown_event"] = len(self.unknown_events)
         return tally
@@ -152,13 +178,16 @@ def entry_batches(
     *,
     start: int = 0,
     min_seq: int = 0,
+    first_seq: int | None = None,
 ) -> Iterator[list[Entry]]:
     """The healthy entries of one file in batches, from byte ``start``.
 
     ``seen`` collects their seqs, unknown types included; a seq already in
     ``seen`` or not above ``min_seq`` (the part before ``start`` holds those) is a
     duplicate. ``tail_info`` gets the offset just past the last valid line
-    (``start`` if none).
+    (``start`` if none). ``first_seq`` is the entry the read should begin with
+    (``min_seq + 1`` if None; 0 checks for no gap): a ``seq`` missing from there to
+    the last entry read is a ``seq_gap``.
     """
     try:
         handle = open(path, "rb")
@@ -166,10 +195,13 @@ def entry_batches(
         if tail_info is not None:
             tail_info[:] = [start]
         return
+    first = min_seq + 1 if first_seq is None else first_seq
     with handle:
         if start:
             handle.seek(start)
-        yield from _batches(handle, damage, known_events, seen, tail_info, start, min_seq, "")
+        yield from _batches(
+            handle, damage, known_events, seen, tail_info, start, min_seq, "", (first, 0)
+        )
 
 
 def _batches(
@@ -181,9 +213,15 @@ def _batches(
     offset: int,
     min_seq: int,
     file: str,
+    span: tuple[int, int] = (0, 0),
 ) -> Iterator[list[Entry]]:
+    """``span``: the first ``seq`` this read should hold and (a sealed segment's) last,
+    0 for the newest read; ``(0, 0)`` checks for no gap."""
     valid_end = offset
     batch: list[Entry] = []
+    damage_from = len(damage.items)
+    seen_before = len(seen)
+    top = 0
     for line_no, raw in enumerate(handle, start=1):
         start = offset
         offset += len(raw)
@@ -201,6 +239,8 @@ def _batches(
             damage.add("duplicate_seq", start, raw, line_no, file)
             continue
         seen.add(seq)
+        if seq > top:
+            top = seq
         if known_events is not None and decoded.get("event") not in known_events:
             damage.unknown_events.append(decoded)
             continue
@@ -208,9 +248,37 @@ def _batches(
         if len(batch) == BATCH_LINES:
             yield batch
             batch = []
+    first, last = span
+    end = last or top
+    if first and end >= first and end - first + 1 > len(seen) - seen_before:
+        # rare: some seq of the span is not in this file (the writer leaves no hole)
+        hidden = sum(
+            1
+            for d in damage.items[damage_from:]
+            if d.kind not in _NOT_A_LINE and (last or d.offset < valid_end)
+        )
+        _check_gaps(damage, seen, first, end, hidden, file)
     yield batch
     if tail_info is not None:
         tail_info[:] = [valid_end]
+
+
+def _check_gaps(
+    damage: DamageReport, seen: set[int], first: int, last: int, hidden: int, file: str
+) -> None:
+    """Report the ``seq`` ranges from ``first`` to ``last`` not in ``seen``, unless the
+    ``hidden`` damaged lines among them may hold them all."""
+    present = sorted(s for s in seen if first <= s <= last)
+    holes: list[tuple[int, int]] = []
+    expected = first
+    for seq in [*present, last + 1]:
+        if seq > expected:
+            holes.append((expected, seq - 1))
+        expected = seq + 1
+    if sum(b - a + 1 for a, b in holes) <= hidden:
+        return
+    for a, b in holes:
+        damage.add_gap(a, b, file)
 
 
 def history_batches(
@@ -224,10 +292,12 @@ def history_batches(
 
     A segment missing between two others is damage (``missing_segment``): the
     entries it held are lost. A history that starts after seq 1 is not: a
-    compaction policy that deletes old segments leaves exactly that.
+    compaction policy that deletes old segments leaves exactly that. Entries
+    missing inside a file are a ``seq_gap`` (see the module docstring).
     """
     expected = 0
-    for segment in list_sealed(path):
+    sealed = list_sealed(path)
+    for segment in sealed:
         if expected and segment.first != expected:
             damage.add("missing_segment", 0, b"", 0, segment.name)
         expected = segment.last + 1
@@ -237,8 +307,18 @@ def history_batches(
             damage.add("missing_segment", 0, b"", 0, segment.name)
             continue
         with handle:
-            yield from _batches(handle, damage, known_events, seen, None, 0, 0, segment.name)
-    yield from entry_batches(path, damage, known_events, seen, tail_info)
+            span = (segment.first, segment.last)
+            yield from _batches(handle, damage, known_events, seen, None, 0, 0, segment.name, span)
+    first = expected or _start_of(path)
+    yield from entry_batches(path, damage, known_events, seen, tail_info, first_seq=first)
+
+
+def _start_of(path: str | os.PathLike[str]) -> int:
+    """Where a log with no sealed segment starts: its start record says, or entry 1."""
+    try:
+        return read_start(path) or 1
+    except StartUnreadable:
+        return 0  # fsck reports the record; nothing says where the log starts
 
 
 def read_log(
@@ -274,11 +354,20 @@ def sealed_batches(
             damage.add("missing_segment", 0, b"", 0, segment.name)
         expected = segment.last + 1
         offset = start.offset if segment.first == start.file_first else 0
+        first = max(segment.first, min_seq + 1)
         with open_segment(segment) as handle:
             if offset:
                 handle.read(offset) if segment.archived else handle.seek(offset)
             yield from _batches(
-                handle, damage, known_events, seen, None, offset, min_seq, segment.name
+                handle,
+                damage,
+                known_events,
+                seen,
+                None,
+                offset,
+                min_seq,
+                segment.name,
+                (first, segment.last),
             )
 
 

@@ -275,12 +275,21 @@ def _checkpoints_in_doubt(report: RecoveryReport) -> str | None:
     damage, the checkpoints of the others may have forgotten what only they could
     say. Torn tails are no such loss: nothing counts on an entry before it is
     durable, but a whole line cut off a log's end may have been an acknowledged entry
-    damaged since.
+    damaged since. Nor is a line removed whole from a log's middle (a ``seq`` gap in
+    the part read after its checkpoint, or in a log read in full): it leaves no
+    damaged byte, only its missing number. A gap that a checkpoint covers was there
+    when the checkpoint was written (it held against its log), so it is not seen;
+    ``fsck --repair``'s quarantine leaves gaps too, but drops every checkpoint and
+    its clean shutdown writes new ones that cover them, so they cost no later start
+    a full read.
     """
     if report.checkpoints_used == 0:
         return None  # nothing was read from the store: there is nothing to set aside
     for endpoint, why in sorted(report.checkpoints_rejected.items()):
         return f"the checkpoint of {endpoint} did not hold against its log ({why})"
+    for endpoint, gaps in sorted(report.log_gaps.items()):
+        shown = ", ".join(f"{a}-{b}" if b > a else str(a) for a, b in gaps[:5])
+        return f"entries {shown} are missing from the log of {endpoint} (removed whole)"
     for endpoint, damage in sorted(report.log_damage.items()):
         if endpoint in (CHECKPOINTS_DIR, REGISTRY_DIR):
             continue  # the store's or the registry's own lines: no log lost anything

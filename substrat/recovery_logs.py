@@ -150,6 +150,9 @@ def _read_log(root: RootStores, endpoint: str, path: Path, report: RecoveryRepor
             report.log_repairs[endpoint]["whole_lines_cut"] = whole_lines_cut
     for kind, count in damage.counts().items():
         facts.damage[kind] = facts.damage.get(kind, 0) + count
+    gaps = damage.gaps()  # in what was read: a checkpoint that held covers the rest
+    if gaps:
+        report.log_gaps[endpoint] = [[first, last] for first, last in gaps]
     report.events_read += facts.entries
     root.logs.remember(endpoint, opened.resume())
     return facts

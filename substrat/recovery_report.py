@@ -46,6 +46,10 @@ class RecoveryReport:
     from its start instead: see substrat.checkpoints)."""
     read_in_full: list[str] = field(default_factory=list)
     """Endpoints whose log was read from its start (no checkpoint of it held)."""
+    log_gaps: dict[str, list[list[int]]] = field(default_factory=dict)
+    """Endpoint -> the ``[first, last]`` seq ranges missing whole from the part of its log
+    that was read (after the checkpoint that held, or all of it): lines removed, or
+    quarantined by ``fsck --repair`` (see substrat.logread)."""
     checkpoints_set_aside: str | None = None
     """Why no checkpoint of the store was used, if a checkpoint that did not hold or a
     log's damage made every log read from its start (see substrat.recovery)."""
@@ -77,5 +81,6 @@ class RecoveryReport:
             "checkpoints_used": self.checkpoints_used,
             "checkpoints_rejected": dict(self.checkpoints_rejected),
             "read_in_full": list(self.read_in_full),
+            "log_gaps": {e: [list(r) for r in ranges] for e, ranges in self.log_gaps.items()},
             "checkpoints_set_aside": self.checkpoints_set_aside,
         }
