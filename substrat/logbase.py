@@ -213,13 +213,21 @@ def read_facts(session_id: str, log_path: str | os.PathLike[str]) -> AgentFacts:
         return read_whole_log(session_id, log_path)
     try:
         base = read_base(log_path)
-        facts = None if base is None else base.checkpoint.load_facts()
+        return (
+            read_whole_log(session_id, log_path)
+            if base is None
+            else facts_from(base.checkpoint, log_path)
+        )
     except ValueError:
-        base, facts = None, None
-    if base is None or facts is None:
         return read_whole_log(session_id, log_path)
+
+
+def facts_from(checkpoint: Checkpoint, log_path: str | os.PathLike[str]) -> AgentFacts:
+    """The log's facts: ``checkpoint``'s, then the log's entries after it (ValueError if
+    its facts do not read). The caller has checked that it holds against the log."""
+    facts = checkpoint.load_facts()
     damage = DamageReport()
-    floor = base.checkpoint.at.seq
+    floor = checkpoint.at.seq
     for entry in iter_log(log_path, damage):
         if entry["seq"] > floor:
             facts.add(entry)

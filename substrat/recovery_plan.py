@@ -17,8 +17,9 @@ from typing import Any
 from substrat import access, persistence
 from substrat.access import Unreadable
 from substrat.agents import USER
+from substrat.checkpoints import Checkpoint, read_store, verify
 from substrat.facts import AgentFacts
-from substrat.logbase import read_facts
+from substrat.logbase import BaseUnreadable, facts_from, first_kept, read_base, read_facts
 from substrat.registry import (
     RegistryRead,
     creation_from_registry,
@@ -96,19 +97,22 @@ def analyze(root: str | os.PathLike[str], *, then: str = "restart the daemon") -
         | {q.name for q in scan.quarantined if q.kind != "bad_name"}
     )
     read_only = persistence.on_read_only_fs(root)
+    checkpoints = read_store(root)
     facts: dict[str, AgentFacts] = {}
     for sid in directories:
         try:
-            facts[sid] = read_facts(sid, store.log_path(sid))
+            facts[sid] = _facts(sid, store.log_path(sid), checkpoints.checkpoints.get(sid, []))
             if not read_only:
                 _check_writable(store.log_path(sid))
         except OSError as exc:
             unreadable[sid] = access.unreadable(sid, store.log_path(sid), exc, then=then)
+        except _HistoryGone as gone:
+            unreadable[sid] = access.history_gone(sid, store.log_path(sid), gone.first, then=then)
     for sid in unreadable:
         records.pop(sid, None)
     registry = read_registry(root)
     lost, rebuild = _registered(registry, store, facts, records, set(directories) | set(unreadable))
-    _hold_descendants(store, facts, unreadable, then)
+    _hold_descendants(store, facts, records, unreadable, then)
     sids = sorted(facts)
     user = read_facts(USER, Path(root) / "user" / "events.jsonl")
     known: dict[str, set[str]] = {USER: set(user.enqueued)}
@@ -258,6 +262,37 @@ def analyze(root: str | os.PathLike[str], *, then: str = "restart the daemon") -
     )
 
 
+class _HistoryGone(Exception):
+    def __init__(self, first: int) -> None:
+        super().__init__(first)
+        self.first = first
+
+
+def _facts(sid: str, log: Path, stored: list[Checkpoint]) -> AgentFacts:
+    """An agent's facts as a start reads them: a log whose first entries are gone is
+    read from a checkpoint of it that holds (the store's newest first, then the log's
+    base); with none, a start holds the agent back (:class:`_HistoryGone`, as
+    :class:`substrat.recovery_logs.HistoryGone`), since nothing says what they held."""
+    first = first_kept(log)
+    if first == 1:
+        return read_facts(sid, log)
+    candidates = list(reversed(stored))
+    try:
+        base = read_base(log)
+    except BaseUnreadable:
+        base = None  # a damaged base is no candidate
+    if base is not None:
+        candidates.append(base.checkpoint)
+    for checkpoint in candidates:
+        if verify(checkpoint, log) is not None:
+            continue
+        try:
+            return facts_from(checkpoint, log)
+        except ValueError:
+            continue
+    raise _HistoryGone(first)
+
+
 def _check_writable(log: Path) -> None:
     """Recovery opens every log it repairs for writing: a read-only one holds its agent back."""
     if os.path.exists(log) and not os.access(log, os.W_OK):
@@ -295,14 +330,22 @@ def _registered(
 
 
 def _hold_descendants(
-    store: SessionStore, facts: dict[str, AgentFacts], unreadable: dict[str, Unreadable], then: str
+    store: SessionStore,
+    facts: dict[str, AgentFacts],
+    records: dict[str, Any],
+    unreadable: dict[str, Unreadable],
+    then: str,
 ) -> None:
-    """Move the descendants of unreadable agents from ``facts`` to ``unreadable``."""
+    """Move the live descendants of unreadable agents from ``facts`` to ``unreadable``
+    (a terminated one stays terminated: a start does not read it)."""
     changed = True
     while changed:
         changed = False
         for sid, f in sorted(facts.items()):
             parent = (f.created or {}).get("parent_session_id")
+            record = records.get(sid)
+            if f.terminated or (record is not None and record.state is SessionState.TERMINATED):
+                continue
             if parent in unreadable:
                 ancestor = unreadable[parent].held_by or parent
                 name = str((f.created or {}).get("name"))

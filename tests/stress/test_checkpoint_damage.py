@@ -15,9 +15,11 @@ them, so a store that lost its checkpoints leaves each such log to its base
   no checkpoint may be rejected;
 * lossy: a checkpoint filed under another log, the logs restored from an
   older backup (every checkpoint now ahead of its log), a log's first line
-  dropped (every later line moved). The logs changed, so the state must be the
-  one the logs alone give (the store removed), and the bad checkpoints must be
-  reported as rejected.
+  dropped (every later line moved), or a line removed whole from the middle of
+  a log after its (older) checkpoint, which still holds: no damaged byte, only
+  a ``seq`` missing. The logs changed, so the state must be the one the logs
+  alone give (the store removed), and the bad checkpoints must be reported as
+  rejected (the removed line: the gap must be reported).
 
 It runs on an in-memory file system (faultfs, no crash armed): only the
 damage is under test here; crashes are the crash fuzzer's and the sweep's.
@@ -39,13 +41,14 @@ from faultfs import FaultFS
 from substrat.checkpointer import COMPACTION_MODES, CheckpointPolicy
 from substrat.checkpoints import Checkpoint, encode_store, read_store, store_path
 from substrat.orchestrator import Orchestrator
+from substrat.segments import active_start, list_sealed
 
 pytestmark = pytest.mark.stress
 
 T = TypeVar("T")
 ROOT = "/substrat-damage/root"
 LOSSLESS = ("none", "store_torn", "store_byte", "store_deleted", "newest_gone")
-LOSSY = ("other_logs", "logs_older", "first_line_dropped")
+LOSSY = ("other_logs", "logs_older", "first_line_dropped", "line_removed")
 STEPS = (
     ("lead", "@ask a q"),
     ("lead", "@send b note"),
@@ -143,16 +146,40 @@ def _read(path: Any) -> bytes:
         return handle.read()
 
 
-def _damage(fs: FaultFS, older: FaultFS, damage: str) -> tuple[FaultFS, bool]:
-    """Damage the stopped root; returns the damaged disk and whether a checkpoint must be
-    reported as rejected."""
+def _remove_a_line(held: dict[str, list[Checkpoint]], pick: int) -> bool:
+    """Remove one line whole from the active file of a log, after its oldest checkpoint
+    and before its last line (a gap only the ``seq`` numbers show); False if no log has
+    such a line. ``pick`` chooses which."""
+    places = []
+    for endpoint, items in sorted(held.items()):
+        directory = "user" if endpoint == "user" else f"agents/{endpoint}"
+        log = f"{ROOT}/{directory}/events.jsonl"
+        lines = _read(log).splitlines(keepends=True)
+        at = items[0].at
+        offset = 0
+        for index, line in enumerate(lines[:-1]):
+            in_active = at.file_first == active_start(log, list_sealed(log))
+            if not in_active or offset > at.offset:
+                places.append((log, index))
+            offset += len(line)
+    if not places:
+        return False
+    log, index = places[pick % len(places)]
+    lines = _read(log).splitlines(keepends=True)
+    _write(log, b"".join(lines[:index] + lines[index + 1 :]))
+    return True
+
+
+def _damage(fs: FaultFS, older: FaultFS, damage: str, pick: int = 0) -> tuple[FaultFS, bool, bool]:
+    """Damage the stopped root; returns the damaged disk, whether a checkpoint must be
+    reported as rejected, and whether a line was removed whole (a gap to report)."""
     path = store_path(ROOT)
     with fs:
         store = read_store(ROOT)
         # their facts text, while the store they were read from is there
         held = {e: [c.held() for c in items] for e, items in store.checkpoints.items()}
     newest = {e: items[-1] for e, items in held.items()}
-    rejected = False
+    rejected = removed = False
     with fs:
         if damage == "store_torn":
             data = _read(path)
@@ -183,13 +210,16 @@ def _damage(fs: FaultFS, older: FaultFS, damage: str) -> tuple[FaultFS, bool]:
             if len(lines) >= 2:
                 _write(log, b"".join(lines[1:]))
                 rejected = True
+        elif damage == "line_removed":
+            _write(path, _store([items[0] for items in held.values()]))
+            removed = _remove_a_line(held, pick)
     if damage == "logs_older":
         with older:
             kept = {e: items[-1].at for e, items in read_store(ROOT).checkpoints.items()}
             _write(path, _store(list(newest.values())))
         # every checkpoint written since the backup is ahead of its log now
-        return older, any(kept.get(e) != c.at for e, c in newest.items())
-    return fs, rejected
+        return older, any(kept.get(e) != c.at for e, c in newest.items()), False
+    return fs, rejected, removed
 
 
 @settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -200,6 +230,7 @@ def _damage(fs: FaultFS, older: FaultFS, damage: str) -> tuple[FaultFS, bool]:
     segment=829,
     compaction="keep",
     damage="first_line_dropped",
+    pick=0,
 )
 @given(
     first=st.lists(st.sampled_from(STEPS), min_size=1, max_size=6),
@@ -208,6 +239,7 @@ def _damage(fs: FaultFS, older: FaultFS, damage: str) -> tuple[FaultFS, bool]:
     segment=st.integers(300, 2000),
     compaction=st.sampled_from(COMPACTION_MODES),
     damage=st.sampled_from(LOSSLESS + LOSSY),
+    pick=st.integers(0, 50),
 )
 def test_a_damaged_checkpoint_never_makes_a_wrong_state(
     first: list[tuple[str, str]],
@@ -216,6 +248,7 @@ def test_a_damaged_checkpoint_never_makes_a_wrong_state(
     segment: int,
     compaction: str,
     damage: str,
+    pick: int,
 ) -> None:
     policy = CheckpointPolicy(every_entries=every, segment_bytes=segment, compaction=compaction)
     fs = FaultFS(ROOT, record_trace=False)
@@ -223,7 +256,7 @@ def test_a_damaged_checkpoint_never_makes_a_wrong_state(
     _run(fs, _workload(policy, ids, first))
     older = fs.crash_image("process")  # a backup of the root as it was then
     before = _run(fs, _workload(policy, ids, second))
-    disk, rejected = _damage(fs, older, damage)
+    disk, rejected, removed = _damage(fs, older, damage, pick)
     if damage in LOSSLESS:
         want = before
     else:
@@ -237,6 +270,8 @@ def test_a_damaged_checkpoint_never_makes_a_wrong_state(
     assert after == want, f"{damage}: the state is not what the logs say"
     if rejected:
         assert report.checkpoints_rejected, f"{damage}: no checkpoint reported rejected"
+    if removed:
+        assert report.log_gaps or report.checkpoints_rejected, f"{damage}: not reported"
     if damage in LOSSLESS:
         # under delete, an older checkpoint naming a segment the policy deleted is rejected
         # (its log's base, or a newer one, is used): nothing else may be
