@@ -232,6 +232,15 @@ def _damage(fs: FaultFS, older: FaultFS, damage: str, pick: int = 0) -> tuple[Fa
     damage="first_line_dropped",
     pick=0,
 )
+@example(  # a request's enqueue removed whole from lead's log after lead's older checkpoint
+    first=[("lead", "@ask a q")],
+    second=[("lead", "@ask a q")] * 4,
+    every=2,
+    segment=915,
+    compaction="keep",
+    damage="line_removed",
+    pick=0,
+)
 @given(
     first=st.lists(st.sampled_from(STEPS), min_size=1, max_size=6),
     second=st.lists(st.sampled_from(STEPS), min_size=1, max_size=6),
