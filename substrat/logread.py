@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import re
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 import orjson
@@ -186,8 +186,9 @@ def entry_batches(
     ``seen`` or not above ``min_seq`` (the part before ``start`` holds those) is a
     duplicate. ``tail_info`` gets the offset just past the last valid line
     (``start`` if none). ``first_seq`` is the entry the read should begin with
-    (``min_seq + 1`` if None; 0 checks for no gap): a ``seq`` missing from there to
-    the last entry read is a ``seq_gap``.
+    (``min_seq + 1`` if None; 0 checks for no gap; ``_FROM_START_RECORD``: where the
+    log's start record says, or 1): a ``seq`` missing from there to the last entry
+    read is a ``seq_gap``.
     """
     try:
         handle = open(path, "rb")
@@ -196,11 +197,14 @@ def entry_batches(
             tail_info[:] = [start]
         return
     first = min_seq + 1 if first_seq is None else first_seq
+    first_of = None
+    if first_seq == _FROM_START_RECORD:  # read only if entries look missing (rare)
+        first, first_of = 1, (lambda: _start_of(path))
     with handle:
         if start:
             handle.seek(start)
         yield from _batches(
-            handle, damage, known_events, seen, tail_info, start, min_seq, "", (first, 0)
+            handle, damage, known_events, seen, tail_info, start, min_seq, "", (first, 0), first_of
         )
 
 
@@ -214,9 +218,11 @@ def _batches(
     min_seq: int,
     file: str,
     span: tuple[int, int] = (0, 0),
+    first_of: Callable[[], int] | None = None,
 ) -> Iterator[list[Entry]]:
     """``span``: the first ``seq`` this read should hold and (a sealed segment's) last,
-    0 for the newest read; ``(0, 0)`` checks for no gap."""
+    0 for the newest read; ``(0, 0)`` checks for no gap. ``first_of`` says the first
+    ``seq`` better than ``span`` (a start record), asked only when entries look missing."""
     valid_end = offset
     batch: list[Entry] = []
     damage_from = len(damage.items)
@@ -252,12 +258,15 @@ def _batches(
     end = last or top
     if first and end >= first and end - first + 1 > len(seen) - seen_before:
         # rare: some seq of the span is not in this file (the writer leaves no hole)
+        if first_of is not None:
+            first = first_of()
         hidden = sum(
             1
             for d in damage.items[damage_from:]
             if d.kind not in _NOT_A_LINE and (last or d.offset < valid_end)
         )
-        _check_gaps(damage, seen, first, end, hidden, file)
+        if first:
+            _check_gaps(damage, seen, first, end, hidden, file)
     yield batch
     if tail_info is not None:
         tail_info[:] = [valid_end]
@@ -309,8 +318,12 @@ def history_batches(
         with handle:
             span = (segment.first, segment.last)
             yield from _batches(handle, damage, known_events, seen, None, 0, 0, segment.name, span)
-    first = expected or _start_of(path)
+    first = expected or _FROM_START_RECORD
     yield from entry_batches(path, damage, known_events, seen, tail_info, first_seq=first)
+
+
+_FROM_START_RECORD = -1
+"""``first_seq`` of a log with no sealed segment: 1, unless its start record says more."""
 
 
 def _start_of(path: str | os.PathLike[str]) -> int:
