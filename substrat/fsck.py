@@ -48,6 +48,7 @@ from substrat.eventlog import LOG_NAME, PENDING_NAME, decode_line, read_log
 from substrat.facts import collect_facts
 from substrat.fsck_repair import repair_root
 from substrat.logbase import BASE_NAME
+from substrat.logread import describe_gaps
 from substrat.logs import USER_DIR
 from substrat.registry import REGISTRY_DIR, registry_path
 from substrat.rootdir import LEGACY_NAMES, MARKER_NAME
@@ -392,27 +393,26 @@ def _report_gaps(
     the log at a start (a terminated agent's, the registry's).
     """
     count = sum(last - first + 1 for first, last in missing)
-    shown = ", ".join(f"{a}-{b}" if b > a else str(a) for a, b in missing[:10])
-    what = f"{'entry' if count == 1 else 'entries'} {shown} {'is' if count == 1 else 'are'}"
-    what += " missing (removed whole, or quarantined by an earlier fsck --repair)"
+    what = f"{describe_gaps(missing)} (removed whole, or quarantined by an earlier fsck --repair)"
+    them = "it" if count == 1 else "them"
     where = path.with_name(file) if file else path
     covered = fsck_checkpoints.covered_through(Path(report.root), path) if live else 0
     if not live or path == registry_path(report.root):
         why = "nothing reads this log at a start"
         report.add("seq_gap", where, NOTICE, f"{what}; {why}", count=count)
     elif covered >= max(last for _, last in missing):
-        why = f"the checkpoint at entry {covered}, which agrees with the log, covers them"
+        why = f"the checkpoint at entry {covered}, which agrees with the log, covers {them}"
         report.add("seq_gap", where, NOTICE, f"{what}; {why}", count=count)
     else:
         report.add(
             "seq_gap",
             where,
             DAMAGE,
-            f"{what}; no checkpoint covers them, so the next start reads every log from its "
-            "start (another log's checkpoint may have forgotten a message only they had)",
+            f"{what}; no checkpoint covers {them}, so the next start reads every log from "
+            f"its start (another log's checkpoint may have forgotten a message only {them} "
+            "had)",
             count=count,
-            repair="recover from every log in full (rolling forward what other logs say "
-            "was sent); the checkpoints written after it cover the gap",
+            repair="recover from every log in full; the checkpoints written then cover it",
         )
 
 

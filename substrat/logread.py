@@ -272,6 +272,15 @@ def _batches(
         tail_info[:] = [valid_end]
 
 
+def describe_gaps(gaps: Iterable[tuple[int, int] | list[int]], *, shown: int = 10) -> str:
+    """``entry 5 is missing`` / ``entries 5, 8-9 are missing``, of ``[first, last]`` ranges."""
+    ranges = [(int(r[0]), int(r[1])) for r in gaps]
+    count = sum(last - first + 1 for first, last in ranges)
+    text = ", ".join(f"{a}-{b}" if b > a else str(a) for a, b in ranges[:shown])
+    text += " ..." if len(ranges) > shown else ""
+    return f"entry {text} is missing" if count == 1 else f"entries {text} are missing"
+
+
 def _check_gaps(
     damage: DamageReport, seen: set[int], first: int, last: int, hidden: int, file: str
 ) -> None:

@@ -57,6 +57,7 @@ from substrat.checkpoints import CHECKPOINTS_DIR, Checkpoint, StoreRead, read_st
 from substrat.facts import AgentFacts as AgentFacts
 from substrat.facts import collect_facts as collect_facts
 from substrat.facts import read_facts as read_facts
+from substrat.logread import describe_gaps
 from substrat.logs import LogPool
 from substrat.recovery_logs import THEN as THEN
 from substrat.recovery_logs import RootStores, read_agent, read_user
@@ -288,8 +289,7 @@ def _checkpoints_in_doubt(report: RecoveryReport) -> str | None:
     for endpoint, why in sorted(report.checkpoints_rejected.items()):
         return f"the checkpoint of {endpoint} did not hold against its log ({why})"
     for endpoint, gaps in sorted(report.log_gaps.items()):
-        shown = ", ".join(f"{a}-{b}" if b > a else str(a) for a, b in gaps[:5])
-        return f"entries {shown} are missing from the log of {endpoint} (removed whole)"
+        return f"{describe_gaps(gaps, shown=5)} from the log of {endpoint} (removed whole)"
     for endpoint, damage in sorted(report.log_damage.items()):
         if endpoint in (CHECKPOINTS_DIR, REGISTRY_DIR):
             continue  # the store's or the registry's own lines: no log lost anything

@@ -82,7 +82,7 @@ def test_a_message_line_removed_whole_after_the_checkpoint_comes_back(tmp_path: 
     assert read_log(path).damage.gaps() == [(seq, seq)]
     assert f"message:{message_id}" in report.reconciled
     assert report.log_gaps == {path.parent.name: [[seq, seq]]}
-    assert f"entries {seq} are missing" in str(report.checkpoints_set_aside)
+    assert f"entry {seq} is missing" in str(report.checkpoints_set_aside)
     assert report.checkpoints_used == 0
     assert report.to_dict()["log_gaps"] == {path.parent.name: [[seq, seq]]}
 
