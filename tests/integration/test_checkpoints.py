@@ -296,12 +296,17 @@ def _message_after_lead_checkpoint(tmp_path: Path) -> tuple[Path, Path, int, int
     lead = agent_dirs(root)["lead"]
     path, offset, length = _enqueued_lines(lead)[-1]
     assert path.name == "events.jsonl" and offset + length == path.stat().st_size
-    newest = _newest(root)
-    older = [c for c in read_store(root).checkpoints[lead.name] if c.at.offset < offset]
-    assert older, "lead has a checkpoint before the message"
-    # lead's newest checkpoint lost (the store's own damage): its older one holds
-    _rewrite_store(root, [c for e, c in sorted(newest.items()) if e != lead.name] + older[-1:])
+    keep_a_checkpoint_before(root, lead.name, offset)
     return root, path, offset, length
+
+
+def keep_a_checkpoint_before(root: Path, endpoint: str, offset: int) -> None:
+    """Lose the endpoint's newest checkpoint (the store's own damage), so its older one,
+    before ``offset`` of its active file, is what holds."""
+    newest = _newest(root)
+    older = [c for c in read_store(root).checkpoints[endpoint] if c.at.offset < offset]
+    assert older, "the log has a checkpoint before that line"
+    _rewrite_store(root, [c for e, c in sorted(newest.items()) if e != endpoint] + older[-1:])
 
 
 def _flip(path: Path, offset: int, length: int) -> str:

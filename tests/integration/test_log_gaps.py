@@ -19,7 +19,7 @@ import orjson
 
 from substrat import fsck
 from substrat.checkpointer import CheckpointPolicy
-from substrat.checkpoints import CHECKPOINTS_DIR, read_store
+from substrat.checkpoints import CHECKPOINTS_DIR
 from substrat.eventlog import read_log
 from substrat.orchestrator import Orchestrator
 from substrat.segments import list_sealed
@@ -27,11 +27,10 @@ from substrat.session.store import AGENTS_DIR
 from tests.integration.test_checkpoints import (
     SMALL,
     _enqueued_lines,
-    _newest,
-    _rewrite_store,
     agent_dirs,
     build_root,
     from_the_logs,
+    keep_a_checkpoint_before,
     reopen,
     run,
 )
@@ -56,10 +55,7 @@ def _two_messages_after_lead_checkpoint(tmp_path: Path) -> tuple[Path, Path, int
     lead = agent_dirs(root)["lead"]
     path, offset, length = _enqueued_lines(lead)[-2]
     assert path.name == "events.jsonl" and offset + length < path.stat().st_size
-    newest = _newest(root)
-    older = [c for c in read_store(root).checkpoints[lead.name] if c.at.offset < offset]
-    assert older, "lead has a checkpoint before the message"
-    _rewrite_store(root, [c for e, c in sorted(newest.items()) if e != lead.name] + older[-1:])
+    keep_a_checkpoint_before(root, lead.name, offset)
     return root, path, offset, length
 
 
