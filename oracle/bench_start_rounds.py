@@ -107,7 +107,8 @@ def summary(
     root: ScaleRoot, codes: dict[str, str], results: dict[tuple[str, str], list[StartResult]]
 ) -> list[str]:
     """Per code tree: medians (range) of what the module docstring lists."""
-    lines = [f"Python {platform.python_version()}, {root.agents:,} agents, {root.events:,} events"]
+    events = f"{root.events:,} events" if root.events else "a reused root"
+    lines = [f"Python {platform.python_version()}, {root.agents:,} agents, {events}"]
     for name in codes:
         with_, without, empty = (results[(name, kind)] for kind in KINDS)
         cpu = [r.cpu_seconds for r in with_]
@@ -152,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:  # pragma: no cover - a manual m
     codes = dict(item.split("=", 1) for item in args.code)
     with tempfile.TemporaryDirectory(prefix="substrat-start-root-") as tmp:
         if args.root is not None:
-            root = ScaleRoot(args.root, args.agents, args.agents * args.events_per_agent, 0)
+            root = ScaleRoot(args.root, args.agents, 0, 0)  # its events are not counted
         else:
             root = generate_root(Path(tmp) / "root", args.agents, args.events_per_agent)
             checkpoint_root(root.path)
