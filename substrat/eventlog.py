@@ -74,7 +74,7 @@ from substrat.logread import DamageReport, Entry, decode_line, entry_batches
 from substrat.logread import LogRead as LogRead
 from substrat.logread import iter_log as iter_log
 from substrat.logread import read_log as read_log
-from substrat.segments import active_start, ensure_start, list_sealed
+from substrat.segments import active_start, ensure_start, list_sealed, sibling_path
 
 LOG_NAME = "events.jsonl"
 PENDING_NAME = "events.pending"
@@ -215,8 +215,9 @@ class EventLog:
         resume: Resume | None = None,
         on_append: Callable[[int], None] | None = None,
     ) -> None:
-        self.path = Path(path)
-        self.pending_path = self.path.with_name(PENDING_NAME)
+        # a Path given is kept (it formats its text once), and the pending path with it
+        self.path = path if isinstance(path, Path) else Path(path)
+        self.pending_path = sibling_path(self.path, PENDING_NAME)
         self._context = dict(context or {})
         clash = _RESERVED_KEYS & self._context.keys()
         if clash:

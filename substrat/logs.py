@@ -33,6 +33,7 @@ class LogPool:
         self._store = store
         self._root_text = os.fspath(store.root)
         self._agents_text = os.fspath(store.agents_dir)
+        self._user_log = store.root / USER_DIR / LOG_NAME  # built once: asked per step
         self._clock = clock
         self._max_open = max_open
         self._open: OrderedDict[str, EventLog] = OrderedDict()
@@ -42,7 +43,7 @@ class LogPool:
 
     def path(self, endpoint: str) -> Path:
         if endpoint == USER:
-            return self._store.root / USER_DIR / LOG_NAME
+            return self._user_log
         return self._store.log_path(endpoint)
 
     def path_text(self, endpoint: str) -> str:

@@ -25,7 +25,9 @@ LOG_NAME = "events.jsonl"
 MAX_RECORD_BYTES = 64 << 20
 READ_CHUNK_BYTES = 64 << 10
 PATHS_KEPT = 1024
-"""Session paths kept built per store: a Path built once is turned into text once."""
+"""Session paths kept built (for every store of the process: a restart builds a new
+store on the same root); a Path built once is turned into text once."""
+_paths: dict[tuple[str, str, str], Path] = {}
 
 
 @dataclass(frozen=True)
@@ -58,19 +60,20 @@ class SessionStore:
         self.quarantine_dir = self.root / QUARANTINE_DIR
         # Directories whose entries, and all above them, this store made durable.
         self._durable_dirs: set[Path] = set()
-        # (session id, file name or "") -> its path; each step and check asks for the
-        # same few, and every new Path costs parsing and formatting it again.
-        self._paths: dict[tuple[str, str], Path] = {}
+        self._agents_text = os.fspath(self.agents_dir)
 
     def _path(self, session_id: str, name: str) -> Path:
-        path = self._paths.get((session_id, name))
+        # (agents directory, session id, file name or "") -> its path: each step and
+        # check asks for the same few, and every new Path is parsed and formatted again
+        key = (self._agents_text, session_id, name)
+        path = _paths.get(key)
         if path is None:
             path = self.agents_dir / validate_session_id(session_id)
             if name:
                 path = path / name
-            if len(self._paths) >= PATHS_KEPT:
-                self._paths.clear()
-            self._paths[session_id, name] = path
+            if len(_paths) >= PATHS_KEPT:
+                _paths.clear()
+            _paths[key] = path
         return path
 
     def session_dir(self, session_id: str) -> Path:
