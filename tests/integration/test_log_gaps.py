@@ -134,3 +134,23 @@ def test_a_log_that_starts_after_entry_1_by_policy_has_no_gap(tmp_path: Path) ->
     shutil.rmtree(root / CHECKPOINTS_DIR)  # every log read from where it starts
     _snap, report = reopen(root)
     assert report.log_gaps == {} and report.checkpoints_set_aside is None
+
+
+def test_the_gap_fsck_repair_leaves_costs_no_later_start_a_full_read(tmp_path: Path) -> None:
+    """``fsck --repair`` quarantines a damaged line from a log's middle: a gap in ``seq``
+    on purpose. The checkpoints its recovery writes at its clean shutdown cover it, so
+    fsck notes it and the next start reads from the checkpoints, not every log."""
+    root, path, offset, length = _two_messages_after_lead_checkpoint(tmp_path)
+    seq = orjson.loads(path.read_bytes()[offset : offset + length])["seq"]
+    data = bytearray(path.read_bytes())
+    data[offset + length // 2] ^= 0x01  # a's message line damaged, b's still after it
+    path.write_bytes(bytes(data))
+    assert fsck.check(root).kinds().get("damaged_line") == 1
+    fsck.check(root, repair=True)
+    assert read_log(path).damage.gaps() == [(seq, seq)]
+    after = fsck.check(root)
+    assert after.problems == [], after.problems
+    assert [f.severity for f in after.findings if f.kind == "seq_gap"] == [fsck.NOTICE]
+    _snap, report = reopen(root)
+    assert report.checkpoints_set_aside is None and report.log_gaps == {}
+    assert report.read_in_full == [] and report.checkpoints_used > 0
