@@ -82,7 +82,10 @@ def _scan(module: ModuleType) -> list[Binding]:
         hit = _hit(value)
         if hit is not None:
             found.append((module, attr, value, hit[1]))
-        elif isinstance(value, type) and value.__dict__.get("__module__") == name:
+        # issubclass on the value's type, not isinstance on the value: isinstance asks a
+        # proxy for its __class__, and a lazy module proxy (the OpenAI SDK's) then
+        # imports what it stands for, over a thousand modules, at the first activation.
+        elif issubclass(type(value), type) and value.__dict__.get("__module__") == name:
             for cattr, cvalue in list(vars(value).items()):
                 target = cvalue.__func__ if type(cvalue) is staticmethod else cvalue
                 hit = _hit(target)

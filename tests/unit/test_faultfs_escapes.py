@@ -388,3 +388,31 @@ def test_reading_the_roots_parents_is_neither_refused_nor_counted(real_root: Pat
         with pytest.raises(OutsideRootError):
             os.rename(real_root / "sub", real_root / "moved")  # changing names there is not
     assert fs.outside_calls == 1
+
+
+def test_the_scan_does_not_wake_a_lazy_proxy(real_root: Path) -> None:
+    """A module attribute that loads something when asked for its ``__class__`` (the
+    OpenAI SDK's lazy module proxies do) is left asleep by activation's scan, and an
+    fsync bound in the same module is still found."""
+    woken: list[str] = []
+
+    class LazyProxy:
+        @property  # type: ignore[misc]
+        def __class__(self) -> type:
+            woken.append("__class__")
+            return ModuleType
+
+    name = f"proxy_holder_{next(_names)}"
+    module = ModuleType(name)
+    module.proxy = LazyProxy()  # type: ignore[attr-defined]
+    module.fsync = os.fsync  # type: ignore[attr-defined]
+    sys.modules[name] = module
+    try:
+        with FaultFS(real_root, outside="refuse") as fs:
+            fd = os.open(fs.path("new.json"), os.O_WRONLY | os.O_CREAT, 0o644)
+            module.fsync(fd)  # type: ignore[attr-defined]
+            os.close(fd)
+        assert woken == []
+        assert [op.kind for op in fs.trace].count("fsync") == 1, fs.trace
+    finally:
+        sys.modules.pop(name, None)
