@@ -29,16 +29,15 @@ from typing import TYPE_CHECKING, Any
 
 from oracle.errors import OracleViolation
 from oracle.incremental import files_below, log_files, log_part
+from oracle.log_start import deleted_range_problems, start_record_problems
 from oracle.model import Model, ModelAgent, ModelState, canonical
 from substrat import events
 from substrat.agents import USER, AgentState
-from substrat.checkpoints import verify
 from substrat.eventlog import LogRead, read_log
 from substrat.logbase import BaseUnreadable, LogBase, read_base
 from substrat.providers.chat_history import conversation_problems
 from substrat.providers.scripted import chain_digest, reply_header
 from substrat.registry import RegistryRead, read_registry, registry_path
-from substrat.segments import StartUnreadable, active_first, list_sealed, read_start
 from substrat.session import SessionState
 from substrat.session.store import RECORD_NAME
 
@@ -454,63 +453,6 @@ def check_checkpoints(model: Model, orch: Orchestrator) -> None:
         )
 
 
-def deleted_range_problems(reads: Reads, endpoint: str, log_name: str) -> list[str]:
-    """A log may start after entry 1 only as the ``delete`` compaction policy leaves it.
-
-    Its base must read and cover the missing entries (``deleted_through``), its
-    checkpoint must hold against the log (so it was durable and is usable), the
-    log must go on right after what the base deleted (entries acknowledged and not
-    covered are all there), and the policy must be ``delete``.
-    """
-    read = reads.log(log_name)
-    first = read.entries[0]["seq"] if read.entries else 1
-    if first == 1:
-        return []
-    who = f"log of {endpoint[:8]}"
-    base = reads.base(log_name)
-    if base is None:
-        return [f"{who} starts at entry {first} and has no base: entries 1-{first - 1} are lost"]
-    problems = []
-    if reads.orch.checkpointer.policy.compaction != "delete":
-        problems.append(f"{who} lost entries 1-{first - 1} without the delete policy")
-    if base.deleted_through < first - 1:
-        problems.append(
-            f"{who} starts at entry {first}, its base covers only 1-{base.deleted_through}"
-        )
-    why = verify(base.checkpoint, reads.orch.logs.path(log_name))
-    if why is not None:
-        problems.append(f"{who}: its base's checkpoint does not hold ({why})")
-    return problems
-
-
-def start_record_problems(reads: Reads, endpoint: str, log_name: str) -> list[str]:
-    """A log's start record (``events.start``) must read and never be ahead of its log.
-
-    It says which entry the active file starts at; written after the roll's rename,
-    it may lag (a crash before it) but never names an entry past the active file's
-    first, nor past the end of the sealed segments: that would claim entries lost
-    that are there.
-    """
-    path = reads.orch.logs.path(log_name)
-    try:
-        recorded = read_start(path)
-    except StartUnreadable as exc:
-        return [f"log of {endpoint[:8]}: its start record does not read after a crash: {exc}"]
-    if recorded is None:
-        return []
-    sealed = list_sealed(path)
-    read = reads.log(log_name)
-    in_active = [e["seq"] for e in read.entries if not sealed or e["seq"] > sealed[-1].last]
-    limit = min([active_first(sealed), *in_active[:1]])
-    if recorded > limit:
-        return [
-            f"log of {endpoint[:8]}: its start record says the active file starts at entry "
-            f"{recorded}, but entry {limit} is "
-            + ("in it" if in_active[:1] == [limit] else "where it starts")
-        ]
-    return []
-
-
 def check_invariants(
     orch: Orchestrator, state: ModelState | None = None, reads: Reads | None = None
 ) -> None:
@@ -568,11 +510,12 @@ def check_invariants(
         seqs = [e["seq"] for e in read.entries]
         if seqs != sorted(seqs) or len(set(seqs)) != len(seqs):
             problems.append(f"log of {endpoint[:8]} has seqs out of order")
-        problems.extend(deleted_range_problems(reads, endpoint, log_name))
-        problems.extend(start_record_problems(reads, endpoint, log_name))
+        who, path, base = f"log of {endpoint[:8]}", orch.logs.path(log_name), reads.base(log_name)
+        compaction = orch.checkpointer.policy.compaction
+        problems.extend(deleted_range_problems(who, read, base, path, compaction))
+        problems.extend(start_record_problems(who, read, path))
         enqueued: dict[str, None] = {}
         delivered: set[str] = set()
-        base = reads.base(log_name)
         floor = 0
         if base is not None and seqs and seqs[0] > 1:
             # entries up to the base's checkpoint are summed up in it: its pending
