@@ -144,6 +144,19 @@ def deleted_through(log_path: str | os.PathLike[str]) -> int:
     return 0 if base is None else base.deleted_through
 
 
+def base_candidates(log_path: str | os.PathLike[str], first: int) -> list[Checkpoint]:
+    """The checkpoint in the log's base, when its files start at ``first`` > 1 (its
+    first segments deleted); none for a log that starts at 1 or whose base is damaged:
+    then nothing may say what the deleted part held."""
+    if first == 1:
+        return []
+    try:
+        base = read_base(log_path)
+    except BaseUnreadable:
+        return []
+    return [] if base is None else [base.checkpoint]
+
+
 def first_kept(log_path: str | os.PathLike[str]) -> int:
     """The first ``seq`` the log's files hold: 1, or past the segments deleted.
 

@@ -24,7 +24,7 @@ from substrat.checkpoints import Checkpoint, StoreRead, line_mismatch, verify
 from substrat.eventlog import PENDING_NAME, DamageReport, Resume, is_suspect, repair_log
 from substrat.events import KNOWN_EVENTS
 from substrat.facts import AgentFacts
-from substrat.logbase import BaseUnreadable, read_base
+from substrat.logbase import base_candidates
 from substrat.logread import sealed_batches
 from substrat.logs import LogPool
 from substrat.recovery_report import RecoveryReport
@@ -263,7 +263,7 @@ def _usable_checkpoint(
 ) -> tuple[Checkpoint | None, AgentFacts]:
     """The endpoint's newest checkpoint that holds against its log, with its facts (the
     one in the log's base last: see :mod:`substrat.logbase`)."""
-    based = _base_checkpoint(path, sealed, first_active)
+    based = base_candidates(path, sealed[0].first if sealed else first_active)
     for checkpoint in [*root.checkpoints.latest(endpoint), *based]:
         reason = verify(checkpoint, path, sealed)
         if reason is None:
@@ -279,18 +279,6 @@ def _usable_checkpoint(
         report.checkpoints_rejected.setdefault(endpoint, reason)
     report.read_in_full.append(endpoint)
     return None, AgentFacts(endpoint)
-
-
-def _base_checkpoint(path: Path, sealed: list[Segment], first_active: int) -> list[Checkpoint]:
-    """The checkpoint in the log's base, if its first segments were deleted (a damaged
-    base is no candidate: then nothing may say what they held, see HistoryGone)."""
-    if (sealed[0].first if sealed else first_active) == 1:
-        return []
-    try:
-        base = read_base(path)
-    except BaseUnreadable:
-        return []
-    return [] if base is None else [base.checkpoint]
 
 
 def read_user(root: RootStores, report: RecoveryReport) -> AgentFacts:

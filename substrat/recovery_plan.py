@@ -19,7 +19,8 @@ from substrat.access import Unreadable
 from substrat.agents import USER
 from substrat.checkpoints import Checkpoint, read_store, verify
 from substrat.facts import AgentFacts
-from substrat.logbase import BaseUnreadable, facts_from, first_kept, read_base, read_facts
+from substrat.logbase import base_candidates, facts_from, first_kept, read_facts
+from substrat.recovery_logs import HistoryGone
 from substrat.registry import (
     RegistryRead,
     creation_from_registry,
@@ -106,7 +107,7 @@ def analyze(root: str | os.PathLike[str], *, then: str = "restart the daemon") -
                 _check_writable(store.log_path(sid))
         except OSError as exc:
             unreadable[sid] = access.unreadable(sid, store.log_path(sid), exc, then=then)
-        except _HistoryGone as gone:
+        except HistoryGone as gone:
             unreadable[sid] = access.history_gone(sid, store.log_path(sid), gone.first, then=then)
     for sid in unreadable:
         records.pop(sid, None)
@@ -262,27 +263,15 @@ def analyze(root: str | os.PathLike[str], *, then: str = "restart the daemon") -
     )
 
 
-class _HistoryGone(Exception):
-    def __init__(self, first: int) -> None:
-        super().__init__(first)
-        self.first = first
-
-
 def _facts(sid: str, log: Path, stored: list[Checkpoint]) -> AgentFacts:
     """An agent's facts as a start reads them: a log whose first entries are gone is
     read from a checkpoint of it that holds (the store's newest first, then the log's
-    base); with none, a start holds the agent back (:class:`_HistoryGone`, as
-    :class:`substrat.recovery_logs.HistoryGone`), since nothing says what they held."""
+    base); with none, a start holds the agent back (:class:`HistoryGone`), since
+    nothing says what they held."""
     first = first_kept(log)
     if first == 1:
         return read_facts(sid, log)
-    candidates = list(reversed(stored))
-    try:
-        base = read_base(log)
-    except BaseUnreadable:
-        base = None  # a damaged base is no candidate
-    if base is not None:
-        candidates.append(base.checkpoint)
+    candidates = [*reversed(stored), *base_candidates(log, first)]
     for checkpoint in candidates:
         if verify(checkpoint, log) is not None:
             continue
@@ -290,7 +279,7 @@ def _facts(sid: str, log: Path, stored: list[Checkpoint]) -> AgentFacts:
             return facts_from(checkpoint, log)
         except ValueError:
             continue
-    raise _HistoryGone(first)
+    raise HistoryGone(first)
 
 
 def _check_writable(log: Path) -> None:
