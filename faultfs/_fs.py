@@ -6,11 +6,11 @@ import errno as errno_mod
 import itertools
 import os
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from faultfs import _escapes, _intercept
+from faultfs import _capture, _escapes, _intercept
 from faultfs._images import (
     MODES,
     ImageChoice,
@@ -132,6 +132,9 @@ class FaultFS(Syscalls):
         self.outside_calls = 0
         self.outside_examples: list[str] = []
         self.escapes: list[str] = []
+        # What capture_at keeps, and whom it tells.
+        self._captured: list[FaultFS] = []
+        self._on_capture: Callable[[FaultFS], None] | None = None
 
     @property
     def profile(self) -> str:
@@ -189,9 +192,58 @@ class FaultFS(Syscalls):
         if self.crashed:
             raise ConfigError("this FaultFS already crashed; arm a crash image instead")
         self._crash_at = self.boundaries + n
+        self._plan_stops()
 
     def disarm(self) -> None:
+        """Take back an armed crash (a capture plan stays: see capture_at)."""
         self._crash_at = None
+        self._plan_stops()
+
+    def capture_at(
+        self,
+        boundaries: Iterable[int],
+        on_capture: Callable[[FaultFS], None] | None = None,
+    ) -> list[FaultFS]:
+        """Keep what a crash at each of ``boundaries`` would leave, without stopping the run.
+
+        ``boundaries`` count from now, as ``arm(n)`` does (1 is the next one).
+        At each, a crashed copy of this FaultFS is appended to the returned
+        list (in boundary order) and handed to ``on_capture``: the copy a run
+        armed there would have left, with the same ``crash_point``, ``trace``,
+        ``acked`` and disk, so its ``crash_images``/``crash_image`` give exactly
+        the images of that crash, in every mode. The run itself goes on
+        unchanged: capturing passes no boundary. One run then yields the crash
+        states of many boundaries instead of one run per boundary.
+
+        ``on_capture(copy)`` runs at that boundary, while the program is
+        stopped inside the operation, so a caller can keep its own state of the
+        moment beside the copy; it must do no I/O under this root (that would
+        pass boundaries: ConfigError), and what it raises reaches the program.
+        A boundary the run never reaches leaves no entry; an armed crash at a
+        captured boundary is captured first. A new call replaces the plan
+        (``capture_at(())`` stops capturing). Each copy holds a copy of the
+        model's inodes (contents are shared until written), so capture the
+        boundaries you will check, not all of a long run.
+        """
+        if self.crashed:
+            raise ConfigError("this FaultFS already crashed; capture on a crash image instead")
+        self._capture_plan = _capture.plan(self.boundaries, boundaries)
+        self._captured = []
+        self._on_capture = on_capture
+        self._plan_stops()
+        return self._captured
+
+    def _capture(self, phase: str, op: Op) -> None:
+        copy = _capture.crashed_copy(self, phase, op)
+        self._captured.append(copy)
+        if self._on_capture is not None:
+            at = self.boundaries
+            self._on_capture(copy)
+            if self.boundaries != at:
+                raise ConfigError(
+                    f"on_capture passed {self.boundaries - at} boundaries of the FaultFS it "
+                    "watches: it must not do I/O under the root (use the copy it is handed)"
+                )
 
     @property
     def armed(self) -> bool:

@@ -77,6 +77,10 @@ class Syscalls:
         self.crash_point: tuple[int, str, Op] | None = None
         self.io_after_crash = 0
         self._crash_at: int | None = None
+        # Boundaries still to capture (absolute, descending; see FaultFS.capture_at), and
+        # the next boundary where the counter stops at all: a capture or the armed crash.
+        self._capture_plan: list[int] = []
+        self._stop_at: int | None = None
         # Injected faults (configured through FaultFS's public methods).
         self._fsync_faults: list[tuple[int | None, int]] = []
         self._write_errno: int | None = None
@@ -102,23 +106,40 @@ class Syscalls:
         else:
             op = Op(kind, path, args, "")
         self.boundaries += 1
-        if self.boundaries == self._crash_at:
-            self._crash("before", op)
+        if self.boundaries == self._stop_at:
+            self._stop("before", op)
         return op
 
     def _after(self, op: Op) -> None:
         if self._record_trace:
             self.trace.append(Op(op.kind, op.path, op.args, op.site, op.stack, self.model.clock))
         self.boundaries += 1
+        if self.boundaries == self._stop_at:
+            self._stop("after", op)
+
+    def _stop(self, phase: str, op: Op) -> None:
+        """At a planned boundary: capture what a crash here would leave, then crash if armed."""
+        if not op.site:
+            stack, site = call_stack(3)
+            op = op._replace(site=site, stack=stack)
+        plan = self._capture_plan
+        if plan and plan[-1] == self.boundaries:
+            plan.pop()
+            self._capture(phase, op)
+        self._plan_stops()
         if self.boundaries == self._crash_at:
-            self._crash("after", op)
+            self._crash(phase, op)
+
+    def _plan_stops(self) -> None:
+        stops = [b for b in (self._crash_at, *self._capture_plan[-1:]) if b is not None]
+        self._stop_at = min(stops) if stops else None
+
+    def _capture(self, phase: str, op: Op) -> None:
+        raise NotImplementedError  # FaultFS keeps the crash state (see FaultFS.capture_at)
 
     def _crash(self, phase: str, op: Op) -> None:
-        if not op.site:
-            stack, site = call_stack(4)
-            op = op._replace(site=site, stack=stack)
         self.crashed = True
-        self._crash_at = None
+        self._crash_at = self._stop_at = None
         self.crash_point = (self.boundaries, phase, op)
         raise SimulatedCrash(self.boundaries, phase, op)
 
