@@ -352,12 +352,12 @@ CATALOG: tuple[Mutant, ...] = (
         "the delete policy removes segments first and writes the log's base (the covering "
         "checkpoint, their turns) after",
         "logbase.py",
-        "    write_base(log_path, LogBase(through, checkpoint.held(), turns))\n"
+        "    write_base(log_path, LogBase(through, checkpoint.held(), turns), clock)\n"
         "    for segment in victims:\n"
         "        delete_segment(segment)\n",
         "    for segment in victims:  # planted: the segments go before their base is written\n"
         "        delete_segment(segment)\n"
-        "    write_base(log_path, LogBase(through, checkpoint.held(), turns))\n",
+        "    write_base(log_path, LogBase(through, checkpoint.held(), turns), clock)\n",
     ),
     Mutant(
         "log_start_before_roll",

@@ -170,6 +170,7 @@ class Checkpointer:
     ) -> None:
         self.policy = policy
         self.store = CheckpointStore(root, clock=clock)
+        self._clock = clock
         self.stats = Stats()
         self._logs = logs
         self._host = host
@@ -345,7 +346,9 @@ class Checkpointer:
             return None
         try:
             if self.policy.compaction == "delete":
-                gone = logbase.delete_covered(path, covering[-1], conversation_from_entries)
+                gone = logbase.delete_covered(
+                    path, covering[-1], conversation_from_entries, self._clock
+                )
                 self.stats.deleted += len(gone)
             for segment in segments.list_sealed(path):
                 if not segment.archived and segment.last <= covering[-1].at.seq:

@@ -33,7 +33,7 @@ from typing import Any
 
 from substrat import events, persistence
 from substrat.checkpoints import Checkpoint
-from substrat.eventlog import encode_entry, utc_now_iso
+from substrat.eventlog import Clock, encode_entry, utc_now_iso
 from substrat.facts import AgentFacts
 from substrat.facts import read_facts as read_whole_log
 from substrat.logline import RecordUnreadable, read_record
@@ -113,13 +113,14 @@ def read_base(log_path: str | os.PathLike[str]) -> LogBase | None:
     return LogBase.from_data(entry.get("data"))
 
 
-def write_base(log_path: str | os.PathLike[str], base: LogBase) -> None:
-    """Write the log's base durably (atomically: the old one or the new one, never half)."""
+def write_base(log_path: str | os.PathLike[str], base: LogBase, clock: Clock = utc_now_iso) -> None:
+    """Write the log's base durably (atomically: the old one or the new one, never half);
+    its ``ts`` is ``clock()`` (the orchestrator's clock, as every record's)."""
     line = encode_entry(
         {
             "seq": 1,
             "endpoint": base.checkpoint.endpoint,
-            "ts": utc_now_iso(),
+            "ts": clock(),
             "event": events.LOG_BASE,
             "data": base.data(),
         }
@@ -173,13 +174,15 @@ def delete_covered(
     log_path: str | os.PathLike[str],
     checkpoint: Checkpoint,
     turns_of: Callable[[list[Entry]], list[TurnRecord]],
+    clock: Clock = utc_now_iso,
 ) -> list[Segment]:
     """Delete the sealed segments ``checkpoint`` lets go, its base written first.
 
     ``checkpoint`` must be durable (its append to the store fsynced) and hold
     against the log; it becomes the base's checkpoint. ``turns_of`` gives the
     conversation's turns completed in some entries
-    (:func:`substrat.conversation.conversation_from_entries`). Returns the segments
+    (:func:`substrat.conversation.conversation_from_entries`); ``clock`` stamps the
+    base. Returns the segments
     deleted. Raises BaseUnreadable (deleting nothing) if the log's prefix is
     already gone and its base does not read: the turns it held cannot be
     carried on.
@@ -200,7 +203,7 @@ def delete_covered(
     entries = [e for s in victims if s.last > floor for e in segment_entries(s, floor)]
     turns = [*(old.turns if old else []), *turns_of(entries)]
     through = max(floor, victims[-1].last)
-    write_base(log_path, LogBase(through, checkpoint.held(), turns))
+    write_base(log_path, LogBase(through, checkpoint.held(), turns), clock)
     for segment in victims:
         delete_segment(segment)
     return victims
