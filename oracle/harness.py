@@ -90,8 +90,7 @@ class CrashHarness:
         self.provider = provider
         self.model = Model()
         self.loop = asyncio.new_event_loop()
-        self._ids = itertools.count(1)
-        self._ticks = itertools.count(1)
+        self._next_id = self._next_tick = 1
         self.tokens = itertools.count(1)
         self.cycles = 0
         # What the checks derived from each log, derived again when the log changes.
@@ -101,10 +100,12 @@ class CrashHarness:
 
     # deterministic ids and clock: a failing example replays byte for byte
     def _new_id(self) -> str:
-        return f"{next(self._ids):032x}"
+        self._next_id += 1
+        return f"{self._next_id - 1:032x}"
 
     def _clock(self) -> str:
-        tick = next(self._ticks)
+        tick = self._next_tick
+        self._next_tick += 1
         if tick < _FAST_TICKS:  # the first minute, formatted without a datetime (each event)
             return f"2026-01-01T00:00:{tick // 1_000_000:02d}.{tick % 1_000_000:06d}+00:00"
         return (_EPOCH + timedelta(microseconds=tick)).isoformat(timespec="microseconds")
@@ -126,9 +127,23 @@ class CrashHarness:
                 )
             )
 
+    def recover(self, image: FaultFS) -> Orchestrator:
+        """Open a fresh orchestrator on ``image`` (recovery runs; nothing is checked)."""
+        return self._orchestrator_on(image)
+
     def _open(self) -> tuple[Orchestrator, Driver]:
         orch = self._orchestrator_on(self.fs)
         return orch, Driver(orch, self.model, self.tokens, provider=self.provider)
+
+    @property
+    def counters(self) -> tuple[int, int]:
+        """The next id and clock tick: with these restored (``counters = saved``), a
+        recovery writes the same bytes as one run when they were saved."""
+        return self._next_id, self._next_tick
+
+    @counters.setter
+    def counters(self, saved: tuple[int, int]) -> None:
+        self._next_id, self._next_tick = saved
 
     def run_steps(self, steps: list[Step], *, crash_at: int | None = None) -> int | None:
         """Run steps in order with one crash armed across them; the crashed step's index."""

@@ -1,11 +1,22 @@
 """The exhaustive sweep: named scenarios crashed at every boundary, in every mode.
 
 For a scenario (a fixed list of workload steps) the sweep first counts its
-I/O boundaries, then for each boundary re-runs the scenario on a fresh disk
-with a crash armed there, and checks every crash image of that point (bounded
-per mode) by recovering a fresh orchestrator on it and comparing it with the
-model. Optionally it also crashes recovery itself at each of its boundaries,
-on the power image. Everything is deterministic: ids and clocks are counters.
+I/O boundaries, then runs it once more with faultfs capturing each boundary
+of its share (:meth:`faultfs.FaultFS.capture_at`): at each, the crashed disk a
+crash armed there would leave, the model with its in-flight operation marked
+crashed, and the ids and clock of that moment. Only then, the run over, it
+checks every crash image of each point (bounded per mode) by recovering a
+fresh orchestrator on it and comparing it with the model (a check cannot run
+inside the run: it needs the event loop the run is using). Optionally it also
+crashes recovery itself at each of its boundaries, on the power image: one
+recovery captured at each of its first MAX_RECOVERY_BOUNDARIES boundaries,
+each crash then recovered again and checked. So a share costs two runs of the
+scenario and one recovery per recovery sweep, not a run per boundary.
+
+Everything is deterministic: ids and clocks are counters, and every check and
+recovery starts from those of the moment of its crash, so it writes the same
+bytes as a re-run to that boundary would (tests/*/test_sweep_capture.py show
+that the captured states are exactly those that re-running finds).
 
 Run it with ``python -m oracle.sweep`` (a table of states checked per
 scenario) or through ``tests/stress/test_sweep.py``.
@@ -17,7 +28,7 @@ import argparse
 import pickle
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -174,15 +185,17 @@ def share_of(boundaries: int, share: tuple[int, int]) -> range:
 
     Blocks, not every n-th boundary: neighbouring boundaries often leave the same disk
     and model, which a sweep checks once (:func:`state_key`), so splitting them apart
-    would check most states twice. A later boundary costs more (the scenario runs up to
-    it, and there is more to recover), so the blocks are cut at equal cost, counting
-    boundary ``b`` of ``B`` as ``B + 2 * b``: the later blocks are shorter.
+    would check most states twice. A later boundary costs more (there is more on the
+    disk to recover and check: checkpoints and compaction's fourth fifth of boundaries
+    cost 1.7x its first), so the blocks are cut at equal cost, counting boundary ``b``
+    of ``B`` as ``B + b``: the later blocks are shorter. (Each share also runs the
+    scenario twice, to count and to capture: a cost that does not depend on the block.)
     """
     index, count = share
     assert count >= 1 and 0 <= index < count, f"share {index} of {count} does not exist"
 
-    def cost_to(b: int) -> int:  # the summed cost of boundaries 1..b
-        return boundaries * b + b * (b + 1)
+    def cost_to(b: int) -> float:  # the summed cost of boundaries 1..b
+        return boundaries * b + b * (b + 1) / 2
 
     def cut(k: int) -> int:  # the last boundary of the first k blocks
         target = cost_to(boundaries) * k / count
@@ -231,10 +244,58 @@ def state_key(image: FaultFS, model: Model) -> bytes:
     return pickle.dumps((sorted(image.tree().items()), model.state, inflight))
 
 
+Check = Callable[[CrashHarness, FaultFS, Model, str], None]
+"""What a crash state is handed to: ``check(harness, image, model, label)`` raises
+OracleViolation when the state fails."""
+
+
+def recover_and_check(harness: CrashHarness, image: FaultFS, model: Model, label: str) -> None:
+    """The sweep's check: recover a fresh orchestrator on ``image``, compare with ``model``."""
+    harness.check_image(image, model)
+
+
+@dataclass
+class CrashPoint:
+    """What a crash at one boundary leaves, kept while the run went on (see :func:`capture`)."""
+
+    fs: FaultFS
+    """The crashed disk (:meth:`faultfs.FaultFS.capture_at`): its images are the crash's."""
+    model: Model
+    """The oracle's model at the crash, its in-flight operation marked crashed."""
+    counters: tuple[int, int]
+    """The harness's next id and clock tick at the crash: what the checks start from."""
+    step: int = -1
+    """The index of the step the crash interrupts (-1 inside recovery)."""
+
+
+def capture(harness: CrashHarness, steps: Sequence[Step], boundaries: range) -> list[CrashPoint]:
+    """Run ``steps`` once, keeping the crash point of each of ``boundaries`` (from now)."""
+    points: list[CrashPoint] = []
+    running = 0
+
+    def keep(fs: FaultFS) -> None:
+        model = harness.model.copy()
+        model.crashed()
+        points.append(CrashPoint(fs, model, harness.counters, running))
+
+    harness.fs.capture_at(boundaries, keep)
+    for running, step in enumerate(steps):  # noqa: B007 (keep reads it)
+        assert harness.run_steps([step]) is None, "nothing is armed: no step crashes"
+    harness.fs.capture_at(())
+    assert len(points) == len(boundaries), f"{len(points)} of {len(boundaries)} boundaries hit"
+    return points
+
+
 def _check(
-    harness: CrashHarness, image: FaultFS, label: str, result: SweepResult, dedupe: bool
+    harness: CrashHarness,
+    image: FaultFS,
+    model: Model,
+    label: str,
+    result: SweepResult,
+    dedupe: bool,
+    check: Check,
 ) -> None:
-    key = state_key(image, harness.model) if dedupe else b""
+    key = state_key(image, model) if dedupe else b""
     if dedupe and key in result._verdicts:
         failure = result._verdicts[key]
         if failure is not None:
@@ -242,7 +303,7 @@ def _check(
         return
     failure = None
     try:
-        harness.check_image(image, harness.model.copy())
+        check(harness, image, model.copy(), label)
     except OracleViolation as exc:
         failure = str(exc)
         result.failures.append(f"{label}\n{exc}")
@@ -273,6 +334,7 @@ def sweep(
     provider: str = "scripted",
     dedupe: bool = True,
     share: tuple[int, int] = (0, 1),
+    check: Check = recover_and_check,
 ) -> SweepResult:
     """Crash ``scenario`` at every boundary and check every image (bounded per mode).
 
@@ -284,44 +346,50 @@ def sweep(
     sweep can run as n independent pieces (pytest items on n workers); what a
     boundary checks does not depend on the share, only deduplication is per
     share (a state seen by another share is checked again, never skipped).
+    ``check`` is what each state is handed to (:func:`recover_and_check`).
     """
     options: dict[str, Any] = {"registry": registry, "provider": provider}
     result = SweepResult(scenario.name, profile)
     started = time.perf_counter()
     result.boundaries = count_boundaries(scenario, profile, **options)
-    for boundary in share_of(result.boundaries, share):
+    harness = CrashHarness(
+        profile=profile, slots=scenario.slots, checkpoints=scenario.checkpoints, **options
+    )
+    swept = share_of(result.boundaries, share)
+    points = capture(harness, scenario.steps, swept)
+    for boundary, point in zip(swept, points, strict=True):
         result.swept.append(boundary)
-        harness = CrashHarness(
-            profile=profile, slots=scenario.slots, checkpoints=scenario.checkpoints, **options
-        )
-        crashed_in = harness.run_steps(list(scenario.steps), crash_at=boundary)
-        assert crashed_in is not None, f"boundary {boundary} of {result.boundaries} never hit"
-        harness.model.crashed()
+        step = scenario.steps[point.step]
         for mode in modes:
-            for index, image in enumerate(harness.fs.crash_images(mode, limit=images_per_mode)):
-                step = scenario.steps[crashed_in]
+            for index, image in enumerate(point.fs.crash_images(mode, limit=images_per_mode)):
                 key = f"boundary={boundary} mode={mode} image=#{index} in step {step}"
-                _check(harness, image, key, result, dedupe)
+                harness.counters = point.counters
+                _check(harness, image, point.model, key, result, dedupe, check)
                 result.states += 1
         if recovery_crashes and boundary % RECOVERY_CRASH_EVERY == 0:
-            _sweep_recovery(harness, boundary, result, dedupe)
-        harness.close()
+            _sweep_recovery(harness, point, boundary, result, dedupe, check)
         if len(result.failures) >= max_failures:
             break
+    harness.close()
     result.seconds = time.perf_counter() - started
     return result
 
 
 def _sweep_recovery(
-    harness: CrashHarness, boundary: int, result: SweepResult, dedupe: bool = True
+    harness: CrashHarness,
+    point: CrashPoint,
+    boundary: int,
+    result: SweepResult,
+    dedupe: bool,
+    check: Check,
 ) -> None:
     """Crash recovery itself at each of its boundaries (power image), then recover again.
 
     Recovery's crash points depend only on the disk it starts from, so a
     power image (and model) already swept this way takes the earlier outcome.
     """
-    power = harness.fs.crash_image("power")
-    key = state_key(power, harness.model) if dedupe else b""
+    power = point.fs.crash_image("power")
+    key = state_key(power, point.model) if dedupe else b""
     if dedupe and key in result._recovery_sweeps:
         states, failures = result._recovery_sweeps[key]
         result.recovery_states += states
@@ -330,7 +398,7 @@ def _sweep_recovery(
         )
         return
     states_before, failures_before = result.recovery_states, len(result.failures)
-    _sweep_recovery_from(harness, power, boundary, result, dedupe)
+    _sweep_recovery_from(harness, point, power, boundary, result, dedupe, check)
     if dedupe:
         result._recovery_sweeps[key] = (
             result.recovery_states - states_before,
@@ -338,26 +406,49 @@ def _sweep_recovery(
         )
 
 
+def capture_recovery(harness: CrashHarness, point: CrashPoint, power: FaultFS) -> list[CrashPoint]:
+    """Recover once on a copy of ``power``, keeping the crash point of each of recovery's
+    first MAX_RECOVERY_BOUNDARIES boundaries (it stops at the last): fewer means recovery
+    finished in fewer boundaries. Recovery starts from the ids and clock of ``point``."""
+    points: list[CrashPoint] = []
+    image = power.crash_image("process")  # a fresh copy of the same disk
+    image.capture_at(
+        range(1, MAX_RECOVERY_BOUNDARIES + 1),
+        lambda fs: points.append(CrashPoint(fs, point.model, harness.counters)),
+    )
+    image.arm(MAX_RECOVERY_BOUNDARIES)
+    harness.counters = point.counters
+    try:
+        harness.recover(image)
+    except SimulatedCrash:
+        pass
+    return points
+
+
 def _sweep_recovery_from(
-    harness: CrashHarness, power: FaultFS, boundary: int, result: SweepResult, dedupe: bool
+    harness: CrashHarness,
+    point: CrashPoint,
+    power: FaultFS,
+    boundary: int,
+    result: SweepResult,
+    dedupe: bool,
+    check: Check,
 ) -> None:
-    for recovery_boundary in range(1, MAX_RECOVERY_BOUNDARIES + 1):
-        image = power.crash_image("process")  # a fresh copy of the same disk
-        image.arm(recovery_boundary)
-        try:
-            harness.check_image(image, harness.model.copy())
-        except SimulatedCrash:
-            pass
-        except OracleViolation as exc:
-            result.failures.append(f"boundary={boundary} (recovery ran unarmed)\n{exc}")
-            return
-        else:
-            return  # recovery has fewer boundaries than this: all of them were tried
+    crashes = capture_recovery(harness, point, power)
+    for recovery_boundary, crashed in enumerate(crashes, start=1):
         for mode in ("process", "power"):
-            second = image.crash_image(mode)
+            second = crashed.fs.crash_image(mode)
             key = f"boundary={boundary} recovery-crash={recovery_boundary} then mode={mode}"
-            _check(harness, second, key, result, dedupe)
+            harness.counters = crashed.counters
+            _check(harness, second, point.model, key, result, dedupe, check)
             result.recovery_states += 1
+    if len(crashes) < MAX_RECOVERY_BOUNDARIES:
+        # Recovery finished: the state it finished from (the power image, and the model)
+        # is checked too, under its own label (with dedupe, the verdict of that very state
+        # among the crash's images).
+        harness.counters = point.counters
+        label = f"boundary={boundary} (recovery ran unarmed)"
+        _check(harness, power.crash_image("process"), point.model, label, result, dedupe, check)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -372,7 +463,7 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=(0, 1),
         metavar=("K", "N"),
-        help="crash only at every N-th boundary from boundary K+1 (share K of N)",
+        help="crash only at the (K+1)-th of N blocks of boundaries (share K of N, see share_of)",
     )
     args = parser.parse_args(argv)
     names = args.scenario or sorted(SCENARIOS)
