@@ -90,33 +90,15 @@ def rerun_states(
     return states
 
 
-def captured_states(
-    scenario: Scenario,
-    *,
-    profile: str,
-    share: tuple[int, int],
-    modes: tuple[str, ...],
-    images_per_mode: int,
-    recovery_crashes: bool = True,
-    **options: Any,
-) -> list[State]:
-    """Every state oracle.sweep hands to its check (no deduplication), recorded."""
+def captured_states(scenario: Scenario, **sweep_options: Any) -> list[State]:
+    """Every state oracle.sweep hands to its check (no deduplication), recorded;
+    ``sweep_options`` are :func:`oracle.sweep.sweep`'s (those of :func:`rerun_states`)."""
     states: list[State] = []
 
     def record(harness: CrashHarness, image: FaultFS, model: Model, label: str) -> None:
         states.append(fingerprint(label, image, model, harness.counters))
 
-    sweep(
-        scenario,
-        profile=profile,
-        share=share,
-        modes=modes,
-        images_per_mode=images_per_mode,
-        recovery_crashes=recovery_crashes,
-        dedupe=False,
-        check=record,
-        **options,
-    )
+    sweep(scenario, dedupe=False, check=record, **sweep_options)
     return states
 
 
