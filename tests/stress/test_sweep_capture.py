@@ -26,7 +26,12 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize(("name", "profile", "share"), CASES)
+def _id(case: tuple[str, str, tuple[int, int]]) -> str:
+    name, profile, (index, count) = case
+    return f"{name}-{index + 1}of{count}-{profile}"
+
+
+@pytest.mark.parametrize(("name", "profile", "share"), CASES, ids=[_id(c) for c in CASES])
 def test_captured_states_equal_rerun_states(
     name: str, profile: str, share: tuple[int, int]
 ) -> None:
