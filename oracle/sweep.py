@@ -15,8 +15,9 @@ scenario and one recovery per recovery sweep, not a run per boundary.
 
 Everything is deterministic: ids and clocks are counters, and every check and
 recovery starts from those of the moment of its crash, so it writes the same
-bytes as a re-run to that boundary would (tests/*/test_sweep_capture.py show
-that the captured states are exactly those that re-running finds).
+bytes as a re-run to that boundary would (tests/stress/test_sweep_capture.py
+and tests/integration/test_sweep_capture_smoke.py show that the captured
+states are exactly those that re-running finds).
 
 Run it with ``python -m oracle.sweep`` (a table of states checked per
 scenario) or through ``tests/stress/test_sweep.py``.

@@ -1,6 +1,6 @@
 """The sweep's captured crash states equal those found by re-running to each boundary,
 over scenarios, profiles and shares (with recovery crashed, and on the OpenAI provider);
-see tests/integration/test_sweep_capture.py."""
+see tests/integration/test_sweep_capture_smoke.py."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """The sweep's crash states the old way: the scenario re-run up to each boundary with a
 crash armed there, recovery re-run up to each of its boundaries. What oracle.sweep
-captures in one run must equal this, state for state (tests/*/test_sweep_capture.py)."""
+captures in one run must equal this, state for state (tests/stress/test_sweep_capture.py,
+tests/integration/test_sweep_capture_smoke.py)."""
 
 from __future__ import annotations
 
