@@ -153,6 +153,41 @@ def sweep_rate(names: tuple[str, ...] = SWEEP_SCENARIOS) -> float:
     return states / (time.process_time() - started)
 
 
+OPEN_SCENARIOS = ("roots", "terminations", "checkpoints and compaction")
+"""Small roots for :func:`open_calls`: two roots, a tree with terminations, checkpoints."""
+OPEN_CRASH_POINTS = 12
+
+
+def open_calls(names: tuple[str, ...] = OPEN_SCENARIOS, points: int = OPEN_CRASH_POINTS) -> float:
+    """``Orchestrator.open`` calls per CPU second on small roots, as the fuzzers recover them.
+
+    For each scenario, ``points`` crash points spread over its boundaries (posix
+    profile); each crashed disk gives one image per crash mode, and each image is
+    opened once (a fresh orchestrator, faultfs active, as ``CrashHarness`` opens
+    one). Only the opens are timed, not the steps or the images.
+    """
+    from faultfs import MODES
+    from oracle.harness import CrashHarness
+    from oracle.sweep import SCENARIOS, count_boundaries
+
+    CrashHarness().close()  # imports and faultfs's first activation: not an open's cost
+    opened, spent = 0, 0.0
+    for name in names:
+        scenario = SCENARIOS[name]
+        boundaries = count_boundaries(scenario, "posix")
+        for point in range(points):
+            harness = CrashHarness(slots=scenario.slots, checkpoints=scenario.checkpoints)
+            harness.run_steps(list(scenario.steps), crash_at=1 + point * boundaries // points)
+            for seed, mode in enumerate(MODES):
+                image = harness.fs.crash_image(mode, seed=seed)
+                started = time.process_time()
+                harness._orchestrator_on(image)
+                spent += time.process_time() - started
+                opened += 1
+            harness.close()
+    return opened / spent
+
+
 def openai_examples(examples: int = OPENAI_EXAMPLES) -> float:
     """Examples per CPU second of the OpenAI crash machine (tests/stress/test_crash_fuzz.py:
     every agent on the openai provider over loopback HTTP), derandomized, 30 steps, after
