@@ -74,7 +74,7 @@ from substrat.logread import DamageReport, Entry, decode_line, entry_batches
 from substrat.logread import LogRead as LogRead
 from substrat.logread import iter_log as iter_log
 from substrat.logread import read_log as read_log
-from substrat.segments import active_start, ensure_start, list_sealed, sibling_path
+from substrat.segments import Segment, active_start, ensure_start, list_sealed, sibling_path
 
 LOG_NAME = "events.jsonl"
 PENDING_NAME = "events.pending"
@@ -88,6 +88,11 @@ MAX_INT = (1 << 64) - 1
 Clock = Callable[[], str]
 Sink = Callable[[list[Entry]], None]
 """Takes healthy entries in file order, a batch at a time."""
+Listed = tuple[list[Segment], int]
+"""A log's sealed segments (:func:`~substrat.segments.list_sealed`) and the entry its
+active file starts at (:func:`~substrat.segments.active_start`), as a caller that has
+just listed them passes them on to an open (recovery reads both before the log), so
+the open does not list the directory and read the start record again."""
 
 
 def utc_now_iso() -> str:
@@ -214,6 +219,7 @@ class EventLog:
         writable: bool = True,
         resume: Resume | None = None,
         on_append: Callable[[int], None] | None = None,
+        listed: Listed | None = None,
     ) -> None:
         # a Path given is kept (it formats its text once), and the pending path with it
         self.path = path if isinstance(path, Path) else Path(path)
@@ -228,7 +234,7 @@ class EventLog:
         self._fd: int | None = None
         self._pending_fd: int | None = None
         self._durable_end = 0
-        self.report = self._open(sink, writable, resume)
+        self.report = self._open(sink, writable, resume, listed)
         self._next_seq = self.report.last_seq + 1
 
     @property
@@ -245,7 +251,9 @@ class EventLog:
         """Where a later open of this log can start (see :class:`Resume`)."""
         return Resume(self._durable_end, self.last_seq)
 
-    def _open(self, sink: Sink | None, writable: bool, resume: Resume | None) -> OpenReport:
+    def _open(
+        self, sink: Sink | None, writable: bool, resume: Resume | None, listed: Listed | None
+    ) -> OpenReport:
         report = OpenReport()
         if not os.path.exists(self.path):
             persistence.durable_create(self.path)
@@ -253,18 +261,21 @@ class EventLog:
             self._cut_back_suspect_tail(_SUSPECT_END[str(self.path)])
         # Entries before the active file (sealed segments) or before a known-good
         # position (resume) are not scanned again: only what follows can need repair.
-        sealed = list_sealed(self.path)
-        # numbering goes on past the sealed segments, or past what the start record
-        # says they held once they are all gone (never from 1 again)
-        floor = active_start(self.path, sealed) - 1
+        # Numbering goes on past the sealed segments, or past what the start record
+        # says they held once they are all gone (never from 1 again).
+        if listed is None:
+            sealed = list_sealed(self.path)
+            floor = active_start(self.path, sealed) - 1
+        else:  # the caller listed the directory just now (recovery: see Listed)
+            sealed, floor = listed[0], listed[1] - 1
         start = 0
         if resume is not None and resume.offset <= os.stat(self.path).st_size:
             start, floor = resume.offset, max(floor, resume.last_seq)
         scan = _scan_for_repair(self.path, report.damage, sink, start, floor)
         report.valid_end = scan.valid_end
-        size = os.stat(self.path).st_size
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
         try:
+            size = os.fstat(fd).st_size
             if size > scan.valid_end:
                 # Not fsynced: the cut bytes were never acknowledged, so a crash that
                 # brings them back loses nothing (the next open cuts them again), and
@@ -502,7 +513,10 @@ def _unlink_quietly(path: Path) -> None:
 
 
 def repair_log(
-    path: str | os.PathLike[str], sink: Sink | None = None, resume: Resume | None = None
+    path: str | os.PathLike[str],
+    sink: Sink | None = None,
+    resume: Resume | None = None,
+    listed: Listed | None = None,
 ) -> OpenReport:
     """Repair the log at ``path`` as opening it does, feeding ``sink``; leave it closed.
 
@@ -518,7 +532,7 @@ def repair_log(
     paused = gc.isenabled()
     gc.disable()
     try:
-        return EventLog(path, sink=sink, writable=False, resume=resume).report
+        return EventLog(path, sink=sink, writable=False, resume=resume, listed=listed).report
     finally:
         if paused:
             gc.enable()

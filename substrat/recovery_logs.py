@@ -118,7 +118,7 @@ def _read_log(root: RootStores, endpoint: str, path: Path, report: RecoveryRepor
     elif start is not None:  # the sealed segments (from the checkpoint's on) first
         for batch in sealed_batches(path, start, damage, KNOWN_EVENTS, set(), floor):
             facts.add_all(batch)
-    opened = repair_log(path, facts.add_all, resume)
+    opened = repair_log(path, facts.add_all, resume, (sealed, first_active))
     kept = opened.kept_damage()
     damage.items.extend(kept.items)
     damage.unknown_events.extend(kept.unknown_events)
