@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -138,6 +139,15 @@ def read_registry(root: str | os.PathLike[str]) -> RegistryRead:
     return read
 
 
+def _mode(path: Path) -> int | None:
+    """``path``'s own mode (not a symlink's target); None if it is not there, or if
+    looking fails (as :func:`os.path.lexists` has it)."""
+    try:
+        return os.lstat(path).st_mode
+    except (OSError, ValueError):
+        return None
+
+
 class RootRegistry:
     """The registry of one root, opened lazily, appended to by ``create_root``."""
 
@@ -156,11 +166,14 @@ class RootRegistry:
         self.close()
         read = RegistryRead()
         try:
-            if os.path.lexists(self.path.parent) and not os.path.isdir(self.path.parent):
+            # one lstat each (a symlink is followed, as os.path.isdir and isfile would)
+            mode = _mode(self.path.parent)
+            if mode is not None and not stat.S_ISDIR(mode) and not os.path.isdir(self.path.parent):
                 raise NotADirectoryError(f"{self.path.parent} is not a directory")
-            if os.path.lexists(self.path) and not os.path.isfile(self.path):
+            mode = _mode(self.path)
+            if mode is not None and not stat.S_ISREG(mode) and not os.path.isfile(self.path):
                 raise IsADirectoryError(f"{self.path} is not a regular file")
-            if os.path.exists(self.path):
+            if mode is not None:  # a regular file, or a symlink to one
                 read.damage = repair_log(self.path, read.add_all).kept_damage().counts()
         except OSError as exc:
             read = RegistryRead(problem=f"{self.path}: {exc}")

@@ -246,3 +246,53 @@ def test_the_oracle_catches_a_create_root_that_does_not_register(
     result = sweep(scenario, modes=("process",), recovery_crashes=False, max_failures=1)
     assert result.failures
     assert "was not registered before the crash" in result.failures[0]
+
+
+@pytest.mark.parametrize(
+    "shape, usable",
+    [
+        ("missing", True),
+        ("plain", True),
+        ("directory_linked", True),
+        ("log_linked", True),
+        ("directory_as_log", False),
+        ("file_as_directory", False),
+        ("dangling_log_link", False),
+        ("log_linked_to_a_directory", False),
+    ],
+)
+def test_the_registry_load_tells_each_shape(tmp_path: Path, shape: str, usable: bool) -> None:
+    """RootRegistry.load looks at each path once (lstat) and follows a symlink only when
+    it meets one: a symlinked directory or log is read as its target, anything else
+    that is not a directory holding a regular file is a problem, never an exception."""
+    from substrat.registry import FIELDS, RootRegistry
+
+    entry = {field: f"x{i}" for i, field in enumerate(FIELDS)}
+    entry["session_id"] = "a" * 32
+    made = RootRegistry(tmp_path / "made")
+    made.register(entry)
+    made.close()
+    kept = tmp_path / "made" / "roots"
+    root = tmp_path / "root"
+    root.mkdir()
+    if shape == "plain":
+        shutil.copytree(kept, root / "roots")
+    elif shape == "directory_linked":
+        (root / "roots").symlink_to(kept, target_is_directory=True)
+    elif shape == "log_linked":
+        (root / "roots").mkdir()
+        (root / "roots" / "events.jsonl").symlink_to(kept / "events.jsonl")
+    elif shape == "directory_as_log":
+        (root / "roots" / "events.jsonl").mkdir(parents=True)
+    elif shape == "file_as_directory":
+        (root / "roots").write_text("not a registry")
+    elif shape == "dangling_log_link":
+        (root / "roots").mkdir()
+        (root / "roots" / "events.jsonl").symlink_to(tmp_path / "nowhere")
+    elif shape == "log_linked_to_a_directory":
+        (root / "roots").mkdir()
+        (root / "roots" / "events.jsonl").symlink_to(kept, target_is_directory=True)
+    read = RootRegistry(root).load()
+    assert (read.problem is None) == usable, read.problem
+    holds = shape in ("plain", "directory_linked", "log_linked")
+    assert list(read.roots) == (["a" * 32] if holds else [])
