@@ -39,7 +39,7 @@ from typing import Any
 
 import orjson
 
-from substrat import events, jsontext, persistence
+from substrat import events, jsontext, paths, persistence
 from substrat.errors import DurabilityError
 from substrat.eventlog import LOG_NAME, Clock, decode_line, encode_entry, utc_now_iso
 from substrat.facts import AgentFacts
@@ -373,7 +373,7 @@ def build(
 
 
 def store_path(root: str | os.PathLike[str]) -> Path:
-    return Path(root) / CHECKPOINTS_DIR / LOG_NAME
+    return paths.under(root, CHECKPOINTS_DIR, LOG_NAME)
 
 
 @dataclass

@@ -14,7 +14,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 
-from substrat import segments
+from substrat import paths, segments
 from substrat.agents import USER
 from substrat.eventlog import LOG_NAME, Clock, EventLog, Resume, utc_now_iso
 from substrat.session import SessionStore, validate_session_id
@@ -33,7 +33,7 @@ class LogPool:
         self._store = store
         self._root_text = os.fspath(store.root)
         self._agents_text = os.fspath(store.agents_dir)
-        self._user_log = store.root / USER_DIR / LOG_NAME  # built once: asked per step
+        self._user_log = paths.under(store.root, USER_DIR, LOG_NAME)  # asked per step
         self._clock = clock
         self._max_open = max_open
         self._open: OrderedDict[str, EventLog] = OrderedDict()

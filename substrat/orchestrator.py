@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from substrat import events, recovery, restore, rootdir
+from substrat import events, paths, recovery, restore, rootdir
 from substrat.agents import (
     USER,
     AgentNode,
@@ -85,7 +85,7 @@ class Orchestrator(QueryMixin, CommitMixin, WakeMixin):
         new_id: Callable[[], str] | None = None,
         checkpoints: CheckpointPolicy | None = None,
     ) -> None:
-        self.root = Path(root)
+        self.root = paths.under(root)
         self.registry = registry if registry is not None else default_registry()
         self.clock: Clock = clock or utc_now_iso
         self.new_id: Callable[[], str] = new_id or uuid_hex

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from substrat import events, persistence
+from substrat import events, paths, persistence
 from substrat.agents import AgentNode
 from substrat.errors import RootRegistryError
 from substrat.eventlog import (
@@ -104,7 +104,7 @@ def quarantined_sessions(store: SessionStore) -> set[str]:
 
 
 def registry_path(root: str | os.PathLike[str]) -> Path:
-    return Path(root) / REGISTRY_DIR / LOG_NAME
+    return paths.under(root, REGISTRY_DIR, LOG_NAME)
 
 
 @dataclass

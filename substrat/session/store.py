@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from substrat import persistence
+from substrat import paths, persistence
 from substrat.errors import CorruptRecordError, SessionNotFoundError
 from substrat.session.model import Session, SessionState, is_session_id, validate_session_id
 
@@ -24,10 +24,6 @@ RECORD_NAME = "session.json"
 LOG_NAME = "events.jsonl"
 MAX_RECORD_BYTES = 64 << 20
 READ_CHUNK_BYTES = 64 << 10
-PATHS_KEPT = 1024
-"""Session paths kept built (for every store of the process: a restart builds a new
-store on the same root); a Path built once is turned into text once."""
-_paths: dict[tuple[str, str, str], Path] = {}
 
 
 @dataclass(frozen=True)
@@ -55,25 +51,20 @@ class SessionStore:
     """Session records under one root (``$SUBSTRAT_HOME``)."""
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
-        self.root = Path(root)
-        self.agents_dir = self.root / AGENTS_DIR
-        self.quarantine_dir = self.root / QUARANTINE_DIR
+        self.root = paths.under(root)
+        self.agents_dir = paths.under(root, AGENTS_DIR)
+        self.quarantine_dir = paths.under(root, QUARANTINE_DIR)
         # Directories whose entries, and all above them, this store made durable.
         self._durable_dirs: set[Path] = set()
         self._agents_text = os.fspath(self.agents_dir)
 
     def _path(self, session_id: str, name: str) -> Path:
-        # (agents directory, session id, file name or "") -> its path: each step and
-        # check asks for the same few, and every new Path is parsed and formatted again
-        key = (self._agents_text, session_id, name)
-        path = _paths.get(key)
+        # each step and check asks for the same few (see substrat.paths); the id is
+        # checked when its path is first built
+        names = (session_id, name) if name else (session_id,)
+        path = paths.built(self._agents_text, names)
         if path is None:
-            path = self.agents_dir / validate_session_id(session_id)
-            if name:
-                path = path / name
-            if len(_paths) >= PATHS_KEPT:
-                _paths.clear()
-            _paths[key] = path
+            path = paths.under(self._agents_text, validate_session_id(session_id), *names[1:])
         return path
 
     def session_dir(self, session_id: str) -> Path:
