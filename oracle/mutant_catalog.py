@@ -145,7 +145,7 @@ CATALOG: tuple[Mutant, ...] = (
         "no_pending_replay",
         "opening a log ignores a durable pending entry that the log lacks",
         "eventlog.py",
-        "            replay = self._pending_to_replay(scan.seqs, floor, report)\n",
+        "            replay = None if none_pending else self._pending_to_replay(scan.seqs, floor, report)\n",  # noqa: E501
         "            replay = None  # planted: no pending replay\n",
     ),
     Mutant(
@@ -322,7 +322,7 @@ CATALOG: tuple[Mutant, ...] = (
         "recovery uses a checkpoint without checking it against its log (the entry it "
         "names, where it names it)",
         "recovery_logs.py",
-        "        reason = verify(checkpoint, path, sealed)\n",
+        "        reason = verify(checkpoint, path, sealed, first_active)\n",
         "        reason = None  # planted: the checkpoint is taken on trust\n",
     ),
     Mutant(

@@ -223,13 +223,15 @@ def verify(
     checkpoint: Checkpoint,
     log_path: str | os.PathLike[str],
     sealed: list[Segment] | None = None,
+    first_active: int | None = None,
 ) -> str | None:
     """Check ``checkpoint`` against its log: None if it holds, else why not.
 
     Holds when the file it names is in the log and has, at the offset it
     names, a valid entry with its ``seq`` and CRC (so the log still has the
     prefix it summarises, byte for byte at that line). ``sealed`` is the log's
-    :func:`~substrat.segments.list_sealed`, if the caller has it already.
+    :func:`~substrat.segments.list_sealed`, and ``first_active`` its
+    :func:`~substrat.segments.active_start`, if the caller has them already.
     """
     at = checkpoint.at
     if sealed is None:
@@ -240,7 +242,9 @@ def verify(
             with open_segment(segment) as handle:
                 handle.read(at.offset) if segment.archived else handle.seek(at.offset)
                 line = handle.read(at.length)
-        elif at.file_first == active_start(log_path, sealed):
+        elif at.file_first == (
+            active_start(log_path, sealed) if first_active is None else first_active
+        ):
             fd = os.open(log_path, os.O_RDONLY | os.O_CLOEXEC)
             try:
                 line = os.pread(fd, at.length, at.offset)

@@ -88,11 +88,12 @@ MAX_INT = (1 << 64) - 1
 Clock = Callable[[], str]
 Sink = Callable[[list[Entry]], None]
 """Takes healthy entries in file order, a batch at a time."""
-Listed = tuple[list[Segment], int]
-"""A log's sealed segments (:func:`~substrat.segments.list_sealed`) and the entry its
-active file starts at (:func:`~substrat.segments.active_start`), as a caller that has
-just listed them passes them on to an open (recovery reads both before the log), so
-the open does not list the directory and read the start record again."""
+Listed = tuple[list[Segment], int, frozenset[str]]
+"""A log's sealed segments and the names in its directory (:func:`~substrat.segments.list_log`),
+and the entry its active file starts at (:func:`~substrat.segments.active_start`), as a
+caller that has just listed them passes them on to an open (recovery reads them all
+before the log): the open does not list the directory and read the start record
+again, nor look for an active file or a pending entry the listing did not show."""
 
 
 def utc_now_iso() -> str:
@@ -255,7 +256,7 @@ class EventLog:
         self, sink: Sink | None, writable: bool, resume: Resume | None, listed: Listed | None
     ) -> OpenReport:
         report = OpenReport()
-        if not os.path.exists(self.path):
+        if (listed is None or self.path.name not in listed[2]) and not os.path.exists(self.path):
             persistence.durable_create(self.path)
         if str(self.path) in _SUSPECT_END:
             self._cut_back_suspect_tail(_SUSPECT_END[str(self.path)])
@@ -284,7 +285,8 @@ class EventLog:
                 report.truncated_bytes = size - scan.valid_end
             report.last_seq = max(scan.max_seq, floor)
             report.end = scan.valid_end
-            replay = self._pending_to_replay(scan.seqs, floor, report)
+            none_pending = listed is not None and PENDING_NAME not in listed[2]
+            replay = None if none_pending else self._pending_to_replay(scan.seqs, floor, report)
             if replay is not None:
                 persistence.write_all(fd, replay[1])
                 persistence.fsync_fd(fd, self.path)

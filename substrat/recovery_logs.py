@@ -29,7 +29,7 @@ from substrat.logread import sealed_batches
 from substrat.logs import LogPool
 from substrat.recovery_report import RecoveryReport
 from substrat.registry import RootRegistry
-from substrat.segments import Position, Segment, active_start, list_sealed
+from substrat.segments import Position, Segment, active_start, list_log, list_sealed
 from substrat.session import SessionStore
 
 THEN = "restart the daemon"
@@ -92,11 +92,11 @@ def _for_start(facts: AgentFacts) -> AgentFacts:
 def _read_log(root: RootStores, endpoint: str, path: Path, report: RecoveryReport) -> AgentFacts:
     """An endpoint's facts: from its newest checkpoint that holds, the log after it
     (repaired); without one, the whole log, repaired in the same read."""
-    sealed = list_sealed(path)
-    first_active = active_start(path, sealed)
+    sealed, names = list_log(path)
+    first_active = active_start(path, sealed, names)
     checkpoint, facts = _usable_checkpoint(root, endpoint, path, sealed, first_active, report)
     if checkpoint is not None:
-        end = _checkpointed_end(checkpoint, path, sealed, first_active)
+        end = _checkpointed_end(checkpoint, path, sealed, first_active, names)
         if end is not None:  # the log ends where its checkpoint does: nothing to read
             root.logs.remember(endpoint, end)
             return facts
@@ -118,7 +118,7 @@ def _read_log(root: RootStores, endpoint: str, path: Path, report: RecoveryRepor
     elif start is not None:  # the sealed segments (from the checkpoint's on) first
         for batch in sealed_batches(path, start, damage, KNOWN_EVENTS, set(), floor):
             facts.add_all(batch)
-    opened = repair_log(path, facts.add_all, resume, (sealed, first_active))
+    opened = repair_log(path, facts.add_all, resume, (sealed, first_active, names))
     kept = opened.kept_damage()
     damage.items.extend(kept.items)
     damage.unknown_events.extend(kept.unknown_events)
@@ -218,7 +218,11 @@ def _unsealed_to_the_end(
 
 
 def _checkpointed_end(
-    checkpoint: Checkpoint, path: Path, sealed: list[Segment], first_active: int
+    checkpoint: Checkpoint,
+    path: Path,
+    sealed: list[Segment],
+    first_active: int,
+    names: frozenset[str],
 ) -> Resume | None:
     """Where the log ends if it ends with the (verified) checkpoint's last entry, with
     nothing after it to read or repair: no byte past it, no pending entry, no failed
@@ -245,8 +249,7 @@ def _checkpointed_end(
             )
     except FileNotFoundError:
         return None
-    pending = os.path.join(os.path.dirname(path), PENDING_NAME)
-    if not ends_there or os.path.lexists(pending):
+    if not ends_there or PENDING_NAME in names:  # as the listing a moment ago saw it
         return None
     if not os.access(path, os.W_OK):  # the repair's open for writing would fail: it says why
         return None
@@ -265,7 +268,7 @@ def _usable_checkpoint(
     one in the log's base last: see :mod:`substrat.logbase`)."""
     based = base_candidates(path, sealed[0].first if sealed else first_active)
     for checkpoint in [*root.checkpoints.latest(endpoint), *based]:
-        reason = verify(checkpoint, path, sealed)
+        reason = verify(checkpoint, path, sealed, first_active)
         if reason is None:
             try:
                 facts = checkpoint.load_facts()

@@ -45,6 +45,7 @@ from substrat.eventlog import (
     utc_now_iso,
 )
 from substrat.facts import AgentFacts
+from substrat.segments import active_start, list_log
 from substrat.session import SessionStore
 
 REGISTRY_DIR = "roots"
@@ -174,7 +175,10 @@ class RootRegistry:
             if mode is not None and not stat.S_ISREG(mode) and not os.path.isfile(self.path):
                 raise IsADirectoryError(f"{self.path} is not a regular file")
             if mode is not None:  # a regular file, or a symlink to one
-                read.damage = repair_log(self.path, read.add_all).kept_damage().counts()
+                sealed, names = list_log(self.path)
+                listed = (sealed, active_start(self.path, sealed, names), names)
+                opened = repair_log(self.path, read.add_all, listed=listed)
+                read.damage = opened.kept_damage().counts()
         except OSError as exc:
             read = RegistryRead(problem=f"{self.path}: {exc}")
         self.read = read

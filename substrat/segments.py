@@ -97,6 +97,22 @@ def list_sealed(log_path: str | os.PathLike[str]) -> list[Segment]:
         names = os.listdir(directory)
     except FileNotFoundError:
         return []
+    return _sealed_of(directory, names)
+
+
+def list_log(log_path: str | os.PathLike[str]) -> tuple[list[Segment], frozenset[str]]:
+    """:func:`list_sealed`, and every name in the log's directory (none if it is gone):
+    a reader that has them need not look for the log's other files one by one (the
+    start record, the pending entry: most logs have neither)."""
+    directory = os.path.dirname(os.fspath(log_path))
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return [], frozenset()
+    return _sealed_of(directory, names), frozenset(names)
+
+
+def _sealed_of(directory: str, names: list[str]) -> list[Segment]:
     found: dict[int, Segment] = {}
     for name in names:
         if not name.startswith("events.0"):  # most names (a restart lists every log)
@@ -186,12 +202,17 @@ def ensure_start(log_path: str | os.PathLike[str], sealed: list[Segment]) -> Non
         write_start(log_path, first)
 
 
-def active_start(log_path: str | os.PathLike[str], sealed: list[Segment]) -> int:
+def active_start(
+    log_path: str | os.PathLike[str], sealed: list[Segment], names: frozenset[str] | None = None
+) -> int:
     """The ``seq`` the active file starts at: one past the last sealed segment, or,
     with none left, what the start record says (1 without one, or with one that
-    does not read: fsck reports it)."""
+    does not read: fsck reports it). ``names``: the directory's, as :func:`list_log`
+    gave them with ``sealed`` (the record is not looked for when they lack it)."""
     if sealed:
         return active_first(sealed)
+    if names is not None and START_NAME not in names:
+        return 1
     try:
         recorded = read_start(log_path)
     except StartUnreadable:
