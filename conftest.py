@@ -11,7 +11,13 @@ from __future__ import annotations
 
 import sys
 
-# An environment installed before the pytest11 entry point was dropped still
-# loads the plugin (as "substrat") ahead of this file; registering the module
-# a second time would stop pytest. `pip install -e '.[dev]'` clears that up.
-pytest_plugins = [] if "oracle.pytest_plugin" in sys.modules else ["oracle.pytest_plugin"]
+# oracle.rewrite_scope first: it tells pytest not to rewrite Hypothesis, which
+# oracle.pytest_plugin imports (pyproject.toml's addopts also load it, earlier,
+# for the test tools' own plugins; a copy of this file, as the CI scripts' tests
+# make, still gets it). An environment installed before the pytest11 entry
+# point was dropped still loads oracle.pytest_plugin (as "substrat") ahead of
+# this file; registering the module a second time would stop pytest.
+# `pip install -e '.[dev]'` clears that up.
+pytest_plugins = ["oracle.rewrite_scope"] + (
+    [] if "oracle.pytest_plugin" in sys.modules else ["oracle.pytest_plugin"]
+)

@@ -16,7 +16,10 @@ test of ours reads their messages.
 pyproject.toml loads this module with ``-p oracle.rewrite_scope``: a ``-p``
 plugin is imported after pytest installs its import hook and before the entry
 point plugins, so the marks are dropped before those packages are imported.
-The test modules and ``conftest.py`` files are rewritten as before (pytest
+The rootdir ``conftest.py`` names it too, ahead of :mod:`oracle.pytest_plugin`
+(which imports Hypothesis), so a project that copies that file (the CI
+scripts' tests do) gets it without the option. The test modules and
+``conftest.py`` files are rewritten as before (pytest
 picks them by file name, not by these marks), and so are modules named with
 ``pytest.register_assert_rewrite`` and ``-p`` plugins, pytester and this
 distribution's own packages.

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
 import sys
+from pathlib import Path
 
 import hypothesis.core
 import pytest
 from _pytest.assertion.rewrite import AssertionRewritingHook
 
 from oracle.rewrite_scope import UNREWRITTEN
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def rewritten(module_name: str) -> bool:
@@ -33,3 +39,36 @@ def test_a_test_modules_asserts_still_explain_themselves(pytestconfig: pytest.Co
     with pytest.raises(AssertionError) as failed:
         assert seen["examples"] == 50
     assert "200 == 50" in str(failed.value)
+
+
+PROBE = """
+import sys
+
+import hypothesis.core
+from _pytest.assertion.rewrite import AssertionRewritingHook
+
+
+def test_probe():
+    loader = sys.modules["hypothesis.core"].__loader__
+    print("hypothesis.core rewritten:", isinstance(loader, AssertionRewritingHook))
+"""
+
+
+def test_a_copy_of_the_rootdir_conftest_scopes_the_rewriting_without_the_option(
+    tmp_path: Path,
+) -> None:
+    """The CI scripts' tests run pytest in projects with a copy of conftest.py, not our
+    pyproject.toml: the conftest names the plugin ahead of the one that imports Hypothesis."""
+    shutil.copy2(REPO / "conftest.py", tmp_path / "conftest.py")
+    (tmp_path / "test_probe.py").write_text(PROBE)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "test_probe.py"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "hypothesis.core rewritten: False" in result.stdout, result.stdout
