@@ -140,17 +140,19 @@ def test_a_clean_stop_ends_watch_unless_it_follows_restarts(root: Path) -> None:
     run(root, "daemon", "start")
     plain = spawn(root, "watch")
     follower = spawn(root, "watch", "--json", "--follow-restarts")
-    wait_subscribed(root, 2)
-    assert run(root, "daemon", "stop").returncode == 0
-    out, err = plain.communicate(timeout=30)
-    assert plain.returncode == 0, err
-    assert "daemon.stopping" in out and "watch ends with it" in out
-    assert "waiting for the daemon" not in out
-    assert follower.poll() is None  # still there, waiting for a daemon
-    run(root, "daemon", "start")
-    read_json_until(follower, lambda e: e["event"] == "connection.restored")
-    follower.terminate()
-    follower.communicate(timeout=30)
+    try:
+        wait_subscribed(root, 2)
+        assert run(root, "daemon", "stop").returncode == 0
+        out, err = plain.communicate(timeout=30)
+        assert plain.returncode == 0, err
+        assert "daemon.stopping" in out and "watch ends with it" in out
+        assert "waiting for the daemon" not in out
+        assert follower.poll() is None  # still there, waiting for a daemon
+        run(root, "daemon", "start")
+        read_json_until(follower, lambda e: e["event"] == "connection.restored")
+    finally:  # a failed assertion must not leave a watcher waiting for daemons forever
+        follower.terminate()
+        follower.communicate(timeout=30)
 
 
 @pytest.mark.parametrize("offline", [["fsck", "--repair"], ["recover"]])

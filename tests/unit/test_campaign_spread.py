@@ -101,6 +101,8 @@ def test_the_plugin_records_each_item(tmp_path: Path) -> None:
             "-m",
             "pytest",
             "-p",
+            "oracle.rewrite_scope",
+            "-p",
             "oracle.item_cpu",
             "-p",
             "no:cacheprovider",

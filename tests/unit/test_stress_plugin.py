@@ -56,7 +56,7 @@ def _caps(tmp_path: Path, *args: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-s", "-q", "-p", "no:cacheprovider"]
-        + ["-p", "oracle.pytest_plugin", *args],
+        + ["-p", "oracle.rewrite_scope", "-p", "oracle.pytest_plugin", *args],
         cwd=tmp_path,
         env=env,
         capture_output=True,
