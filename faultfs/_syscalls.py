@@ -35,7 +35,21 @@ _CREATE_MODE_MASK = 0o7777 & ~0o022
 _UID = os.getuid()
 _GID = os.getgid()
 _PARTS_KEPT = 4096
-"""Paths whose split :meth:`Syscalls._parts` keeps (then it starts over)."""
+"""Paths whose split :meth:`Syscalls._parts` keeps per root (then it starts over)."""
+_ROOTS_KEPT = 64
+_parts_by_root: dict[str, dict[str, tuple[str, ...]]] = {}
+"""Root -> path -> its names below the root, shared by every file system on that root:
+a crash image is a new file system on its parent's root, and a fuzzer recovers
+thousands of them, each walking the same few paths."""
+
+
+def _parts_cache(root: str) -> dict[str, tuple[str, ...]]:
+    cache = _parts_by_root.get(root)
+    if cache is None:
+        if len(_parts_by_root) >= _ROOTS_KEPT:
+            _parts_by_root.clear()
+        cache = _parts_by_root[root] = {}
+    return cache
 
 
 def _stat_tail() -> tuple[Any, ...] | None:
@@ -61,7 +75,7 @@ class Syscalls:
         self.root = root
         self._root_slash = root + "/"
         # path -> its names below the root: the same few paths are walked again and again
-        self._parts_of: dict[str, tuple[str, ...]] = {}
+        self._parts_of = _parts_cache(root)
         self.model = model
         self._fds: dict[int, Handle] = {}
         self._owner_ref = owner_ref(self, self._fds)
