@@ -4,6 +4,8 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from substrat import persistence
 from substrat.errors import InvalidSessionIdError, InvalidTransitionError, SessionNotFoundError
@@ -203,3 +205,41 @@ def test_scan_reads_records_bigger_than_one_read_and_skips_what_is_no_session(
     # a symlink to a session's directory is a directory (its record names the other id)
     assert sorted(q.name for q in scan.quarantined) == sorted(["f" * 32, "notes", "e" * 32])
     assert {q.kind for q in scan.quarantined if q.name != "e" * 32} == {"bad_name"}
+
+
+_TEXT = st.text(st.characters(blacklist_categories=["Cs"]), max_size=40)
+_INT64 = st.integers(min_value=-(1 << 63), max_value=(1 << 63) - 1)
+
+
+@given(
+    agent_id=_TEXT,
+    provider=_TEXT,
+    model=_TEXT,
+    state=st.sampled_from(list(SessionState)),
+    state_seq=st.integers(min_value=0, max_value=(1 << 63) - 1),
+    blob=st.binary(max_size=64),
+    extra=st.one_of(
+        st.just({}),
+        st.dictionaries(_TEXT, st.one_of(_TEXT, _INT64, st.floats(allow_nan=False))),
+    ),
+)
+def test_a_record_is_the_indented_json_it_always_was(
+    agent_id: str,
+    provider: str,
+    model: str,
+    state: SessionState,
+    state_seq: int,
+    blob: bytes,
+    extra: dict[str, object],
+) -> None:
+    """to_record writes what ``json.dumps(body, sort_keys=True, indent=1)`` wrote, byte for
+    byte (its own encoder for the common record, json's for any other), and reads back."""
+    import json
+
+    session = Session(
+        new_session_id(), provider, model, state, blob, state_seq, agent_id, dict(extra)
+    )
+    record = session.to_record()
+    body = json.loads(record)
+    assert record == (json.dumps(body, sort_keys=True, indent=1) + "\n").encode()
+    assert Session.from_record(record) == session
