@@ -26,7 +26,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from oracle.bench_fuzz import BASELINE_REV, FUZZ_ROUNDS, campaign_rows, fuzz_rows, sweep_row
+from oracle.bench_fuzz import (
+    BASELINE_REV,
+    FUZZ_ROUNDS,
+    campaign_rows,
+    fuzz_rows,
+    open_row,
+    sweep_row,
+)
 from oracle.bench_io import faultfs_rows, log_rows
 from oracle.bench_table import GIB, MIB, Row, render
 
@@ -61,6 +68,11 @@ def main(argv: list[str] | None = None) -> int:
         help="only the rows of the main job's costliest calls (OpenAI crash machine, CLI)",
     )
     parser.add_argument(
+        "--open-only",
+        action="store_true",
+        help="only the row of Orchestrator.open on small roots (what the fuzzers recover)",
+    )
+    parser.add_argument(
         "--rounds", type=int, default=FUZZ_ROUNDS, help="interleaved rounds of the fuzzing rows"
     )
     parser.add_argument(
@@ -71,6 +83,9 @@ def main(argv: list[str] | None = None) -> int:
         print(render(log_rows()))
         return 0
     base = None if args.no_baseline else args.baseline_rev
+    if args.open_only:
+        print(render([open_row(base, args.rounds)]))
+        return 0
     if args.campaign_only:
         print(render(campaign_rows(base, args.rounds)))
         return 0
@@ -81,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     rows.extend(campaign_rows(base, args.rounds))
     from oracle.bench_scale import scale_rows
 
+    rows.append(open_row(base, args.rounds))
     rows.append(sweep_row(base))
     rows.extend(scale_rows(args.scale, single_agent=not args.no_single_agent))
     rows.extend(log_rows())

@@ -361,6 +361,31 @@ def fuzz_rows(base: str | None, rounds: int = FUZZ_ROUNDS) -> list[Row]:
     ]
 
 
+def open_row(base: str | None, rounds: int = FUZZ_ROUNDS) -> Row:
+    """``Orchestrator.open`` on small roots (:func:`open_calls`), against the same at
+    ``base``, in interleaved rounds (one process per figure each round)."""
+    from oracle.bench_table import Row, median_rounds
+
+    rates = median_rounds(
+        {
+            "open": open_calls,
+            "base": lambda: None if base is None else on_revision(base, "open_calls"),
+        },
+        rounds,
+    )
+    got, against = rates["open"], rates["base"]
+    assert got is not None, "open_calls has no figure"
+    return Row(
+        "Orchestrator.open on small roots: calls/s (144 images, best of 3 each, 1 core)",
+        got[0],
+        "/s",
+        f"same at {(base or '')[:8]}",
+        against[0] if against else None,
+        spread=got[1:],
+        baseline_spread=against[1:] if against else None,
+    )
+
+
 def sweep_row(base: str | None) -> Row:
     """States the exhaustive sweep checks per CPU second, against the same at ``base``."""
     from oracle.bench_table import Row
