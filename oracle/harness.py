@@ -116,16 +116,20 @@ class CrashHarness:
 
     def _orchestrator_on(self, image: FaultFS) -> Orchestrator:
         with image:
-            return self.loop.run_until_complete(
-                Orchestrator.open(
-                    self.root,
-                    registry=self.make_registry(),
-                    slots=self.slots,
-                    clock=self._clock,
-                    new_id=self._new_id,
-                    checkpoints=self.checkpoints,
-                )
+            return self._open_here()
+
+    def _open_here(self) -> Orchestrator:
+        """Open a fresh orchestrator on the disk that is active now."""
+        return self.loop.run_until_complete(
+            Orchestrator.open(
+                self.root,
+                registry=self.make_registry(),
+                slots=self.slots,
+                clock=self._clock,
+                new_id=self._new_id,
+                checkpoints=self.checkpoints,
             )
+        )
 
     def recover(self, image: FaultFS) -> Orchestrator:
         """Open a fresh orchestrator on ``image`` (recovery runs; nothing is checked)."""
@@ -166,9 +170,9 @@ class CrashHarness:
         Leaves this harness (its disk, orchestrator and model) untouched, so
         every image of one crash point can be checked in turn.
         """
-        orch = self._orchestrator_on(image)
-        with image:
-            model.settle(check_recovery(model, orch))
+        with image:  # one activation for the recovery and its check (each costs a patch
+            # of every intercepted function and a collection when none is held)
+            model.settle(check_recovery(model, self._open_here()))
 
     def close(self) -> None:
         self.loop.close()
