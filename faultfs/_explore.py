@@ -1,7 +1,12 @@
 """explore(): every boundary of a workload times every crash image, checked by the caller.
 
-The workload runs once to count its boundaries, then once per boundary with
-the counter armed there. Each crash point's images (per mode) are handed to
+The workload runs once to count its boundaries (and once more to check that
+it is deterministic), then once more capturing, at every boundary, the crash
+state an armed crash there would leave (``FaultFS.capture_at``): a run per
+``CAPTURED_PER_RUN`` boundaries instead of a run per boundary. With the
+nondeterministic health check suppressed, each boundary gets its own run armed
+there, as before capture existed: a workload allowed to differ between runs is
+sampled anew per crash point. Each crash point's images (per mode) are handed to
 ``recover_and_check`` inside an active FaultFS; any exception it raises is a
 failure. Each failing image is then traced back to its cause (see
 ``_causes``): the unsynced operation whose loss broke the check, and what
@@ -28,6 +33,9 @@ from faultfs.errors import ConfigError, EscapeError, SimulatedCrash
 
 DEFAULT_ROOT = "/faultfs-explore"
 DEFAULT_IMAGES_PER_MODE = 16
+# Crash states kept from one capturing run: each holds a copy of the model's
+# inodes and of the trace so far, so a long workload is captured in slices.
+CAPTURED_PER_RUN = 256
 END_OP = Op("end", "", (), END_SITE)
 
 Check = Callable[[FaultFS], Any]
@@ -154,15 +162,22 @@ def _explore_profile(
     # The last crash point is after the workload returned: what it acknowledged
     # last must survive too, and no boundary follows those final acks.
     points.append(END)
+    rerun = HealthCheck.nondeterministic in off
+    captured: dict[int, FaultFS] = {}
     for boundary in points:
         if boundary == END:
             fs, phase = counting, "end"
             op = fs.trace[-1]._replace(site=END_SITE) if fs.trace else END_OP
         else:
-            fs = _fresh(snap)
-            if not _run_armed(fs, workload, boundary, off):
-                report.unreached.append(boundary)
-                continue
+            if rerun:
+                fs = _fresh(snap)
+                if not _run_armed(fs, workload, boundary, off):
+                    report.unreached.append(boundary)
+                    continue
+            else:
+                if boundary not in captured:
+                    captured = _capture_run(snap, workload, counting, points, boundary, off)
+                fs = captured[boundary]
             assert fs.crash_point is not None
             _, phase, op = fs.crash_point
         analysis = _crash_point(fs, check) if causes else None
@@ -231,6 +246,34 @@ def _run_armed(fs: FaultFS, workload: Workload, boundary: int, off: frozenset[He
     if error is not None:
         raise error
     return False
+
+
+def _capture_run(
+    snap: Snapshot,
+    workload: Workload,
+    counting: FaultFS,
+    points: Sequence[int],
+    first: int,
+    off: frozenset[HealthCheck],
+) -> dict[int, FaultFS]:
+    """One run capturing the crash states of ``first`` and the next planned points.
+
+    Equal to arming each of them in its own run when the workload is
+    deterministic, which this run must show: it reaches every boundary it
+    captures and passes the same operations as the counting run.
+    """
+    wanted = sorted({b for b in points if b != END and b >= first})[:CAPTURED_PER_RUN]
+    fs = _fresh(snap)
+    copies = fs.capture_at(wanted)
+    _run(fs, workload)
+    found = {copy.boundaries: copy for copy in copies}
+    for boundary in wanted:
+        if boundary not in found:
+            error = _health.unreached(boundary, fs, off)
+            assert error is not None, "capturing runs only with the nondeterministic check on"
+            raise error
+    _health.check_deterministic(counting, fs, off)
+    return found
 
 
 def _crash_point(fs: FaultFS, check: Callable[[FaultFS, bool], Outcome | None]) -> CrashPoint:

@@ -117,9 +117,10 @@ def check_deterministic(first: FaultFS, second: FaultFS, off: frozenset[HealthCh
         f"the workload is not deterministic: two runs from the same start passed "
         f"{first.boundaries} and {second.boundaries} boundaries; operation #{index + 1} was\n"
         f"    {show(first.trace)}\n  then\n    {show(second.trace)}",
-        "explore re-runs the workload once per boundary and crashes each run at a different "
-        "one, so every run must do the same I/O: seed random choices, reset module-level "
-        "state (caches, counters) on entry, and keep wall-clock time out of control flow.",
+        "explore counts the boundaries in one run and takes the crash states of every one "
+        "from another, so every run must do the same I/O: seed random choices, reset "
+        "module-level state (caches, counters) on entry, and keep wall-clock time out of "
+        "control flow.",
     )
 
 

@@ -90,11 +90,12 @@ class FailedHealthCheck(FaultFSError):
 
 
 class NondeterministicWorkload(FailedHealthCheck):
-    """A workload re-run under explore() did not reach the boundary it reached before.
+    """A workload run again under explore() did not reach a boundary it reached before.
 
-    explore() re-runs the workload once per boundary, so the workload must do
-    the same I/O every time: seed its randomness and reset its state on entry.
-    It is the ``nondeterministic`` health check.
+    explore() runs the workload again to capture its crash points (or, with
+    the check suppressed, once per boundary), so the workload must do the same
+    I/O every time: seed its randomness and reset its state on entry. It is
+    the ``nondeterministic`` health check.
     """
 
     def __init__(self, message: str) -> None:
