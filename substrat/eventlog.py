@@ -50,7 +50,6 @@ described in a :class:`DamageReport`.
 from __future__ import annotations
 
 import gc
-import math
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -67,6 +66,10 @@ from substrat.errors import (
     OutcomeUnknownError,
 )
 from substrat.events import KNOWN_EVENTS
+from substrat.jsontext import MAX_INT as MAX_INT
+from substrat.jsontext import MAX_NESTING_DEPTH as MAX_NESTING_DEPTH
+from substrat.jsontext import MIN_INT as MIN_INT
+from substrat.jsontext import check_plain_json as check_plain_json
 from substrat.logline import encode_entry as encode_entry
 from substrat.logread import BATCH_LINES as BATCH_LINES
 from substrat.logread import Damage as Damage
@@ -79,11 +82,7 @@ from substrat.segments import Segment, active_start, ensure_start, list_sealed, 
 LOG_NAME = "events.jsonl"
 PENDING_NAME = "events.pending"
 MAX_ENTRY_BYTES = 1 << 20
-MAX_NESTING_DEPTH = 64
 _RESERVED_KEYS = frozenset({"crc", "seq", "ts", "event", "data"})
-MIN_INT = -(1 << 63)
-MAX_INT = (1 << 64) - 1
-"""Integers outside [MIN_INT, MAX_INT] are refused: the JSON codec (orjson) is 64-bit."""
 
 Clock = Callable[[], str]
 Sink = Callable[[list[Entry]], None]
@@ -99,46 +98,6 @@ again, nor look for an active file or a pending entry the listing did not show."
 def utc_now_iso() -> str:
     """The current time as an ISO 8601 UTC string (the log's ``ts`` format)."""
     return datetime.now(UTC).isoformat(timespec="microseconds")
-
-
-def check_plain_json(value: object, where: str = "data") -> None:
-    """Raise TypeError unless ``value`` is made only of plain JSON types.
-
-    Plain means dict (str keys), list, str, int (within 64 bits), finite float,
-    bool and None. Tuples, sets, bytes, UUIDs and other objects are refused: the
-    log must read back as exactly what was written, in any version and any
-    language (many JSON readers, orjson among them, have no integers wider
-    than 64 bits).
-    """
-    stack: list[tuple[object, str, int]] = [(value, where, 0)]
-    while stack:
-        item, path, depth = stack.pop()
-        if depth > MAX_NESTING_DEPTH:
-            raise TypeError(f"{path}: nested deeper than {MAX_NESTING_DEPTH} levels")
-        if item is None or isinstance(item, (str, bool)):
-            continue
-        if isinstance(item, int):
-            if not MIN_INT <= item <= MAX_INT:
-                raise TypeError(f"{path}: {item} does not fit in 64 bits; store it as a string")
-            continue
-        if isinstance(item, float):
-            if not math.isfinite(item):
-                raise TypeError(f"{path}: {item!r} is not representable in JSON")
-            continue
-        if type(item) is dict:
-            for key, sub in item.items():
-                if not isinstance(key, str):
-                    raise TypeError(f"{path}: key {key!r} is not a string")
-                stack.append((sub, f"{path}.{key}", depth + 1))
-            continue
-        if type(item) is list:
-            for index, sub in enumerate(item):
-                stack.append((sub, f"{path}[{index}]", depth + 1))
-            continue
-        raise TypeError(
-            f"{path}: {type(item).__name__} is not a plain JSON type; convert it "
-            "(UUIDs to hex strings, times to ISO 8601 strings, tuples to lists)"
-        )
 
 
 @dataclass(frozen=True)

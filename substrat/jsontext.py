@@ -15,6 +15,11 @@ big text nested deeper than orjson's 1,024 levels may be read (up to the
 standard parser's own limit, which depends on the stack), where orjson refuses
 it. substrat never writes one (``orjson.dumps`` refuses more than 254 levels),
 so only a hand-made line, checksum and all, can tell the difference.
+
+What substrat writes is held to the same rules before it is written
+(:func:`check_plain_json`): a value that would read back as something else (an
+integer beyond 64 bits as a float, a tuple as a list) is refused with the path
+to it, so an event, a log's context or a session record reads back as written.
 """
 
 from __future__ import annotations
@@ -28,8 +33,12 @@ import orjson
 
 BIG_TEXT_BYTES = 256 << 10
 """Texts this long or longer are decoded by the standard library (see the module docstring)."""
-_MIN_INT = -(1 << 63)
-_MAX_INT = (1 << 64) - 1
+MIN_INT = -(1 << 63)
+MAX_INT = (1 << 64) - 1
+"""Integers outside [MIN_INT, MAX_INT] are refused when written (:func:`check_plain_json`):
+orjson, like many JSON readers, has none wider than 64 bits (it reads them as floats)."""
+MAX_NESTING_DEPTH = 64
+"""Plain JSON nests no deeper than this (:func:`check_plain_json`)."""
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89abcdefABCDEF]")
 
 
@@ -50,7 +59,7 @@ def _float(text: str) -> float:
 
 def _int(text: str) -> int | float:
     value = int(text)
-    if _MIN_INT <= value <= _MAX_INT:
+    if MIN_INT <= value <= MAX_INT:
         return value
     return _float(text)  # orjson reads an integer beyond 64 bits as a float
 
@@ -72,3 +81,43 @@ def loads(data: bytes | str, *, big: int = BIG_TEXT_BYTES) -> Any:
         return _DECODER.decode(text)
     except (ValueError, RecursionError):  # UnicodeDecodeError and JSONDecodeError too
         return orjson.loads(data)
+
+
+def check_plain_json(value: object, where: str = "data") -> None:
+    """Raise TypeError unless ``value`` is made only of plain JSON types.
+
+    Plain means dict (str keys), list, str, int (within 64 bits), finite float,
+    bool and None. Tuples, sets, bytes, UUIDs and other objects are refused: the
+    log must read back as exactly what was written, in any version and any
+    language (many JSON readers, orjson among them, have no integers wider
+    than 64 bits).
+    """
+    stack: list[tuple[object, str, int]] = [(value, where, 0)]
+    while stack:
+        item, path, depth = stack.pop()
+        if depth > MAX_NESTING_DEPTH:
+            raise TypeError(f"{path}: nested deeper than {MAX_NESTING_DEPTH} levels")
+        if item is None or isinstance(item, (str, bool)):
+            continue
+        if isinstance(item, int):
+            if not MIN_INT <= item <= MAX_INT:
+                raise TypeError(f"{path}: {item} does not fit in 64 bits; store it as a string")
+            continue
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                raise TypeError(f"{path}: {item!r} is not representable in JSON")
+            continue
+        if type(item) is dict:
+            for key, sub in item.items():
+                if not isinstance(key, str):
+                    raise TypeError(f"{path}: key {key!r} is not a string")
+                stack.append((sub, f"{path}.{key}", depth + 1))
+            continue
+        if type(item) is list:
+            for index, sub in enumerate(item):
+                stack.append((sub, f"{path}[{index}]", depth + 1))
+            continue
+        raise TypeError(
+            f"{path}: {type(item).__name__} is not a plain JSON type; convert it "
+            "(UUIDs to hex strings, times to ISO 8601 strings, tuples to lists)"
+        )

@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 
 from substrat.errors import CorruptRecordError, InvalidSessionIdError, InvalidTransitionError
+from substrat.jsontext import check_plain_json
 
 RECORD_VERSION = 1
 _SESSION_ID = re.compile(r"[0-9a-f]{32}")
@@ -86,6 +87,9 @@ class Session:
         self.state = target
 
     def to_record(self) -> bytes:
+        """The record's bytes; TypeError (before anything is written) when ``extra`` is not
+        plain JSON, e.g. an integer wider than 64 bits, which would not read back as written."""
+        check_plain_json(self.extra, "extra")
         body: dict[str, Any] = {
             "version": RECORD_VERSION,
             "session_id": self.session_id,

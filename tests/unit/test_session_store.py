@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -220,7 +221,9 @@ _INT64 = st.integers(min_value=-(1 << 63), max_value=(1 << 63) - 1)
     blob=st.binary(max_size=64),
     extra=st.one_of(
         st.just({}),
-        st.dictionaries(_TEXT, st.one_of(_TEXT, _INT64, st.floats(allow_nan=False))),
+        st.dictionaries(
+            _TEXT, st.one_of(_TEXT, _INT64, st.floats(allow_nan=False, allow_infinity=False))
+        ),
     ),
 )
 def test_a_record_is_the_indented_json_it_always_was(
@@ -243,3 +246,24 @@ def test_a_record_is_the_indented_json_it_always_was(
     body = json.loads(record)
     assert record == (json.dumps(body, sort_keys=True, indent=1) + "\n").encode()
     assert Session.from_record(record) == session
+
+
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        ({"n": 1 << 64}, "extra.n: 18446744073709551616 does not fit in 64 bits"),
+        ({"deep": [{"n": -(1 << 63) - 1}]}, "extra.deep[0].n:"),
+        ({"x": float("inf")}, "extra.x: inf is not representable"),
+        ({"t": (1, 2)}, "extra.t: tuple is not a plain JSON type"),
+    ],
+)
+def test_an_extra_that_would_not_read_back_is_refused_before_it_is_written(
+    root: Path, extra: dict[str, object], named: str
+) -> None:
+    """orjson reads an integer wider than 64 bits as a float, so such a record came back
+    with a checksum mismatch: now the save refuses it, names the value, and writes nothing."""
+    store = SessionStore(root)
+    session = _session(extra=extra)
+    with pytest.raises(TypeError, match=re.escape(named)):
+        store.save(session)
+    assert not store.record_path(session.session_id).exists()
