@@ -132,6 +132,13 @@ class Client:
                 # The daemon refused the connection or the line itself.
                 return _result_of(message)
 
+    def received_notifications(self) -> list[Notification]:
+        """The notifications that came in during calls and were not taken yet (oldest
+        first), without waiting for more: what a closed connection still has to tell."""
+        queued = list(self._queued)
+        self._queued.clear()
+        return queued
+
     def next_notification(self, timeout_s: float) -> Notification | None:
         """The next notification, or None after ``timeout_s`` of silence."""
         if self._queued:
@@ -171,7 +178,28 @@ class Client:
         try:
             sock.sendall(protocol.encode(message))
         except (BrokenPipeError, ConnectionResetError):
+            self._take_last_words(sock)
             raise self._died(str(message.get("method"))) from None
+
+    def _take_last_words(self, sock: socket.socket) -> None:
+        """Read the notifications a daemon sent before it closed the connection, when a
+        request finds it closed: its ``daemon.stopping`` tells a clean stop from a death."""
+        with contextlib.suppress(OSError):
+            sock.setblocking(False)
+            while len(self._buffer) <= MAX_MESSAGE_BYTES:
+                data = sock.recv(1 << 16)
+                if not data:
+                    break
+                self._buffer += data
+        *lines, _partial = bytes(self._buffer).split(b"\n")
+        self._buffer.clear()
+        for line in lines:
+            try:
+                message = protocol.loads(line) if line.strip() else None
+            except ValueError:
+                continue
+            if isinstance(message, dict) and "method" in message and "id" not in message:
+                self._on_notification(message, None)
 
     def _receive(self, timeout_s: float, what: str) -> dict[str, Any]:
         sock = self._require_socket()

@@ -61,9 +61,26 @@ def stream_events(
                 if on_subscribed is not None:
                     on_subscribed(conn, not first)
             except (DaemonNotRunningError, DaemonError) as exc:
+                stopped = conn is not None and conn.daemon_stopping
+                said = [] if conn is None else conn.received_notifications()
                 if conn is not None:
                     conn.close()
                     conn = None
+                if stopped:
+                    # A clean stop between the subscription and the catch-up: show what the
+                    # daemon said before it went (its daemon.stopping) and end as on any
+                    # clean stop, not with the error of the interrupted catch-up.
+                    yield from said
+                    if not follow_restarts:
+                        return
+                    if not reconnect:
+                        raise
+                    yield (
+                        "connection.lost",
+                        {"reason": str(exc).split(";")[0], "time": utc_now_iso()},
+                    )
+                    first = False
+                    continue
                 if first or not reconnect or isinstance(exc, RpcError):
                     raise
                 time.sleep(delay)

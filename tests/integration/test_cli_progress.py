@@ -155,6 +155,39 @@ def test_a_clean_stop_ends_watch_unless_it_follows_restarts(root: Path) -> None:
         follower.communicate(timeout=30)
 
 
+@pytest.mark.parametrize("follow_restarts", [False, True])
+def test_a_clean_stop_between_subscribing_and_the_catch_up_is_a_clean_stop(
+    root: Path, follow_restarts: bool
+) -> None:
+    """watch subscribes, then asks the daemon for the agents' names; a daemon that stopped
+    cleanly in between made that call fail and watch exit 3 ("shut down before answering
+    agent.list"). Now the stream shows the daemon's stopping notice and ends, or, following
+    restarts, waits for the next daemon."""
+    from substrat.cli.common import Opts
+    from substrat.cli.events_cmds import stream_events
+    from substrat.client import Client, stop_daemon
+
+    run(root, "daemon", "start")
+
+    def stop_then_catch_up(conn: Client, reconnected: bool) -> None:
+        if not reconnected:
+            stop_daemon(root)  # returns once the daemon is gone
+            conn.call("agent.list")
+
+    stream = stream_events(
+        Opts(root), None, follow_restarts=follow_restarts, on_subscribed=stop_then_catch_up
+    )
+    try:
+        if not follow_restarts:
+            assert [name for name, _ in stream] == ["daemon.stopping"]
+            return
+        assert [next(stream)[0], next(stream)[0]] == ["daemon.stopping", "connection.lost"]
+        run(root, "daemon", "start")
+        assert next(stream)[0] == "connection.restored"
+    finally:
+        stream.close()
+
+
 @pytest.mark.parametrize("offline", [["fsck", "--repair"], ["recover"]])
 def test_after_an_offline_recovery_the_next_start_finds_nothing_unclean(
     root: Path, offline: list[str]
