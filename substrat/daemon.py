@@ -100,7 +100,7 @@ class DaemonConfig:
 
 
 def build_registry() -> ProviderRegistry:
-    """The default providers plus ``paced`` (scripted with a delay per chunk, for demos)."""
+    """The default providers plus ``paced`` (scripted with a pause per turn, for demos)."""
     from substrat.demo import PacedProvider
     from substrat.providers.registry import default_registry
 

@@ -2,7 +2,9 @@
 
 Also home of the ``paced`` provider: the scripted provider that thinks for a
 while before it answers, so a demo (or a crash test) can kill the daemon while a
-turn is visibly in flight. Its model name is the pause per turn, e.g. ``"400ms"``.
+turn is visibly in flight. Its model name is the pause per turn, e.g. ``"400ms"``;
+a prompt line that starts with ``@pace 3000ms`` sets that one turn's pause
+instead, so only the turn that must be in flight when the kill lands is slow.
 """
 
 from __future__ import annotations
@@ -17,12 +19,14 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+from substrat.errors import ProviderError
 from substrat.providers.base import AgentContext, ProviderSession, TurnRecord
 from substrat.providers.scripted import ScriptedProvider
 
 DEFAULT_PACE = "20ms"
 MAX_PACE_MS = 10_000
 _PACE = re.compile(r"(\d{1,5})ms")
+_PACE_LINE = re.compile(r"^@pace (\S+)(?:\s|$)", re.MULTILINE)
 
 
 def pace_seconds(model: str) -> float:
@@ -35,13 +39,28 @@ def pace_seconds(model: str) -> float:
     return int(match.group(1)) / 1000.0
 
 
+def turn_pause_s(prompt: str, model_pause_s: float) -> float:
+    """One turn's pause: the first prompt line starting ``@pace <N>ms`` sets it, else the
+    model's. A malformed one fails the turn (ProviderError) rather than being ignored."""
+    match = _PACE_LINE.search(prompt)
+    if match is None:
+        return model_pause_s
+    try:
+        return pace_seconds(match.group(1))
+    except ValueError:
+        raise ProviderError(
+            f"@pace {match.group(1)!r} must be a pause like '40ms' (at most {MAX_PACE_MS}ms); "
+            "the turn was not run"
+        ) from None
+
+
 class PacedSession:
     def __init__(self, inner: ProviderSession, pause_s: float) -> None:
         self._inner = inner
         self._pause_s = pause_s
 
     async def send(self, prompt: str) -> AsyncIterator[str]:
-        await asyncio.sleep(self._pause_s)
+        await asyncio.sleep(turn_pause_s(prompt, self._pause_s))
         async for chunk in self._inner.send(prompt):
             yield chunk
 
@@ -90,7 +109,12 @@ class PacedProvider:
 
 # -- the demo scenario ---------------------------------------------------------------------
 
-DEMO_PACE = "600ms"
+DEMO_PACE = DEFAULT_PACE
+"""Lead's (and so its crew's) own pace: the turns that complete take no longer than this."""
+SCOUT_PACE = "600ms"
+"""The scout's work (an ``@pace`` line in lead's message): in flight when the kill lands."""
+THIRD_TURN_PACE = "3000ms"
+"""Lead's third turn: the kill cuts it long before its end, so the margin costs nothing."""
 KILL_DELAY_S = 0.15
 """How long after the in-flight turn starts the daemon is killed (well inside the pause)."""
 SETTLE_TIMEOUT_S = 20.0
@@ -113,7 +137,8 @@ def run_demo(
 
     1. start a daemon on a fresh root; create ``lead`` (paced provider);
     2. lead spawns ``scout`` and ``builder`` and sends them work (acknowledged);
-    3. while lead runs a third turn and scout works on its message, SIGKILL;
+    3. while lead runs a third turn and scout works on its message (both slowed down by
+       ``@pace`` lines; the turns that complete take lead's own 20 ms), SIGKILL;
     4. restart: recovery reports the turns lost in flight and the messages it
        redelivers; every acknowledged turn is still in lead's history;
     5. let the woken agents finish, stop cleanly, and fsck the root.
@@ -178,11 +203,14 @@ def _drive(root: Path, timeout_s: float, say: Say) -> list[dict[str, Any]]:
                 "model": DEMO_PACE,
             },
         )
-        say(f"created [bold]lead[/] ({lead['agent_id'][:8]}), paced at {DEMO_PACE} per turn")
+        say(
+            f"created [bold]lead[/] ({lead['agent_id'][:8]}), paced at {DEMO_PACE} per turn; "
+            "@pace lines slow down the turns the kill will cut"
+        )
         prompts = [
             "Assemble the crew.\n@spawn scout Explore and report.\n@spawn builder Build things.",
-            "Get going.\n@send scout Map the valley.\n@send builder Lay the foundations."
-            "\n@send builder Raise the walls.",
+            f"Get going.\n@send scout Map the valley.\\n@pace {SCOUT_PACE}"
+            "\n@send builder Lay the foundations.\n@send builder Raise the walls.",
         ]
         for prompt in prompts:
             turn = client.call("agent.send", {"agent": lead["agent_id"], "prompt": prompt})
@@ -197,7 +225,7 @@ def _kill_mid_turn(
     from substrat.client import Client
     from substrat.errors import DaemonError
 
-    outcome: dict[str, Any] = {"prompt": "Plan the next phase."}
+    outcome: dict[str, Any] = {"prompt": f"Plan the next phase.\n@pace {THIRD_TURN_PACE}"}
     watcher = Client(root, timeout_s=timeout_s).connect()
     watcher.call("events.subscribe", {"events": ["turn.started"], "replay": False})
 

@@ -87,16 +87,17 @@ def test_chat_sends_each_line_and_confirms_each_commit(root: Path) -> None:
 
 
 def test_chat_survives_a_sigkill_mid_turn_and_reports_the_lost_turn(root: Path) -> None:
-    run(root, "agent", "create", "slow", "--provider", "paced", "--model", "1500ms")
+    # Only the turn the kill cuts is slow; the others take the agent's own pace (20 ms).
+    run(root, "agent", "create", "slow", "--provider", "paced")
     chat, _out, err = start_chat(root, "slow")
     say(chat, "first")
     err.expect("✓ turn t1 committed")
-    say(chat, "this one is cut")
+    say(chat, "@pace 5000ms this one is cut")
     wait_busy(root)
     kill_daemon(root)
     err.expect("✗ not committed: the daemon died before confirming turn t2")
     err.expect("reconnected to the daemon")  # chat started it again; recovery ran first
-    err.expect("turn t2 was lost in the crash (prompt: this one is cut); slow is told")
+    err.expect("turn t2 was lost in the crash (prompt: @pace 5000ms this one is cut); slow is")
     say(chat, "where were we?")
     err.expect("✓ turn t3 committed")
     assert chat.stdin is not None

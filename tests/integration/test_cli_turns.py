@@ -129,9 +129,10 @@ def test_rm_of_a_parent_names_the_cascade_option(root: Path) -> None:
 
 
 def test_a_busy_agent_is_named_and_wait_queues_behind_it(root: Path) -> None:
-    # Long enough that the second command starts well inside it, even on a loaded machine.
-    run(root, "agent", "create", "slow", "--provider", "paced", "--model", "8000ms")
-    first = spawn(root, "agent", "send", "slow", "first")
+    # The first turn is long enough that the second command starts well inside it, even on
+    # a loaded machine; the queued second one takes the agent's own pace (20 ms).
+    run(root, "agent", "create", "slow", "--provider", "paced")
+    first = spawn(root, "agent", "send", "slow", "first\n@pace 8000ms")
     wait_busy(root)
     busy = run(root, "agent", "send", "slow", "second")
     assert busy.returncode == 1
@@ -143,7 +144,10 @@ def test_a_busy_agent_is_named_and_wait_queues_behind_it(root: Path) -> None:
     first.communicate(timeout=30)
     assert first.returncode == 0
     turns = as_json(run(root, "log", "slow", "--json"))["turns"]
-    assert [(t["turn_id"], t["prompt"]) for t in turns] == [("t1", "first"), ("t2", "second")]
+    assert [(t["turn_id"], t["prompt"]) for t in turns] == [
+        ("t1", "first\n@pace 8000ms"),
+        ("t2", "second"),
+    ]
 
 
 def test_oversized_and_blank_prompts_are_refused_before_sending(root: Path, tmp_path: Path) -> None:
@@ -221,8 +225,8 @@ def test_tool_errors_speak_the_tools_language(root: Path) -> None:
 
 def test_interrupting_a_send_says_the_turn_goes_on(root: Path) -> None:
     """Ctrl-C stops the client, not the turn: the daemon still commits it (docs/rpc.md)."""
-    run(root, "agent", "create", "slow", "--provider", "paced", "--model", "2000ms")
-    sender = spawn(root, "agent", "send", "slow", "take your time")
+    run(root, "agent", "create", "slow", "--provider", "paced")
+    sender = spawn(root, "agent", "send", "slow", "take your time\n@pace 2000ms")
     wait_busy(root)
     os.kill(sender.pid, signal.SIGINT)
     _out, err = sender.communicate(timeout=30)
@@ -232,4 +236,4 @@ def test_interrupting_a_send_says_the_turn_goes_on(root: Path) -> None:
     finished = run(root, "agent", "send", "--wait", "slow", "after")
     assert finished.returncode == 0
     turns = as_json(run(root, "log", "slow", "--json"))["turns"]
-    assert [t["prompt"] for t in turns] == ["take your time", "after"]
+    assert [t["prompt"] for t in turns] == ["take your time\n@pace 2000ms", "after"]

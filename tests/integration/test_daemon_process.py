@@ -182,21 +182,25 @@ def test_sigterm_suspends_sessions_and_exits_cleanly(start: Start, tmp_path: Pat
     assert again.terminate() == 0
 
 
+LOST_ONE = "lost one\n@pace 5000ms"
+
+
 def test_sigkill_mid_turn_is_reported_to_client_and_subscribers(
     start: Start, tmp_path: Path
 ) -> None:
     root = tmp_path / "root"
     daemon = start(root)
     with Client(root) as client:
-        client.call("agent.create", {"name": "slow", "provider": "paced", "model": "1000ms"})
+        client.call("agent.create", {"name": "slow", "provider": "paced"})
         acked = client.call("agent.send", {"agent": "slow", "prompt": "@send user first"})
-    # paced 1000ms: the second turn is surely in flight when the kill lands.
+    # @pace 5000ms: the second turn is surely in flight when the kill lands (the first took
+    # the agent's own 20 ms).
     outcome: dict[str, Any] = {}
 
     def second_turn() -> None:
         try:
             with Client(root, timeout_s=30) as client:
-                client.call("agent.send", {"agent": "slow", "prompt": "lost one"})
+                client.call("agent.send", {"agent": "slow", "prompt": LOST_ONE})
         except DaemonDiedError as exc:
             outcome["error"] = str(exc)
 
@@ -218,7 +222,7 @@ def test_sigkill_mid_turn_is_reported_to_client_and_subscribers(
         assert notice["previous_shutdown"] == "unclean"
         assert notice["pid"] == restarted.pid
         lost = notice["report"]["lost_turns"]
-        assert [(t["turn_id"], t["prompt"]) for t in lost] == [("t2", "lost one")]
+        assert [(t["turn_id"], t["prompt"]) for t in lost] == [("t2", LOST_ONE)]
         assert client.call("daemon.status")["last_recovery"] == notice
         history = client.call("agent.history", {"agent": "slow"})["turns"]
         assert [(t["turn_id"], t["response"]) for t in history] == [
