@@ -43,7 +43,9 @@ START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
 MAX_MESSAGE_BYTES = 256 << 20
 LOG_NAME = DAEMON_LOG_NAME
-_POLL_S = 0.05
+_POLL_S = 0.01
+"""How often a start or stop looks again (a ping or a lock probe: tens of microseconds
+each); every start, stop and restart waits half of it on average."""
 
 Notification = tuple[str, dict[str, Any]]
 NotificationHandler = Callable[[str, dict[str, Any]], None]

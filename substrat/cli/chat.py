@@ -26,6 +26,7 @@ import click
 from substrat import client as client_mod
 from substrat.cli.agent_cmds import SEND_TIMEOUT_S
 from substrat.cli.common import Opts, daemon_command, emit_json, esc, lazy_module
+from substrat.cli.events_cmds import RECONNECT_MAX_S
 from substrat.cli.explain import reword
 from substrat.cli.turns import TurnView, check_prompt
 from substrat.errors import (
@@ -44,7 +45,6 @@ if TYPE_CHECKING:
 else:
     render = lazy_module("substrat.cli.render")  # rich, loaded when something is drawn
 
-RECONNECT_MAX_S = 2.0
 HELP = """\
 /help        this list
 /show        the agent: state, turns, a turn lost in a crash

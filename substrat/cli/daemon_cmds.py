@@ -256,9 +256,13 @@ def logs(opts: Opts, lines: int, follow: bool) -> None:
             return
         handle = _wait_for(path)
     with handle:
-        for line in deque(handle, maxlen=lines) if lines else []:
-            show(line.decode("utf-8", "replace").rstrip("\n"))
-        handle.seek(0, os.SEEK_END)
+        if lines:
+            # Reading the tail leaves the file at the end of what it read: a line the daemon
+            # adds meanwhile is followed, not skipped (as a seek to the end would).
+            for line in deque(handle, maxlen=lines):
+                show(line.decode("utf-8", "replace").rstrip("\n"))
+        else:
+            handle.seek(0, os.SEEK_END)
         while follow:
             chunk = handle.readline()
             if not chunk:

@@ -26,7 +26,9 @@ else:
     render = lazy_module("substrat.cli.render")  # rich, loaded when something is drawn
 
 ALWAYS = ("daemon.heartbeat", "daemon.recovered", "daemon.stopping")
-RECONNECT_MAX_S = 2.0
+RECONNECT_MAX_S = 0.5
+"""The longest wait between reconnection attempts: an attempt is one connect() on the
+socket, so a short cap costs nothing and shows the restarted daemon's report sooner."""
 SILENT_HEARTBEATS = 3
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import re
 import signal
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -90,8 +89,10 @@ def test_daemon_logs_prints_and_follows(root: Path) -> None:
     assert tail.returncode == 0
     lines = tail.stdout.splitlines()
     assert 0 < len(lines) <= 3 and "ready: listening on" in tail.stdout
-    follower = spawn(root, "daemon", "logs", "-f", "-n", "0", "--json")
-    time.sleep(1.0)
+    follower = spawn(root, "daemon", "logs", "-f", "-n", "1", "--json")
+    # Its first line (the log's last) is out: from here on it follows, whatever the load.
+    (last,) = read_json_until(follower, lambda e: True)
+    assert last["line"] == lines[-1]
     run(root, "daemon", "stop")
     seen = read_json_until(follower, lambda e: "stopped cleanly" in e["line"])
     assert any("stopping" in e["line"] for e in seen)
