@@ -1,4 +1,4 @@
-"""Shared fixtures for substrat's own tests, and how xdist hands them out."""
+"""Shared fixtures for substrat's own tests, and how many xdist workers get which tests."""
 
 from __future__ import annotations
 
@@ -22,6 +22,39 @@ def dist_named(config: pytest.Config) -> bool:
     """Whether the command line (or PYTEST_ADDOPTS) chose an xdist ``--dist`` mode."""
     words = [*config.invocation_params.args, *shlex.split(os.environ.get("PYTEST_ADDOPTS", ""))]
     return any(w in ("--dist", "-d", "--distload") or w.startswith("--dist=") for w in words)
+
+
+EXTRA_WORKERS_PER_CPU = 0.25
+"""``-n auto``'s workers beyond one per usable CPU, as a fraction of the CPUs (at least one).
+
+About a sixth of the items' wall time in the main job is spent waiting, not
+computing: on daemons and CLI processes they started, on sockets, on paced
+turns. With one worker per CPU that time leaves a CPU idle; one more worker on
+this 2-core machine fills it (docs/benchmarks.md, issue 17's seventh pass)."""
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask where the OS has one)."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    count = len(affinity(0)) if affinity is not None else os.cpu_count()
+    return max(1, count or 1)
+
+
+def auto_workers(cpus: int) -> int:
+    """``-n auto``'s worker count on ``cpus`` usable CPUs."""
+    assert cpus >= 1, "at least one CPU"
+    return cpus + max(1, int(cpus * EXTRA_WORKERS_PER_CPU))
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """``-n auto``: a worker per usable CPU plus :data:`EXTRA_WORKERS_PER_CPU`.
+
+    ``PYTEST_XDIST_AUTO_NUM_WORKERS`` and ``-n logical`` are left to xdist.
+    """
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS") or config.option.numprocesses == "logical":
+        return None
+    return auto_workers(usable_cpus())
 
 
 @pytest.hookimpl(optionalhook=True)
