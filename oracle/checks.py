@@ -78,12 +78,16 @@ class Memos:
     registry: FilesMemo[RegistryRead]
     records: FilesMemo[ScanResult]
     """The session store's read-only scan, keyed by the records (not the logs beside them)."""
+    bases: FilesMemo[LogBase | str | None]
+    """A log's base as ``read_base`` finds it (or why it does not read), keyed by the log."""
+    starts: FilesMemo[list[str]]
+    """What :func:`start_record_problems` says of a log, keyed by the log."""
 
     @classmethod
     def new(cls) -> Memos:
         from oracle.incremental import FilesMemo
 
-        return cls(FilesMemo(), FilesMemo(), FilesMemo(), FilesMemo())
+        return cls(FilesMemo(), FilesMemo(), FilesMemo(), FilesMemo(), FilesMemo(), FilesMemo())
 
 
 class Reads:
@@ -166,12 +170,34 @@ class Reads:
         a file written atomically.
         """
         if endpoint_session not in self._bases:
-            try:
-                found = read_base(self.orch.logs.path(endpoint_session))
-            except BaseUnreadable as exc:
-                raise OracleViolation(f"a log's base does not read after a crash: {exc}") from None
+            path = self.orch.logs.path(endpoint_session)
+            if self.memos is None:
+                found = _base_or_why(path)
+            else:  # the base is a file of the log's directory: keyed with the log
+                directory = log_files(path)
+                found = self.memos.bases.get(
+                    self.fs, directory, lambda: _base_or_why(path), self.log_files(directory)
+                )
+            if isinstance(found, str):
+                raise OracleViolation(f"a log's base does not read after a crash: {found}")
             self._bases[endpoint_session] = found
         return self._bases[endpoint_session]
+
+    def start_problems(self, who: str, endpoint_session: str) -> list[str]:
+        """:func:`start_record_problems` of the log (its start record against its entries)."""
+        path = self.orch.logs.path(endpoint_session)
+        read = self.log(endpoint_session)
+        if self.memos is None:
+            return start_record_problems(who, read, path)
+        # The start record is a file of the log's directory, and the entries are derived
+        # from that directory's files: keyed by them (and by who, which the text names).
+        directory = log_files(path)
+        return self.memos.starts.get(
+            self.fs,
+            f"{directory}#{who}",
+            lambda: start_record_problems(who, read, path),
+            self.log_files(directory),
+        )
 
     def history(self, agent_id: str) -> list[TurnRecord]:
         """What ``orch.history(agent_id)`` returns, from the cached read (the log's base
@@ -180,6 +206,14 @@ class Reads:
 
         node = self.orch.tree.resolve(agent_id)
         return conversation_with_base(self.base(node.session_id), self.log(node.session_id).entries)
+
+
+def _base_or_why(path: str | os.PathLike[str]) -> LogBase | str | None:
+    """The log's base (None without one), or why it does not read."""
+    try:
+        return read_base(path)
+    except BaseUnreadable as exc:
+        return str(exc)
 
 
 def _turn_views(history: list[TurnRecord]) -> list[TurnView]:
@@ -513,7 +547,7 @@ def check_invariants(
         who, path, base = f"log of {endpoint[:8]}", orch.logs.path(log_name), reads.base(log_name)
         compaction = orch.checkpointer.policy.compaction
         problems.extend(deleted_range_problems(who, read, base, path, compaction))
-        problems.extend(start_record_problems(who, read, path))
+        problems.extend(reads.start_problems(who, log_name))
         enqueued: dict[str, None] = {}
         delivered: set[str] = set()
         floor = 0

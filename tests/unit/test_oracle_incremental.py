@@ -259,3 +259,38 @@ def test_the_running_check_reads_a_log_again_only_when_the_log_changed() -> None
     harness.check_running()  # an unreadable start record: the log is read from entry 1
     assert harness.memos.turns.derived == derived + 1
     harness.close()
+
+
+def test_the_recovery_check_reads_a_start_record_or_base_again_when_it_changes() -> None:
+    """The start record and the base are files of the log's directory: the check keeps
+    what it made of them by the log's files, so an unchanged log is not read for them
+    again, and one written (or damaged) behind it is read again and judged."""
+    from oracle.checks import Reads, check_invariants
+    from substrat.logbase import base_path
+    from substrat.segments import start_path, write_start
+
+    harness = _harness_with_turns()
+    harness.run(Step("turn", "ada"), crash_at=10_000)  # no boundary that far: crash after
+    harness.crash_and_recover("power")
+    memos, orch, fs = harness.memos, harness.orch, harness.fs
+
+    def check() -> None:
+        with fs:
+            check_invariants(orch, harness.model.state, Reads(orch, memos, fs))
+
+    check()
+    starts, bases = memos.starts.derived, memos.bases.derived
+    check()
+    assert (memos.starts.derived, memos.bases.derived) == (starts, bases)  # nothing changed
+    node = next(iter(orch.tree.walk()))
+    log = orch.logs.path(node.session_id)
+    with fs:
+        write_start(log, 99)  # ahead of the log's first entry: claims entries lost
+    with pytest.raises(OracleViolation, match="start record says the active file starts"):
+        check()
+    with fs:
+        os.unlink(start_path(log))
+        base_path(log).write_bytes(b"not a base\n")
+    with pytest.raises(OracleViolation, match="base does not read"):
+        check()
+    harness.close()
