@@ -19,18 +19,17 @@ import fcntl
 import gc
 import io
 import os
+import pathlib
 import shutil
-import sys
 import threading
-from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from faultfs import _escapes
 from faultfs._fdtable import FAKE_FD_BASE, fd_owner, oserror
 from faultfs._fileobj import open_file
+from faultfs._outside import outside
 from faultfs._syscalls import Syscalls
-from faultfs._trace import is_internal
-from faultfs.errors import ConfigError, OutsideRootError, UnsupportedOperation
+from faultfs.errors import ConfigError, UnsupportedOperation
 
 if TYPE_CHECKING:
     from faultfs._fs import FaultFS
@@ -40,13 +39,6 @@ _saved: list[tuple[object, str, object]] = []
 _saved_bindings: list[_escapes.Binding] = []
 _install_lock = threading.Lock()
 _froze_gc = False
-# Callers whose I/O outside the root is the test framework's, never refused or
-# counted: the first frame outside faultfs and the standard library decides.
-_FRAMEWORK = frozenset(
-    {"_pytest", "pytest", "pluggy", "hypothesis", "_hypothesis_pytestplugin", "xdist",
-     "execnet", "pytest_timeout", "pytest_benchmark", "coverage", "pytest_cov"}
-)  # fmt: skip
-
 _OS_NAMES = (
     *("open", "read", "pread", "write", "pwrite", "close", "fsync", "fdatasync", "ftruncate"),
     *("truncate", "lseek", "fstat", "stat", "lstat", "replace", "rename", "unlink", "remove"),
@@ -57,6 +49,7 @@ _real: dict[str, Any] = {name: getattr(os, name) for name in _OS_NAMES if hasatt
 _real_open = builtins.open
 _real_flock = fcntl.flock
 _real_lockf = fcntl.lockf
+_PATHS = frozenset({pathlib.PosixPath, pathlib.PurePosixPath})
 
 
 # ------------------------------------------------------------------ routing
@@ -66,6 +59,8 @@ def _route(path: Any, dir_fd: int | None = None) -> tuple[FaultFS, str] | None:
     """(file system, normalised absolute path) for a simulated path, else None."""
     if type(path) is str:
         p = path
+    elif type(path) in _PATHS and isinstance(kept := getattr(path, "_str", None), str):
+        p = kept  # the text pathlib keeps once it formatted it (os.fspath: two more calls)
     elif isinstance(path, int):
         return None
     else:
@@ -85,88 +80,20 @@ def _route(path: Any, dir_fd: int | None = None) -> tuple[FaultFS, str] | None:
     if "/." in p or "//" in p or (p.endswith("/") and len(p) > 1):
         p = os.path.normpath(p)
     for fs in reversed(_stack):  # owner_of(p), inlined: this is the hot path
-        root = fs.root
-        if p.startswith(root) and (len(p) == len(root) or p[len(root)] == "/"):
+        if p.startswith(fs._root_slash) or p == fs.root:
             fs.touches += 1
             return fs, p
     if _stack:
-        _outside(path, p, relative)
+        outside(_stack, path, p, relative)
     return None
 
 
 def owner_of(p: str) -> FaultFS | None:
     """The active FaultFS whose root holds the absolute normalised path ``p`` (no side effects)."""
     for fs in reversed(_stack):
-        root = fs.root
-        if p.startswith(root) and (len(p) == len(root) or p[len(root)] == "/"):
+        if p.startswith(fs._root_slash) or p == fs.root:
             return fs
     return None
-
-
-_HELPERS = frozenset({"_pair", "_dir_target"})
-_SOURCE_READERS = frozenset({"linecache", "tokenize", "traceback", "inspect", "warnings"})
-
-
-def _caller(depth: int) -> tuple[bool, FrameType | None]:
-    """(exempt, the first frame outside faultfs and the standard library).
-
-    Exempt are the test framework's calls and the standard library's source
-    readers (linecache for tracebacks and warnings): neither is code under test.
-    """
-    frame: FrameType | None = sys._getframe(depth + 1)
-    while frame is not None and is_internal(frame.f_code.co_filename):
-        if frame.f_globals.get("__name__") in _SOURCE_READERS:
-            return True, frame
-        frame = frame.f_back
-    if frame is None:
-        return False, None
-    module = frame.f_globals.get("__name__") or ""
-    return module.partition(".")[0] in _FRAMEWORK, frame
-
-
-# Calls that change names: never let through on a root's parent directories.
-_NAMESPACE_CHANGES = frozenset(
-    {"mkdir", "rmdir", "unlink", "remove", "rename", "replace", "link", "symlink", "chmod",
-     "utime", "truncate", "setxattr", "removexattr"}
-)  # fmt: skip
-
-
-def _above_a_root(p: str) -> bool:
-    prefix = p.rstrip("/") + "/"
-    return any(fs.root.startswith(prefix) for fs in _stack)
-
-
-def _outside(given: Any, p: str, relative: bool) -> None:
-    """A call on a path outside every active root: count it, and refuse it if so configured."""
-    fs = _stack[-1]
-    if fs.outside == "passthrough" and not fs.watch_outside:
-        return
-    wrapper = sys._getframe(2)
-    while wrapper.f_code.co_name in _HELPERS and wrapper.f_back is not None:
-        wrapper = wrapper.f_back
-    call = wrapper.f_code.co_name.lstrip("_").replace("builtin_", "")
-    if call not in _NAMESPACE_CHANGES and _above_a_root(p):
-        # The model has nothing above its root; the real parents exist (stat("/"),
-        # realpath's lstat of each parent, opening a parent to fsync it).
-        return
-    exempt, frame = _caller(3)
-    if exempt:
-        return
-    site = f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else "<unknown>"
-    where = f"relative path {given!r} (resolved against the real working directory to {p!r})"
-    what = f"{call}({where if relative else repr(p)}) at {site}"
-    fs.note_outside(what)
-    if fs.outside == "refuse":
-        fix = (
-            f"use an absolute path under the root, e.g. fs.path({os.path.basename(p)!r})"
-            if relative
-            else "build the path from the root (fs.path(...))"
-        )
-        raise OutsideRootError(
-            f"{what}: outside the faultfs root {fs.root!r}, and outside='refuse'. To test this "
-            f"I/O, {fix}; if the code must also use real files, pass outside='passthrough' "
-            "(and suppress faultfs.HealthCheck.outside_root)."
-        )
 
 
 def _owner(fd: Any) -> Syscalls | None:

@@ -173,7 +173,9 @@ class Syscalls:
         """(parent directory, last name, inode or None) for ``path``."""
         inodes = self.model.inodes
         cur = inodes[ROOT_INO]
-        parts = self._parts(path)
+        parts = self._parts_of.get(path)  # _parts, its kept answer inlined: every call walks
+        if parts is None:
+            parts = self._parts(path)
         if not parts:
             return None, "", cur
         for name in parts[:-1]:
@@ -226,7 +228,8 @@ class Syscalls:
 
     def open(self, path: str, flags: int, mode: int = 0o777) -> int:
         with self._lock:
-            self._alive("open", path)
+            if self.crashed:  # _alive, inlined in the hottest calls
+                self._alive("open", path)
             parent, name, node = self._walk(path)
             if node is None:
                 if not flags & os.O_CREAT:
@@ -263,7 +266,9 @@ class Syscalls:
 
     def read(self, fd: int, n: int) -> bytes:
         with self._lock:
-            handle = self._readable(fd)
+            handle = self._fds.get(fd)
+            if handle is None or self.crashed or handle.is_dir or not handle.readable:
+                handle = self._readable(fd)  # raises what it should
             data = self.model.inodes[handle.ino].data
             pos = handle.pos
             end = pos + n if n >= 0 else len(data)
@@ -434,7 +439,8 @@ class Syscalls:
 
     def stat(self, path: str) -> os.stat_result:
         with self._lock:
-            self._alive("stat", path)
+            if self.crashed:
+                self._alive("stat", path)
             return self._stat_result(self._existing(path))
 
     def listdir(self, path: str) -> list[str]:
