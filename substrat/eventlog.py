@@ -77,7 +77,7 @@ from substrat.logread import DamageReport, Entry, decode_line, entry_batches
 from substrat.logread import LogRead as LogRead
 from substrat.logread import iter_log as iter_log
 from substrat.logread import read_log as read_log
-from substrat.segments import Segment, active_start, ensure_start, list_sealed, sibling_path
+from substrat.segments import Segment, active_start, ensure_start, list_log, sibling_path
 
 LOG_NAME = "events.jsonl"
 PENDING_NAME = "events.pending"
@@ -223,15 +223,23 @@ class EventLog:
         # position (resume) are not scanned again: only what follows can need repair.
         # Numbering goes on past the sealed segments, or past what the start record
         # says they held once they are all gone (never from 1 again).
-        if listed is None:
-            sealed = list_sealed(self.path)
-            floor = active_start(self.path, sealed) - 1
+        if listed is None:  # one listing: the start record and the pending entry are
+            # looked for only when it shows them (nothing below creates either)
+            sealed, names = list_log(self.path)
+            floor = active_start(self.path, sealed, names) - 1
         else:  # the caller listed the directory just now (recovery: see Listed)
-            sealed, floor = listed[0], listed[1] - 1
-        start = 0
-        if resume is not None and resume.offset <= os.stat(self.path).st_size:
-            start, floor = resume.offset, max(floor, resume.last_seq)
-        scan = _scan_for_repair(self.path, report.damage, sink, start, floor)
+            sealed, floor, names = listed[0], listed[1] - 1, listed[2]
+        start, size = 0, -1
+        if resume is not None:
+            size = os.stat(self.path).st_size
+            if resume.offset <= size:
+                start, floor = resume.offset, max(floor, resume.last_seq)
+        if start == size:
+            # Nothing after the known-good position (a log reopened where it was left):
+            # what a scan of no bytes finds, without opening the file to read nothing.
+            scan = _RepairScan(start, 0, set())
+        else:
+            scan = _scan_for_repair(self.path, report.damage, sink, start, floor)
         report.valid_end = scan.valid_end
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
         try:
@@ -244,7 +252,7 @@ class EventLog:
                 report.truncated_bytes = size - scan.valid_end
             report.last_seq = max(scan.max_seq, floor)
             report.end = scan.valid_end
-            none_pending = listed is not None and PENDING_NAME not in listed[2]
+            none_pending = PENDING_NAME not in names
             replay = None if none_pending else self._pending_to_replay(scan.seqs, floor, report)
             if replay is not None:
                 persistence.write_all(fd, replay[1])
