@@ -277,7 +277,8 @@ class EventLog:
             raise
         self._fd = fd
         self._pending_fd = pending_fd
-        self._durable_end = os.fstat(fd).st_size
+        # the file's size now: cut to the valid end, then the replayed entry (if any)
+        self._durable_end = report.end
         return report
 
     def _cut_back_suspect_tail(self, durable_end: int) -> None:
