@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -153,20 +154,29 @@ def test_the_running_check_sees_a_sealed_segment_that_changed_behind_the_orchest
     harness.close()
 
 
-def test_the_recovery_check_sees_a_session_record_that_changed_behind_it() -> None:
-    """The store scan of the invariants is kept by the records' bytes: unchanged, it is
-    not run again; a record that changes or goes is scanned again and judged."""
+def _recovered_and_its_check() -> tuple[CrashHarness, Callable[[], None]]:
+    """A harness just crashed and recovered, and a run of the invariants' check on it
+    with the harness's memos (as the check after a recovery runs them)."""
     from oracle.checks import Reads, check_invariants
 
     harness = _harness_with_turns()
     harness.run(Step("turn", "ada"), crash_at=10_000)  # no boundary that far: crash after
     harness.crash_and_recover("power")
-    memos, orch, fs = harness.memos, harness.orch, harness.fs
 
     def check() -> None:
-        with fs:
-            check_invariants(orch, harness.model.state, Reads(orch, memos, fs))
+        with harness.fs:
+            check_invariants(
+                harness.orch, harness.model.state, Reads(harness.orch, harness.memos, harness.fs)
+            )
 
+    return harness, check
+
+
+def test_the_recovery_check_sees_a_session_record_that_changed_behind_it() -> None:
+    """The store scan of the invariants is kept by the records' bytes: unchanged, it is
+    not run again; a record that changes or goes is scanned again and judged."""
+    harness, check = _recovered_and_its_check()
+    memos, orch, fs = harness.memos, harness.orch, harness.fs
     scans = memos.records.derived
     check()
     assert memos.records.derived == scans  # nothing changed: the scan is not run again
@@ -265,19 +275,11 @@ def test_the_recovery_check_reads_a_start_record_or_base_again_when_it_changes()
     """The start record and the base are files of the log's directory: the check keeps
     what it made of them by the log's files, so an unchanged log is not read for them
     again, and one written (or damaged) behind it is read again and judged."""
-    from oracle.checks import Reads, check_invariants
     from substrat.logbase import base_path
     from substrat.segments import start_path, write_start
 
-    harness = _harness_with_turns()
-    harness.run(Step("turn", "ada"), crash_at=10_000)  # no boundary that far: crash after
-    harness.crash_and_recover("power")
+    harness, check = _recovered_and_its_check()
     memos, orch, fs = harness.memos, harness.orch, harness.fs
-
-    def check() -> None:
-        with fs:
-            check_invariants(orch, harness.model.state, Reads(orch, memos, fs))
-
     check()
     starts, bases = memos.starts.derived, memos.bases.derived
     check()
