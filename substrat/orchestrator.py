@@ -199,6 +199,8 @@ class Orchestrator(QueryMixin, CommitMixin, WakeMixin):
 
     def emit(self, kind: str, payload: dict[str, Any]) -> None:
         """Tell subscribers ``kind`` happened; ``time`` (ISO 8601 UTC) is added."""
+        if not self._listeners:
+            return  # nobody to tell: no clock read, no copy (every step of an in-process run)
         payload = {**payload, "time": utc_now_iso()}
         for listener in list(self._listeners):
             try:
