@@ -19,6 +19,7 @@ from faultfs._images import (
     process_image,
     reorder_choices,
     sample_reorder,
+    torn_candidates,
     torn_choices,
 )
 from faultfs._model import Model
@@ -408,10 +409,10 @@ class FaultFS(Syscalls):
             else:
                 pool = list(
                     itertools.islice(
-                        torn_choices(self.model, self.block_size, seed), MAX_TORN_SAMPLE_POOL
+                        torn_candidates(self.model, self.block_size, seed), MAX_TORN_SAMPLE_POOL
                     )
-                )
-                choice = random.Random(seed).choice(pool) if pool else ImageChoice()
+                )  # the one chosen is built, not all of them
+                choice = random.Random(seed).choice(pool).choice() if pool else ImageChoice()
             model = durable_image(self.model, choice)
         return self._spawn(model, mode, None, seed, choice.detail or "power image", choice)
 

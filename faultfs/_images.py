@@ -19,8 +19,9 @@ import itertools
 import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 
-from faultfs._model import ROOT_INO, WRITE, Inode, Model, apply_data_ops
+from faultfs._model import ROOT_INO, WRITE, DataOp, Inode, Model, apply_data_ops
 
 MODES = ("process", "power", "torn", "reorder")
 # Enumerating all subsets is exact below this many unsynced operations.
@@ -172,35 +173,53 @@ def _tears(
     block_size: int,
     rng: random.Random,
     shapes: frozenset[str],
-) -> Iterator[tuple[str, bytes]]:
-    """The ``shapes`` in which one write can be half-done on the disk, given the bytes before it."""
+) -> Iterator[tuple[str, Callable[[], bytes]]]:
+    """The ``shapes`` in which one write can be half-done on the disk, given the bytes
+    before it: each shape's description and how to build the file's content (built only
+    for the shape an image takes; the random bytes are drawn in order all the same)."""
     if not payload:
         return
     end = offset + len(payload)
     size = len(prior)
     if end > size:
         if "zeros" in shapes:
-            yield "size extended, data zeros", prior + bytes(end - size)
+            yield "size extended, data zeros", lambda: prior + bytes(end - size)
         if "garbage" in shapes:
-            yield "size extended, garbage", prior + rng.randbytes(end - size)
+            noise = rng.randbytes(end - size)
+            yield "size extended, garbage", lambda: prior + noise
     cuts = list(range((offset // block_size + 1) * block_size, end, block_size))
     if len(cuts) > MAX_CUTS_PER_WRITE:
         step = (len(cuts) - 1) / (MAX_CUTS_PER_WRITE - 1)
         cuts = sorted({cuts[round(i * step)] for i in range(MAX_CUTS_PER_WRITE)})
     blocks = len(cuts) + 1
     for cut in cuts:
-        head = apply_data_ops(prior, [(0, WRITE, offset, payload[: cut - offset])])
+        head_ops: list[DataOp] = [(0, WRITE, offset, payload[: cut - offset])]
         if "prefix" in shapes:
-            yield f"first blocks up to byte {cut} of {blocks} blocks landed", head
-        if "prefix-zeros" in shapes and end > len(head):
-            yield f"first blocks up to byte {cut} landed, zero tail", head + bytes(end - len(head))
+            yield (
+                f"first blocks up to byte {cut} of {blocks} blocks landed",
+                partial(apply_data_ops, prior, head_ops),
+            )
+        # the head's length, as apply_data_ops leaves it: the write's end or the old size
+        if "prefix-zeros" in shapes and end > max(size, cut):
+            yield (
+                f"first blocks up to byte {cut} landed, zero tail",
+                partial(_zero_tail, prior, head_ops, end),
+            )
         if "suffix" in shapes:
-            tail = apply_data_ops(prior, [(0, WRITE, cut, payload[cut - offset :])])
-            yield f"blocks from byte {cut} landed (hole before)", tail
+            tail_ops: list[DataOp] = [(0, WRITE, cut, payload[cut - offset :])]
+            yield (
+                f"blocks from byte {cut} landed (hole before)",
+                partial(apply_data_ops, prior, tail_ops),
+            )
     if "parts" in shapes:
         for persisted, parts in lazyfs_parts(len(payload)):
             ops = [(0, WRITE, offset + start, payload[start:stop]) for start, stop in parts]
-            yield f"parts {persisted} of {LAZYFS_PARTS} landed", apply_data_ops(prior, ops)
+            yield f"parts {persisted} of {LAZYFS_PARTS} landed", partial(apply_data_ops, prior, ops)
+
+
+def _zero_tail(prior: bytes, ops: list[DataOp], end: int) -> bytes:
+    head = apply_data_ops(prior, ops)
+    return head + bytes(end - len(head))
 
 
 def lazyfs_parts(length: int) -> Iterator[tuple[tuple[int, ...], list[tuple[int, int]]]]:
@@ -223,6 +242,26 @@ def lazyfs_parts(length: int) -> Iterator[tuple[tuple[int, ...], list[tuple[int,
 
 
 def torn_choices(model: Model, block_size: int, seed: int) -> Iterator[ImageChoice]:
+    for torn in torn_candidates(model, block_size, seed):
+        yield torn.choice()
+
+
+@dataclass(frozen=True)
+class TornCandidate:
+    """One torn write, its content not built yet (:meth:`choice` builds it)."""
+
+    ino: int
+    gseq: int
+    detail: str
+    content: Callable[[], bytes]
+
+    def choice(self) -> ImageChoice:
+        return ImageChoice(tear=(self.ino, self.content()), torn=self.gseq, detail=self.detail)
+
+
+def torn_candidates(model: Model, block_size: int, seed: int) -> Iterator[TornCandidate]:
+    """:func:`torn_choices` in the same order, each content built only when asked for
+    (sampling one image of many builds one file, not every candidate's)."""
     rng = random.Random(seed)
     for path, node in durable_files(model):
         prior = node.durable
@@ -231,11 +270,12 @@ def torn_choices(model: Model, block_size: int, seed: int) -> Iterator[ImageChoi
             if kind == WRITE:
                 tears = _tears(prior, arg, payload, block_size, rng, model.profile.torn_shapes)
                 for detail, content in tears:
-                    yield ImageChoice(
-                        tear=(node.ino, content),
-                        torn=op[0],
-                        detail=f"{path}: unsynced write #{index} (off={arg} len={len(payload)}) "
+                    yield TornCandidate(
+                        node.ino,
+                        op[0],
+                        f"{path}: unsynced write #{index} (off={arg} len={len(payload)}) "
                         f"torn: {detail}",
+                        content,
                     )
             prior = apply_data_ops(prior, [op])
 

@@ -323,3 +323,32 @@ def test_an_abandoned_enumeration_does_not_lock_the_file_system() -> None:
     worker.start()
     worker.join(timeout=5)
     assert seen == [True]
+
+
+@pytest.mark.parametrize("profile", ["posix", "ext4-ordered", "lazyfs"])
+def test_a_sampled_torn_image_is_the_seeds_pick_of_every_torn_choice(profile: str) -> None:
+    """``crash_image("torn", seed)`` builds only the candidate it picks; the pick, its
+    bytes (garbage included) and its description are those of choosing among the
+    fully built choices, as it always chose."""
+    import itertools
+    import random
+
+    from faultfs._fs import MAX_TORN_SAMPLE_POOL
+    from faultfs._images import durable_image, fingerprint, torn_choices
+
+    def steps(fs: FaultFS) -> None:
+        durable_base(fs)
+        write(fs.path("log"), b"0123", sync=True)
+        fsync_path(fs.root)
+        write(fs.path("log"), b"abcdefghi", flags=os.O_APPEND)
+        write(fs.path("log"), b"jklmnopqrstu", flags=os.O_APPEND)
+        write(fs.path("cfg"), b"newer and longer")
+
+    fs = run(profile, steps, block_size=4)
+    for seed in range(12):
+        pool = list(itertools.islice(torn_choices(fs.model, 4, seed), MAX_TORN_SAMPLE_POOL))
+        assert len(pool) > 3
+        want = random.Random(seed).choice(pool)
+        image = fs.crash_image("torn", seed=seed)
+        assert image.origin is not None and image.origin.detail == want.detail
+        assert fingerprint(image.model) == fingerprint(durable_image(fs.model, want))
