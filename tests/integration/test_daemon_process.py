@@ -24,6 +24,7 @@ from substrat.rootdir import prepare_root
 from substrat.rpc import lock, protocol
 from substrat.rpc.transport import MAX_SUN_PATH_BYTES, socket_path
 from substrat.session import SessionState, SessionStore
+from tests.support.cli import wait_busy
 
 Start = Callable[..., DaemonProcess]
 OTHER_UID = 65534  # "nobody"
@@ -206,8 +207,7 @@ def test_sigkill_mid_turn_is_reported_to_client_and_subscribers(
 
     worker = threading.Thread(target=second_turn)
     worker.start()
-    _wait_for(lambda: _busy(root), 10)
-    time.sleep(0.2)
+    wait_busy(root)  # its turn.start is logged: the kill leaves it lost in flight
     daemon.kill()
     worker.join(30)
     assert "died (crashed or was killed)" in outcome["error"]

@@ -77,14 +77,23 @@ def kill_daemon(root: Path) -> None:
         time.sleep(0.02)
 
 
-def wait_busy(root: Path) -> None:
-    """Until a turn runs (the provider is called after turn.start is logged)."""
-    with Client(root) as client:
-        deadline = time.monotonic() + 10
-        while not client.call("daemon.status")["busy_turns"]:
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
-    time.sleep(0.1)
+def wait_busy(root: Path, timeout_s: float = 30) -> None:
+    """Until a turn runs: its ``turn.start`` is in its agent's log (written before the
+    provider is called), so a SIGKILL from here on leaves a turn lost in flight."""
+    deadline = time.monotonic() + timeout_s
+    while not any(_open_turn(log) for log in root.glob("agents/*/events.jsonl")):
+        assert time.monotonic() < deadline, f"no turn started in {timeout_s} s"
+        time.sleep(0.01)
+
+
+def _open_turn(log: Path) -> bool:
+    """Whether the log's last complete turn line is a ``turn.start`` (the turn runs)."""
+    last = ""
+    for line in log.read_bytes().split(b"\n")[:-1]:  # the last piece is "" or unfinished
+        for event in (b'"event":"turn.start"', b'"event":"turn.complete"', b'"event":"turn.fail'):
+            if event in line:
+                last = event.decode()
+    return last.endswith('start"')
 
 
 def wait_subscribed(root: Path, count: int, timeout_s: float = 60) -> None:
