@@ -12,9 +12,12 @@ import re
 import signal
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import click
 import pytest
+from click.testing import CliRunner
 
 from substrat.cli import main
 from substrat.cli.examples import commands
@@ -99,6 +102,34 @@ def test_daemon_logs_prints_and_follows(root: Path) -> None:
     follower.send_signal(signal.SIGINT)
     follower.communicate(timeout=30)
     assert follower.returncode == 130
+
+
+def test_daemon_logs_follows_from_where_its_tail_ended(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A line the daemon writes while ``logs -f -n N`` reads the tail is printed, not
+    skipped (it sought to the end after the tail, past such a line)."""
+    from substrat.cli import daemon_cmds
+    from substrat.rootdir import prepare_root
+
+    root = prepare_root(tmp_path / "root")
+    log = root / "daemon.log"
+    log.write_text("one\ntwo\n")
+    real_deque = daemon_cmds.deque
+
+    def tail_while_the_daemon_writes(handle: Any, maxlen: int) -> Any:
+        tail = real_deque(handle, maxlen=maxlen)
+        with open(log, "a") as daemon:
+            daemon.write("three\n")
+        return tail
+
+    def interrupt(_seconds: float) -> None:
+        raise KeyboardInterrupt  # the user's Ctrl-C, once nothing more is to be read
+
+    monkeypatch.setattr(daemon_cmds, "deque", tail_while_the_daemon_writes)
+    monkeypatch.setattr(daemon_cmds, "time", SimpleNamespace(sleep=interrupt))
+    shown = CliRunner().invoke(main, ["daemon", "logs", "-f", "-n", "1", "--root", str(root)])
+    assert shown.output.splitlines() == ["two", "three"], shown.output
 
 
 def test_counts_read_right_and_scripted_answers_say_what_they_are(root: Path) -> None:
