@@ -79,11 +79,20 @@ def kill_daemon(root: Path) -> None:
 
 def wait_busy(root: Path, timeout_s: float = 30) -> None:
     """Until a turn runs: its ``turn.start`` is in its agent's log (written before the
-    provider is called), so a SIGKILL from here on leaves a turn lost in flight."""
+    provider is called), so a SIGKILL from here on leaves a turn lost in flight; and its
+    sender has been told that it started (with its id).
+
+    The daemon queues the ``turn.status`` notice for the sender before it logs the
+    turn's start, and its event loop runs what it queued first: so the answer to a
+    ``ping`` sent once the start is logged comes after that notice was sent. Without
+    the ping a kill could land between the two (seen under load: the client then
+    could not name the turn it lost)."""
     deadline = time.monotonic() + timeout_s
     while not any(_open_turn(log) for log in root.glob("agents/*/events.jsonl")):
         assert time.monotonic() < deadline, f"no turn started in {timeout_s} s"
         time.sleep(0.01)
+    with Client(root) as client:
+        client.call("ping")
 
 
 def _open_turn(log: Path) -> bool:
