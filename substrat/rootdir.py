@@ -216,8 +216,18 @@ def _no_root_message(info: RootInfo) -> str:
             "SUBSTRAT_HOME at a new or empty directory"
         )
     what = "nothing is there" if info.state is RootState.MISSING else "an empty directory"
+    first = ""
+    if info.state is RootState.EMPTY:
+        # The creating commands would refuse it next (prepare_root): say so now.
+        try:
+            mode = stat.S_IMODE(os.stat(path).st_mode)
+        except OSError:
+            mode = 0
+        if mode & 0o077:
+            what = f"an empty directory readable by others, mode {mode:04o}"
+            first = f"`chmod 700 {path}`, then "
     return (
-        f"no substrat root at {path} ({what}); `substrat daemon start --root {path}` or "
+        f"no substrat root at {path} ({what}); {first}`substrat daemon start --root {path}` or "
         f"`substrat agent create NAME --root {path}` creates one"
     )
 

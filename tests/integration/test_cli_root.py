@@ -169,6 +169,10 @@ def test_an_empty_directory_is_adopted_only_if_already_private(tmp_path: Path) -
     path.mkdir()
     os.chmod(path, 0o755)
     try:
+        # A reading command's hint says what the creating ones will need first.
+        hinted = one_line(run(path, "agent", "list"))
+        assert "readable by others, mode 0755" in hinted
+        assert f"`chmod 700 {path}`, then `substrat daemon start --root {path}`" in hinted
         for args in CREATING:
             refused = run(path, *args)
             assert refused.returncode == 2, (args, refused.stderr)
