@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from substrat.client import Client, stop_daemon
+from substrat.eventlog import read_log
+from substrat.events import TURN_COMPLETE, TURN_FAILED, TURN_START
 from substrat.rpc import lock
 
 SUBSTRAT = shutil.which("substrat") or ""
@@ -95,14 +97,14 @@ def wait_busy(root: Path, timeout_s: float = 30) -> None:
         client.call("ping")
 
 
+_TURN_EVENTS = frozenset({TURN_START, TURN_COMPLETE, TURN_FAILED})
+
+
 def _open_turn(log: Path) -> bool:
-    """Whether the log's last complete turn line is a ``turn.start`` (the turn runs)."""
-    last = ""
-    for line in log.read_bytes().split(b"\n")[:-1]:  # the last piece is "" or unfinished
-        for event in (b'"event":"turn.start"', b'"event":"turn.complete"', b'"event":"turn.fail'):
-            if event in line:
-                last = event.decode()
-    return last.endswith('start"')
+    """Whether the log's last turn entry is a ``turn.start`` (the turn runs). The log is
+    read as substrat reads it: a line still being written counts as not there yet."""
+    turns = [e["event"] for e in read_log(log).entries if e["event"] in _TURN_EVENTS]
+    return bool(turns) and turns[-1] == TURN_START
 
 
 def wait_subscribed(root: Path, count: int, timeout_s: float = 60) -> None:
