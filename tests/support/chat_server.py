@@ -86,6 +86,7 @@ class Recorded:
     body: dict[str, Any]
     status: int = 0
     problem: str | None = None  # why it was rejected, when it was
+    authorization: str | None = None  # the request's Authorization header
 
     @property
     def messages(self) -> list[dict[str, Any]]:
@@ -224,9 +225,10 @@ class ChatServer:
 
     # -- used by the handler -----------------------------------------------
 
-    def _record(self, path: str, body: Any) -> Recorded:
+    def _record(self, path: str, body: Any, authorization: str | None = None) -> Recorded:
         with self._lock:
             record = Recorded(len(self.requests), path, body if isinstance(body, dict) else {})
+            record.authorization = authorization
             self.requests.append(record)
             return record
 
@@ -261,7 +263,7 @@ class _Handler(BaseHTTPRequestHandler):
             body: Any = json.loads(raw)
         except ValueError:
             body = None
-        record = owner._record(self.path, body)
+        record = owner._record(self.path, body, self.headers.get("authorization"))
         if not self.path.rstrip("/").endswith("/chat/completions"):
             return self._fail(record, 404, f"no route {self.path}", "not_found")
         problem = conversation_problem(body)
