@@ -7,8 +7,9 @@ class) returning a :class:`~substrat.providers.base.Provider`.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoint, entry_points
 
 from substrat.errors import UnknownProviderError
 from substrat.providers.base import Provider
@@ -50,11 +51,24 @@ class ProviderRegistry:
 
     def load_entry_points(self) -> None:
         """Register providers advertised by installed packages; a broken one is reported."""
-        for ep in entry_points(group=ENTRY_POINT_GROUP):
+        for ep in _advertised():
             try:
                 self.register(ep.name, ep.load())
             except Exception as exc:  # a broken plugin must not stop the daemon
                 self.load_errors[ep.name] = f"{type(exc).__name__}: {exc}"
+
+
+@functools.cache
+def _advertised() -> tuple[EntryPoint, ...]:
+    """The installed ``substrat.providers`` entry points, read once per process.
+
+    Reading them scans every installed distribution's metadata (about 10 ms here, more
+    inside faultfs, which routes those reads), and the tests and fuzzers open an
+    orchestrator on a default registry hundreds of times in one process. A daemon or a
+    CLI command reads them once anyway; a package installed later is seen by the next
+    process, as before.
+    """
+    return tuple(entry_points(group=ENTRY_POINT_GROUP))
 
 
 BUILTIN = ("scripted", "fake", "openai", "claude-code")
@@ -64,7 +78,7 @@ DAEMON_ONLY = ("paced",)
 
 def provider_names() -> list[str]:
     """The names a daemon offers (built in, the daemon's own, installed plugins), unloaded."""
-    plugins = [ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)]
+    plugins = [ep.name for ep in _advertised()]
     return sorted({*BUILTIN, *DAEMON_ONLY, *plugins})
 
 
