@@ -222,7 +222,8 @@ class SweepResult:
     recovery_states: int = 0
     distinct: int = 0
     """States actually recovered and checked; the others had the disk and the
-    model of one of these, so they share its verdict."""
+    model of one of these (here or, with shared ``verdicts``, in another sweep), so
+    they share its verdict."""
     seconds: float = 0.0
     failures: list[str] = field(default_factory=list)
     _verdicts: dict[bytes, str | None] = field(default_factory=dict, repr=False)
@@ -233,16 +234,29 @@ class SweepResult:
         return (self.states + self.recovery_states) / self.seconds if self.seconds else 0.0
 
 
-def state_key(image: FaultFS, model: Model) -> bytes:
+def model_key(model: Model) -> bytes:
+    """The model's part of :func:`state_key`: equal for models with the same state and
+    in-flight operation. The images of one crash point share their model, so the
+    sweep computes it once per point (pickling the model was about a tenth of a sweep
+    when it was done for every image)."""
+    inflight = None if model.inflight is None else (model.inflight.kind, model.inflight.args)
+    return pickle.dumps((model.state, inflight))
+
+
+def state_key(image: FaultFS, model: Model, model_part: bytes | None = None) -> bytes:
     """Equal for two crash states that must get the same verdict: the same disk and model.
 
     Recovery is deterministic given the disk (ids and clocks only name what it
     writes), and the checks read nothing but the recovered root and the model,
-    so such states need one recovery between them. Unequal keys for equal
-    states only cost a check.
+    so such states need one recovery between them. The file-system profile is
+    not part of the key: it decides which images a crash leaves, while a check
+    recovers without a crash and reads only what is visible, which every profile
+    shows alike. Unequal keys for equal states only cost a check. ``model_part``
+    is ``model_key(model)`` when the caller already has it.
     """
-    inflight = None if model.inflight is None else (model.inflight.kind, model.inflight.args)
-    return pickle.dumps((sorted(image.tree().items()), model.state, inflight))
+    if model_part is None:
+        model_part = model_key(model)
+    return pickle.dumps((sorted(image.tree().items()), model_part))
 
 
 Check = Callable[[CrashHarness, FaultFS, Model, str], None]
@@ -295,8 +309,9 @@ def _check(
     result: SweepResult,
     dedupe: bool,
     check: Check,
+    model_part: bytes | None = None,
 ) -> None:
-    key = state_key(image, model) if dedupe else b""
+    key = state_key(image, model, model_part) if dedupe else b""
     if dedupe and key in result._verdicts:
         failure = result._verdicts[key]
         if failure is not None:
@@ -336,6 +351,7 @@ def sweep(
     dedupe: bool = True,
     share: tuple[int, int] = (0, 1),
     check: Check = recover_and_check,
+    verdicts: dict[bytes, str | None] | None = None,
 ) -> SweepResult:
     """Crash ``scenario`` at every boundary and check every image (bounded per mode).
 
@@ -348,9 +364,15 @@ def sweep(
     boundary checks does not depend on the share, only deduplication is per
     share (a state seen by another share is checked again, never skipped).
     ``check`` is what each state is handed to (:func:`recover_and_check`).
+    ``verdicts`` (with ``dedupe``) is a memo of verdicts by :func:`state_key` to share
+    with other sweeps of the same scenario, check and provider on other profiles:
+    the same crash state under another profile takes the verdict it got there
+    (recovery crashes are still swept on each profile, whose images they are).
     """
     options: dict[str, Any] = {"registry": registry, "provider": provider}
     result = SweepResult(scenario.name, profile)
+    if verdicts is not None:
+        result._verdicts = verdicts
     started = time.perf_counter()
     result.boundaries = count_boundaries(scenario, profile, **options)
     harness = CrashHarness(
@@ -361,11 +383,12 @@ def sweep(
     for boundary, point in zip(swept, points, strict=True):
         result.swept.append(boundary)
         step = scenario.steps[point.step]
+        model_part = model_key(point.model) if dedupe else None
         for mode in modes:
             for index, image in enumerate(point.fs.crash_images(mode, limit=images_per_mode)):
                 key = f"boundary={boundary} mode={mode} image=#{index} in step {step}"
                 harness.counters = point.counters
-                _check(harness, image, point.model, key, result, dedupe, check)
+                _check(harness, image, point.model, key, result, dedupe, check, model_part)
                 result.states += 1
         if recovery_crashes and boundary % RECOVERY_CRASH_EVERY == 0:
             _sweep_recovery(harness, point, boundary, result, dedupe, check)
@@ -390,7 +413,8 @@ def _sweep_recovery(
     power image (and model) already swept this way takes the earlier outcome.
     """
     power = point.fs.crash_image("power")
-    key = state_key(power, point.model) if dedupe else b""
+    model_part = model_key(point.model) if dedupe else None
+    key = state_key(power, point.model, model_part) if dedupe else b""
     if dedupe and key in result._recovery_sweeps:
         states, failures = result._recovery_sweeps[key]
         result.recovery_states += states
@@ -399,7 +423,7 @@ def _sweep_recovery(
         )
         return
     states_before, failures_before = result.recovery_states, len(result.failures)
-    _sweep_recovery_from(harness, point, power, boundary, result, dedupe, check)
+    _sweep_recovery_from(harness, point, power, boundary, result, dedupe, check, model_part)
     if dedupe:
         result._recovery_sweeps[key] = (
             result.recovery_states - states_before,
@@ -434,6 +458,7 @@ def _sweep_recovery_from(
     result: SweepResult,
     dedupe: bool,
     check: Check,
+    model_part: bytes | None = None,
 ) -> None:
     crashes = capture_recovery(harness, point, power)
     for recovery_boundary, crashed in enumerate(crashes, start=1):
@@ -441,7 +466,7 @@ def _sweep_recovery_from(
             second = crashed.fs.crash_image(mode)
             key = f"boundary={boundary} recovery-crash={recovery_boundary} then mode={mode}"
             harness.counters = crashed.counters
-            _check(harness, second, point.model, key, result, dedupe, check)
+            _check(harness, second, point.model, key, result, dedupe, check, model_part)
             result.recovery_states += 1
     if len(crashes) < MAX_RECOVERY_BOUNDARIES:
         # Recovery finished: the state it finished from (the power image, and the model)
@@ -449,7 +474,8 @@ def _sweep_recovery_from(
         # among the crash's images).
         harness.counters = point.counters
         label = f"boundary={boundary} (recovery ran unarmed)"
-        _check(harness, power.crash_image("process"), point.model, label, result, dedupe, check)
+        image = power.crash_image("process")
+        _check(harness, image, point.model, label, result, dedupe, check, model_part)
 
 
 def main(argv: list[str] | None = None) -> int:

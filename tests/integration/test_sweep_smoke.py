@@ -63,3 +63,38 @@ def test_a_sweep_run_in_shares_checks_what_the_whole_sweep_checks() -> None:
     assert sum(part.states for part in parts) == whole.states
     assert sum(part.recovery_states for part in parts) == whole.recovery_states > 0
     assert not whole.failures and not any(part.failures for part in parts)
+
+
+def test_verdicts_shared_across_profiles_fail_the_same_states(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """tests/stress/test_sweep.py sweeps each block on the three profiles with one memo of
+    verdicts (``verdicts=``): a state another profile already checked takes its verdict.
+    With a planted loss, every profile reports failing exactly the states it reports
+    when swept alone, and fewer states are recovered in all."""
+    from substrat import persistence
+
+    real = persistence.fsync_fd
+
+    def no_log_fsync(fd: int, what: object) -> None:
+        if str(what).endswith("events.jsonl") and "/agents/" in str(what):
+            return
+        real(fd, what)
+
+    monkeypatch.setattr(persistence, "fsync_fd", no_log_fsync)
+    scenario = Scenario("one turn", (Step("create_root", "ada"), Step("turn", "ada")))
+    options = {"modes": ("process", "power", "torn"), "images_per_mode": 2, "max_failures": 10**6}
+
+    def failing(result: SweepResult) -> set[str]:
+        suffix = " (same disk and model as an earlier failure)"
+        return {f.split("\n")[0].removesuffix(suffix) for f in result.failures}
+
+    shared: dict[bytes, str | None] = {}
+    alone, together = {}, {}
+    for profile in ("posix", "ext4-ordered", "lazyfs"):
+        alone[profile] = sweep(scenario, profile=profile, **options)  # type: ignore[arg-type]
+        together[profile] = sweep(scenario, profile=profile, verdicts=shared, **options)  # type: ignore[arg-type]
+    for profile, result in alone.items():
+        assert failing(result), f"{profile}: the planted loss must fail some states"
+        assert failing(together[profile]) == failing(result), profile
+        assert together[profile].states == result.states
+        assert together[profile].recovery_states == result.recovery_states
+    assert sum(r.distinct for r in together.values()) < sum(r.distinct for r in alone.values())

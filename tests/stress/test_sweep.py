@@ -4,7 +4,11 @@ Each sweep runs as several items, each crashing at one block of consecutive
 boundaries (``oracle.sweep.share_of``): ``pytest -n 64`` is only as fast as its
 longest item. Together the items of one sweep crash at every boundary once
 (``tests/integration/test_sweep_smoke.py`` shows that the shares are the whole
-sweep).
+sweep). An item sweeps its block on every profile, one after the other, sharing
+verdicts: a crash state (disk and model) that one profile's images already had
+takes the verdict it got there (``sweep(verdicts=...)``); about a third of the
+states checked on the three profiles apart are such repeats (the process image is
+the same on each, and many others are). Recovery crashes are swept on each profile.
 """
 
 from __future__ import annotations
@@ -31,13 +35,14 @@ SHARES = {
     "checkpoints and compaction": 5,
     "checkpoints and deletion": 5,
 }
-"""Items each scripted sweep runs as, on every profile. Since each share runs its
-scenario once (oracle.sweep captures every boundary of it), the lazyfs sweeps (the
+"""Items each scripted sweep runs as (each item on every profile). Since each share runs
+its scenario once (oracle.sweep captures every boundary of it), the lazyfs sweeps (the
 dearest) cost 0.7-9.8 CPU s, all shares together (checkpoints and deletion 9.8,
 checkpoints and compaction 8.5, terminations 3.6; one run under ``ci``, load 5-8), and a
 split costs next to nothing: 1 to 5 shares of checkpoints
 and deletion checked 2,737-2,756 distinct states for 7.6-8.7 CPU s in all. So the
-splits stay, keeping every item at or under about 2 CPU s."""
+splits stay; with the three profiles in one item, the dearest items cost about 3-5 CPU
+s (docs/benchmarks.md, the eighth pass), well under 1/64 of a campaign."""
 OPENAI_SHARES = {"children": 1, "messages both ways": 1, "stranded reply": 1}
 """The same for the OpenAI sweeps: unsplit they cost 13.5, 12.8 and 7.1 CPU s when the
 scenario was re-run to each boundary (hence 8, 8 and 4 shares then); captured once, all
@@ -54,23 +59,22 @@ def _id(item: tuple[str, tuple[int, int]]) -> str:
     return name if count == 1 else f"{name}-{index + 1}of{count}"
 
 
-@pytest.mark.parametrize("profile", PROFILES)
 @pytest.mark.parametrize("item", _items(SHARES), ids=_id)
-def test_sweep(
-    item: tuple[str, tuple[int, int]], profile: str, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_sweep(item: tuple[str, tuple[int, int]], capsys: pytest.CaptureFixture[str]) -> None:
     name, share = item
-    result = sweep(SCENARIOS[name], profile=profile, share=share)
-    with capsys.disabled():
-        print(
-            f"\nsweep {name} [{profile}] share {share[0] + 1} of {share[1]}: "
-            f"{len(result.swept)} of {result.boundaries} boundaries, "
-            f"{result.states} crash states + {result.recovery_states} recovery-crash states "
-            f"in {result.seconds:.1f} s ({result.rate:.0f}/s)"
-        )
-    assert result.swept, f"share {share} of {name} has no boundary: fewer shares"
-    assert result.states >= len(result.swept) * 2  # at least process and power everywhere
-    assert not result.failures, "\n\n".join(result.failures)
+    verdicts: dict[bytes, str | None] = {}  # shared by the profiles' sweeps of this block
+    for profile in PROFILES:
+        result = sweep(SCENARIOS[name], profile=profile, share=share, verdicts=verdicts)
+        with capsys.disabled():
+            print(
+                f"\nsweep {name} [{profile}] share {share[0] + 1} of {share[1]}: "
+                f"{len(result.swept)} of {result.boundaries} boundaries, "
+                f"{result.states} crash states + {result.recovery_states} recovery-crash "
+                f"states ({result.distinct} checked here) in {result.seconds:.1f} s"
+            )
+        assert result.swept, f"share {share} of {name} has no boundary: fewer shares"
+        assert result.states >= len(result.swept) * 2  # at least process and power everywhere
+        assert not result.failures, f"[{profile}] " + "\n\n".join(result.failures)
 
 
 @pytest.fixture(scope="module")
