@@ -18,6 +18,7 @@ import pytest
 from oracle import _mutant_guard, mutant_gen, mutant_report, mutants
 from oracle.errors import MutantError
 from oracle.mutant_catalog import CATALOG, Mutant, by_name
+from tests.support.unused_plugins import PYTEST_ARGS
 
 SOURCE = mutants.RunConfig().source
 MIN_CATALOG = 12
@@ -141,7 +142,9 @@ def test_end_to_end_kill_survive_and_isolation(tmp_path: Path) -> None:
     # the stress gate (--run-stress, which the runner passes) comes from the rootdir conftest
     (repo / "conftest.py").write_text((Path(__file__).parents[2] / "conftest.py").read_text())
     (repo / "tests" / "test_probe.py").write_text(PROBE_TEST)
-    config = mutants.RunConfig(tests=("tests/test_probe.py",), repo=repo, timeout_s=120)
+    config = mutants.RunConfig(
+        tests=("tests/test_probe.py",), repo=repo, timeout_s=120, pytest_args=PYTEST_ARGS
+    )
     before = _tree_digest(SOURCE)
     killed = mutants.run_mutant(by_name()["atomic_write_no_dir_fsync"], config)
     assert killed.status == mutants.KILLED, killed.message
@@ -318,7 +321,9 @@ def test_end_to_end_a_systematic_mutant_seen_only_by_a_harness_check(tmp_path: P
     (repo / "tests" / "test_probe.py").write_text(HARNESS_PROBE)
     # the stress gate (--run-stress, which the runner passes) comes from the rootdir conftest
     (repo / "conftest.py").write_text((Path(__file__).parents[2] / "conftest.py").read_text())
-    config = mutants.RunConfig(tests=("tests/test_probe.py",), repo=repo, timeout_s=120)
+    config = mutants.RunConfig(
+        tests=("tests/test_probe.py",), repo=repo, timeout_s=120, pytest_args=PYTEST_ARGS
+    )
     site = next(
         s for s in mutant_gen.sites(SOURCE) if s.name == "persistence.py:durable_create:fsync_dir#1"
     )

@@ -20,6 +20,8 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.support.unused_plugins import PYTEST_INI
+
 REPO = Path(__file__).resolve().parents[2]
 WORKFLOWS_DIR = REPO / ".github" / "workflows"
 # A ci/ script named as a command word, e.g. `ci/tests.sh` or `./ci/nightly.sh --x`.
@@ -253,6 +255,7 @@ def _fake_project(root: Path, tests: str | None) -> Path:
         shutil.copy2(REPO / "ci" / script, root / "ci" / script)
     # the stress gate and profiles come from the project's own conftest, as in substrat
     shutil.copy2(REPO / "conftest.py", root / "conftest.py")
+    (root / "pytest.ini").write_text(PYTEST_INI)
     (root / "tests" / "stress").mkdir(parents=True)
     if tests is not None:
         (root / "tests" / "stress" / "test_fake.py").write_text(tests)
@@ -373,6 +376,7 @@ def _fake_ci_project(root: Path) -> Path:
     shutil.copy2(REPO / "ci" / "stress.sh", root / "ci" / "stress.sh")
     (root / "ci" / "tests.sh").write_text(FAKE_TESTS_SH)
     shutil.copy2(REPO / "conftest.py", root / "conftest.py")  # the stress gate and profiles
+    (root / "pytest.ini").write_text(PYTEST_INI)
     for kind, text in (("unit", FAKE_UNIT_TESTS), ("stress", FAKE_CI_STRESS_TESTS)):
         (root / "tests" / kind).mkdir(parents=True)
         (root / "tests" / kind / f"test_{kind}.py").write_text(text)
