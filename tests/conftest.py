@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -74,3 +76,40 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     from xdist.scheduler import WorkStealingScheduling
 
     return WorkStealingScheduling(config, log)
+
+
+BYTECODE_PREFIX_KEY = pytest.StashKey[tuple[str, str]]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Let the processes the tests start share compiled bytecode in a private directory.
+
+    Where bytecode writing is off (``PYTHONDONTWRITEBYTECODE``, as on the
+    machines this project is tested on) every daemon and CLI command a test
+    starts compiles substrat, its dependencies and the standard library from
+    source again: the main job starts several hundred, and the CLI and daemon
+    tests spent about a quarter of their CPU compiling (docs/benchmarks.md,
+    issue 17's eighth pass). Here the xdist workers and those processes get a
+    bytecode cache under a new temporary directory (``PYTHONPYCACHEPREFIX``),
+    filled by the first process that imports a module and removed when the run
+    ends: nothing is written beside the sources, which is what the setting
+    asks. A run that already names a prefix, or writes bytecode, is left alone.
+    """
+    if hasattr(config, "workerinput"):  # an xdist worker: it inherited the controller's choice
+        return
+    if not os.environ.get("PYTHONDONTWRITEBYTECODE") or os.environ.get("PYTHONPYCACHEPREFIX"):
+        return
+    prefix = tempfile.mkdtemp(prefix="substrat-tests-pyc-")
+    config.stash[BYTECODE_PREFIX_KEY] = (prefix, os.environ["PYTHONDONTWRITEBYTECODE"])
+    os.environ["PYTHONPYCACHEPREFIX"] = prefix
+    del os.environ["PYTHONDONTWRITEBYTECODE"]
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    saved = config.stash.get(BYTECODE_PREFIX_KEY, None)
+    if saved is None:
+        return
+    prefix, dont_write = saved
+    os.environ.pop("PYTHONPYCACHEPREFIX", None)
+    os.environ["PYTHONDONTWRITEBYTECODE"] = dont_write
+    shutil.rmtree(prefix, ignore_errors=True)

@@ -1,0 +1,70 @@
+"""The session's private bytecode cache for the processes its tests start (tests/conftest.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from tests import conftest
+
+
+def fake_config(worker: bool = False) -> Any:
+    config = SimpleNamespace(stash=pytest.Stash())
+    if worker:
+        config.workerinput = {}
+    return config
+
+
+def test_with_bytecode_off_children_share_a_private_cache_removed_at_the_end(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    monkeypatch.delenv("PYTHONPYCACHEPREFIX", raising=False)
+    config = fake_config()
+    conftest.pytest_configure(config)
+    prefix = Path(os.environ["PYTHONPYCACHEPREFIX"])
+    try:
+        assert prefix.is_dir() and "PYTHONDONTWRITEBYTECODE" not in os.environ
+        (tmp_path / "sample_module.py").write_text("VALUE = 7\n")
+        subprocess.run(
+            [sys.executable, "-c", "import sample_module"], cwd=tmp_path, check=True, env=os.environ
+        )
+        assert not (tmp_path / "__pycache__").exists()  # nothing beside the sources
+        assert [p.name for p in prefix.rglob("sample_module*.pyc")]  # compiled once, kept
+    finally:
+        conftest.pytest_unconfigure(config)
+    assert not prefix.exists()
+    assert os.environ["PYTHONDONTWRITEBYTECODE"] == "1"
+    assert "PYTHONPYCACHEPREFIX" not in os.environ
+
+
+@pytest.mark.parametrize(
+    ("environment", "worker"),
+    [
+        ({"PYTHONDONTWRITEBYTECODE": "1", "PYTHONPYCACHEPREFIX": "/chosen"}, False),
+        ({}, False),  # bytecode is written as usual: nothing to share
+        ({"PYTHONDONTWRITEBYTECODE": "1"}, True),  # a worker inherits the controller's choice
+    ],
+)
+def test_a_chosen_prefix_a_run_writing_bytecode_and_workers_are_left_alone(
+    monkeypatch: pytest.MonkeyPatch, environment: dict[str, str], worker: bool
+) -> None:
+    for name in ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    config = fake_config(worker)
+    conftest.pytest_configure(config)
+    conftest.pytest_unconfigure(config)
+    seen = {
+        n: os.environ[n]
+        for n in ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")
+        if n in os.environ
+    }
+    assert seen == environment
