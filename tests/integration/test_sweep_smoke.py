@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from oracle.sweep import SCENARIOS, Scenario, SweepResult, share_of, shares, sweep
@@ -15,20 +17,28 @@ def test_roots_scenario_survives_every_process_and_power_crash() -> None:
     assert not result.failures, "\n\n".join(result.failures)
 
 
-def test_sweep_reports_a_lost_acknowledged_operation(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    """The sweep is not blind: drop the event log's fsync and it must fail."""
+ONE_TURN = Scenario("one turn", (Step("create_root", "ada"), Step("turn", "ada")))
+
+
+def _no_agent_log_fsync(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Plant a loss: the agents' event logs are never fsynced (the root registry's log
+    has its own test)."""
     from substrat import persistence
 
     real = persistence.fsync_fd
 
-    def no_log_fsync(fd: int, what: object) -> None:
+    def no_log_fsync(fd: int, what: str | os.PathLike[str]) -> None:
         if str(what).endswith("events.jsonl") and "/agents/" in str(what):
-            return  # the agents' logs only (the root registry's has its own test)
+            return
         real(fd, what)
 
     monkeypatch.setattr(persistence, "fsync_fd", no_log_fsync)
-    scenario = Scenario("one turn", (Step("create_root", "ada"), Step("turn", "ada")))
-    result = sweep(scenario, modes=("power",), recovery_crashes=False, max_failures=1)
+
+
+def test_sweep_reports_a_lost_acknowledged_operation(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sweep is not blind: drop the event log's fsync and it must fail."""
+    _no_agent_log_fsync(monkeypatch)
+    result = sweep(ONE_TURN, modes=("power",), recovery_crashes=False, max_failures=1)
     assert result.failures, "a log that is never fsynced must lose acknowledged entries"
     assert "lost" in result.failures[0] or "matches no allowed outcome" in result.failures[0]
 
@@ -65,22 +75,14 @@ def test_a_sweep_run_in_shares_checks_what_the_whole_sweep_checks() -> None:
     assert not whole.failures and not any(part.failures for part in parts)
 
 
-def test_verdicts_shared_across_profiles_fail_the_same_states(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_verdicts_shared_across_profiles_fail_the_same_states(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """tests/stress/test_sweep.py sweeps each block on the three profiles with one memo of
     verdicts (``verdicts=``): a state another profile already checked takes its verdict.
     With a planted loss, every profile reports failing exactly the states it reports
     when swept alone, and fewer states are recovered in all."""
-    from substrat import persistence
-
-    real = persistence.fsync_fd
-
-    def no_log_fsync(fd: int, what: object) -> None:
-        if str(what).endswith("events.jsonl") and "/agents/" in str(what):
-            return
-        real(fd, what)
-
-    monkeypatch.setattr(persistence, "fsync_fd", no_log_fsync)
-    scenario = Scenario("one turn", (Step("create_root", "ada"), Step("turn", "ada")))
+    _no_agent_log_fsync(monkeypatch)
     options = {"modes": ("process", "power", "torn"), "images_per_mode": 2, "max_failures": 10**6}
 
     def failing(result: SweepResult) -> set[str]:
@@ -90,8 +92,8 @@ def test_verdicts_shared_across_profiles_fail_the_same_states(monkeypatch) -> No
     shared: dict[bytes, str | None] = {}
     alone, together = {}, {}
     for profile in ("posix", "ext4-ordered", "lazyfs"):
-        alone[profile] = sweep(scenario, profile=profile, **options)  # type: ignore[arg-type]
-        together[profile] = sweep(scenario, profile=profile, verdicts=shared, **options)  # type: ignore[arg-type]
+        alone[profile] = sweep(ONE_TURN, profile=profile, **options)  # type: ignore[arg-type]
+        together[profile] = sweep(ONE_TURN, profile=profile, verdicts=shared, **options)  # type: ignore[arg-type]
     for profile, result in alone.items():
         assert failing(result), f"{profile}: the planted loss must fail some states"
         assert failing(together[profile]) == failing(result), profile
