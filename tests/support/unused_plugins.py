@@ -3,9 +3,10 @@
 pytest loads every installed ``pytest11`` plugin at each start. The workflow tests
 run the CI scripts on fake projects and the mutant runner's tests run a probe
 project: a dozen pytest starts whose tests use none of these four (pytest-benchmark,
-pyfakefs, anyio's and faultfs's own), which cost about 0.6 of the 1.0 CPU s such a
-start took here (0.3-0.4 without them; faultfs's modules are compiled from source at
-each start where bytecode writing is off, as in this project's test environment).
+pyfakefs, anyio's and faultfs's own). Measured here, such a start took 1.0 CPU s with
+them and 0.3-0.4 without when every process compiled from source (bytecode writing
+off), and 0.40-0.45 against 0.24-0.25 with the session's shared bytecode cache
+(tests/conftest.py).
 The plugins the scripts do use stay: xdist (``-n``), pytest-timeout (``--timeout``),
 Hypothesis.
 """
