@@ -333,7 +333,7 @@ def outcome_if_applied(
     op = model.inflight
     if op is None:
         return None
-    state = model.copy_state()
+    state = model.state  # read only: each outcome below is built on a copy of it
     if op.kind == "create_root":
         agent_id = next(
             (
@@ -345,6 +345,7 @@ def outcome_if_applied(
         )
         if agent_id is None:
             return None
+        state = model.copy_state()
         state.add_agent(
             ModelAgent(
                 agent_id,
@@ -379,6 +380,7 @@ def outcome_if_applied(
                     f"continue the acknowledged conversation (expected {want!r})",
                     trace=model.trace_lines(),
                 )
+        state = model.copy_state()
         state.apply_turn(
             agent_id,
             extra.prompt,
@@ -389,10 +391,12 @@ def outcome_if_applied(
         return state
     if op.kind == "terminate":
         if op.args["agent_id"] in state.agents and op.args["agent_id"] not in got.agents:
+            state = model.copy_state()
             state.terminate(op.args["agent_id"])
             return state
         return None
     if op.kind == "ack_user":
+        state = model.copy_state()
         for message_id in op.args["message_ids"]:
             state.inbox(USER).pop(message_id, None)
         return state
@@ -411,9 +415,9 @@ def check_recovery(
     got = observe(orch, reads, memos=memos, fs=fs)
     names = {a.agent_id: a.name for a in model.state.agents.values()}
     names.update({a: n for a, (n, _, _) in got.agents.items()})
-    candidates: list[tuple[str, ModelState]] = [
-        ("without the in-flight operation", model.copy_state())
-    ]
+    # The model's own state, not a copy: the checks only read a candidate, and
+    # settling on this one leaves the model as it is.
+    candidates: list[tuple[str, ModelState]] = [("without the in-flight operation", model.state)]
     applied = outcome_if_applied(model, orch, got, reads)
     if applied is not None:
         candidates.insert(0, ("with the in-flight operation applied", applied))
