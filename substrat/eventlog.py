@@ -229,19 +229,35 @@ class EventLog:
             floor = active_start(self.path, sealed, names) - 1
         else:  # the caller listed the directory just now (recovery: see Listed)
             sealed, floor, names = listed[0], listed[1] - 1, listed[2]
-        start, size = 0, -1
-        if resume is not None:
-            size = os.stat(self.path).st_size
-            if resume.offset <= size:
-                start, floor = resume.offset, max(floor, resume.last_seq)
-        if start == size:
-            # Nothing after the known-good position (a log reopened where it was left):
-            # what a scan of no bytes finds, without opening the file to read nothing.
-            scan = _RepairScan(start, 0, set())
-        else:
-            scan = _scan_for_repair(self.path, report.damage, sink, start, floor)
-        report.valid_end = scan.valid_end
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+        # One descriptor reads the file for the repair and then appends to it (an open
+        # and a close fewer per log than a read-only one for the scan). If the file
+        # does not open for both, each is opened on its own as they always were, so
+        # whatever fails fails as it did (a file that can be written but not read
+        # still opens without a scan when there is nothing to scan).
+        try:
+            fd: int | None = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
+        except OSError:
+            fd = None
+        try:
+            start, size = 0, -1
+            if resume is not None:
+                size = os.stat(self.path).st_size if fd is None else os.fstat(fd).st_size
+                if resume.offset <= size:
+                    start, floor = resume.offset, max(floor, resume.last_seq)
+            if start == size:
+                # Nothing after the known-good position (a log reopened where it was
+                # left): what a scan of no bytes finds, without reading nothing.
+                scan = _RepairScan(start, 0, set())
+            else:
+                read_from = self.path if fd is None else fd
+                scan = _scan_for_repair(read_from, report.damage, sink, start, floor)
+            report.valid_end = scan.valid_end
+            if fd is None:
+                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+        except BaseException:  # the scan's own read handle was closed the same way
+            if fd is not None:
+                os.close(fd)
+            raise
         try:
             size = os.fstat(fd).st_size
             if size > scan.valid_end:
@@ -461,7 +477,7 @@ class _RepairScan:
 
 
 def _scan_for_repair(
-    path: Path, damage: DamageReport, sink: Sink | None, start: int, floor: int
+    path: Path | int, damage: DamageReport, sink: Sink | None, start: int, floor: int
 ) -> _RepairScan:
     seqs: set[int] = set()
     tail = [start]

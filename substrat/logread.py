@@ -170,7 +170,7 @@ BATCH_LINES = 1024
 
 
 def entry_batches(
-    path: str | os.PathLike[str],
+    path: str | os.PathLike[str] | int,
     damage: DamageReport,
     known_events: frozenset[str] | None,
     seen: set[int],
@@ -188,10 +188,12 @@ def entry_batches(
     (``start`` if none). ``first_seq`` is the entry the read should begin with
     (``min_seq + 1`` if None; 0 checks for no gap; ``_FROM_START_RECORD``: where the
     log's start record says, or 1): a ``seq`` missing from there to the last entry
-    read is a ``seq_gap``.
+    read is a ``seq_gap``. ``path`` may be a descriptor open for reading (read from
+    ``start``, left open: an open that repairs the log reads through the one it
+    appends with).
     """
     try:
-        handle = open(path, "rb")
+        handle = open(path, "rb", closefd=not isinstance(path, int))
     except FileNotFoundError:
         if tail_info is not None:
             tail_info[:] = [start]
@@ -199,7 +201,9 @@ def entry_batches(
     first = min_seq + 1 if first_seq is None else first_seq
     first_of = None
     if first_seq == _FROM_START_RECORD:  # read only if entries look missing (rare)
-        first, first_of = 1, (lambda: _start_of(path))
+        assert not isinstance(path, int), "a start record is found by the log's path"
+        named = path
+        first, first_of = 1, (lambda: _start_of(named))
     with handle:
         if start:
             handle.seek(start)

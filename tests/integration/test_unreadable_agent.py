@@ -179,7 +179,9 @@ def test_eio_on_one_log_holds_that_agent_back(
         real_open = open
 
         def failing_open(path: Any, *args: Any, **kwargs: Any) -> Any:
-            if str(path) == broken:
+            # the repair reads through the descriptor it appends with: follow it
+            named = os.readlink(f"/proc/self/fd/{path}") if isinstance(path, int) else str(path)
+            if named == broken:
                 raise OSError(errno.EIO, os.strerror(errno.EIO), str(path))
             return real_open(path, *args, **kwargs)
 
