@@ -39,7 +39,7 @@ from hypothesis.stateful import (
 )
 
 from faultfs import MODES
-from oracle.draws import pick
+from oracle.draws import draw, pick
 from oracle.harness import CrashHarness, held_interception, scripted_registry
 from oracle.workload import STEP_KINDS, Step
 from substrat.checkpointer import CheckpointPolicy
@@ -242,11 +242,11 @@ class CrashRecoveryMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def fsync_failure_and_crash(self, data: Any) -> None:
         step = self._draw_step(data)
-        nth = data.draw(_failing_fsyncs, label="failing fsync")
-        count = data.draw(_failures_in_a_row, label="failures in a row")
-        written = data.draw(_written_back, label="written back anyway")
-        mode = data.draw(_modes, label="mode")
-        seed = data.draw(_image_seeds, label="image seed")
+        nth = draw(data, _failing_fsyncs, "failing fsync")
+        count = draw(data, _failures_in_a_row, "failures in a row")
+        written = draw(data, _written_back, "written back anyway")
+        mode = draw(data, _modes, "mode")
+        seed = draw(data, _image_seeds, "image seed")
         outcome = self.harness.run_failing_fsyncs(step, nth, count, written=written)
         self.harness.crash_and_recover(mode, seed)
         self.crashes += 1
@@ -276,9 +276,9 @@ class CrashRecoveryMachine(RuleBasedStateMachine):
         self._crash_during(Step("terminate_by_parent", parent, child), data)
 
     def _crash_during(self, step: Step, data: Any) -> None:
-        boundary = data.draw(_boundaries, label="boundary")
-        mode = data.draw(_modes, label="mode")
-        seed = data.draw(_image_seeds, label="image seed")
+        boundary = draw(data, _boundaries, "boundary")
+        mode = draw(data, _modes, "mode")
+        seed = draw(data, _image_seeds, "image seed")
         ran = self.harness.run(step, crash_at=boundary)
         self.harness.crash_and_recover(mode, seed)
         self.crashes += 1
