@@ -101,8 +101,7 @@ class Session:
             "provider_state": base64.b64encode(self.provider_state).decode("ascii"),
             "extra": self.extra,
         }
-        canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
-        body["crc"] = f"{zlib.crc32(canonical.encode()):08x}"
+        body["crc"] = f"{zlib.crc32(_canonical(body)):08x}"
         fast = _indented(body)
         if fast is None:
             return (json.dumps(body, sort_keys=True, indent=1) + "\n").encode()
@@ -167,6 +166,26 @@ def _indented(body: dict[str, Any]) -> bytes | None:
             return None
         fields.append(f" {_encode_string(key)}: {text}")
     return ("{\n" + ",\n".join(fields) + "\n}\n").encode()
+
+
+def _canonical(body: dict[str, Any]) -> bytes:
+    """``json.dumps(body, sort_keys=True, separators=(",", ":")).encode()``, the form a
+    record's checksum is taken of, byte for byte.
+
+    A record with an empty ``extra`` (most: its other values are strings and
+    integers) is formatted by orjson, whose sorted compact form is the same bytes
+    when they are printable ASCII (json escapes the rest, DEL too, and orjson does
+    not); any other record, or other bytes, by json (which took two thirds of a
+    record's save: 28 -> 8 us here).
+    """
+    if not body["extra"]:
+        try:
+            fast = orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
+        except TypeError:  # e.g. a lone surrogate: json says how it reads
+            fast = b"\x7f"
+        if fast.isascii() and b"\x7f" not in fast:
+            return fast
+    return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
 
 
 _encode_string = json.encoder.encode_basestring_ascii  # json.dumps's own, for ensure_ascii

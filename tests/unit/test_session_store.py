@@ -236,8 +236,11 @@ def test_a_record_is_the_indented_json_it_always_was(
     extra: dict[str, object],
 ) -> None:
     """to_record writes what ``json.dumps(body, sort_keys=True, indent=1)`` wrote, byte for
-    byte (its own encoder for the common record, json's for any other), and reads back."""
+    byte (its own encoder for the common record, json's for any other), with the checksum
+    of json's compact sorted form as ever (orjson's form when the bytes are the same),
+    and reads back."""
     import json
+    import zlib
 
     session = Session(
         new_session_id(), provider, model, state, blob, state_seq, agent_id, dict(extra)
@@ -245,6 +248,9 @@ def test_a_record_is_the_indented_json_it_always_was(
     record = session.to_record()
     body = json.loads(record)
     assert record == (json.dumps(body, sort_keys=True, indent=1) + "\n").encode()
+    crc = body.pop("crc")
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    assert crc == f"{zlib.crc32(canonical.encode()):08x}"
     assert Session.from_record(record) == session
 
 
