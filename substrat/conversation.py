@@ -12,8 +12,9 @@ from pathlib import Path
 from substrat import events
 from substrat.errors import SubstratError
 from substrat.eventlog import Entry, read_log
-from substrat.logbase import BaseUnreadable, LogBase, first_kept, read_base
+from substrat.logbase import BASE_NAME, BaseUnreadable, LogBase, read_base
 from substrat.providers.base import TurnRecord
+from substrat.segments import Segment, active_start, list_log
 
 
 class ConversationGone(SubstratError):
@@ -28,23 +29,35 @@ def conversation_from_log(path: Path) -> list[TurnRecord]:
     with the turns its base holds (:mod:`substrat.logbase`); ConversationGone if
     they are gone and the base does not read.
     """
-    return conversation_with_base(log_base(path), read_log(path).entries)
+    # One listing of the log's directory says whether there is a base or a start
+    # record to read (most logs have neither) and which segments the read takes.
+    listed = list_log(path)
+    return conversation_with_base(log_base(path, listed), read_log(path, sealed=listed[0]).entries)
 
 
-def log_base(path: Path) -> LogBase | None:
+def log_base(
+    path: Path, listed: tuple[list[Segment], frozenset[str]] | None = None
+) -> LogBase | None:
     """The log's base, if it has one that counts; ConversationGone if its first
-    entries are gone and no base that reads says what they held."""
+    entries are gone and no base that reads says what they held. ``listed``: the
+    log's directory as :func:`~substrat.segments.list_log` gave it just now."""
     try:
-        base = read_base(path)
+        base = read_base(path) if listed is None or BASE_NAME in listed[1] else None
         why = "it has no base"
     except BaseUnreadable as exc:
         base, why = None, f"their base does not read ({exc})"
-    if base is None and first_kept(path) > 1:
+    if base is not None:
+        return base
+    if listed is None:
+        listed = list_log(path)
+    sealed, names = listed
+    first = sealed[0].first if sealed else active_start(path, sealed, names)
+    if first > 1:
         raise ConversationGone(
-            f"{path}: entries before {first_kept(path)} are gone and {why}; restore "
+            f"{path}: entries before {first} are gone and {why}; restore "
             f"{path.parent} from a backup"
         )
-    return base  # None: nothing is deleted, the log holds every turn
+    return None  # nothing is deleted, the log holds every turn
 
 
 def conversation_with_base(base: LogBase | None, entries: Iterable[Entry]) -> list[TurnRecord]:

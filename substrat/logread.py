@@ -309,8 +309,10 @@ def history_batches(
     known_events: frozenset[str] | None,
     seen: set[int],
     tail_info: list[int] | None,
+    sealed: list[Segment] | None = None,
 ) -> Iterator[list[Entry]]:
-    """The whole history: the sealed segments of ``path``, then the active file itself.
+    """The whole history: the sealed segments of ``path`` (``sealed``, or listed now),
+    then the active file itself.
 
     A segment missing between two others is damage (``missing_segment``): the
     entries it held are lost. A history that starts after seq 1 is not: a
@@ -318,7 +320,8 @@ def history_batches(
     missing inside a file are a ``seq_gap`` (see the module docstring).
     """
     expected = 0
-    sealed = list_sealed(path)
+    if sealed is None:
+        sealed = list_sealed(path)
     for segment in sealed:
         if expected and segment.first != expected:
             damage.add("missing_segment", 0, b"", 0, segment.name)
@@ -348,13 +351,17 @@ def _start_of(path: str | os.PathLike[str]) -> int:
 
 
 def read_log(
-    path: str | os.PathLike[str], *, known_events: frozenset[str] | None = KNOWN_EVENTS
+    path: str | os.PathLike[str],
+    *,
+    known_events: frozenset[str] | None = KNOWN_EVENTS,
+    sealed: list[Segment] | None = None,
 ) -> LogRead:
-    """Read a whole log. Never raises on damage; see :func:`iter_log`."""
+    """Read a whole log. Never raises on damage; see :func:`iter_log`. ``sealed``: its
+    segments as :func:`~substrat.segments.list_sealed` gave them just now."""
     damage = DamageReport()
     tail: list[int] = [0]
     entries: list[Entry] = []
-    for batch in history_batches(path, damage, known_events, set(), tail):
+    for batch in history_batches(path, damage, known_events, set(), tail, sealed):
         entries.extend(batch)
     return LogRead(entries, damage, tail[0])
 
