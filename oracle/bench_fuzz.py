@@ -139,6 +139,17 @@ def lifecycle_on_disk() -> float:
     return lifecycle_examples(on_disk=True)
 
 
+def lifecycle_engine_only(examples: int = LIFECYCLE_EXAMPLES) -> float:
+    """Examples per CPU second of the lifecycle machine's rules with empty bodies
+    (:func:`oracle.engine_floor.engine_only`): the engine's own cost, a ceiling."""
+    from oracle.engine_floor import engine_only
+    from oracle.lifecycle import LifecycleMachine
+
+    started = time.process_time()
+    run_seeded(engine_only(LifecycleMachine), examples, 30)
+    return examples / (time.process_time() - started)
+
+
 def sweep_rate(names: tuple[str, ...] = SWEEP_SCENARIOS) -> float:
     """Crash states (and recovery-crash states) checked per CPU second, posix profile."""
     from oracle.sweep import SCENARIOS, sweep
@@ -306,6 +317,7 @@ def fuzz_rows(base: str | None, rounds: int = FUZZ_ROUNDS) -> list[Row]:
             "life": lifecycle_examples,
             "life_base": lambda: versus("lifecycle_examples"),
             "life_disk": lifecycle_on_disk,
+            "life_engine": lifecycle_engine_only,
         },
         rounds,
     )
@@ -350,6 +362,7 @@ def fuzz_rows(base: str | None, rounds: int = FUZZ_ROUNDS) -> list[Row]:
         ),
         row(lifecycle, "life", f"same at {short}", "life_base"),
         row(lifecycle, "life", "the same on a real directory", "life_disk"),
+        row(lifecycle, "life", "its rules with empty bodies: the engine alone", "life_engine"),
         row(
             lifecycle,
             "life",
