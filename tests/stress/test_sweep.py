@@ -33,7 +33,7 @@ SHARES = {
     "evictions": 2,
     "terminations": 3,
     "checkpoints and compaction": 5,
-    "checkpoints and deletion": 5,
+    "checkpoints and deletion": 8,
 }
 """Items each scripted sweep runs as (each item on every profile). Since each share runs
 its scenario once (oracle.sweep captures every boundary of it), the lazyfs sweeps (the
@@ -41,8 +41,9 @@ dearest) cost 0.7-9.8 CPU s, all shares together (checkpoints and deletion 9.8,
 checkpoints and compaction 8.5, terminations 3.6; one run under ``ci``, load 5-8), and a
 split costs next to nothing: 1 to 5 shares of checkpoints
 and deletion checked 2,737-2,756 distinct states for 7.6-8.7 CPU s in all. So the
-splits stay; with the three profiles in one item, the dearest items cost about 3-5 CPU
-s (docs/benchmarks.md, the eighth pass), well under 1/64 of a campaign."""
+splits stay. With the three profiles in one item, five shares of checkpoints and deletion
+cost 2.2-2.9 CPU s each under ``ci``, over 1/64 of that campaign's 140 CPU s; eight
+cost 1.1-2.0 each, 11.7-12.2 in all against 13.1 (docs/benchmarks.md, the eighth pass)."""
 OPENAI_SHARES = {"children": 1, "messages both ways": 1, "stranded reply": 1}
 """The same for the OpenAI sweeps: unsplit they cost 13.5, 12.8 and 7.1 CPU s when the
 scenario was re-run to each boundary (hence 8, 8 and 4 shares then); captured once, all
