@@ -3,7 +3,8 @@
 Load it into a run with ``-p oracle.item_cpu`` and name a file in
 ``SUBSTRAT_ITEM_CPU``: every item (set-up, call and teardown) appends one JSON
 line with its node id, the process id, the CPU seconds of the process that ran it (user and
-system, plus child processes it waited for, such as a killed daemon), its
+system, plus its child processes': those it waited for, such as a killed daemon, and
+those still alive, such as a fixture's server, for what they did during the item), its
 wall seconds and when it started and ended (Unix time). It works under xdist
 (each worker appends its own lines).
 
@@ -22,6 +23,7 @@ load stretches wall time, much less the CPU an item needs.
 from __future__ import annotations
 
 import argparse
+import glob
 import heapq
 import json
 import os
@@ -37,9 +39,39 @@ ENV = "SUBSTRAT_ITEM_CPU"
 SHOWN = 12
 
 
+_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+
+
+def _live_children_cpu_s() -> float:
+    """CPU seconds of this process's children that are still alive (or not yet reaped).
+
+    A long-lived helper process (a module-scoped fixture's server, say) is
+    reaped only when its fixture is torn down; ``os.times`` would then charge
+    everything it did for a whole module to the item that happened to be last.
+    Counting live children as they go charges each item what they did during it.
+    Each child's own waited-for children are in its ``cutime``/``cstime``.
+    """
+    total_ticks = 0
+    for listing in glob.glob(f"/proc/{os.getpid()}/task/*/children"):
+        try:
+            with open(listing) as handle:
+                pids = handle.read().split()
+        except OSError:  # the thread ended meanwhile
+            continue
+        for pid in pids:
+            try:
+                with open(f"/proc/{pid}/stat") as handle:
+                    fields = handle.read().rsplit(")", 1)[1].split()
+            except OSError:  # reaped meanwhile: os.times counts it now
+                continue
+            total_ticks += sum(int(field) for field in fields[11:15])  # utime..cstime
+    return total_ticks / _TICKS_PER_S
+
+
 def _cpu_s() -> float:
+    """This process's CPU, its reaped children's, and its live children's so far."""
     t = os.times()
-    return t.user + t.system + t.children_user + t.children_system
+    return t.user + t.system + t.children_user + t.children_system + _live_children_cpu_s()
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -123,3 +123,53 @@ def test_the_plugin_records_each_item(tmp_path: Path) -> None:
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     assert all(line["start"] <= line["end"] for line in lines)
     assert lines[0]["end"] <= lines[1]["start"]  # one worker: one item after the other
+
+
+BURNER = """
+import subprocess, sys
+
+import pytest
+
+BURN = (
+    "import sys, time\\nfor _ in sys.stdin:\\n    t = time.process_time()\\n"
+    "    while time.process_time() - t < 0.5:\\n        pass\\n    print('burnt', flush=True)\\n"
+)
+
+
+@pytest.fixture(scope="module")
+def server():
+    proc = subprocess.Popen([sys.executable, "-c", BURN], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    yield proc
+    proc.stdin.close()
+    proc.wait()
+
+
+def test_burns(server):
+    server.stdin.write("go\\n")
+    server.stdin.flush()
+    assert server.stdout.readline() == "burnt\\n"
+
+
+def test_last(server):
+    pass
+"""
+
+
+def test_a_live_helper_process_is_charged_to_the_item_it_worked_for(tmp_path: Path) -> None:
+    # The module's server is reaped at the module's end, in the last item's teardown; the
+    # half CPU second it burnt belongs to the item that asked for it.
+    (tmp_path / "test_server.py").write_text(BURNER)
+    out = tmp_path / "cpu.jsonl"
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "oracle.item_cpu", "-p", "no:cacheprovider"]
+        + ["-q", "-p", "no:xdist", str(tmp_path / "test_server.py")],
+        cwd=tmp_path,
+        env={**os.environ, "SUBSTRAT_ITEM_CPU": str(out), "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    got = {item.split("::")[1]: cpu for item, (cpu, _) in load(str(out)).items()}
+    assert got["test_burns"] >= 0.4, got
+    assert got["test_last"] < 0.3, got
