@@ -18,7 +18,8 @@ pytestmark = pytest.mark.stress
 
 CASES = [
     ("checkpoints and compaction", "lazyfs", (3, 5)),
-    ("checkpoints and deletion", "posix", (4, 5)),
+    ("checkpoints and deletion", "posix", (6, 8)),
+    ("checkpoints and deletion", "posix", (7, 8)),
     ("terminations", "posix", (2, 3)),
     ("broadcast", "ext4-ordered", (1, 3)),
     ("messages both ways", "lazyfs", (0, 2)),
