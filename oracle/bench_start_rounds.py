@@ -17,6 +17,11 @@ with the range over the rounds:
   is <= 0.05x);
 * the daemon's peak RSS with and without the store.
 
+The daemons run with ``PYTHONSAFEPATH=1``: ``python -m`` otherwise puts the
+working directory first on ``sys.path``, ahead of ``PYTHONPATH``, so run from a
+checkout every daemon imported that checkout's ``substrat``, whatever code tree
+it was given (see docs/benchmarks.md, issue 16's sixth session).
+
 Example (the commit before a change against the working tree)::
 
     git worktree add --detach /tmp/before <commit>
@@ -47,6 +52,10 @@ def start(root: ScaleRoot, empty: ScaleRoot, code: str, kind: str) -> StartResul
     """One daemon start of the code at ``code`` (see the module docstring)."""
     previous = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.path.abspath(code)
+    # ``python -m`` puts the working directory first on sys.path, ahead of PYTHONPATH: run
+    # from a checkout, every daemon would import that checkout's substrat, whatever ``code``
+    safe = os.environ.get("PYTHONSAFEPATH")
+    os.environ["PYTHONSAFEPATH"] = "1"
     try:
         if kind == "empty":
             return daemon_cold_start(empty)
@@ -64,6 +73,10 @@ def start(root: ScaleRoot, empty: ScaleRoot, code: str, kind: str) -> StartResul
             del os.environ["PYTHONPATH"]
         else:
             os.environ["PYTHONPATH"] = previous
+        if safe is None:
+            del os.environ["PYTHONSAFEPATH"]
+        else:
+            os.environ["PYTHONSAFEPATH"] = safe
 
 
 def run_rounds(

@@ -326,6 +326,40 @@ CATALOG: tuple[Mutant, ...] = (
         "        reason = None  # planted: the checkpoint is taken on trust\n",
     ),
     Mutant(
+        "summary_entry_log_unchecked",
+        "a start takes an agent from its start summary entry without comparing its log's "
+        "fingerprint: a log that grew after the summary (a turn, then a crash before any "
+        "checkpoint) is taken as it was",
+        "recovery_logs.py",
+        "            or fingerprint(st) != entry[2]  # its size: where the checkpoint ends (see build)\n",  # noqa: E501
+        "",
+    ),
+    Mutant(
+        "summary_entry_pending_unchecked",
+        "a start takes an agent from its start summary entry although a crash left a "
+        "pending entry beside its log (never replayed)",
+        "recovery_logs.py",
+        "        if pending != entry[4]:  # none, or the one already logged that the entry knew\n",
+        "        if False:  # planted: the pending entry is not looked at\n",
+    ),
+    Mutant(
+        "summary_record_unchecked",
+        "a start takes an agent's record from the start summary without comparing the "
+        "record's fingerprint: a record rewritten since is taken as it was",
+        "start_summary.py",
+        "            if entry[0] != fingerprint(os.stat(path)):\n                return None\n",
+        "            pass  # planted: the record is taken on trust\n",
+    ),
+    Mutant(
+        "summary_entry_over_a_tail",
+        "the start summary holds an entry for an agent whose log has entries past its "
+        "newest checkpoint (not yet checkpointed): a start takes the checkpoint's facts "
+        "and misses them",
+        "start_summary.py",
+        "        if log_st.st_size != at.offset + at.length or line_mismatch(at, line) is not None:\n",  # noqa: E501
+        "        if line_mismatch(at, line) is not None:  # planted: the tail is not looked at\n",
+    ),
+    Mutant(
         "segment_removed_before_archive_durable",
         "archiving removes the plain segment before its compressed copy is durable",
         "segments.py",

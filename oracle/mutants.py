@@ -70,7 +70,11 @@ from oracle.mutant_report import (
 )
 
 # Cheapest and most targeted first: a mutant's run stops at its first real kill.
-DEFAULT_TESTS = ("tests/stress/test_persistence_fuzz.py", "tests/stress")
+DEFAULT_TESTS = (
+    "tests/stress/test_persistence_fuzz.py",
+    "tests/integration/test_start_summary.py",  # the start summary's checks (a few seconds)
+    "tests/stress",
+)
 SYSTEMATIC_TESTS = (
     "tests/stress/test_persistence_fuzz.py",
     "tests/unit/test_persistence_crash.py",

@@ -67,6 +67,11 @@ DELETING_CHECKPOINTS = CheckpointPolicy(every_entries=4, segment_bytes=500, comp
 deletes an agent's first segments (its base written first: see substrat.logbase)."""
 
 
+SUMMARY_CHECKPOINTS = CheckpointPolicy(every_entries=1000)
+"""Checkpoints only when a step asks (or an eviction), no segment sealed: the start summary
+that a checkpoint of every log writes holds every agent (see substrat.start_summary)."""
+
+
 def _s(*parts: str) -> Step:
     return Step(*parts)
 
@@ -157,6 +162,23 @@ SCENARIOS: dict[str, Scenario] = {
             ),
             slots=1,
             checkpoints=SMALL_CHECKPOINTS,
+        ),
+        Scenario(
+            "checkpoints and the start summary",
+            (
+                _s("create_root", "ada"),
+                _s("spawn", "ada", "bob"),
+                _s("spawn", "ada", "cy"),
+                _s("send", "ada", "ada/bob"),
+                _s("pending"),
+                _s("checkpoint"),  # the summary holds every agent
+                _s("turn", "ada/bob"),  # bob's log grows past its entry
+                _s("checkpoint"),  # the store appended, a new summary
+                _s("send", "ada/cy", "user"),
+                _s("evict", "ada"),
+            ),
+            slots=1,
+            checkpoints=SUMMARY_CHECKPOINTS,
         ),
         Scenario(
             "checkpoints and deletion",

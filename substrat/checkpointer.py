@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from substrat import logbase, segments
+from substrat import logbase, segments, start_summary
 from substrat.checkpoints import (
     Checkpoint,
     CheckpointStore,
@@ -271,6 +271,20 @@ class Checkpointer:
             self._executor.shutdown(wait=True)
             self._executor = None
         self.store.close()
+
+    def summarize(self) -> None:
+        """Write the start summary (:mod:`substrat.start_summary`) of the store as it is
+        now durable: at a clean shutdown (after :meth:`close` and every log's close), and
+        after a checkpoint of every log. Never while a checkpoint is being appended."""
+        if not (self.policy.enabled and self.policy.on_close) or self.store.broken is not None:
+            return
+        if self._pending or self._busy:
+            return  # a worker may be appending: the next summary covers it
+        try:
+            start_summary.write(self.store.path.parent.parent)
+        except OSError as exc:  # a later start reads the store and the logs as always
+            self.stats.errors.append(f"writing the start summary: {exc}")
+            log.warning("writing the start summary failed: %s", exc)
 
     # -- capture (the caller's thread), build and append (the worker) ----------------------
 

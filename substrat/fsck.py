@@ -305,6 +305,7 @@ def _inspect(root: Path, report: FsckReport) -> None:
         _inspect_log(user_log, report)
     _inspect_registry(root, report)
     fsck_checkpoints.inspect(root, report.add)
+    fsck_checkpoints.inspect_summary(root, report.add)
     try:
         _inspect_plan(root, report, unreadable)
     except OSError as exc:  # one odd entry must not hide the rest of the report

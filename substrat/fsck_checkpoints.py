@@ -9,6 +9,9 @@
   read, like fsck's, can check). One that disagrees is reported; ``--repair``
   drops it, and the recovery that ends the repair writes a new one from the
   log at its clean shutdown.
+* The start summary (``checkpoints/start.json``, :mod:`substrat.start_summary`):
+  one a start would not use (damaged, torn, stale, of another format) is
+  reported; ``--repair`` builds it again from the disk (or removes it).
 * Sealed segments: a segment missing between two others (its entries are
   lost); the first segments missing (lost, unless the ``delete`` compaction
   policy removed them: then the log's base, :mod:`substrat.logbase`, reads and
@@ -25,7 +28,7 @@ import zlib
 from collections.abc import Callable
 from pathlib import Path
 
-from substrat import persistence
+from substrat import persistence, start_summary
 from substrat.checkpoints import Checkpoint, CheckpointStore, read_store, store_path, verify
 from substrat.eventlog import LOG_NAME
 from substrat.logbase import BASE_NAME, BaseUnreadable, first_kept, read_base
@@ -120,6 +123,25 @@ def inspect(root: Path, add: Add) -> None:
                 "in full",
                 repair="drop it; recovery writes a new one from the log",
             )
+
+
+def inspect_summary(root: Path, add: Add) -> None:
+    """A start summary that a start would not use (damaged, torn, stale, of another
+    format): reported; ``--repair`` rebuilds it from the disk (or removes it)."""
+    _, why = start_summary.load(root)
+    if why is None:
+        return
+    path = Path(start_summary.summary_path(root))
+    if start_summary.STALE in why:  # checkpoints written since: the usual, not damage
+        add("start_summary_stale", path, NOTICE, f"{why}; the next start does without it")
+        return
+    add(
+        "start_summary_unusable",
+        path,
+        LEFTOVER,
+        f"{why}; the next start reads the checkpoint store and every record instead",
+        repair="rebuild it from the store, the records and the logs (or remove it)",
+    )
 
 
 def inspect_segments(log_path: Path, add: Add) -> None:
@@ -263,6 +285,11 @@ def repair(root: Path, *, lines_lost: bool = False) -> None:
                 same = False
             if same:
                 persistence.durable_unlink(segment.path)
+    summary = Path(start_summary.summary_path(root))
+    if summary.exists() or summary.with_name(summary.name + persistence.TMP_SUFFIX).exists():
+        # what it summarised may have changed above: built again from the disk as it is
+        persistence.durable_unlink(summary.with_name(summary.name + persistence.TMP_SUFFIX))
+        start_summary.write(root)
 
 
 def _agrees(root: Path, checkpoint: Checkpoint) -> bool:

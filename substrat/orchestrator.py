@@ -155,6 +155,8 @@ class Orchestrator(QueryMixin, CommitMixin, WakeMixin):
         self.checkpointer.poke()
         await self.checkpointer.drain()
         self.checkpointer.compact(endpoints)
+        if agent is None:  # every log: the start summary of what is now durable
+            self.checkpointer.summarize()
         return self.checkpointer.stats.written - before
 
     def settled(self) -> Settled:
@@ -183,6 +185,7 @@ class Orchestrator(QueryMixin, CommitMixin, WakeMixin):
         await self.mux.suspend_all()
         await self.checkpointer.close()
         self.logs.close_all()
+        self.checkpointer.summarize()  # after the logs: what it fingerprints is final
         self.roots.close()
         self.closed = True
 

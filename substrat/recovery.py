@@ -50,7 +50,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from substrat import access, events, rollforward
+from substrat import access, events, rollforward, start_summary
 from substrat.access import Unreadable
 from substrat.agents import AgentNode, AgentTree
 from substrat.checkpoints import CHECKPOINTS_DIR, Checkpoint, StoreRead, read_store
@@ -151,11 +151,15 @@ def recover(store: SessionStore, logs: LogPool, roots: RootRegistry) -> Recovere
 
 
 def _recover(store: SessionStore, logs: LogPool, roots: RootRegistry) -> Recovered:
-    root = RootStores(store, logs, roots, read_store(store.root))
     report = RecoveryReport()
+    summary, report.start_summary = start_summary.load(store.root)
+    if summary is not None:  # the store as it was summarised: none of its lines is read
+        root = RootStores(store, logs, roots, summary.store, summary=summary)
+    else:
+        root = RootStores(store, logs, roots, read_store(store.root))
     if root.checkpoints.damage:
         report.log_damage[CHECKPOINTS_DIR] = dict(root.checkpoints.damage)
-    scan = store.recover()
+    scan = store.recover(None if summary is None else summary.record)
     report.quarantined = list(scan.quarantined)
     unreadable = {
         sid: access.unreadable(sid, store.session_dir(sid), exc, then=THEN)
@@ -180,7 +184,7 @@ def _recover(store: SessionStore, logs: LogPool, roots: RootRegistry) -> Recover
         # recipients' logs, so only the sender's log still says they were sent.
         # Read every log without the store, as if it were gone (bases still count).
         report.checkpoints_set_aside = doubt
-        report.checkpoints_used = 0
+        report.checkpoints_used = report.summary_used = 0
         report.read_in_full.clear()
         every_log = RootStores(store, logs, roots, StoreRead())
         every_log.cut_turn_starts = root.cut_turn_starts  # that repair is done
@@ -253,7 +257,7 @@ def _read_endpoints(
     facts: dict[str, AgentFacts] = {}
     failed: dict[str, Unreadable] = {}
     for sid in sids:
-        read = read_agent(root, sid, report)
+        read = read_agent(root, sid, report, recorded=sid in records)
         if isinstance(read, Unreadable):
             failed[sid] = read
         elif read is not None:

@@ -31,6 +31,7 @@ from substrat.recovery_report import RecoveryReport
 from substrat.registry import RootRegistry
 from substrat.segments import Position, Segment, active_start, list_log, list_sealed
 from substrat.session import SessionStore
+from substrat.start_summary import Summary, facts_of, fingerprint, lstat_fingerprint
 
 THEN = "restart the daemon"
 """The step after fixing an unreadable agent (see substrat.access)."""
@@ -48,13 +49,23 @@ class RootStores:
     cut_turn_starts: dict[str, int] = field(default_factory=dict)
     """Endpoint -> the turn whose damaged start its repair cut off (a read after that
     repair no longer sees the line: see :meth:`AgentFacts.cut_turn_start`)."""
+    summary: Summary | None = None
+    """The start summary, if it held as a whole (:mod:`substrat.start_summary`)."""
 
 
 def read_agent(
-    root: RootStores, sid: str, report: RecoveryReport
+    root: RootStores, sid: str, report: RecoveryReport, *, recorded: bool = False
 ) -> AgentFacts | Unreadable | None:
-    """Repair one agent's log and distill it; None if it has no log, Unreadable if it failed."""
+    """Repair one agent's log and distill it; None if it has no log, Unreadable if it failed.
+
+    ``recorded``: its record was read (then its facts may come from the start summary,
+    which leaves out ``session.created``: only a lost record is rebuilt from it).
+    """
     root.logs.close(sid)  # the repair below must be the only open of this log
+    if recorded and root.summary is not None:
+        summarized = _from_summary(root, root.summary, sid, report)
+        if summarized is not None:
+            return summarized
     # most agents of a checkpointed root: no Path, one open of the log, no listing
     quick = _unsealed_to_the_end(root, sid, root.logs.path_text(sid), report)
     if quick is not None:
@@ -214,6 +225,43 @@ def _unsealed_to_the_end(
     report.checkpoints_used += 1
     root.used[endpoint] = checkpoint
     root.logs.remember(endpoint, Resume(size, at.seq))
+    return facts
+
+
+def _from_summary(
+    root: RootStores, summary: Summary, sid: str, report: RecoveryReport
+) -> AgentFacts | None:
+    """The agent's facts from its start summary entry, if it holds: one ``stat`` of its
+    log gives the fingerprint the entry holds (the log is as it was when the entry was
+    derived from it and its newest checkpoint: it ended where that checkpoint does), and
+    an ``lstat`` of its pending file gives what the entry holds (none, or a copy already
+    logged). None otherwise (then it is read as always, and the report says its entry
+    was passed over)."""
+    entry = summary.agents.pop(sid, None)  # used once: what it holds goes with it
+    if entry is None:
+        return None
+    path = root.logs.path_text(sid)
+    checkpoint = root.checkpoints.newest(sid)
+    try:
+        st = os.stat(path)
+        if (
+            checkpoint is None
+            or fingerprint(st) != entry[2]  # its size: where the checkpoint ends (see build)
+            or checkpoint.at.file_first != 1
+            or is_suspect(path)
+        ):
+            raise ValueError("its log is not as the entry says")
+        pending = lstat_fingerprint(path[: path.rfind(os.sep) + 1] + PENDING_NAME)
+        if pending != entry[4]:  # none, or the one already logged that the entry knew
+            raise ValueError("a pending entry")
+        facts = facts_of(sid, entry[3])
+    except (OSError, ValueError, TypeError, IndexError):
+        report.summary_passed_over.append(sid)
+        return None
+    report.checkpoints_used += 1
+    report.summary_used += 1
+    root.used[sid] = checkpoint
+    root.logs.remember(sid, Resume(st.st_size, checkpoint.at.seq))
     return facts
 
 

@@ -53,6 +53,12 @@ class RecoveryReport:
     checkpoints_set_aside: str | None = None
     """Why no checkpoint of the store was used, if a checkpoint that did not hold or a
     log's damage made every log read from its start (see substrat.recovery)."""
+    start_summary: str | None = None
+    """Why the start summary was not used, if there was one (see substrat.start_summary)."""
+    summary_used: int = 0
+    """Agents started from their start summary entry (record and log end not read)."""
+    summary_passed_over: list[str] = field(default_factory=list)
+    """Agents whose start summary entry did not hold (read as without a summary)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -83,4 +89,7 @@ class RecoveryReport:
             "read_in_full": list(self.read_in_full),
             "log_gaps": {e: [list(r) for r in ranges] for e, ranges in self.log_gaps.items()},
             "checkpoints_set_aside": self.checkpoints_set_aside,
+            "start_summary": self.start_summary,
+            "summary_used": self.summary_used,
+            "summary_passed_over": list(self.summary_passed_over),
         }

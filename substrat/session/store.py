@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,6 +25,8 @@ RECORD_NAME = "session.json"
 LOG_NAME = "events.jsonl"
 MAX_RECORD_BYTES = 64 << 20
 READ_CHUNK_BYTES = 64 << 10
+KnownRecord = Callable[[str, str], "Session | None"]
+"""``known(session_id, path)``: a record known without reading it, or None."""
 
 
 @dataclass(frozen=True)
@@ -167,10 +170,12 @@ class SessionStore:
         bad.sort()
         return good, bad
 
-    def scan(self, *, quarantine: bool = True) -> ScanResult:
+    def scan(self, *, quarantine: bool = True, known: KnownRecord | None = None) -> ScanResult:
         """Load every record. Never fails on one bad record.
 
         With ``quarantine=False`` nothing on disk changes (for read-only checks).
+        ``known(session_id, path)`` may give a record without reading it (the start
+        summary, :mod:`substrat.start_summary`); None reads it.
         """
         result = ScanResult()
         good, bad = self.list_dirs()
@@ -182,6 +187,11 @@ class SessionStore:
         for session_id in good:
             # a string path: a Path per agent was a tenth of a 10,000-agent start
             path = f"{agents_dir}{os.sep}{session_id}{os.sep}{RECORD_NAME}"
+            if known is not None:
+                session = known(session_id, path)
+                if session is not None:
+                    result.sessions.append(session)
+                    continue
             try:
                 raw = _read_limited(path)
             except FileNotFoundError:
@@ -203,13 +213,13 @@ class SessionStore:
                 )
         return result
 
-    def recover(self) -> ScanResult:
+    def recover(self, known: KnownRecord | None = None) -> ScanResult:
         """Scan, flip every ACTIVE session to SUSPENDED on disk, and return the scan.
 
         After a crash no provider session is live, so a record that says ACTIVE
         is stale. Running this twice gives the same result.
         """
-        result = self.scan()
+        result = self.scan(known=known)
         for session in list(result.sessions):
             if session.state is SessionState.ACTIVE:
                 try:

@@ -8,7 +8,7 @@ import pytest
 
 from oracle.machines import CrashRecoveryMachine
 from oracle.shards import run_shard
-from oracle.sweep import DELETING_CHECKPOINTS, SMALL_CHECKPOINTS
+from oracle.sweep import DELETING_CHECKPOINTS, SMALL_CHECKPOINTS, SUMMARY_CHECKPOINTS
 from substrat.providers.registry import ProviderRegistry
 from tests.support.chat_server import ChatServer
 from tests.support.directive_chat import directive_responder, openai_registry
@@ -61,6 +61,15 @@ class LazyFSDeletingCrashMachine(DeletingCrashMachine):
     profile = "lazyfs"
 
 
+class SummaryCrashMachine(CrashRecoveryMachine):
+    """Checkpoints only when a rule asks (or an eviction), nothing sealed: a checkpoint of
+    every log writes a start summary that holds every agent (substrat.start_summary), so
+    crashes land inside its write and recoveries take agents from it, or pass them over
+    when their logs grew since."""
+
+    checkpoints = SUMMARY_CHECKPOINTS
+
+
 SCRIPTED_SHARDS = 2
 """Items each scripted machine's examples are shared by: one item each cost 3.8-4.7 CPU s
 under ``ci``, above 1/64 of the campaign. Each shard has its own seed under ``ci``
@@ -76,6 +85,7 @@ SCRIPTED = {
     "deleting-posix": DeletingCrashMachine,
     "deleting-ext4": Ext4DeletingCrashMachine,
     "deleting-lazyfs": LazyFSDeletingCrashMachine,
+    "summary-posix": SummaryCrashMachine,
 }
 
 

@@ -34,6 +34,7 @@ SHARES = {
     "terminations": 3,
     "checkpoints and compaction": 5,
     "checkpoints and deletion": 8,
+    "checkpoints and the start summary": 4,
 }
 """Items each scripted sweep runs as (each item on every profile). Since each share runs
 its scenario once (oracle.sweep captures every boundary of it), the lazyfs sweeps (the

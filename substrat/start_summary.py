@@ -1,0 +1,416 @@
+"""The start summary: what a restart needs of each quiet agent, in one file read in one piece.
+
+A root with many live agents spends its start on per-agent work that reads no
+history: the checkpoint store's line per agent, the agent's record, the end of
+its log, its facts (docs/benchmarks.md, issue 16). The summary,
+``<root>/checkpoints/start.json``, holds that work done once, at a clean stop
+(:meth:`substrat.checkpointer.Checkpointer.summarize`, after the last
+checkpoints are durable and every log is closed). It is derived from the disk
+alone (:func:`build`: the store as :func:`~substrat.checkpoints.read_store`
+reads it, each record and log as they are), so ``fsck --repair`` rebuilds it
+the same way. It holds:
+
+* the store's fingerprint (see below) and where every checkpoint of the store
+  is (its :class:`~substrat.checkpoints.LogPoint` and its line's place), so a
+  start that finds the same store reads no line of it;
+* per agent whose log ends exactly where its newest checkpoint does (never
+  sealed, the checkpoint's line checked as a start checks it, writable, no
+  pending entry to replay: a pending file whose entry is already in the log, as
+  an open log leaves it, is fingerprinted too), whose record parses and whose facts are small
+  (``MAX_FACTS_BYTES``; the user's inbox and a parent's spawn records stay in
+  the store): its record's fields as the record parsed and its fingerprint, its
+  log's fingerprint, and its
+  facts as a start uses them (without the last completed turn and
+  ``session.created``, which a start drops).
+
+**What a fingerprint trusts.** A fingerprint is ``(st_dev, st_ino, st_size,
+st_mtime_ns, st_ctime_ns)``. A start uses an agent's entry only if one
+``stat`` of its record and of its log give the fingerprints the entry holds,
+and an ``lstat`` of its pending file gives what the entry holds (nothing, or the
+one already logged); otherwise that agent is read as without a summary.
+Appending changes the size, and every write the mtime and ctime;
+``os.utime`` can set the mtime but not the ctime; a rename (every record write
+is one, :func:`~substrat.persistence.atomic_write`) or a copy changes the inode
+or the ctime. What goes unseen is a rewrite in place of the same size within
+one tick of the file system's clock (the ctime is the same), or a file system
+that reuses an inode and a ctime to the tick: substrat never rewrites a log or
+a record in place, and the root's lock keeps any other substrat process out.
+The store's fingerprint is checked the same way: any append or rewrite of the
+store makes the whole summary stale (then the store is read as always).
+
+**Never a wrong state.** The file is checksummed (its first line holds the
+CRC-32 and length of the rest). A summary missing, torn, damaged, of another
+format or stale is not used (:func:`load` says why, the recovery report shows
+it as ``start_summary``); an agent whose entry does not hold is read as
+without a summary (``summary_passed_over``). A crash leaves the summary of the
+last clean stop, and since any store write changes the store's fingerprint,
+that summary is stale once anything was checkpointed after it.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import os
+import stat
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from substrat import jsontext, persistence
+from substrat.agents import USER
+from substrat.checkpoints import (
+    CHECKPOINTS_DIR,
+    Checkpoint,
+    LogPoint,
+    Stored,
+    StoreRead,
+    line_mismatch,
+    read_store,
+    store_path,
+)
+from substrat.eventlog import LOG_NAME, PENDING_NAME, decode_line
+from substrat.facts import AgentFacts
+from substrat.session import Session, SessionState
+from substrat.session.store import AGENTS_DIR, RECORD_NAME
+
+SUMMARY_NAME = "start.json"
+FORMAT = 1
+MAX_FACTS_BYTES = 8 << 10
+"""An agent whose checkpoint's facts are bigger is left to the store: decoding many
+large facts in one piece would raise a start's peak memory."""
+
+STALE = "is stale"
+"""In :func:`load`'s reason for a summary older than the store (the usual after a crash, or
+checkpoints written since), not damaged."""
+
+CHUNK = 500
+"""Endpoints per line of the file (each line is decoded on its own)."""
+
+Fingerprint = list[int]
+
+
+def fingerprint(st: os.stat_result) -> Fingerprint:
+    """What a start compares of a file (see the module docstring)."""
+    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
+
+def summary_path(root: str | os.PathLike[str]) -> str:
+    return os.path.join(os.fspath(root), CHECKPOINTS_DIR, SUMMARY_NAME)
+
+
+@dataclass
+class SummarizedStore(StoreRead):
+    """The store as the summary says it is: its checkpoints are built when asked for."""
+
+    rows: dict[str, list[list[Any]]] = field(default_factory=dict)
+    path: Path = field(default_factory=Path)
+
+    def _built(self, endpoint: str) -> list[Checkpoint]:
+        rows = self.rows.pop(endpoint, None)
+        if rows is not None:
+            self.checkpoints[endpoint] = [
+                Checkpoint(endpoint, LogPoint(*row[:7]), None, Stored(self.path, row[7], row[8]))
+                for row in rows
+            ]
+        return self.checkpoints.get(endpoint, [])
+
+    def latest(self, endpoint: str) -> list[Checkpoint]:
+        return list(reversed(self._built(endpoint)))
+
+    def newest(self, endpoint: str) -> Checkpoint | None:
+        kept = self._built(endpoint)
+        return kept[-1] if kept else None
+
+    def kept_bytes(self) -> int:
+        for endpoint in list(self.rows):
+            self._built(endpoint)
+        return super().kept_bytes()
+
+
+@dataclass
+class Summary:
+    """A summary that held as a whole (checksum, format, the store's fingerprint)."""
+
+    store: SummarizedStore
+    agents: dict[str, list[Any]]
+    """Session id -> [record fingerprint, record fields, log fingerprint, facts, pending
+    file fingerprint or None]."""
+
+    def record(self, session_id: str, path: str) -> Session | None:
+        """The record at ``path`` if one ``stat`` of it gives the fingerprint its entry
+        holds; None otherwise (then it is read)."""
+        entry = self.agents.get(session_id)
+        if entry is None:
+            return None
+        try:
+            if entry[0] != fingerprint(os.stat(path)):
+                return None
+            sid, provider, model, state, blob, state_seq, agent_id, extra = entry[1]
+            return Session(
+                sid,
+                provider,
+                model,
+                SessionState(state),
+                base64.b64decode(blob) if blob else b"",
+                state_seq,
+                agent_id,
+                dict(extra) if extra else {},
+            )
+        except (OSError, ValueError, TypeError, binascii.Error):
+            return None  # the read says what is wrong
+
+
+# -- writing ------------------------------------------------------------------------------
+
+
+def build(root: str | os.PathLike[str]) -> bytes | None:
+    """The summary of ``root`` as it is on disk now; None if the store cannot be summarised
+    (missing, unreadable, damaged, or changing meanwhile)."""
+    spath = store_path(root)
+    try:
+        before = os.stat(spath)
+    except OSError:
+        return None
+    read = read_store(root)
+    try:
+        after = os.stat(spath)
+    except OSError:
+        return None
+    if read.problem or read.damage or fingerprint(before) != fingerprint(after):
+        return None
+    if read.size != after.st_size:
+        return None
+    lines = [orjson.dumps({"format": FORMAT, "store": fingerprint(after)})]
+    agents_dir = os.path.join(os.fspath(root), AGENTS_DIR)
+    chunk: list[list[Any]] = []
+    for endpoint, kept in read.checkpoints.items():
+        # the newest only: a start that finds it does not hold sets every checkpoint aside
+        # anyway (see substrat.recovery), so the fallback before it is never used then
+        entry = None
+        if endpoint != USER:
+            entry = _agent(os.path.join(agents_dir, endpoint), endpoint, kept[-1])
+        chunk.append([endpoint, _row(kept[-1]), entry])
+        if len(chunk) == CHUNK:
+            lines.append(orjson.dumps(chunk))
+            chunk = []
+    if chunk:
+        lines.append(orjson.dumps(chunk))
+    body = b"\n".join(lines)
+    return b"%d %d\n" % (zlib.crc32(body), len(body)) + body
+
+
+_QUIET_KEPT = ("created", "highest_turn", "damaged_after", "completed_turns", "last_complete_seq")
+_QUIET_EMPTY = (
+    "pending",
+    "kept",
+    "settled_senders",
+    "children",
+    "waiting",
+    "headless_turns",
+    "open_turns",
+    "lost_notice",
+    "damage",
+)
+
+
+def facts_of(session_id: str, stored: Any) -> AgentFacts:
+    """An entry's facts: a full map, or the row of a quiet agent (nothing pending, kept,
+    waiting, open or damaged: every other field empty); ValueError if neither."""
+    if type(stored) is dict:
+        return AgentFacts.from_dict(session_id, stored)
+    try:
+        created, highest, damaged_after, completed, last_complete_seq = stored
+    except (TypeError, ValueError):
+        raise ValueError("not the facts of a start summary entry") from None
+    if type(created) is not dict or not all(
+        type(n) is int for n in (highest, damaged_after, completed, last_complete_seq)
+    ):
+        raise ValueError("not the facts of a start summary entry")
+    return AgentFacts(
+        session_id,
+        created=created,
+        highest_turn=highest,
+        damaged_after=damaged_after,
+        completed_turns=completed,
+        last_complete_seq=last_complete_seq,
+    )
+
+
+def _row(checkpoint: Checkpoint) -> list[Any]:
+    at, stored = checkpoint.at, checkpoint.stored
+    assert stored is not None  # read from the store
+    return [
+        at.seq,
+        at.file_first,
+        at.offset,
+        at.length,
+        at.crc,
+        at.prefix_bytes,
+        at.prefix_crc,
+        stored.offset,
+        stored.length,
+    ]
+
+
+def _agent(directory: str, session_id: str, checkpoint: Checkpoint) -> list[Any] | None:
+    """An agent's entry, or None if a start must read it as always (see the module
+    docstring for what an entry asks of the agent's files)."""
+    at = checkpoint.at
+    log = os.path.join(directory, LOG_NAME)
+    if at.file_first != 1:
+        return None
+    try:
+        pending = _logged_pending(os.path.join(directory, PENDING_NAME), at.seq)
+        text = checkpoint.facts
+        if len(text) > MAX_FACTS_BYTES:
+            return None
+        fd = os.open(log, os.O_RDWR | os.O_CLOEXEC)  # as a start opens it: writable
+        try:
+            log_st = os.fstat(fd)
+            line = os.pread(fd, at.length, at.offset)
+        finally:
+            os.close(fd)
+        if log_st.st_size != at.offset + at.length or line_mismatch(at, line) is not None:
+            return None
+        fd = os.open(os.path.join(directory, RECORD_NAME), os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            record_st = os.fstat(fd)
+            record = os.read(fd, record_st.st_size + 1)
+        finally:
+            os.close(fd)
+        if len(record) != record_st.st_size:
+            return None
+        session = Session.from_record(record, expected_id=session_id)
+        facts = jsontext.loads(text)
+        if type(facts) is not dict or facts.get("created") is None or facts.get("terminated"):
+            return None
+        facts["session_created"] = None  # what a start drops (see substrat.recovery_logs)
+        facts["last_complete"] = None
+        AgentFacts.from_dict(session_id, facts)
+        if all(not facts[key] for key in _QUIET_EMPTY):  # most agents: a short row
+            facts = [facts[key] for key in _QUIET_KEPT]
+        fields = [
+            session.session_id,
+            session.provider,
+            session.model,
+            session.state.value,
+            base64.b64encode(session.provider_state).decode("ascii"),
+            session.state_seq,
+            session.agent_id,
+            session.extra,
+        ]
+        return [fingerprint(record_st), fields, fingerprint(log_st), facts, pending]
+    except (OSError, ValueError):
+        return None  # CorruptRecordError is a ValueError too
+
+
+def lstat_fingerprint(path: str) -> Fingerprint | None:
+    """The fingerprint of what ``path`` names (not followed), None if nothing."""
+    try:
+        return fingerprint(os.lstat(path))
+    except FileNotFoundError:
+        return None
+
+
+def _logged_pending(path: str, last_seq: int) -> Fingerprint | None:
+    """The fingerprint of the log's pending file, None if there is none; ValueError if it
+    holds an entry a start would replay or report (only one already in the log, as an
+    open log leaves it, or an empty one, opens the way a start without it would).
+
+    Read as :meth:`substrat.eventlog.EventLog` reads it at open: its first line."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return None
+    try:
+        st = os.fstat(fd)
+        raw = os.read(fd, st.st_size + 1)
+    finally:
+        os.close(fd)
+    if not stat.S_ISREG(st.st_mode) or len(raw) != st.st_size:
+        raise ValueError("not a pending file as a log leaves it")
+    if raw:
+        line, newline, _ = raw.partition(b"\n")
+        entry = decode_line(line) if newline else "torn"
+        if isinstance(entry, str) or entry["seq"] > last_seq:
+            raise ValueError("a pending entry a start would replay or report")
+    return fingerprint(st)
+
+
+def write(root: str | os.PathLike[str]) -> bool:
+    """Write the summary of ``root`` (atomically), or remove a stale one if there is
+    nothing to summarise; True if one was written. Call it with the root's lock held
+    and nothing writing (a clean stop, after every log is closed)."""
+    data = build(root)
+    path = summary_path(root)
+    if data is None:
+        persistence.durable_unlink(path)
+        return False
+    persistence.atomic_write(path, data)
+    return True
+
+
+# -- reading ------------------------------------------------------------------------------
+
+
+def load(root: str | os.PathLike[str]) -> tuple[Summary | None, str | None]:
+    """The summary if it holds as a whole; else None and why (None, None if there is none)."""
+    path = summary_path(root)
+    try:
+        raw = persistence.read_bytes(path)
+    except FileNotFoundError:
+        return None, None
+    except OSError as exc:
+        return None, f"{path} cannot be read: {exc}"
+    head, _, body = raw.partition(b"\n")
+    try:
+        crc, length = (int(part) for part in head.split(b" "))
+    except ValueError:
+        return None, f"{path} is damaged (no header)"
+    if length != len(body) or crc != zlib.crc32(body):
+        return None, f"{path} is damaged or torn (its checksum does not match)"
+    lines = body.split(b"\n")
+    try:
+        data = orjson.loads(lines[0])
+    except orjson.JSONDecodeError:
+        return None, f"{path} is damaged (not JSON)"
+    if type(data) is not dict or data.get("format") != FORMAT:
+        return None, f"{path} is of a format this version does not read"
+    spath = store_path(root)
+    try:
+        store_fp = fingerprint(os.stat(spath))
+    except OSError:
+        store_fp = None
+    if store_fp is None or data.get("store") != store_fp:
+        return None, f"{path} {STALE} (the checkpoint store changed since it was written)"
+    rows: dict[str, list[list[Any]]] = {}
+    agents: dict[str, list[Any]] = {}
+    try:
+        # a piece at a time: orjson builds a parse tree of all it decodes before the
+        # objects, which for the whole file would raise a start's peak memory
+        for line in lines[1:]:
+            for endpoint, row, entry in orjson.loads(line):
+                rows[endpoint] = [row]
+                if entry is not None:
+                    agents[endpoint] = entry
+    except (orjson.JSONDecodeError, TypeError, ValueError):
+        return None, f"{path} is damaged (its fields)"
+    size = store_fp[2]
+    store = SummarizedStore(valid_end=size, size=size, rows=rows, path=spath)
+    return Summary(store, agents), None
+
+
+__all__ = [
+    "SUMMARY_NAME",
+    "SummarizedStore",
+    "Summary",
+    "build",
+    "facts_of",
+    "load",
+    "summary_path",
+    "write",
+]

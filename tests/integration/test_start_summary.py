@@ -1,0 +1,234 @@
+"""The start summary: used when it holds, never a wrong state when it does not.
+
+A workload (children, a request, messages to the user) stops cleanly, so the
+summary (``checkpoints/start.json``, :mod:`substrat.start_summary`) holds every
+agent. Then:
+
+* a restart takes every agent from it (no record read, no log opened) and
+  gives exactly the state reading without it gives (the store removed);
+* the summary torn, a byte of it flipped, deleted, or stale (the store
+  rewritten since): not used, the report says why, the state is the same;
+* after it was written, a log grew (a turn run, then a crash before any
+  checkpoint or clean stop), a pending entry was left by a crash, or a record
+  was rewritten: that agent's entry is passed over (reported), the state is
+  what the disk says (the turn counted, the pending entry replayed, the
+  record's new fields);
+* ``fsck`` reports a damaged summary and ``--repair`` builds it again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+from oracle.kill import abandon
+from substrat import fsck, start_summary
+from substrat.checkpointer import CheckpointPolicy
+from substrat.checkpoints import CHECKPOINTS_DIR, encode_store, read_store, store_path
+from substrat.eventlog import PENDING_NAME, encode_entry, read_log
+from substrat.orchestrator import Orchestrator
+from substrat.session import SessionStore
+from tests.integration.test_checkpoints import agent_dirs, snapshot
+
+T = TypeVar("T")
+POLICY = CheckpointPolicy(every_entries=4)
+"""Checkpoints every few entries, no segment sealed: every agent can be in the summary."""
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(coro)
+
+
+async def _workload(root: Path) -> None:
+    orch = await Orchestrator.open(root, checkpoints=POLICY, slots=1)
+    await orch.create_root("lead", "You coordinate.")
+    await orch.run_turn("lead", "@spawn a worker\n@spawn b worker")
+    await orch.run_turn("lead", "@ask a question\n@send b note")
+    await orch.run_pending()
+    await orch.run_turn("lead/a", "@send user hello")
+    await orch.close()
+
+
+def build_root(tmp_path: Path) -> Path:
+    root = tmp_path / "root"
+    run(_workload(root))
+    assert Path(start_summary.summary_path(root)).exists()
+    return root
+
+
+def reopen(root: Path) -> tuple[dict[str, Any], Any, Orchestrator]:
+    async def go() -> tuple[dict[str, Any], Any, Orchestrator]:
+        orch = await Orchestrator.open(root, checkpoints=POLICY)
+        snap, report = snapshot(orch), orch.recovery_report
+        orch.logs.close_all()  # no clean shutdown: it would write a new summary
+        return snap, report, orch
+
+    return run(go())
+
+
+def a_turn_then_a_crash(root: Path) -> None:
+    """One more turn of lead's after the clean stop, then a kill before any checkpoint or
+    summary (the store stays the one the summary was written for)."""
+
+    async def go() -> None:
+        orch = await Orchestrator.open(root, checkpoints=CheckpointPolicy.off(), slots=1)
+        await orch.run_turn("lead", "one more turn")
+        abandon(orch)
+
+    run(go())
+
+
+def without_checkpoints(root: Path, tmp_path: Path) -> dict[str, Any]:
+    """The state the disk gives with no checkpoint store and no summary."""
+    copy = tmp_path / "plain"
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(root, copy)
+    shutil.rmtree(copy / CHECKPOINTS_DIR)
+    snap, report, _ = reopen(copy)
+    assert report.checkpoints_used == 0 and report.summary_used == 0
+    return snap
+
+
+def _agents(root: Path) -> int:
+    return len(SessionStore(root).list_dirs()[0])
+
+
+def test_a_clean_restart_takes_every_agent_from_the_summary(tmp_path: Path) -> None:
+    root = build_root(tmp_path)
+    want = without_checkpoints(root, tmp_path)
+    snap, report, _ = reopen(root)
+    assert report.start_summary is None
+    assert report.summary_used == _agents(root) == 3
+    assert report.summary_passed_over == [] and report.events_read == 0
+    assert snap == want
+
+
+def test_a_checkpoint_of_every_log_writes_a_summary_a_crash_then_uses(tmp_path: Path) -> None:
+    """``Orchestrator.checkpoint()`` of every log, the logs still open (their pending
+    copies beside them, already logged), then a crash: the summary holds them."""
+    root = tmp_path / "root"
+
+    async def checkpoint_then_crash() -> None:
+        orch = await Orchestrator.open(root, checkpoints=POLICY, slots=1)
+        await orch.create_root("lead", "You coordinate.")
+        await orch.run_turn("lead", "@spawn a worker\n@send a note")
+        await orch.run_pending()
+        await orch.checkpoint()
+        abandon(orch)  # killed: the pending copies stay beside their logs
+
+    run(checkpoint_then_crash())
+    assert all((d / PENDING_NAME).exists() for d in agent_dirs(root).values())
+    want = without_checkpoints(root, tmp_path)
+    snap, report, _ = reopen(root)
+    assert report.start_summary is None
+    assert report.summary_used == 2 and report.summary_passed_over == []
+    assert snap == want
+
+
+def test_a_torn_damaged_deleted_or_stale_summary_is_not_used(tmp_path: Path) -> None:
+    root = build_root(tmp_path)
+    want = without_checkpoints(root, tmp_path)
+    path = Path(start_summary.summary_path(root))
+    good = path.read_bytes()
+    flipped = bytearray(good)
+    flipped[len(good) // 2] ^= 0x01
+    damages = {
+        "torn": (good[: len(good) - 10], "torn"),
+        "byte": (bytes(flipped), "damaged"),
+        "header": (b"x\n" + good, "no header"),
+    }
+    for name, (data, said) in damages.items():
+        path.write_bytes(data)
+        snap, report, _ = reopen(root)
+        assert said in str(report.start_summary), (name, report.start_summary)
+        assert report.summary_used == 0 and report.checkpoints_used == 4, name
+        assert snap == want, name
+    path.write_bytes(good)
+    store = read_store(root)
+    # the same checkpoints written again: the store is another file now
+    store_path(root).write_bytes(
+        encode_store([c.held() for items in store.checkpoints.values() for c in items])
+    )
+    snap, report, _ = reopen(root)
+    assert start_summary.STALE in str(report.start_summary)
+    assert report.summary_used == 0 and report.checkpoints_used == 4
+    assert snap == want
+    path.unlink()
+    snap, report, _ = reopen(root)
+    assert report.start_summary is None and report.summary_used == 0
+    assert snap == want
+
+
+def test_a_log_grown_after_the_summary_is_read_not_taken_from_it(tmp_path: Path) -> None:
+    """A turn after the clean stop, then a crash before any checkpoint: the store is the
+    one the summary was written for, but lead's log is longer."""
+    root = build_root(tmp_path)
+    lead = agent_dirs(root)["lead"].name
+    before, _, _ = reopen(root)
+
+    a_turn_then_a_crash(root)
+    want = without_checkpoints(root, tmp_path)
+    snap, report, _ = reopen(root)
+    assert report.start_summary is None
+    assert lead in report.summary_passed_over
+    assert snap == want
+    assert snap["agents"]["lead"]["turns"] == before["agents"]["lead"]["turns"] + 1
+
+
+def test_a_summary_built_over_a_tail_leaves_that_agent_out(tmp_path: Path) -> None:
+    """Built again (as ``fsck --repair`` does) while a log holds entries past its newest
+    checkpoint: that agent has no entry (its checkpoint would miss them)."""
+    root = build_root(tmp_path)
+    lead = agent_dirs(root)["lead"].name
+
+    a_turn_then_a_crash(root)
+    assert start_summary.write(root)
+    summary, _ = start_summary.load(root)
+    assert summary is not None and lead not in summary.agents
+    want = without_checkpoints(root, tmp_path)
+    snap, report, _ = reopen(root)
+    assert report.start_summary is None and report.summary_used == 2
+    assert snap == want
+
+
+def test_a_pending_entry_after_the_summary_is_replayed(tmp_path: Path) -> None:
+    root = build_root(tmp_path)
+    b = agent_dirs(root)["b"]
+    last = dict(read_log(b / "events.jsonl").entries[-1])
+    last.pop("crc", None)
+    # a crash after an append's pending copy was written, before the log's: replayed
+    (b / PENDING_NAME).write_bytes(encode_entry({**last, "seq": last["seq"] + 1}))
+    want = without_checkpoints(root, tmp_path)
+    snap, report, _ = reopen(root)
+    assert snap == want
+    assert b.name in report.summary_passed_over
+    assert report.log_repairs[b.name]["pending_replayed"] is True
+    assert read_log(b / "events.jsonl").entries[-1]["seq"] == last["seq"] + 1
+
+
+def test_a_record_rewritten_after_the_summary_is_read(tmp_path: Path) -> None:
+    root = build_root(tmp_path)
+    a = agent_dirs(root)["a"].name
+    store = SessionStore(root)
+    record = store.load(a)
+    record.model = "edited-after-the-summary"
+    store.save(record)  # atomic_write: a new file
+    _, report, orch = reopen(root)
+    assert report.summary_used == 3  # its log is as the summary says
+    assert orch.sessions[a].model == "edited-after-the-summary"
+
+
+def test_fsck_reports_a_damaged_summary_and_repair_builds_it_again(tmp_path: Path) -> None:
+    root = build_root(tmp_path)
+    assert fsck.check(root).problems == []
+    path = Path(start_summary.summary_path(root))
+    path.write_bytes(path.read_bytes()[:-5])
+    assert fsck.check(root).kinds().get("start_summary_unusable") == 1
+    repaired = fsck.check(root, repair=True)
+    assert all(f.repaired for f in repaired.problems), repaired.problems
+    assert fsck.check(root).problems == []
+    summary, why = start_summary.load(root)
+    assert why is None and summary is not None and len(summary.agents) == 3
