@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from substrat import __version__
+from substrat import __version__, start_summary
 from substrat.checkpointer import CheckpointPolicy
 from substrat.errors import AgentBusyError, RootError, RootLockedError, SubstratError
 from substrat.eventlog import utc_now_iso
@@ -276,6 +276,14 @@ class Daemon:
             )
         if data.get("registry_problem"):
             log.error("root registry: %s", data["registry_problem"])
+        unused = data.get("start_summary")
+        if unused and start_summary.STALE not in unused:
+            # stale is what a crash leaves; anything else is damage to say out loud
+            log.warning(
+                "start summary not used: %s; every agent was read without it. "
+                "`substrat fsck --repair` rebuilds it, and so does the next clean stop",
+                unused,
+            )
         notable = any(data.get(key) for key in NOTABLE_RECOVERY_KEYS)
         if self.previous_shutdown == "unclean" or notable:
             self._notice = {
@@ -357,6 +365,10 @@ def summarize_recovery(data: dict[str, Any]) -> str:
         value = data.get(key)
         if value:
             parts.append(plural(len(value), one, many))
+    if data.get("summary_used"):
+        parts.append(f"{data['summary_used']} from the start summary")
+    if data.get("start_summary"):
+        parts.append("start summary not used")
     damage = data.get("log_damage") or {}
     if damage:
         total = sum(sum(kinds.values()) for kinds in damage.values())

@@ -28,10 +28,12 @@ from oracle.kill import abandon
 from substrat import fsck, start_summary
 from substrat.checkpointer import CheckpointPolicy
 from substrat.checkpoints import CHECKPOINTS_DIR, encode_store, read_store, store_path
+from substrat.client import DaemonProcess
 from substrat.eventlog import PENDING_NAME, encode_entry, read_log
 from substrat.orchestrator import Orchestrator
 from substrat.session import SessionStore
 from tests.integration.test_checkpoints import agent_dirs, snapshot
+from tests.support.roots import three_roots
 
 T = TypeVar("T")
 POLICY = CheckpointPolicy(every_entries=4)
@@ -232,3 +234,30 @@ def test_fsck_reports_a_damaged_summary_and_repair_builds_it_again(tmp_path: Pat
     assert fsck.check(root).problems == []
     summary, why = start_summary.load(root)
     assert why is None and summary is not None and len(summary.agents) == 3
+
+
+def test_the_daemon_says_which_agents_came_from_the_summary_and_why_not(tmp_path: Path) -> None:
+    # A stale summary is what a crash leaves (said in the recovery line only); a damaged one
+    # is damage, and the daemon's log says what it cost and what to do.
+    root = tmp_path / "root"
+    root.mkdir(mode=0o700)
+    asyncio.run(three_roots(root))
+    log = root / "daemon.log"
+    with DaemonProcess(root).start() as daemon:
+        daemon.terminate()  # a clean stop writes the summary
+    path = Path(start_summary.summary_path(root))
+    assert path.exists()
+    with DaemonProcess(root).start() as daemon:
+        daemon.terminate()
+    recovery = [line for line in log.read_text().splitlines() if "recovery:" in line]
+    assert "4 from the start summary" in recovery[-1], recovery[-1]
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 1
+    path.write_bytes(bytes(data))
+    with DaemonProcess(root).start() as daemon:
+        daemon.terminate()
+    lines = log.read_text().splitlines()
+    recovery = [line for line in lines if "recovery:" in line]
+    assert "start summary not used" in recovery[-1] and "from the start" not in recovery[-1]
+    (warning,) = [line for line in lines if "WARNING" in line and "start summary" in line]
+    assert "checksum does not match" in warning and "fsck --repair" in warning
