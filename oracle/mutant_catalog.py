@@ -240,6 +240,33 @@ CATALOG: tuple[Mutant, ...] = (
         "            if session.state is SessionState.ACTIVE:\n",
         "            if False:  # planted: ACTIVE records are not suspended\n",
     ),
+    Mutant(
+        "terminated_marker_before_record",
+        "a termination leaves its marker before its TERMINATED record is durable, so a crash"
+        " in between leaves a marker that a restart trusts on a live record",
+        "session/store.py",
+        "        session.transition(target)\n        try:\n            self.save(session)\n",
+        "        session.transition(target)\n"
+        "        if target is SessionState.TERMINATED:  # planted: the marker first\n"
+        "            self._mark_terminated(session.session_id)\n"
+        "        try:\n            self.save(session)\n",
+    ),
+    Mutant(
+        "terminated_marker_on_any_transition",
+        "every state change leaves a terminated marker, so a restart skips live records",
+        "session/store.py",
+        "        if target is SessionState.TERMINATED:\n            self._mark_terminated(",
+        "        if True:  # planted: a marker whatever the state\n"
+        "            self._mark_terminated(",
+    ),
+    Mutant(
+        "marked_sessions_forgotten",
+        "recovery forgets the sessions whose marker says terminated (their records are not"
+        " read), so a parent terminated before the crash no longer counts as dead",
+        "recovery.py",
+        "    for sid in scan.terminated:\n",
+        "    for sid in ():  # planted: the marked sessions are not in the records\n",
+    ),
     # -- orchestrator: order of logging and acknowledging ------------------------------
     Mutant(
         "create_root_acks_before_logging",

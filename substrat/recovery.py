@@ -170,6 +170,10 @@ def _recover(store: SessionStore, logs: LogPool, roots: RootRegistry) -> Recover
     if registry.damage:
         report.log_damage[REGISTRY_DIR] = dict(registry.damage)
     records = {s.session_id: s for s in scan.sessions}
+    for sid in scan.terminated:
+        # a marked session's record was not read: all recovery asks of a terminated
+        # session's record is its state (whether a parent is dead, a spawn undone)
+        records[sid] = Session(sid, provider="", model="", state=SessionState.TERMINATED)
     directories = set(records) | set(scan.missing_records) | set(scan.unreadable)
     directories |= {q.name for q in scan.quarantined if q.kind != "bad_name"}
     candidates = [sid for sid, s in records.items() if s.state is not SessionState.TERMINATED]

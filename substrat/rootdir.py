@@ -61,13 +61,14 @@ def legacy_names() -> frozenset[str]:
     from substrat.checkpoints import CHECKPOINTS_DIR
     from substrat.logs import USER_DIR
     from substrat.registry import REGISTRY_DIR
-    from substrat.session.store import AGENTS_DIR, QUARANTINE_DIR
+    from substrat.session.store import AGENTS_DIR, QUARANTINE_DIR, TERMINATED_DIR
 
     return frozenset(
         {
             AGENTS_DIR,
             USER_DIR,
             QUARANTINE_DIR,
+            TERMINATED_DIR,
             REGISTRY_DIR,
             CHECKPOINTS_DIR,
             lock.LOCK_NAME,

@@ -21,6 +21,10 @@ from substrat.session.model import Session, SessionState, is_session_id, validat
 
 AGENTS_DIR = "agents"
 QUARANTINE_DIR = "quarantine"
+TERMINATED_DIR = "terminated"
+"""``terminated/<session-id>``: empty markers of the sessions whose record says
+TERMINATED (each created after that record is durable, never removed), so a
+restart need not read those records."""
 RECORD_NAME = "session.json"
 LOG_NAME = "events.jsonl"
 MAX_RECORD_BYTES = 64 << 20
@@ -48,6 +52,9 @@ class ScanResult:
     unreadable: dict[str, OSError] = field(default_factory=dict)
     """Sessions whose record could not be read or written (EACCES, EIO, ...): nothing
     is wrong with the record itself, so it is left where it is (see substrat.access)."""
+    terminated: list[str] = field(default_factory=list)
+    """Sessions whose record was not read because their marker says it is TERMINATED
+    (only with ``scan(trust_markers=True)``)."""
 
 
 class SessionStore:
@@ -57,6 +64,7 @@ class SessionStore:
         self.root = paths.under(root)
         self.agents_dir = paths.under(root, AGENTS_DIR)
         self.quarantine_dir = paths.under(root, QUARANTINE_DIR)
+        self.terminated_dir = paths.under(root, TERMINATED_DIR)
         # Directories whose entries, and all above them, this store made durable.
         self._durable_dirs: set[Path] = set()
         self._agents_text = os.fspath(self.agents_dir)
@@ -134,6 +142,31 @@ class SessionStore:
         except Exception:
             session.state = previous
             raise
+        if target is SessionState.TERMINATED:
+            self._mark_terminated(session.session_id)
+
+    def _mark_terminated(self, session_id: str) -> None:
+        """Leave the session's terminated marker (see ``TERMINATED_DIR``).
+
+        Only after the fsyncs of its TERMINATED record and the record's directory,
+        so no crash leaves the marker without that record. Made durable like any
+        created file, but a failure is not the termination's: the marker is a
+        hint, and without it a restart reads the record as before.
+        """
+        try:
+            if self.terminated_dir not in self._durable_dirs:  # once per store
+                self.make_dir(self.terminated_dir)
+                self._durable_dirs.add(self.terminated_dir)
+            persistence.durable_create(self.terminated_dir / session_id)
+        except OSError:  # DurabilityError included: the marker may or may not be there
+            pass
+
+    def marked_terminated(self) -> set[str]:
+        """The sessions with a terminated marker (none if ``terminated/`` does not list)."""
+        try:
+            return {name for name in os.listdir(self.terminated_dir) if is_session_id(name)}
+        except OSError:  # missing (a root of an older substrat), or unreadable
+            return set()
 
     def load(self, session_id: str) -> Session:
         path = self.record_path(session_id)
@@ -170,21 +203,35 @@ class SessionStore:
         bad.sort()
         return good, bad
 
-    def scan(self, *, quarantine: bool = True, known: KnownRecord | None = None) -> ScanResult:
+    def scan(
+        self,
+        *,
+        quarantine: bool = True,
+        known: KnownRecord | None = None,
+        trust_markers: bool = False,
+    ) -> ScanResult:
         """Load every record. Never fails on one bad record.
 
         With ``quarantine=False`` nothing on disk changes (for read-only checks).
         ``known(session_id, path)`` may give a record without reading it (the start
         summary, :mod:`substrat.start_summary`); None reads it.
+        With ``trust_markers``, a session with a terminated marker is listed in
+        ``terminated`` and its record is not read (for a restart: all it needs of
+        a terminated session's record is that it says TERMINATED, and about half
+        of a long-lived root's records do). fsck and the other readers read all.
         """
         result = ScanResult()
         good, bad = self.list_dirs()
+        marked = self.marked_terminated() if trust_markers else set()
         for name in bad:
             result.quarantined.append(
                 Quarantined(name, "directory name is not a session id; ignored", "bad_name")
             )
         agents_dir = os.fspath(self.agents_dir)
         for session_id in good:
+            if session_id in marked:
+                result.terminated.append(session_id)
+                continue
             # a string path: a Path per agent was a tenth of a 10,000-agent start
             path = f"{agents_dir}{os.sep}{session_id}{os.sep}{RECORD_NAME}"
             if known is not None:
@@ -219,7 +266,7 @@ class SessionStore:
         After a crash no provider session is live, so a record that says ACTIVE
         is stale. Running this twice gives the same result.
         """
-        result = self.scan(known=known)
+        result = self.scan(known=known, trust_markers=True)
         for session in list(result.sessions):
             if session.state is SessionState.ACTIVE:
                 try:

@@ -504,6 +504,10 @@ def session_contract(blob_size: int, *, retry: bool = False) -> Contract:
         if last < len(versions):
             allowed[f"{versions[last][0]} (in flight)"] = versions[last][1]
         _one_of(found, allowed, "session.json")
+        if SESSION_ID in store.marked_terminated():  # a restart would not read the record
+            assert found is not None, "a terminated marker and no record"
+            state = Session.from_record(found).state
+            assert state is SessionState.TERMINATED, f"a terminated marker on a {state} record"
         recovered = store.recover()
         assert not recovered.quarantined
         if found is not None:
@@ -526,6 +530,19 @@ def count_fsyncs(contract: Contract, profile: str = "posix") -> int:
     with fs, failing_fsync(fs, 0) as calls:
         contract.workload(fs)
     return calls[0]
+
+
+def marker_fsyncs(contract: Contract, profile: str = "posix") -> set[int]:
+    """The fsyncs (numbered as :func:`count_fsyncs` counts them) that only make a session's
+    terminated marker durable: the last a termination does. Their failure is not the
+    termination's, whose record is durable by then (``SessionStore._mark_terminated``)."""
+    original = SessionStore._mark_terminated
+    SessionStore._mark_terminated = lambda self, session_id: None  # type: ignore[method-assign]
+    try:
+        without = count_fsyncs(contract, profile)
+    finally:
+        SessionStore._mark_terminated = original  # type: ignore[method-assign]
+    return set(range(without + 1, count_fsyncs(contract, profile) + 1))
 
 
 def _prepared(contract: Contract, profile: str) -> FaultFS:

@@ -273,3 +273,58 @@ def test_an_extra_that_would_not_read_back_is_refused_before_it_is_written(
     with pytest.raises(TypeError, match=re.escape(named)):
         store.save(session)
     assert not store.record_path(session.session_id).exists()
+
+
+def test_a_terminated_session_leaves_a_marker_that_only_a_restart_trusts(root: Path) -> None:
+    """Once a record says TERMINATED on disk, ``terminated/<id>`` says so too; a restart's
+    scan takes the marker instead of reading the record (so it does not see that the
+    record went bad since), fsck's and the other readers' scans read every record."""
+    store = SessionStore(root)
+    live, ended = _session(), _session()
+    for session in (live, ended):
+        store.save(session)
+        store.transition(session, SessionState.ACTIVE)
+        store.transition(session, SessionState.SUSPENDED)
+    assert not store.terminated_dir.exists(), "a marker for a session that is not terminated"
+    store.transition(ended, SessionState.TERMINATED)
+    assert sorted(os.listdir(store.terminated_dir)) == [ended.session_id]
+    assert store.marked_terminated() == {ended.session_id}
+    store.record_path(ended.session_id).write_bytes(b"{damaged")
+    restart = store.recover()
+    assert restart.terminated == [ended.session_id]
+    assert [s.session_id for s in restart.sessions] == [live.session_id]
+    assert not restart.quarantined
+    full = store.scan(quarantine=False)
+    assert full.terminated == []
+    assert [q.name for q in full.quarantined] == [ended.session_id]
+
+
+def test_a_root_without_markers_has_every_record_read(root: Path) -> None:
+    """A root an older substrat wrote has no ``terminated/``: a restart reads every
+    record, terminated ones too, as before."""
+    store = SessionStore(root)
+    ended = _session()
+    store.save(ended)
+    store.transition(ended, SessionState.TERMINATED)
+    for name in os.listdir(store.terminated_dir):
+        os.unlink(store.terminated_dir / name)
+    os.rmdir(store.terminated_dir)
+    restart = SessionStore(root).recover()
+    assert restart.terminated == []
+    assert [(s.session_id, s.state) for s in restart.sessions] == [
+        (ended.session_id, SessionState.TERMINATED)
+    ]
+
+
+def test_a_marker_that_cannot_be_made_does_not_undo_the_termination(root: Path) -> None:
+    """The marker is a hint: when it cannot be created (here ``terminated`` is a file),
+    the termination stands, durable in its record, and a restart reads that record."""
+    store = SessionStore(root)
+    ended = _session()
+    store.save(ended)
+    store.terminated_dir.write_bytes(b"")
+    store.transition(ended, SessionState.TERMINATED)
+    assert ended.state is SessionState.TERMINATED
+    assert store.load(ended.session_id).state is SessionState.TERMINATED
+    restart = SessionStore(root).recover()
+    assert [s.session_id for s in restart.sessions] == [ended.session_id]
