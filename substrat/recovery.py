@@ -10,7 +10,8 @@ with its own commit code (:mod:`substrat.restore`).
 1. ``SessionStore.recover()``: ACTIVE records become SUSPENDED (no provider
    session survives a crash); corrupt records are quarantined. A record that
    cannot be read at all (EACCES, EIO) is left alone: that agent is held back
-   (see step 7).
+   (see step 7). The record of a session with a terminated marker
+   (``terminated/<id>``) is not read: the marker stands for it.
 2. Every live session's log is repaired (a torn tail cut, a pending entry
    replayed) and distilled into :class:`~substrat.facts.AgentFacts` in the
    same single read, or read from its newest checkpoint that holds
