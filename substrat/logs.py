@@ -16,7 +16,7 @@ from pathlib import Path
 
 from substrat import paths, segments
 from substrat.agents import USER
-from substrat.eventlog import LOG_NAME, Clock, EventLog, Resume, utc_now_iso
+from substrat.eventlog import LOG_NAME, Clock, EventLog, Resume, is_suspect, utc_now_iso
 from substrat.session import SessionStore, validate_session_id
 
 MAX_OPEN_LOGS = 256
@@ -101,15 +101,20 @@ class LogPool:
     def roll(self, endpoint: str) -> segments.Segment | None:
         """Seal the endpoint's active file into a segment (see :mod:`substrat.segments`).
 
-        Only a file that ends where its last durable entry ends is sealed (a
-        failed append still being taken back is not); None if nothing was sealed.
+        Only a file that ends where its last durable entry ends is sealed, and not
+        one whose failed append is still to be taken back (:func:`is_suspect`: its
+        size may show the cut while the disk holds the entry; the next open cuts it
+        durably, and would pad a new active file with zeros if it were sealed now); None if
+        nothing was sealed.
         """
         log = self._open.pop(endpoint, None)
         if log is not None:
             self._forget(endpoint, log)
         end = self._ends.get(endpoint)
         path = self.path(endpoint)
-        if end is None or end.offset == 0 or os.stat(path).st_size != end.offset:
+        if end is None or end.offset == 0 or is_suspect(path):
+            return None
+        if os.stat(path).st_size != end.offset:
             return None
         first = segments.active_start(path, segments.list_sealed(path))
         if end.last_seq < first:

@@ -56,6 +56,24 @@ def fsync_fd(fd: int, what: str | os.PathLike[str]) -> None:
         ) from exc
 
 
+def durable_contents(path: str | os.PathLike[str]) -> None:
+    """Make the file at ``path`` durably hold what it shows now (its bytes and size).
+
+    For a file about to be renamed into a name nothing repairs: changes made
+    through descriptors since closed (a truncate at open, say) are made durable.
+    It is truncated to its own size first: a failed fsync drops a truncate's
+    dirty state with the pages, and a later fsync with nothing dirty would not
+    bring it back. Bytes it shows that were never fsynced must not be relied on
+    (see the module docstring); the callers' were, up to the size they check.
+    """
+    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.ftruncate(fd, os.fstat(fd).st_size)
+        fsync_fd(fd, path)
+    finally:
+        os.close(fd)
+
+
 def fsync_dir(path: str | os.PathLike[str]) -> None:
     """Make the entries of directory ``path`` durable."""
     fd = os.open(path, _DIR_FLAGS)

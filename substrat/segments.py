@@ -13,7 +13,9 @@ file; an archived segment (``.gz``) is read through :mod:`gzip`. Nothing here
 decides *when* to roll or archive (see :mod:`substrat.checkpointer`);
 this module only says how, durably, through :mod:`substrat.persistence`:
 
-* **roll** (seal the active file): ``events.jsonl`` is renamed to its sealed
+* **roll** (seal the active file): what the file shows is made durable first
+  (an open's repair cuts a damaged tail without an fsync, and nothing repairs a
+  sealed segment), then ``events.jsonl`` is renamed to its sealed
   name in the same directory (one directory fsync makes it atomic: a crash
   leaves the old name or the new one, never both), then a new empty
   ``events.jsonl`` is created durably. A crash between the two leaves no
@@ -248,6 +250,11 @@ def roll(log_path: str | os.PathLike[str], first: int, last: int) -> Segment:
     """
     active = Path(log_path)
     target = active.with_name(sealed_name(first, last))
+    # What the file shows may not be durable: an open's repair cuts a damaged tail
+    # without an fsync, leaving that to the next append's, and a sealed file gets
+    # neither an append nor a repair (only the active file is repaired). Renamed as
+    # it is, a power loss would bring the cut tail back inside the segment.
+    persistence.durable_contents(active)
     persistence.durable_rename(active, target)
     persistence.durable_create(active)
     write_start(active, last + 1)  # after the rename: never ahead of the active file
