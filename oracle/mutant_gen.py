@@ -36,6 +36,7 @@ PRIMITIVES = frozenset(
         "durable_mkdir",
         "durable_unlink",
         "durable_rename",
+        "durable_contents",
         "fsync",
     }
 )

@@ -90,6 +90,7 @@ SYSTEMATIC_TESTS = (
     "tests/integration/test_root_registry.py",
     "tests/integration/test_turn_ids.py",
     "tests/integration/test_unreadable_agent.py",
+    "tests/integration/test_segment_roll_durability.py",
     "tests/stress/test_crash_fuzz.py",
     "tests/stress/test_sweep.py",
     "tests/stress/test_lifecycle_fuzz.py",

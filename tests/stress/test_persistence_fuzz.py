@@ -96,6 +96,8 @@ MATRIX = [
     d.create_contract(3, retry=True),
     d.unlink_contract(3),
     d.unlink_contract(3, retry=True),
+    d.contents_contract(5000, 4097),
+    d.contents_contract(1300, 700, retry=True),
     d.rename_contract(((False, False), (True, False), (True, True), (False, True))),
     d.eventlog_contract([40, 900, 30, 600, 4100], reopen_after=[1, 3]),
     d.eventlog_contract([10, 10, 10]),

@@ -2,7 +2,7 @@
 
 Each :class:`Contract` is a small deterministic program that uses one primitive
 (``atomic_write``, ``durable_mkdir``, ``durable_create``, ``durable_unlink``,
-``durable_rename``, ``EventLog``, ``SessionStore``) and acknowledges each call
+``durable_contents``, ``durable_rename``, ``EventLog``, ``SessionStore``) and acknowledges each call
 that returned with ``fs.ack(i)``; its check runs on a crash image and raises
 when the image breaks what the primitive promises. The checks depend only on
 the image's files and ``img.acked``, as ``faultfs.explore`` deduplication needs.
@@ -242,6 +242,35 @@ def unlink_contract(count: int, *, retry: bool = False) -> Contract:
                 assert found in (None, data), f"f{i} was damaged: {found!r}"
 
     return Contract(f"durable_unlink x{count}{' retry' if retry else ''}", workload, check, setup)
+
+
+def contents_contract(size: int, cut: int, *, retry: bool = False) -> Contract:
+    """durable_contents of a file whose cut (as an open's repair makes one) was never
+    fsynced: once acknowledged, the disk holds exactly what the file showed."""
+    data = pattern(1, size)
+
+    def setup(fs: FaultFS) -> None:
+        os.makedirs(fs.path("d"))
+        with open(fs.path("d", "f"), "wb") as handle:
+            handle.write(data)
+
+    def workload(fs: FaultFS) -> None:
+        os.truncate(fs.path("d", "f"), cut)  # not fsynced, as a repair at open
+        _Retry(fs, retry)(persistence.durable_contents, fs.path("d", "f"))
+        fs.ack(1)
+
+    def check(img: FaultFS) -> None:
+        found = _read(img.path("d", "f"))
+        if 1 in img.acked:
+            assert found == data[:cut], (
+                f"acknowledged durable_contents left {len(found or b'')} bytes"
+            )
+        else:
+            _one_of(found, {"before": data, "cut": data[:cut]}, "durable_contents in flight")
+
+    return Contract(
+        f"durable_contents {size}->{cut}{' retry' if retry else ''}", workload, check, setup
+    )
 
 
 def rename_contract(

@@ -33,6 +33,8 @@ CONTRACTS = [
     d.create_contract(1, retry=True),
     d.unlink_contract(2),
     d.unlink_contract(2, retry=True),
+    d.contents_contract(1300, 700),
+    d.contents_contract(900, 0, retry=True),
     d.rename_contract(),
     d.eventlog_contract([40, 900, 30, 600], reopen_after=[1]),
     d.eventlog_contract([40, 900, 30], retry=True),
