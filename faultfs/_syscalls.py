@@ -13,7 +13,7 @@ import fcntl
 import os
 import stat as stat_mod
 import threading
-import time
+import zlib
 from typing import Any
 
 from faultfs._fdtable import (
@@ -32,6 +32,13 @@ from faultfs.errors import IOAfterCrash, SimulatedCrash
 
 # A fixed umask of 022: reading the real one means changing it, which races.
 _CREATE_MODE_MASK = 0o7777 & ~0o022
+EPOCH_NS = 1_767_225_600_000_000_000
+"""File times start here (2026-01-01 UTC) and move on by ``TICK_NS`` with each operation of
+the model's clock: the same operations give the same times, so a disk image whose files hold
+their own or other files' times (substrat's start summary holds fingerprints) is the same
+byte for byte however and whenever it was reached. Wall-clock time would make every run's
+image differ."""
+TICK_NS = 1_000
 _UID = os.getuid()
 _GID = os.getgid()
 _PARTS_KEPT = 4096
@@ -80,7 +87,7 @@ class Syscalls:
         self._fds: dict[int, Handle] = {}
         self._owner_ref = owner_ref(self, self._fds)
         self._lock = threading.RLock()
-        self._dev = hash(root) & 0xFFFF_FFFF
+        self._dev = zlib.crc32(root.encode())  # the same in every process, unlike hash()
         self._record_trace = record_trace
         self.trace: list[Op] = []
         # seq of a recorded rename or link -> the inode it gave a new name
@@ -200,6 +207,10 @@ class Syscalls:
             raise oserror(errno.EBADF)
         return handle
 
+    def _now_ns(self) -> int:
+        """A file time for the operation about to run (see ``EPOCH_NS``)."""
+        return EPOCH_NS + (self.model.clock + 1) * TICK_NS
+
     def _stat_result(self, node: Inode) -> os.stat_result:
         size = 4096 if node.is_dir else len(node.data)
         kind = stat_mod.S_IFDIR if node.is_dir else stat_mod.S_IFREG
@@ -236,7 +247,7 @@ class Syscalls:
                     raise oserror(errno.ENOENT, path)
                 assert parent is not None
                 op = self._before("create", path, ())
-                node = self.model.new_inode(False, mode & _CREATE_MODE_MASK, time.time_ns())
+                node = self.model.new_inode(False, mode & _CREATE_MODE_MASK, self._now_ns())
                 self.model.change_namespace("create", ((parent.ino, name, node.ino),))
                 self._after(op)
             elif flags & os.O_CREAT and flags & os.O_EXCL:
@@ -248,7 +259,7 @@ class Syscalls:
                 raise oserror(errno.ENOTDIR, path)
             elif flags & os.O_TRUNC:
                 op = self._before("truncate", path, (0,))
-                self.model.truncate(node, 0, time.time_ns())
+                self.model.truncate(node, 0, self._now_ns())
                 self._after(op)
             fd = next_fd()
             self._fds[fd] = Handle(fd, node, path, flags)
@@ -322,7 +333,7 @@ class Syscalls:
             n = self._admit_write(node.ino, len(view))
             offset = len(node.data) if handle.append else handle.pos
             op = self._before("write", handle.path, (f"off={offset}", f"len={n}"))
-            self.model.write(node, offset, bytes(view[:n]), time.time_ns())
+            self.model.write(node, offset, bytes(view[:n]), self._now_ns())
             handle.pos = offset + n
             self._after(op)
             return n
@@ -339,7 +350,7 @@ class Syscalls:
             if handle.append:
                 offset = len(node.data)
             op = self._before("write", handle.path, (f"off={offset}", f"len={n}"))
-            self.model.write(node, offset, bytes(view[:n]), time.time_ns())
+            self.model.write(node, offset, bytes(view[:n]), self._now_ns())
             self._after(op)
             return n
 
@@ -367,7 +378,7 @@ class Syscalls:
             if handle.is_dir or not handle.writable or size < 0:
                 raise oserror(errno.EINVAL)
             op = self._before("truncate", handle.path, (size,))
-            self.model.truncate(self.model.inodes[handle.ino], size, time.time_ns())
+            self.model.truncate(self.model.inodes[handle.ino], size, self._now_ns())
             self._after(op)
 
     def truncate(self, path: str, size: int) -> None:
@@ -379,7 +390,7 @@ class Syscalls:
             if size < 0:
                 raise oserror(errno.EINVAL, path)
             op = self._before("truncate", path, (size,))
-            self.model.truncate(node, size, time.time_ns())
+            self.model.truncate(node, size, self._now_ns())
             self._after(op)
 
     def fsync(self, fd: int, kind: str = "fsync") -> None:
@@ -474,7 +485,7 @@ class Syscalls:
                 raise oserror(errno.EEXIST, path)
             assert parent is not None
             op = self._before("mkdir", path, ())
-            child = self.model.new_inode(True, mode & _CREATE_MODE_MASK, time.time_ns())
+            child = self.model.new_inode(True, mode & _CREATE_MODE_MASK, self._now_ns())
             child.nlink = 1  # "." (the parent's entry adds the second link)
             self.model.change_namespace("mkdir", ((parent.ino, name, child.ino),))
             self._after(op)
@@ -570,7 +581,7 @@ class Syscalls:
         with self._lock:
             self._alive("utime", path)
             node = self._existing(path)
-            node.mtime_ns = time.time_ns() if mtime_ns is None else mtime_ns
+            node.mtime_ns = self._now_ns() if mtime_ns is None else mtime_ns
 
     def exists(self, path: str) -> bool:
         with self._lock:

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from faultfs import FaultFS, OutsideRootError, UnsupportedOperation
+from faultfs._syscalls import EPOCH_NS
 from faultfs.errors import ConfigError
 
 ROOT = "/faultfs-test-root"
@@ -253,3 +254,27 @@ def test_root_validation() -> None:
         FaultFS("/x", profile="zfs")
     with pytest.raises(ConfigError, match="outside"):
         FaultFS("/x", outside="maybe")
+
+
+def _stats_after_the_same_work(root: str) -> list[tuple[int, ...]]:
+    with FaultFS(root) as fs:
+        os.makedirs(fs.path("d"))
+        with open(fs.path("d/a"), "w") as handle:
+            handle.write("one")
+        first = os.stat(fs.path("d/a"))
+        with open(fs.path("d/a"), "a") as handle:
+            handle.write("two")
+        os.utime(fs.path("d"))
+        out = [first, os.stat(fs.path("d/a")), os.stat(fs.path("d"))]
+        return [(s.st_dev, s.st_ino, s.st_size, s.st_mtime_ns, s.st_ctime_ns) for s in out]
+
+
+def test_file_times_follow_the_operations_not_the_wall_clock() -> None:
+    # A disk image that holds file fingerprints (substrat's start summary) must come out the
+    # same byte for byte however often, and in which process, the same work reaches it.
+    first = _stats_after_the_same_work(ROOT)
+    assert _stats_after_the_same_work(ROOT) == first
+    (_, ino, _, written, changed), (_, same_ino, _, appended, _), (_, _, _, touched, _) = first
+    assert ino == same_ino and written == changed
+    assert written < appended < touched, "each operation moves the files' clock on"
+    assert EPOCH_NS < written < EPOCH_NS + 10**9, "the model's clock, not the wall clock"
