@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 
 from faultfs import MODES, PROFILES
 from tests.support import durability as d
+from tests.support import durability_eio as eio
 
 pytestmark = pytest.mark.stress
 
@@ -118,10 +119,10 @@ def test_matrix(contract: d.Contract, profile: str) -> None:
 @pytest.mark.parametrize("contract", MATRIX, ids=[c.name for c in MATRIX])
 def test_matrix_fsync_failures(contract: d.Contract) -> None:
     for profile in ALL_PROFILES:
-        markers = d.marker_fsyncs(contract, profile)  # a termination's, once it is durable
-        for nth in range(1, d.count_fsyncs(contract, profile) + 1):
+        markers = eio.marker_fsyncs(contract, profile)  # a termination's, once it is durable
+        for nth in range(1, eio.count_fsyncs(contract, profile) + 1):
             for count, written in ((1, False), (2, True), (3, False)):
-                outcome = d.check_fsync_failure(
+                outcome = eio.check_fsync_failure(
                     contract, profile, nth, count=count, written=written
                 )
                 assert outcome.raised is (nth not in markers), (
@@ -141,11 +142,11 @@ def test_drawn_contract(profile: str, contract: d.Contract, block_size: int, see
 @pytest.mark.parametrize("profile", ALL_PROFILES)
 @given(contract=contracts(), data=st.data())
 def test_drawn_fsync_failure(profile: str, contract: d.Contract, data: Any) -> None:
-    fsyncs = d.count_fsyncs(contract, profile)
+    fsyncs = eio.count_fsyncs(contract, profile)
     nth = data.draw(st.integers(1, fsyncs), label="failing fsync")
     count = data.draw(st.integers(1, 3), label="consecutive failures")
     written = data.draw(st.booleans(), label="written back anyway")
-    outcome = d.check_fsync_failure(contract, profile, nth, count=count, written=written)
+    outcome = eio.check_fsync_failure(contract, profile, nth, count=count, written=written)
     # a failed fsync of a terminated marker is not the termination's (its record is durable)
-    reported = nth not in d.marker_fsyncs(contract, profile)
+    reported = nth not in eio.marker_fsyncs(contract, profile)
     assert outcome.raised is reported, f"EIO on fsync #{nth} of {fsyncs}: raised {outcome.raised}"

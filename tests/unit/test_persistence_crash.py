@@ -19,6 +19,7 @@ from substrat.errors import DurabilityError, OutcomeUnknownError
 from substrat.eventlog import EventLog, read_log
 from substrat.session import Session, SessionStore
 from tests.support import durability as d
+from tests.support import durability_eio as eio
 
 ALL_PROFILES = sorted(PROFILES)
 
@@ -58,11 +59,11 @@ def test_contract_holds_at_every_crash_point(contract: d.Contract, profile: str)
 
 @pytest.mark.parametrize("contract", CONTRACTS, ids=IDS)
 def test_fsync_failure_is_never_acknowledged(contract: d.Contract) -> None:
-    fsyncs = d.count_fsyncs(contract)
+    fsyncs = eio.count_fsyncs(contract)
     assert fsyncs >= 1
-    markers = d.marker_fsyncs(contract)
+    markers = eio.marker_fsyncs(contract)
     for nth in range(1, fsyncs + 1):
-        outcome = d.check_fsync_failure(contract, "posix", nth, images_per_mode=4)
+        outcome = eio.check_fsync_failure(contract, "posix", nth, images_per_mode=4)
         if nth in markers:  # the termination is durable: its marker's failure is no failure
             assert not outcome.raised, f"{contract.name}: EIO on marker fsync #{nth} raised"
         else:
@@ -318,10 +319,10 @@ def test_session_save_retried_after_eio_is_durable() -> None:
     """The retry form of the session contract, with EIO on each fsync in turn."""
     contract = d.session_contract(300, retry=True)
     assert contract.setup is None, "the retried first save must start from a bare root"
-    markers = d.marker_fsyncs(contract)
+    markers = eio.marker_fsyncs(contract)
     assert markers, "the contract ends with a termination, which leaves a marker"
-    for nth in range(1, d.count_fsyncs(contract) + 1):
-        outcome = d.check_fsync_failure(contract, "posix", nth, images_per_mode=2)
+    for nth in range(1, eio.count_fsyncs(contract) + 1):
+        outcome = eio.check_fsync_failure(contract, "posix", nth, images_per_mode=2)
         assert outcome.raised is (nth not in markers)
 
 
