@@ -203,7 +203,7 @@ def checkpointed_log(
     host: :class:`QuietHost`): the pool, the checkpointer and the open log."""
     pool = LogPool(SessionStore(root))
     checkpointer = Checkpointer(root, pool, policy, QuietHost())
-    checkpointer.adopt({})
+    checkpointer.adopt()
     pool.on_append = checkpointer.appended
     sid = "a" * 32
     (root / AGENTS_DIR / sid).mkdir(parents=True)

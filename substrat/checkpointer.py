@@ -54,6 +54,7 @@ from substrat.checkpoints import (
     CheckpointStore,
     PositionGone,
     Settled,
+    StoreRead,
     build,
     verify,
 )
@@ -156,6 +157,15 @@ class Stats:
         }
 
 
+class Adopted(Protocol):
+    """What :meth:`Checkpointer.adopt` takes of recovery's result
+    (:class:`substrat.recovery.Recovered`)."""
+
+    checkpointed: dict[str, Checkpoint]
+    checkpoints: StoreRead
+    summarized: list[str]
+
+
 class Checkpointer:
     """Writes one root's checkpoints by its policy (see the module docstring)."""
 
@@ -175,7 +185,10 @@ class Checkpointer:
         self._logs = logs
         self._host = host
         self._latest: dict[str, list[Checkpoint]] = {}
-        """Endpoint -> its durable checkpoints, newest last (at most two)."""
+        """Endpoint -> its durable checkpoints, newest last (at most two); read it through
+        :meth:`_kept` (an adopted one may not be built yet: see :meth:`adopt`)."""
+        self._unbuilt: set[str] = set()
+        self._source: StoreRead = StoreRead()
         self._counts: dict[str, list[int]] = {}
         """Endpoint -> [entries, bytes] appended since its last checkpoint."""
         self._due: set[str] = set()
@@ -190,12 +203,36 @@ class Checkpointer:
 
     # -- what the orchestrator tells it -------------------------------------------------
 
-    def adopt(self, used: dict[str, Checkpoint]) -> None:
+    def adopt(self, recovered: Adopted | None = None) -> None:
         """Start from the checkpoints recovery used (each held against its log); the
-        other endpoints start from their log's beginning."""
-        for endpoint, checkpoint in used.items():
+        other endpoints (all without ``recovered``) start from their log's beginning.
+
+        The checkpoint of an endpoint whose facts came from the start summary is its
+        newest in the store recovery read, built when first asked for: a restart of a
+        root with many quiet agents builds none (see :mod:`substrat.start_summary`)."""
+        if recovered is None:
+            self._ready = True
+            return
+        for endpoint, checkpoint in recovered.checkpointed.items():
             self._latest[endpoint] = [checkpoint]
+        if recovered.summarized:
+            self._unbuilt.update(recovered.summarized)
+            self._source = recovered.checkpoints
         self._ready = True
+
+    def _kept(self, endpoint: str) -> list[Checkpoint] | None:
+        """The endpoint's durable checkpoints, newest last (None if it has none)."""
+        if endpoint in self._unbuilt:
+            self._unbuilt.discard(endpoint)
+            newest = self._source.newest(endpoint)
+            if newest is not None:
+                self._latest[endpoint] = [newest]
+        return self._latest.get(endpoint)
+
+    def _all_kept(self) -> dict[str, list[Checkpoint]]:
+        for endpoint in list(self._unbuilt):
+            self._kept(endpoint)
+        return self._latest
 
     def appended(self, endpoint: str, nbytes: int) -> None:
         """One entry of ``nbytes`` was appended to ``endpoint``'s log (durably)."""
@@ -223,6 +260,7 @@ class Checkpointer:
         self._roll_due.discard(endpoint)
         self._counts.pop(endpoint, None)
         self._latest.pop(endpoint, None)
+        self._unbuilt.discard(endpoint)
 
     def poke(self) -> None:
         """Capture the due endpoints that are quiet and checkpoint them (see the module
@@ -243,7 +281,7 @@ class Checkpointer:
         from their durable checkpoints (a log checkpointed to its end seals into a
         segment its newest checkpoint covers)."""
         for endpoint in endpoints:
-            covering = self._latest.get(endpoint)
+            covering = self._kept(endpoint)
             end = self._logs.end(endpoint)
             if covering and end is not None and covering[-1].at.seq >= end.last_seq:
                 self._maybe_roll(endpoint)
@@ -292,7 +330,7 @@ class Checkpointer:
         if endpoint in self._busy or not self._host.quiet(endpoint):
             return None  # tried again at a later poke
         end = self._logs.end(endpoint)
-        latest = self._latest.get(endpoint, [])
+        latest = self._kept(endpoint) or []
         self._due.discard(endpoint)
         if end is None or end.last_seq == 0 or (latest and latest[-1].at.seq >= end.last_seq):
             self._counts.pop(endpoint, None)
@@ -382,7 +420,9 @@ class Checkpointer:
             if item.written is None:
                 continue
             self.stats.written += 1
-            kept = self._latest.setdefault(item.endpoint, [])
+            kept = self._kept(item.endpoint)
+            if kept is None:
+                kept = self._latest[item.endpoint] = []
             kept.append(item.written)
             del kept[:-2]
             if self._in_append:
@@ -405,11 +445,11 @@ class Checkpointer:
     def _rewrite_store_if_big(self) -> None:
         if self._busy or self.store.broken is not None:
             return  # never while a worker may append
-        kept = sum(1 for items in self._latest.values() for _ in items)
+        kept = sum(1 for items in self._latest.values() for _ in items) + len(self._unbuilt)
         if self.store.size < max(REWRITE_MIN_BYTES, 4 * kept * 1024):
             return
         try:
-            self.store.rewrite(self._latest)
+            self.store.rewrite(self._all_kept())
         except OSError as exc:
             self.store.broken = str(exc)
             self.stats.errors.append(f"rewriting the checkpoint store: {exc}")

@@ -139,7 +139,7 @@ class Orchestrator(QueryMixin, CommitMixin, WakeMixin):
         with recovery.gc_paused():  # applying it builds as many objects per agent
             recovered = recovery.recover(self.store, self.logs, self.roots)
             self.recovery_report = restore.apply(self, recovered)
-            self.checkpointer.adopt(recovered.checkpointed)
+            self.checkpointer.adopt(recovered)
             del recovered  # the facts of every agent go here, not in a collection
         return self.recovery_report
 

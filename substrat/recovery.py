@@ -108,6 +108,9 @@ class Recovered:
     """The checkpoint store as recovery read it."""
     checkpointed: dict[str, Checkpoint] = field(default_factory=dict)
     """Endpoint -> the checkpoint its facts were read from (one that held against its log)."""
+    summarized: list[str] = field(default_factory=list)
+    """Endpoints whose facts came from the start summary: the checkpoint each was read
+    from is its newest in ``checkpoints`` (built when first asked for)."""
 
 
 def _rebuilt_record(facts: AgentFacts) -> Session | None:
@@ -196,7 +199,7 @@ def _recover(store: SessionStore, logs: LogPool, roots: RootRegistry) -> Recover
         facts, user_facts, failed = _read_endpoints(
             every_log, sorted(set(candidates)), records, report
         )
-        root.used = every_log.used
+        root.used, root.summarized = every_log.used, every_log.summarized
     unreadable.update(failed)
     for sid in unreadable:
         records.pop(sid, None)
@@ -252,7 +255,9 @@ def _recover(store: SessionStore, logs: LogPool, roots: RootRegistry) -> Recover
     names = {sid: str(data.get("name")) for sid, data in registry.roots.items()}
     report.unreadable = access.named(unreadable, names)
     sessions = {sid: records[sid] for sid in in_tree}
-    return Recovered(report, tree, sessions, in_tree, plan, root.checkpoints, root.used)
+    return Recovered(
+        report, tree, sessions, in_tree, plan, root.checkpoints, root.used, root.summarized
+    )
 
 
 def _read_endpoints(

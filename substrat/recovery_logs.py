@@ -51,6 +51,10 @@ class RootStores:
     repair no longer sees the line: see :meth:`AgentFacts.cut_turn_start`)."""
     summary: Summary | None = None
     """The start summary, if it held as a whole (:mod:`substrat.start_summary`)."""
+    summarized: list[str] = field(default_factory=list)
+    """Endpoints whose facts came from the start summary: the checkpoint each used is
+    its newest in ``checkpoints``, built when first asked for (see
+    :meth:`~substrat.checkpointer.Checkpointer.adopt`), not at start."""
 
 
 def read_agent(
@@ -241,13 +245,18 @@ def _from_summary(
     if entry is None:
         return None
     path = root.logs.path_text(sid)
-    checkpoint = root.checkpoints.newest(sid)
+    # the newest checkpoint's row, as summary.store.newest(sid) would build it (the
+    # summary holds only each endpoint's newest): a Checkpoint per agent was a tenth of
+    # a start, and most agents' is never asked for before they are used again
+    rows = summary.store.rows.get(sid)
     try:
+        row = rows[-1] if rows else None
         st = os.stat(path)
         if (
-            checkpoint is None
+            type(row) is not list
+            or len(row) < 9  # what a Checkpoint is built of (see SummarizedStore)
             or fingerprint(st) != entry[2]  # its size: where the checkpoint ends (see build)
-            or checkpoint.at.file_first != 1
+            or row[1] != 1  # the checkpoint's file_first
             or is_suspect(path)
         ):
             raise ValueError("its log is not as the entry says")
@@ -260,8 +269,8 @@ def _from_summary(
         return None
     report.checkpoints_used += 1
     report.summary_used += 1
-    root.used[sid] = checkpoint
-    root.logs.remember(sid, Resume(st.st_size, checkpoint.at.seq))
+    root.summarized.append(sid)
+    root.logs.remember(sid, Resume(st.st_size, row[0]))
     return facts
 
 
