@@ -363,6 +363,24 @@ class AgentTree:
             if node.children:  # most agents are leaves: nothing to sort
                 stack.extend([nodes[i] for _, i in sorted(node.children.items(), reverse=True)])
 
+    def in_walk_order(self, session_ids: set[str]) -> list[AgentNode]:
+        """The live agents of these sessions in :meth:`walk`'s order (the others left out).
+
+        That order is the order of their paths' names compared name by name (a parent's
+        names are a prefix of its children's), so a few agents of a large tree are put
+        in it without walking the whole tree."""
+        nodes = self._nodes
+        chosen = [nodes[self._by_session[s]] for s in session_ids if s in self._by_session]
+        return sorted(chosen, key=self._names)
+
+    def _names(self, node: AgentNode) -> list[str]:
+        names = [node.name]
+        while node.parent_id is not None:
+            node = self._nodes[node.parent_id]
+            names.append(node.name)
+        names.reverse()
+        return names
+
     def nodes(self) -> list[AgentNode]:
         """Every live agent, in no promised order (no sorting: a start goes over every
         agent this way where the order does not matter)."""

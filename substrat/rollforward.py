@@ -67,9 +67,11 @@ def plan(
     replies come out right without reading anything again.
     """
     out = RollForward()
-    sources = [(node, live[node.session_id]) for node in tree.walk()]
-    # Only a committed turn spawns, sends or terminates: most agents of a checkpointed
-    # root have none (filtering keeps the walk's order, which the plan's lists follow).
+    # Only an agent with a committed turn, a message, an open or lost turn or a request
+    # has anything to plan: most agents of a checkpointed root have none, so the rest
+    # is planned over those alone, in the tree's walk order (the plan's lists follow it)
+    busy = {sid for sid, f in live.items() if _busy(f)}
+    sources = [(node, live[node.session_id]) for node in tree.in_walk_order(busy)]
     committing = [(node, f) for node, f in sources if f.committed]
     planned: dict[str, AgentFacts] = {}  # agent id of a child to spawn -> its facts
     for node, f in committing:
@@ -91,8 +93,8 @@ def plan(
                 planned[spawn["agent_id"]] = child
                 out.spawns.append(Spawn(node.agent_id, spawn, child))
     children = [(s.spawn["agent_id"], s.facts) for s in out.spawns]
-    everyone = [(n.agent_id, f) for n, f in sources] + children
     senders = [(n.agent_id, f) for n, f in committing] + [c for c in children if c[1].committed]
+    received: set[str] = set()  # agents of the tree a message was rolled forward to
     for _, f in senders:
         for effects in f.committed:
             for data in effects.get("messages", []):
@@ -104,6 +106,7 @@ def plan(
                 elif recipient in tree:
                     target = live[tree.get(recipient).session_id]
                     endpoint = target.session_id
+                    received.add(endpoint)
                 elif recipient in planned:
                     target = planned[recipient]
                     endpoint = target.session_id
@@ -115,8 +118,10 @@ def plan(
     for _, f in senders:
         for effects in f.committed:
             out.terminations.extend(effects.get("terminations", []))
+    if received - busy:  # their inboxes are no longer empty
+        sources = [(node, live[node.session_id]) for node in tree.in_walk_order(busy | received)]
+    everyone = [(n.agent_id, f) for n, f in sources] + children
     for agent_id, f in everyone:
-        # most agents of a checkpointed root: no turn open or lost, no request waiting
         if not (f.open_turns or f.lost_notice is not None or f.waiting or f.committed):
             continue
         if f.lost_turn is not None:
@@ -132,6 +137,12 @@ def plan(
     pending.sort(key=lambda m: (str(m.get("timestamp", "")), str(m.get("message_id"))))
     out.pending = pending
     return out
+
+
+def _busy(f: AgentFacts) -> bool:
+    return bool(f.committed or f.enqueued or f.open_turns or f.waiting) or (
+        f.lost_notice is not None
+    )
 
 
 def _waiting(f: AgentFacts) -> dict[str, str]:
