@@ -125,14 +125,19 @@ class MessageEnvelope:
         A checksummed entry can still carry a message kind from a newer
         version; recovery skips and reports such a message instead of failing.
         """
+        if not isinstance(data, dict):
+            return False
+        get = data.get  # a restart asks this of every pending message: no generator
+        reply_to = get("reply_to")
         return (
-            isinstance(data, dict)
-            and all(isinstance(data.get(k), str) for k in ("message_id", "sender", "recipient"))
-            and data.get("kind") in MESSAGE_KINDS
-            and isinstance(data.get("payload"), str)
-            and isinstance(data.get("timestamp"), str)
-            and (data.get("reply_to") is None or isinstance(data.get("reply_to"), str))
-            and isinstance(data.get("metadata") or {}, dict)
+            isinstance(get("message_id"), str)
+            and isinstance(get("sender"), str)
+            and isinstance(get("recipient"), str)
+            and get("kind") in MESSAGE_KINDS
+            and isinstance(get("payload"), str)
+            and isinstance(get("timestamp"), str)
+            and (reply_to is None or isinstance(reply_to, str))
+            and isinstance(get("metadata") or {}, dict)
         )
 
     @classmethod

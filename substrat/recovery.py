@@ -441,8 +441,9 @@ def _add_node(
     parent: AgentNode | None,
     report: RecoveryReport,
 ) -> None:
-    assert f.created is not None
-    name = str(f.created.get("name"))
+    created = f.created
+    assert created is not None
+    name = str(created.get("name"))
     parent_id = None if parent is None else parent.agent_id
     if tree.name_taken(parent_id, name):
         suffix = 1
@@ -450,15 +451,16 @@ def _add_node(
             suffix += 1
         name = f"{name}-{suffix}"
         report.detached.append(sid)
+    # positional: built for every agent at a start (AgentNode's fields, in order)
     tree.add(
         AgentNode(
-            agent_id=str(f.created.get("agent_id")),
-            session_id=sid,
-            name=name,
-            parent_id=parent_id,
-            instructions=str(f.created.get("instructions", "")),
-            provider=session.provider,
-            model=session.model,
+            str(created.get("agent_id")),
+            sid,
+            name,
+            parent_id,
+            str(created.get("instructions", "")),
+            session.provider,
+            session.model,
         )
     )
 

@@ -92,6 +92,9 @@ CHUNK = 500
 
 Fingerprint = list[int]
 
+_STATES = {state.value: state for state in SessionState}
+"""A record's state by its value: ``SessionState(value)`` per agent cost more."""
+
 
 def fingerprint(st: os.stat_result) -> Fingerprint:
     """What a start compares of a file (see the module docstring)."""
@@ -154,13 +157,13 @@ class Summary:
                 sid,
                 provider,
                 model,
-                SessionState(state),
+                _STATES[state],
                 base64.b64decode(blob) if blob else b"",
                 state_seq,
                 agent_id,
                 dict(extra) if extra else {},
             )
-        except (OSError, ValueError, TypeError, binascii.Error):
+        except (OSError, ValueError, TypeError, KeyError, binascii.Error):
             return None  # the read says what is wrong
 
 
