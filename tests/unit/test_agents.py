@@ -126,6 +126,21 @@ def test_nodes_are_every_live_agent_as_walk_has_them() -> None:
     assert all(n is tree.get(n.agent_id) for n in nodes)
 
 
+def test_in_walk_order_is_walks_order_of_the_agents_asked_for() -> None:
+    tree = build_tree()
+    # a name that sorts between a name and that name's children as a whole path would
+    # ("a-b" < "a/b" as text): the order is name by name, as walk has it
+    tree.add(node("x1", "a"))
+    tree.add(node("x2", "b", "x1"))
+    tree.add(node("x3", "a-b"))
+    tree.add(node("x4", "a-c", "x1"))
+    walked = [n.session_id for n in tree.walk()]
+    assert [n.session_id for n in tree.in_walk_order(set(walked))] == walked
+    some = {"s-x3", "s-g1", "s-x2", "s-r2", "nobody"}
+    assert [n.session_id for n in tree.in_walk_order(some)] == [s for s in walked if s in some]
+    assert tree.in_walk_order(set()) == []
+
+
 @pytest.mark.parametrize("ref", ["", "/", "gamma", "alpha/nobody", "alpha/worker/worker/deeper"])
 def test_unknown_agents_raise_with_a_hint(ref: str) -> None:
     with pytest.raises(AgentNotFoundError, match="no live agent"):
