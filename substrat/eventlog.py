@@ -150,6 +150,11 @@ _SUSPECT_END: dict[str, int] = {}
 """Logs whose failed append could not be taken back yet: path -> durable end offset."""
 
 
+def any_suspect() -> bool:
+    """Whether any log waits for a failed append to be taken back (see :func:`is_suspect`)."""
+    return bool(_SUSPECT_END)
+
+
 def is_suspect(path: str | os.PathLike[str]) -> bool:
     """Whether a failed append to the log at ``path`` still waits to be taken back (the
     next open of it does that)."""

@@ -151,12 +151,22 @@ def recover(store: SessionStore, logs: LogPool, roots: RootRegistry) -> Recovere
     The cyclic garbage collector is paused meanwhile (see :func:`gc_paused`).
     """
     with gc_paused():
-        return _recover(store, logs, roots)
+        report = RecoveryReport()
+        summary, report.start_summary = start_summary.load(store.root)
+        try:
+            return _recover(store, logs, roots, report, summary)
+        finally:
+            if summary is not None:
+                summary.close()
 
 
-def _recover(store: SessionStore, logs: LogPool, roots: RootRegistry) -> Recovered:
-    report = RecoveryReport()
-    summary, report.start_summary = start_summary.load(store.root)
+def _recover(
+    store: SessionStore,
+    logs: LogPool,
+    roots: RootRegistry,
+    report: RecoveryReport,
+    summary: start_summary.Summary | None,
+) -> Recovered:
     if summary is not None:  # the store as it was summarised: none of its lines is read
         root = RootStores(store, logs, roots, summary.store, summary=summary)
     else:

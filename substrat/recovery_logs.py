@@ -21,7 +21,15 @@ from substrat import access
 from substrat.access import Unreadable
 from substrat.agents import USER
 from substrat.checkpoints import Checkpoint, StoreRead, line_mismatch, verify
-from substrat.eventlog import PENDING_NAME, DamageReport, Resume, is_suspect, repair_log
+from substrat.eventlog import (
+    LOG_NAME,
+    PENDING_NAME,
+    DamageReport,
+    Resume,
+    any_suspect,
+    is_suspect,
+    repair_log,
+)
 from substrat.events import KNOWN_EVENTS
 from substrat.facts import AgentFacts
 from substrat.logbase import base_candidates
@@ -31,7 +39,7 @@ from substrat.recovery_report import RecoveryReport
 from substrat.registry import RootRegistry
 from substrat.segments import Position, Segment, active_start, list_log, list_sealed
 from substrat.session import SessionStore
-from substrat.start_summary import Summary, facts_of, fingerprint, lstat_fingerprint
+from substrat.start_summary import Fingerprint, Summary, facts_of, fingerprint
 
 THEN = "restart the daemon"
 """The step after fixing an unreadable agent (see substrat.access)."""
@@ -244,23 +252,25 @@ def _from_summary(
     entry = summary.agents.pop(sid, None)  # used once: what it holds goes with it
     if entry is None:
         return None
-    path = root.logs.path_text(sid)
     # the newest checkpoint's row, as summary.store.newest(sid) would build it (the
     # summary holds only each endpoint's newest): a Checkpoint per agent was a tenth of
     # a start, and most agents' is never asked for before they are used again
     rows = summary.store.rows.get(sid)
     try:
         row = rows[-1] if rows else None
-        st = os.stat(path)
+        st = summary.stat(sid, LOG_NAME)
         if (
             type(row) is not list
             or len(row) < 9  # what a Checkpoint is built of (see SummarizedStore)
             or fingerprint(st) != entry[2]  # its size: where the checkpoint ends (see build)
             or row[1] != 1  # the checkpoint's file_first
-            or is_suspect(path)
+            or (any_suspect() and is_suspect(root.logs.path_text(sid)))
         ):
             raise ValueError("its log is not as the entry says")
-        pending = lstat_fingerprint(path[: path.rfind(os.sep) + 1] + PENDING_NAME)
+        try:
+            pending: Fingerprint | None = fingerprint(summary.stat(sid, PENDING_NAME, follow=False))
+        except FileNotFoundError:
+            pending = None
         if pending != entry[4]:  # none, or the one already logged that the entry knew
             raise ValueError("a pending entry")
         facts = facts_of(sid, entry[3])

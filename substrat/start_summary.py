@@ -92,6 +92,8 @@ CHUNK = 500
 
 Fingerprint = list[int]
 
+_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
+
 _STATES = {state.value: state for state in SessionState}
 """A record's state by its value: ``SessionState(value)`` per agent cost more."""
 
@@ -142,15 +144,36 @@ class Summary:
     agents: dict[str, list[Any]]
     """Session id -> [record fingerprint, record fields, log fingerprint, facts, pending
     file fingerprint or None]."""
+    agents_dir: str = ""
+    _fd: int | None = None
+
+    def stat(self, session_id: str, name: str, *, follow: bool = True) -> os.stat_result:
+        """``os.stat`` (``os.lstat`` unless ``follow``) of an agent's file ``name``.
+
+        Through a descriptor of ``agents/`` opened once (:meth:`close` closes it): the
+        path walked per call is two names, not the root's whole path, for the three
+        calls a start makes per agent."""
+        fd = self._fd
+        if fd is None:
+            fd = self._fd = os.open(self.agents_dir, _DIR_FLAGS)
+        relative = f"{session_id}{os.sep}{name}"
+        if follow:
+            return os.stat(relative, dir_fd=fd)
+        return os.lstat(relative, dir_fd=fd)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)
 
     def record(self, session_id: str, path: str) -> Session | None:
-        """The record at ``path`` if one ``stat`` of it gives the fingerprint its entry
-        holds; None otherwise (then it is read)."""
+        """The record at ``path`` (the agent's, in ``agents_dir``) if one ``stat`` of it
+        gives the fingerprint its entry holds; None otherwise (then it is read)."""
         entry = self.agents.get(session_id)
         if entry is None:
             return None
         try:
-            if entry[0] != fingerprint(os.stat(path)):
+            if entry[0] != fingerprint(self.stat(session_id, RECORD_NAME)):
                 return None
             sid, provider, model, state, blob, state_seq, agent_id, extra = entry[1]
             return Session(
@@ -311,14 +334,6 @@ def _agent(directory: str, session_id: str, checkpoint: Checkpoint) -> list[Any]
         return None  # CorruptRecordError is a ValueError too
 
 
-def lstat_fingerprint(path: str) -> Fingerprint | None:
-    """The fingerprint of what ``path`` names (not followed), None if nothing."""
-    try:
-        return fingerprint(os.lstat(path))
-    except FileNotFoundError:
-        return None
-
-
 def _logged_pending(path: str, last_seq: int) -> Fingerprint | None:
     """The fingerprint of the log's pending file, None if there is none; ValueError if it
     holds an entry a start would replay or report (only one already in the log, as an
@@ -404,7 +419,7 @@ def load(root: str | os.PathLike[str]) -> tuple[Summary | None, str | None]:
         return None, f"{path} is damaged (its fields)"
     size = store_fp[2]
     store = SummarizedStore(valid_end=size, size=size, rows=rows, path=spath)
-    return Summary(store, agents), None
+    return Summary(store, agents, os.path.join(os.fspath(root), AGENTS_DIR)), None
 
 
 __all__ = [
