@@ -374,7 +374,8 @@ CATALOG: tuple[Mutant, ...] = (
         "a start takes an agent's record from the start summary without comparing the "
         "record's fingerprint: a record rewritten since is taken as it was",
         "start_summary.py",
-        "            if entry[0] != fingerprint(os.stat(path)):\n                return None\n",
+        "            if entry[0] != fingerprint(self.stat(session_id, RECORD_NAME)):\n"
+        "                return None\n",
         "            pass  # planted: the record is taken on trust\n",
     ),
     Mutant(
