@@ -232,10 +232,10 @@ def _recover(
         for effects in f.committed
         for spawn in effects.get("spawns", [])
     }
-    for sid in sorted(records):
+    # most agents: live in their record and their log alike, nothing to write (only the
+    # others are sorted, for the order of the writes and the report)
+    for sid in sorted(sid for sid, s in records.items() if _maybe_ended(s, facts.get(sid))):
         session = records[sid]
-        if session.state is SessionState.TERMINATED:
-            continue
         f = facts.get(sid)
         if f is not None and f.terminated:
             store.transition(session, SessionState.TERMINATED)
@@ -268,6 +268,14 @@ def _recover(
     return Recovered(
         report, tree, sessions, in_tree, plan, root.checkpoints, root.used, root.summarized
     )
+
+
+def _maybe_ended(session: Session, f: AgentFacts | None) -> bool:
+    """Whether a live record may have to be marked TERMINATED (its log says so, or it
+    may be an orphan: see :func:`_recover`)."""
+    if session.state is SessionState.TERMINATED:
+        return False
+    return f is None or f.terminated or f.created is None
 
 
 def _read_endpoints(

@@ -252,8 +252,12 @@ def facts_of(session_id: str, stored: Any) -> AgentFacts:
         created, highest, damaged_after, completed, last_complete_seq = stored
     except (TypeError, ValueError):
         raise ValueError("not the facts of a start summary entry") from None
-    if type(created) is not dict or not all(
-        type(n) is int for n in (highest, damaged_after, completed, last_complete_seq)
+    if not (  # no generator: a start asks this of every quiet agent
+        type(created) is dict
+        and type(highest) is int
+        and type(damaged_after) is int
+        and type(completed) is int
+        and type(last_complete_seq) is int
     ):
         raise ValueError("not the facts of a start summary entry")
     return AgentFacts(

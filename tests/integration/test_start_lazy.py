@@ -233,3 +233,48 @@ def test_the_comparison_sees_every_field(starts: tuple[Orchestrator, ...]) -> No
     assert state(lazy) != want
     lazy.logs._ends[sid] = end
     assert state(lazy) == want
+
+
+def _fixed_clock() -> str:
+    return "2030-01-01T00:00:00.000000Z"
+
+
+def _counter() -> Any:
+    numbers = iter(range(1 << 30))
+    return lambda: f"{next(numbers):032x}"
+
+
+async def _first_use(root: Path) -> None:
+    """A quiet agent's turn (a message to another), then a checkpoint of every log."""
+    orch = await Orchestrator.open(
+        root, checkpoints=POLICY, slots=1, clock=_fixed_clock, new_id=_counter()
+    )
+    await orch.run_turn("lead/b", "@send lead/a after the start")
+    await orch.run_turn("lead/a/deep", "a turn of its own")
+    await orch.checkpoint()
+    await orch.close()
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {
+        os.fspath(path.relative_to(root)): path.read_bytes()
+        for path in sorted(root.rglob("*"))
+        if path.is_file() and path.name not in ("start.json", "daemon.log", "lock")
+    }
+
+
+def test_an_agent_first_used_after_a_start_from_the_summary_writes_the_same_bytes(
+    tmp_path: Path,
+) -> None:
+    """Its checkpoint, built when the checkpointer first asks for it, is the one the
+    start without the summary built: every log, record and checkpoint written after
+    it (a turn, a message, a checkpoint of every log, a clean stop) is the same."""
+    root = build_root(tmp_path)
+    no_summary = _copy(root, "no-summary")
+    os.unlink(start_summary.summary_path(no_summary))
+    asyncio.run(_first_use(root))
+    asyncio.run(_first_use(no_summary))
+    got, want = _files(root), _files(no_summary)
+    assert sorted(got) == sorted(want)
+    for name in want:
+        assert got[name] == want[name], name
