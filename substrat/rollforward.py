@@ -77,6 +77,8 @@ def plan(
     for node, f in committing:
         for effects in f.committed:
             for spawn in effects.get("spawns", []):
+                if spawn["agent_id"] in tree:
+                    continue  # alive (a parent's checkpoint keeps its live children's spawns)
                 sid = spawn["session_id"]
                 child_facts = facts.get(sid)
                 record = records.get(sid)
@@ -86,7 +88,7 @@ def plan(
                     continue  # spawned, lived and was terminated since
                 if sid in held:
                     continue  # its files cannot be read: it comes back when they can
-                if spawn["agent_id"] in tree or spawn["agent_id"] in planned:
+                if spawn["agent_id"] in planned:
                     continue
                 child = child_facts or AgentFacts(sid)
                 child.created = {"agent_id": spawn["agent_id"], "name": spawn["name"]}
