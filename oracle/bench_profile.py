@@ -127,8 +127,12 @@ def draw_hooks() -> list[Hook]:
     from oracle import draws, machines
 
     part = "Hypothesis draws inside rules"
-    # oracle.draws.draw goes round DataObject.draw (see there); machines holds its own name
-    return [Hook(part, DataObject, "draw"), Hook(part, draws, "draw"), Hook(part, machines, "draw")]
+    # oracle.draws goes round DataObject.draw (see there); machines holds its own names
+    return [
+        Hook(part, DataObject, "draw"),
+        Hook(part, draws, "draw"),
+        *(Hook(part, machines, name) for name in ("pick", "integer", "flag")),
+    ]
 
 
 def crash_hooks() -> list[Hook]:

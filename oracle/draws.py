@@ -58,6 +58,41 @@ def draw(data: st.DataObject, strategy: st.SearchStrategy[T], label: str) -> T:
     return value
 
 
+@lru_cache(maxsize=CACHED_STRATEGIES)
+def _integers(low: int, high: int) -> st.SearchStrategy[int]:
+    return st.integers(low, high)
+
+
+def integer(data: st.DataObject, low: int, high: int, label: str) -> int:
+    """``draw(data, st.integers(low, high), label)`` for a range of at most 128
+    values (``st.integers`` weighs the ends of wider ones): the same choice, the
+    engine's integer choice itself, without the span a strategy's draw opens
+    (its bookkeeping is most of a small draw's cost). Through ``data.draw`` when
+    notes are printed, as :func:`draw` does: the same choice, so a failing example
+    replays, now shown with its label."""
+    assert high - low <= 127, (low, high)
+    engine = getattr(data, "conjecture_data", None)
+    if engine is None or should_note():
+        return data.draw(_integers(low, high), label=label)
+    value: int = engine.draw_integer(low, high)
+    return value
+
+
+def flag(data: st.DataObject, label: str) -> bool:
+    """``draw(data, st.booleans(), label)`` without the span (see :func:`integer`)."""
+    engine = getattr(data, "conjecture_data", None)
+    if engine is None or should_note():
+        return data.draw(st.booleans(), label=label)
+    value: bool = engine.draw_boolean()
+    return value
+
+
 def pick(data: st.DataObject, items: Sequence[T], label: str) -> T:
-    """One of ``items`` (shrinks towards the first), as ``st.sampled_from`` draws it."""
-    return draw(data, _sampled(tuple(items)), label)
+    """One of ``items`` (shrinks towards the first), as ``st.sampled_from`` draws it:
+    the same integer choice of an index (see :func:`integer`)."""
+    if not items or len(items) > 128:  # nothing to pick (the draw rejects the example), or many
+        return draw(data, _sampled(tuple(items)), label)
+    engine = getattr(data, "conjecture_data", None)
+    if engine is None or should_note():
+        return data.draw(_sampled(tuple(items)), label=label)
+    return items[engine.draw_integer(0, len(items) - 1)]

@@ -40,7 +40,7 @@ from hypothesis.stateful import (
 from hypothesis.strategies._internal.strategies import SearchStrategy
 
 from faultfs import MODES
-from oracle.draws import draw, pick
+from oracle.draws import flag, integer, pick
 from oracle.harness import CrashHarness, held_interception, scripted_registry
 from oracle.workload import STEP_KINDS, Step
 from substrat.checkpointer import CheckpointPolicy
@@ -101,14 +101,6 @@ class _MaybeCrash(SearchStrategy[CrashPlan | None]):
 
 maybe_crash = _MaybeCrash()
 """Half the operations crash; shrinking prefers the ones that do not."""
-# The rules' own draws, built once (a strategy built inside a rule is built,
-# validated and labelled again at every step).
-_boundaries = st.integers(1, MAX_BOUNDARY)
-_modes = st.sampled_from(MODES)
-_image_seeds = st.integers(0, IMAGE_SEEDS - 1)
-_failing_fsyncs = st.integers(1, MAX_FSYNC)
-_failures_in_a_row = st.integers(1, MAX_CONSECUTIVE_FAILURES)
-_written_back = st.booleans()
 
 
 class CrashRecoveryMachine(RuleBasedStateMachine):
@@ -263,11 +255,11 @@ class CrashRecoveryMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def fsync_failure_and_crash(self, data: Any) -> None:
         step = self._draw_step(data)
-        nth = draw(data, _failing_fsyncs, "failing fsync")
-        count = draw(data, _failures_in_a_row, "failures in a row")
-        written = draw(data, _written_back, "written back anyway")
-        mode = draw(data, _modes, "mode")
-        seed = draw(data, _image_seeds, "image seed")
+        nth = integer(data, 1, MAX_FSYNC, "failing fsync")
+        count = integer(data, 1, MAX_CONSECUTIVE_FAILURES, "failures in a row")
+        written = flag(data, "written back anyway")
+        mode = pick(data, MODES, "mode")
+        seed = integer(data, 0, IMAGE_SEEDS - 1, "image seed")
         outcome = self.harness.run_failing_fsyncs(step, nth, count, written=written)
         self.harness.crash_and_recover(mode, seed)
         self.crashes += 1
@@ -297,9 +289,9 @@ class CrashRecoveryMachine(RuleBasedStateMachine):
         self._crash_during(Step("terminate_by_parent", parent, child), data)
 
     def _crash_during(self, step: Step, data: Any) -> None:
-        boundary = draw(data, _boundaries, "boundary")
-        mode = draw(data, _modes, "mode")
-        seed = draw(data, _image_seeds, "image seed")
+        boundary = integer(data, 1, MAX_BOUNDARY, "boundary")
+        mode = pick(data, MODES, "mode")
+        seed = integer(data, 0, IMAGE_SEEDS - 1, "image seed")
         ran = self.harness.run(step, crash_at=boundary)
         self.harness.crash_and_recover(mode, seed)
         self.crashes += 1
