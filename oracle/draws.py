@@ -90,9 +90,10 @@ def flag(data: st.DataObject, label: str) -> bool:
 def pick(data: st.DataObject, items: Sequence[T], label: str) -> T:
     """One of ``items`` (shrinks towards the first), as ``st.sampled_from`` draws it:
     the same integer choice of an index (see :func:`integer`)."""
-    if not items or len(items) > 128:  # nothing to pick (the draw rejects the example), or many
-        return draw(data, _sampled(tuple(items)), label)
     engine = getattr(data, "conjecture_data", None)
-    if engine is None or should_note():
+    if engine is None or should_note() or not 1 <= len(items) <= 128:
+        # (no items: st.sampled_from raises, as it did)
         return data.draw(_sampled(tuple(items)), label=label)
+    if len(items) == 1:
+        return items[0]  # st.sampled_from of one item is st.just(it): no choice is made
     return items[engine.draw_integer(0, len(items) - 1)]
