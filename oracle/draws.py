@@ -8,7 +8,9 @@ the rule at all: a rule takes a :data:`choice` argument, drawn with its other
 arguments, and :func:`nth` turns it into one of the current candidates. That
 changes how the examples are built, though (what the engine's mutations copy
 from one step to another), and with it how often each rule runs; :func:`draw`
-keeps the draws inside the rule and makes them cheaper instead.
+keeps the draws inside the rule and makes them cheaper instead, and
+:func:`integer`, :func:`flag` and :func:`pick` cheaper still: the same choices
+with no span around them (tests/unit/test_fuzzer_draws.py holds them to it).
 """
 
 from __future__ import annotations
