@@ -13,10 +13,14 @@ from typing import Any
 from faultfs import _capture, _escapes, _intercept
 from faultfs._images import (
     MODES,
+    Fingerprint,
     ImageChoice,
+    build,
     durable_image,
+    durable_reach,
     fingerprint,
     process_image,
+    reached_fingerprint,
     reorder_choices,
     sample_reorder,
     torn_candidates,
@@ -136,6 +140,8 @@ class FaultFS(Syscalls):
         # What capture_at keeps, and whom it tells.
         self._captured: list[FaultFS] = []
         self._on_capture: Callable[[FaultFS], None] | None = None
+        # content_fingerprint() as an image's search found it: (model, its clock then, value).
+        self._content: tuple[Model, int, Fingerprint] | None = None
 
     @property
     def profile(self) -> str:
@@ -315,6 +321,7 @@ class FaultFS(Syscalls):
         seed: int,
         detail: str,
         choice: ImageChoice | None = None,
+        content: Fingerprint | None = None,
     ) -> FaultFS:
         image = FaultFS(
             self.root,
@@ -324,6 +331,8 @@ class FaultFS(Syscalls):
             record_trace=self._record_trace,
         )
         image.model = model
+        if content is not None:
+            image._content = (model, model.clock, content)
         image.acked = list(self.acked)
         image.ack_marks = list(self.ack_marks)
         image.watch_outside = self.watch_outside
@@ -352,43 +361,49 @@ class FaultFS(Syscalls):
         # must not leave the file system locked.
         with self._lock:
             found = self._image_models(mode, limit, seed)
-        for model, index, choice in found:
-            yield self._spawn(model, mode, index, seed, choice.detail, choice)
+        for model, index, choice, print_ in found:
+            yield self._spawn(model, mode, index, seed, choice.detail, choice, print_)
 
     def _image_models(
         self, mode: str, limit: int, seed: int
-    ) -> list[tuple[Model, int, ImageChoice]]:
+    ) -> list[tuple[Model, int, ImageChoice, Fingerprint | None]]:
         if mode == "process":
             return [
                 (
                     process_image(self.model),
                     0,
                     ImageChoice(everything=True, detail="page cache kept"),
+                    None,
                 )
             ]
-        power = durable_image(self.model, ImageChoice())
         if mode == "power":
-            return [(power, 0, ImageChoice(detail="durable state only"))]
+            power = durable_image(self.model, ImageChoice())
+            return [(power, 0, ImageChoice(detail="durable state only"), None)]
         if mode == "torn":
             choices = torn_choices(self.model, self.block_size, seed)
+            # a tear that left the file as it was durably is the power image, not torn
+            seen = {reached_fingerprint(durable_reach(self.model, ImageChoice()))}
         else:
             choices = reorder_choices(self.model, seed)
-        seen = set() if mode == "reorder" else {fingerprint(power)}
+            seen = set()
         seen_choices: set[ImageChoice] = set()
-        found: list[tuple[Model, int, ImageChoice]] = []
+        found: list[tuple[Model, int, ImageChoice, Fingerprint | None]] = []
         for choice in itertools.islice(choices, limit * CANDIDATES_PER_IMAGE):
             if choice in seen_choices:
                 continue
             seen_choices.add(choice)
-            model = durable_image(self.model, choice)
-            print_ = fingerprint(model)
+            reached = durable_reach(self.model, choice)
+            print_ = reached_fingerprint(reached)
             if print_ in seen:
-                continue
+                continue  # not built: an image with this content is already found
             seen.add(print_)
-            found.append((model, len(found), choice))
+            found.append((build(self.model, reached), len(found), choice, print_))
             if len(found) >= limit:
                 break
-        return found or [(power, 0, ImageChoice(detail=f"nothing unsynced to {mode}: power image"))]
+        if found:
+            return found
+        power = durable_image(self.model, ImageChoice())
+        return [(power, 0, ImageChoice(detail=f"nothing unsynced to {mode}: power image"), None)]
 
     def crash_image(self, mode: str, seed: int = 0, index: int | None = None) -> FaultFS:
         """The ``index``-th image of crash_images(mode, seed=seed), else one sampled by seed."""
@@ -456,12 +471,32 @@ class FaultFS(Syscalls):
         """Relative path -> file bytes (None for a directory) of the visible or durable tree."""
         self.touches += 1
         with self._lock:
-            model = durable_image(self.model, ImageChoice()) if durable else self.model
-            return {
-                path.lstrip("/").rstrip("/"): data
-                for path, data in fingerprint(model)
-                if path != "/"
-            }
+            if durable:
+                content = fingerprint(durable_image(self.model, ImageChoice()))
+            else:
+                content = self._visible_content()
+            return {path.lstrip("/").rstrip("/"): data for path, data in content if path != "/"}
+
+    def content_fingerprint(self) -> Fingerprint:
+        """The visible tree as a value: every path (a directory's ending in ``/``, the
+        root's ``/``) with its bytes (None for a directory), sorted by path.
+
+        Equal for two file systems exactly when their visible trees hold the same
+        names and bytes (modes and times aside): a key for crash states that must
+        get the same verdict. A crash image nothing has changed since it was made
+        has it already (the torn and reorder searches compare images by it).
+        """
+        self.touches += 1
+        with self._lock:
+            return self._visible_content()
+
+    def _visible_content(self) -> Fingerprint:
+        known = self._content
+        model = self.model
+        # Every change of names or bytes moves the model's clock; a restore swaps the model.
+        if known is not None and known[0] is model and known[1] == model.clock:
+            return known[2]
+        return fingerprint(model)
 
     def read_file(self, relpath: str) -> bytes:
         """The visible bytes of a file, read without interception (for assertions)."""

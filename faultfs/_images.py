@@ -45,39 +45,69 @@ class ImageChoice:
     detail: str = field(default="", compare=False)
 
 
-def _build(
+Fingerprint = tuple[tuple[str, bytes | None], ...]
+"""Every path of a tree with its bytes (None for a directory), sorted: see :func:`fingerprint`."""
+
+
+@dataclass
+class Reached:
+    """What an image holds, before it is built: each reachable inode's entries or bytes.
+
+    Building a Model costs an Inode per file and directory; comparing candidate
+    images only needs these values, so the torn and reorder modes build only the
+    candidates whose content is new (about half of them are not).
+    """
+
+    values: dict[int, dict[str, int] | bytes]
+    """Inode -> its entries (a directory) or its content (a file), in the order reached."""
+    dirs: set[int]
+
+
+def _reach(
     model: Model,
     entries_of: Callable[[Inode], dict[str, int]],
     content_of: Callable[[Inode], bytes],
-) -> Model:
-    """Walk the namespace from the root and copy what is reachable into a new Model."""
-    image = Model(model.profile)
-    image.inodes = {}
+) -> Reached:
+    """Walk the namespace from the root: what is reachable, as :class:`Reached`."""
     src = model.inodes
+    values: dict[int, dict[str, int] | bytes] = {}
+    dirs: set[int] = set()
     stack = [ROOT_INO]
-    seen_dirs: set[int] = set()
     while stack:
         ino = stack.pop()
         node = src[ino]
-        twin = Inode(ino, node.is_dir, node.mode, node.mtime_ns)
-        image.inodes[ino] = twin
         if not node.is_dir:
-            twin.data = twin.durable = content_of(node)
+            values[ino] = content_of(node)
             continue
-        seen_dirs.add(ino)
-        twin.nlink = 2 if ino == ROOT_INO else 1
+        dirs.add(ino)
         entries: dict[str, int] = {}
+        values[ino] = entries
         for name, target in entries_of(node).items():
-            target_node = src[target]
-            if target_node.is_dir:
-                if target in seen_dirs or target in image.inodes:
+            if src[target].is_dir:
+                if target in dirs or target in values:
                     continue  # a directory reachable twice (torn renames): keep the first
                 stack.append(target)
-            elif target not in image.inodes and target not in stack:
+            elif target not in values and target not in stack:
                 stack.append(target)
             entries[name] = target
-        twin.entries = entries
-        twin.durable_entries = dict(entries)
+    return Reached(values, dirs)
+
+
+def _build(model: Model, reached: Reached) -> Model:
+    """A new Model holding ``reached`` (of ``model``), visible and durable alike."""
+    image = Model(model.profile)
+    image.inodes = {}
+    src = model.inodes
+    for ino, value in reached.values.items():
+        node = src[ino]
+        twin = Inode(ino, node.is_dir, node.mode, node.mtime_ns)
+        image.inodes[ino] = twin
+        if ino in reached.dirs:
+            twin.nlink = 2 if ino == ROOT_INO else 1
+            twin.entries = value  # type: ignore[assignment]
+            twin.durable_entries = dict(value)  # type: ignore[arg-type]
+        else:
+            twin.data = twin.durable = value  # type: ignore[assignment]
     for node in image.inodes.values():
         if node.is_dir:
             for target in node.entries.values():
@@ -93,11 +123,11 @@ def process_image(model: Model) -> Model:
             node.data = bytes(node.data)  # share, copy on the next write
         return node.data  # type: ignore[return-value]
 
-    return _build(model, lambda node: node.entries, content)
+    return _build(model, _reach(model, lambda node: node.entries, content))
 
 
-def durable_image(model: Model, choice: ImageChoice) -> Model:
-    """The durable layer plus the unsynced changes ``choice`` keeps."""
+def durable_reach(model: Model, choice: ImageChoice) -> Reached:
+    """What :func:`durable_image` holds, not built (:func:`reached_fingerprint`, :func:`build`)."""
     inodes = model.inodes
     overlays: dict[int, dict[str, int]] = {}
     kept = set(choice.data)
@@ -125,10 +155,38 @@ def durable_image(model: Model, choice: ImageChoice) -> Model:
                 return apply_data_ops(node.durable, ops)
         return node.durable
 
-    return _build(model, lambda node: overlays.get(node.ino, node.durable_entries), content)
+    return _reach(model, lambda node: overlays.get(node.ino, node.durable_entries), content)
 
 
-def fingerprint(model: Model) -> tuple[tuple[str, bytes | None], ...]:
+def build(model: Model, reached: Reached) -> Model:
+    """The image of ``model`` that :func:`durable_reach` found (it takes over
+    ``reached``'s directories: build each one once)."""
+    return _build(model, reached)
+
+
+def durable_image(model: Model, choice: ImageChoice) -> Model:
+    """The durable layer plus the unsynced changes ``choice`` keeps."""
+    return _build(model, durable_reach(model, choice))
+
+
+def reached_fingerprint(reached: Reached) -> Fingerprint:
+    """:func:`fingerprint` of the Model :func:`build` would make of ``reached``."""
+    values, dirs = reached.values, reached.dirs
+    out: list[tuple[str, bytes | None]] = []
+    stack = [("", ROOT_INO)]
+    while stack:
+        path, ino = stack.pop()
+        value = values[ino]
+        if ino in dirs:
+            out.append((path + "/", None))
+            stack.extend((f"{path}/{name}", target) for name, target in value.items())  # type: ignore[union-attr]
+        else:
+            out.append((path, bytes(value)))  # type: ignore[arg-type]
+    out.sort(key=lambda item: item[0])
+    return tuple(out)
+
+
+def fingerprint(model: Model) -> Fingerprint:
     """A value equal for two models exactly when their trees hold the same content."""
     out: list[tuple[str, bytes | None]] = []
     stack = [("", ROOT_INO)]

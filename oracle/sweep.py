@@ -278,7 +278,7 @@ def state_key(image: FaultFS, model: Model, model_part: bytes | None = None) -> 
     """
     if model_part is None:
         model_part = model_key(model)
-    return pickle.dumps((sorted(image.tree().items()), model_part))
+    return pickle.dumps((image.content_fingerprint(), model_part))
 
 
 Check = Callable[[CrashHarness, FaultFS, Model, str], None]
