@@ -23,11 +23,33 @@ from hypothesis import strategies as st
 from hypothesis.control import should_note
 
 T = TypeVar("T")
+
+
+def _engine_makes_choices() -> bool:
+    """Whether this Hypothesis's engine data has the integer and boolean choices
+    :func:`integer`, :func:`flag` and :func:`pick` make directly.
+
+    They are the engine's own methods, not its public API: a release that renames
+    them leaves these functions drawing through ``data.draw`` (the same values,
+    only slower), instead of failing every state machine that uses them.
+    """
+    try:
+        from hypothesis.internal.conjecture.data import ConjectureData
+    except ImportError:
+        return False
+    return all(callable(getattr(ConjectureData, n, None)) for n in ENGINE_CHOICE_METHODS)
+
+
+ENGINE_CHOICE_METHODS = ("draw_integer", "draw_boolean")
 CACHED_STRATEGIES = 4096
 MAX_CHOICES = 64
 choice = st.integers(0, MAX_CHOICES - 1)
 """Which of the current agents (or targets) a rule acts on, taken modulo the number
 there are (:func:`nth`); shrinks towards the first."""
+
+
+ENGINE_CHOICES = _engine_makes_choices()
+"""Whether the engine's choices are drawn directly (see :func:`_engine_makes_choices`)."""
 
 
 def nth(items: Sequence[T], index: int) -> T:
@@ -74,7 +96,7 @@ def integer(data: st.DataObject, low: int, high: int, label: str) -> int:
     replays, now shown with its label."""
     assert high - low <= 127, (low, high)
     engine = getattr(data, "conjecture_data", None)
-    if engine is None or should_note():
+    if engine is None or not ENGINE_CHOICES or should_note():
         return data.draw(_integers(low, high), label=label)
     value: int = engine.draw_integer(low, high)
     return value
@@ -83,7 +105,7 @@ def integer(data: st.DataObject, low: int, high: int, label: str) -> int:
 def flag(data: st.DataObject, label: str) -> bool:
     """``draw(data, st.booleans(), label)`` without the span (see :func:`integer`)."""
     engine = getattr(data, "conjecture_data", None)
-    if engine is None or should_note():
+    if engine is None or not ENGINE_CHOICES or should_note():
         return data.draw(st.booleans(), label=label)
     value: bool = engine.draw_boolean()
     return value
@@ -93,7 +115,7 @@ def pick(data: st.DataObject, items: Sequence[T], label: str) -> T:
     """One of ``items`` (shrinks towards the first), as ``st.sampled_from`` draws it:
     the same integer choice of an index (see :func:`integer`)."""
     engine = getattr(data, "conjecture_data", None)
-    if engine is None or should_note() or not 1 <= len(items) <= 128:
+    if engine is None or not ENGINE_CHOICES or should_note() or not 1 <= len(items) <= 128:
         # (no items: st.sampled_from raises, as it did)
         return data.draw(_sampled(tuple(items)), label=label)
     if len(items) == 1:

@@ -37,10 +37,10 @@ from hypothesis.stateful import (
     precondition,
     rule,
 )
-from hypothesis.strategies._internal.strategies import SearchStrategy
+from hypothesis.strategies import SearchStrategy
 
 from faultfs import MODES
-from oracle.draws import flag, integer, pick
+from oracle.draws import ENGINE_CHOICES, flag, integer, pick
 from oracle.harness import CrashHarness, held_interception, scripted_registry
 from oracle.workload import STEP_KINDS, Step
 from substrat.checkpointer import CheckpointPolicy
@@ -99,7 +99,21 @@ class _MaybeCrash(SearchStrategy[CrashPlan | None]):
         return "maybe_crash"
 
 
-maybe_crash = _MaybeCrash()
+def _maybe_crash_built() -> SearchStrategy[CrashPlan | None]:
+    """What :class:`_MaybeCrash` draws, built of public strategies (eleven spans a plan):
+    for a Hypothesis whose engine data lacks the integer choice it makes directly."""
+    return st.none() | st.builds(
+        CrashPlan,
+        boundary=st.integers(1, MAX_BOUNDARY),
+        mode=st.sampled_from(MODES),
+        seed=st.integers(0, IMAGE_SEEDS - 1),
+        recovery_crash=st.none() | st.integers(1, MAX_RECOVERY_BOUNDARY),
+    )
+
+
+maybe_crash: SearchStrategy[CrashPlan | None] = (
+    _MaybeCrash() if ENGINE_CHOICES else _maybe_crash_built()
+)
 """Half the operations crash; shrinking prefers the ones that do not."""
 
 
