@@ -326,7 +326,9 @@ class DaemonProcess:
     def start(self, timeout_s: float = START_TIMEOUT_S) -> DaemonProcess:
         """Spawn the daemon and return once it answers ``ping`` (DaemonStartError if not)."""
         prepare_root(self.root)
-        command = [sys.executable, "-m", "substrat.daemon", "--root", str(self.root)]
+        # -P: the working directory is not put on sys.path, so a directory named like one
+        # of our packages there (a clone's parent holds ``substrat/``) is not what runs.
+        command = [sys.executable, "-P", "-m", "substrat.daemon", "--root", str(self.root)]
         with open(self.log_path, "ab") as out:
             self.proc = subprocess.Popen(
                 command + self.daemon_args,

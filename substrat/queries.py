@@ -108,7 +108,9 @@ class QueryMixin:
 
     def _not_found(self, ref: str) -> AgentNotFoundError:
         known = self.tree.paths() + [self._terminated_path(a) for a in self.graveyard.all()]
-        return AgentNotFoundError(f"no agent {ref}{did_you_mean(ref, known)}; {LIST_HINT}")
+        suggestion = did_you_mean(ref, known)  # "; did you mean X?", or ""
+        joint = " " if suggestion else "; "
+        return AgentNotFoundError(f"no agent {ref}{suggestion}{joint}{LIST_HINT}")
 
     def _terminated_path(self, agent: TerminatedAgent | None) -> str:
         assert agent is not None

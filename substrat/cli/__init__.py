@@ -37,7 +37,8 @@ def main(group_root: Path | None) -> None:
     """Substrat: a crash-safe orchestrator for trees of LLM agents.
 
     Every command takes --root DIR (here, before the command, or after it),
-    --json for scripts, and -h for its help with examples.
+    --json for scripts (after the command: `substrat agent list --json`), and
+    -h for its help with examples.
     """
 
 

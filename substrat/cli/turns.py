@@ -158,7 +158,7 @@ class TurnView:
         self._end_line()
         if not (self.text_shown or self.turn_id):
             return
-        what = "the text above is" if self.text_shown else "nothing of it is"
+        what = "the text above is not" if self.text_shown else "none of it is"
         if isinstance(exc, RpcError):  # the daemon answered: the turn failed, for sure
             self.err.print(
                 f"[bold red]✗ not committed:[/] {what} part of {esc(self.agent)}'s conversation"
@@ -168,6 +168,6 @@ class TurnView:
         # The daemon died: almost always mid-turn, but it may have committed just before.
         self.err.print(
             f"[bold red]✗ not committed:[/] the daemon died before confirming {esc(turn)}; "
-            f"{what} not part of {esc(self.agent)}'s conversation unless `substrat log "
+            f"{what} part of {esc(self.agent)}'s conversation unless `substrat log "
             f"{esc(self.agent)}` shows {esc(turn)} after the restart"
         )

@@ -114,7 +114,7 @@ def mcp_config(socket_path: Path) -> dict[str, Any]:
             SERVER_NAME: {
                 "type": "stdio",
                 "command": sys.executable,
-                "args": ["-m", "substrat.providers.mcp_tools", "--socket", str(socket_path)],
+                "args": ["-P", "-m", "substrat.providers.mcp_tools", "--socket", str(socket_path)],
                 "env": {"PYTHONPATH": pythonpath},
             }
         }

@@ -113,7 +113,7 @@ def test_id_prefixes_like_git_and_names_with_suggestions(root: Path) -> None:
     typo = run(root, "agent", "send", "laed", "hello")
     assert typo.returncode == 1
     line = typo.stderr.strip()
-    assert line.startswith("error: no agent laed; did you mean lead?"), line
+    assert line.startswith("error: no agent laed; did you mean lead? `substrat agent list"), line
     assert "'" not in line
 
 

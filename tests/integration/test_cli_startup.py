@@ -7,7 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from substrat.client import ping, stop_daemon
 from substrat.rootdir import prepare_root
+from tests.support.cli import SUBSTRAT
 
 PROBE = """
 import json, sys
@@ -74,3 +76,26 @@ def test_a_command_on_a_root_loads_none_of_the_storage_modules(tmp_path: Path) -
         "substrat.registry",
     }
     assert not loaded & storage, sorted(loaded & storage)
+
+
+def test_the_daemon_starts_from_a_directory_holding_a_substrat_directory(tmp_path: Path) -> None:
+    # A clone's parent directory holds ``substrat/`` (the clone): ``python -m`` puts the
+    # working directory first on sys.path, and the daemon process imported that
+    # directory as a namespace package instead of the installed substrat.
+    (tmp_path / "substrat").mkdir()
+    (tmp_path / "oracle").mkdir()
+    root = tmp_path / "root"
+    started = subprocess.run(
+        [SUBSTRAT, "daemon", "start", "--root", str(root)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    try:
+        log = root / "daemon.log"
+        assert started.returncode == 0, started.stderr + (log.read_text() if log.exists() else "")
+        answer = ping(root)
+        assert answer is not None and answer["pong"] is True, answer
+    finally:
+        stop_daemon(root)
