@@ -62,13 +62,16 @@ class Opts:
     creates_root: bool | None = False
     """True: the command may create the root; False: it needs one to exist;
     None: it picks its own root (``demo``)."""
+    new_root: bool = False
+    """The root does not exist yet (or is an empty directory): this command makes it."""
 
     def check_root(self) -> None:
         """Refuse, before anything is written, a root path this command cannot use."""
         if self.creates_root is None:
             return
         if self.creates_root:
-            rootdir.refuse_foreign(self.root)
+            state = rootdir.refuse_foreign(self.root).state
+            self.new_root = state in (rootdir.RootState.MISSING, rootdir.RootState.EMPTY)
         else:
             rootdir.require_root(self.root)
 
@@ -88,7 +91,14 @@ class Opts:
         """A connected client; starts the daemon if none runs (unless --no-autostart)."""
 
         def started(pid: int) -> None:
-            if not self.json:
+            if self.json:
+                return
+            if self.new_root:  # a mistyped path makes a root too: say so, and where
+                self.err.print(
+                    f"substrat: created a new root at {self.root} and started its daemon "
+                    f"(pid {pid})"
+                )
+            else:
                 self.err.print(f"[dim]substrat: started the daemon (pid {pid}) for {self.root}[/]")
 
         return client_mod.connect_or_start(

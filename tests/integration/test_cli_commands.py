@@ -37,9 +37,13 @@ def test_commands_start_the_daemon_on_demand_unless_told_not_to(root: Path) -> N
     assert not lock.is_held(root) and not root.exists()
     created = run(root, "agent", "create", "lead", "-i", "lead the way")
     assert created.returncode == 0, created.stderr
-    assert "started the daemon" in created.stderr
+    assert f"created a new root at {root} and started its daemon" in created.stderr
     assert "created lead" in created.stdout
     assert lock.is_held(root)
+    run(root, "daemon", "stop")
+    again = run(root, "agent", "create", "scout")
+    assert again.returncode == 0, again.stderr
+    assert "started the daemon" in again.stderr and "new root" not in again.stderr
 
 
 def test_daemon_lifecycle_commands(root: Path) -> None:
