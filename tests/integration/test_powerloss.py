@@ -27,6 +27,7 @@ from substrat.agents import USER
 
 REPO = Path(__file__).resolve().parents[2]
 COMMAND_TIMEOUT_S = 60
+PLANT_CYCLES = 10
 
 
 def _env_without_lazyfs() -> dict[str, str]:
@@ -58,14 +59,17 @@ def test_the_campaign_on_a_plain_directory_loses_nothing(tmp_path: Path) -> None
     assert report.agents_at_end > 0 and report.turns_at_end > 0
 
 
-def _drop_completed_turns(planted: list[int]) -> Callable[[Path], None]:
+def _drop_completed_turns(planted: list[tuple[int, int]]) -> Callable[[Path], None]:
     """Plant a loss: cut every completed turn out of the busiest live agent's log (once).
 
     A terminated agent's turns are not served any more, so cutting them would
     lose nothing the check could see: only logs without ``agent.terminated`` count.
+    ``planted`` gets (the cycle, 1-based, the number of lines cut).
     """
+    cycles: list[Path] = []
 
     def plant(state_dir: Path) -> None:
+        cycles.append(state_dir)
         texts = [(p, p.read_text()) for p in (state_dir / "agents").glob("*/events.jsonl")]
         logs = sorted(
             (text.count('"event":"turn.complete"'), str(p))
@@ -78,7 +82,7 @@ def _drop_completed_turns(planted: list[int]) -> Callable[[Path], None]:
         lines = path.read_text().splitlines(True)
         kept = [line for line in lines if "turn.complete" not in line]
         _write_durably(path, kept)
-        planted.append(len(lines) - len(kept))
+        planted.append((len(cycles), len(lines) - len(kept)))
 
     return plant
 
@@ -92,17 +96,26 @@ def _write_durably(path: Path, lines: list[str]) -> None:
 
 def test_a_loss_planted_after_the_cut_is_reported(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    planted: list[int] = []
+    planted: list[tuple[int, int]] = []
+    # Enough cycles for two turns to complete in one log on a loaded machine (four were
+    # not, once, in a main job on 2 cores); the campaign stops at the failure anyway.
     report = run_campaign(
-        out, cycles=4, seed=5, max_run_s=0.5, lazyfs=False, after_cut=_drop_completed_turns(planted)
+        out,
+        cycles=PLANT_CYCLES,
+        seed=5,
+        max_run_s=0.5,
+        lazyfs=False,
+        after_cut=_drop_completed_turns(planted),
     )
-    assert not report.ok
-    assert report.cycles < 4 and planted
+    assert planted, f"no log held two completed turns in {PLANT_CYCLES} cycles: nothing planted"
+    cycle, cut = planted[0]
+    assert not report.ok, f"{cut} lines cut after cycle {cycle}'s cut, and nothing was reported"
+    assert report.cycles == cycle - 1  # it stops at the cycle that found it (cycles: those passed)
     # The turns cut out are named, one by one; the one in flight at the cut may be among
     # them without being a loss (it was never acknowledged). Children the cut turns had
     # spawned lose their place too, so other agents' turns may follow.
     per_agent = Counter(t.split(" turn ")[0] for t in report.lost.turns)
-    assert planted[0] - 1 <= per_agent.most_common(1)[0][1] <= planted[0]
+    assert cut - 1 <= per_agent.most_common(1)[0][1] <= cut
     assert report.losses == report.lost.count >= len(report.lost.turns)
     text = "\n".join(report.problems)
     assert "recovered state matches no allowed outcome" in text
