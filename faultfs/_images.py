@@ -93,8 +93,9 @@ def _reach(
     return Reached(values, dirs)
 
 
-def _build(model: Model, reached: Reached) -> Model:
-    """A new Model holding ``reached`` (of ``model``), visible and durable alike."""
+def build(model: Model, reached: Reached) -> Model:
+    """A new Model holding ``reached`` (of ``model``), visible and durable alike (it
+    takes over ``reached``'s directories: build each one once)."""
     image = Model(model.profile)
     image.inodes = {}
     src = model.inodes
@@ -123,7 +124,7 @@ def process_image(model: Model) -> Model:
             node.data = bytes(node.data)  # share, copy on the next write
         return node.data  # type: ignore[return-value]
 
-    return _build(model, _reach(model, lambda node: node.entries, content))
+    return build(model, _reach(model, lambda node: node.entries, content))
 
 
 def durable_reach(model: Model, choice: ImageChoice) -> Reached:
@@ -158,15 +159,9 @@ def durable_reach(model: Model, choice: ImageChoice) -> Reached:
     return _reach(model, lambda node: overlays.get(node.ino, node.durable_entries), content)
 
 
-def build(model: Model, reached: Reached) -> Model:
-    """The image of ``model`` that :func:`durable_reach` found (it takes over
-    ``reached``'s directories: build each one once)."""
-    return _build(model, reached)
-
-
 def durable_image(model: Model, choice: ImageChoice) -> Model:
     """The durable layer plus the unsynced changes ``choice`` keeps."""
-    return _build(model, durable_reach(model, choice))
+    return build(model, durable_reach(model, choice))
 
 
 def reached_fingerprint(reached: Reached) -> Fingerprint:

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from hypothesis.control import should_note
 
 T = TypeVar("T")
+ENGINE_CHOICE_METHODS = ("draw_integer", "draw_boolean")
 
 
 def _engine_makes_choices() -> bool:
@@ -40,7 +41,6 @@ def _engine_makes_choices() -> bool:
     return all(callable(getattr(ConjectureData, n, None)) for n in ENGINE_CHOICE_METHODS)
 
 
-ENGINE_CHOICE_METHODS = ("draw_integer", "draw_boolean")
 CACHED_STRATEGIES = 4096
 MAX_CHOICES = 64
 choice = st.integers(0, MAX_CHOICES - 1)
