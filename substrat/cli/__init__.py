@@ -16,6 +16,7 @@ import click
 from substrat import __version__
 from substrat.cli.agent_cmds import agent_group, inbox
 from substrat.cli.chat import chat
+from substrat.cli.common import group_options
 from substrat.cli.compact_cmds import compact
 from substrat.cli.daemon_cmds import daemon_group
 from substrat.cli.events_cmds import log, watch
@@ -25,20 +26,13 @@ from substrat.cli.offline_cmds import demo, fsck, recover
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="substrat")
-@click.option(
-    "--root",
-    "group_root",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Substrat root for the command that follows (the command's own --root wins; "
-    "default: $SUBSTRAT_HOME or ~/.substrat).",
-)
-def main(group_root: Path | None) -> None:
+@group_options
+def main(group_root: Path | None, group_json: bool) -> None:
     """Substrat: a crash-safe orchestrator for trees of LLM agents.
 
-    Every command takes --root DIR (here, before the command, or after it),
-    --json for scripts (after the command: `substrat agent list --json`), and
-    -h for its help with examples.
+    Every command takes --root DIR and --json (for scripts) anywhere before or
+    after its name (`substrat --json agent list`, `substrat agent list --json`),
+    and -h for its help with examples.
     """
 
 

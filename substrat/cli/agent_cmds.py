@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
-from substrat.cli.common import LazyChoice, Opts, daemon_command, emit_json, esc, lazy_module
-from substrat.cli.turns import TurnView, read_prompt
+from substrat.cli.common import (
+    LazyChoice,
+    Opts,
+    daemon_command,
+    emit_json,
+    esc,
+    group_options,
+    lazy_module,
+)
+from substrat.cli.turns import PromptCommand, TurnView, read_prompt
 from substrat.errors import DaemonError
 from substrat.words import plural, when
 
@@ -26,7 +35,8 @@ def _provider_names() -> list[str]:
 
 
 @click.group("agent")
-def agent_group() -> None:
+@group_options
+def agent_group(group_root: Path | None, group_json: bool) -> None:
     """Create agents, send them turns, look at them, remove them.
 
     AGENT is an agent's path (lead/worker), its id, or a unique prefix of the
@@ -61,7 +71,7 @@ def create(opts: Opts, name: str, instructions: str, provider: str, model: str |
         )
 
 
-@agent_group.command("send")
+@agent_group.command("send", cls=PromptCommand)
 @daemon_command(SEND_TIMEOUT_S)
 @click.argument("agent")
 @click.argument("prompt")
@@ -76,7 +86,8 @@ def send(opts: Opts, agent: str, prompt: str, no_stream: bool, wait: bool) -> No
     committed (durably logged), which a final line on stderr confirms. If the
     daemon dies or the provider fails first, that line says the text above
     was not committed, and the command exits non-zero. With --json nothing
-    streams: the committed turn is printed once it is durable.
+    streams: the committed turn is printed once it is durable. A PROMPT that
+    starts with '-' goes after '--': substrat agent send lead -- "--help me".
     """
     prompt = read_prompt(prompt)
     stream = not (no_stream or opts.json)

@@ -17,7 +17,7 @@ import functools
 import importlib.util
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -143,7 +143,7 @@ def offline_command(
         @_json_option
         @functools.wraps(func)
         def wrapper(root: Path | None, as_json: bool, **kwargs: Any) -> Any:
-            opts = Opts(root=_resolve(root), json=as_json, creates_root=creates_root)
+            opts = Opts(_resolve(root), as_json or group_json(), creates_root=creates_root)
             return guarded(opts, func, **kwargs)
 
         return wrapper
@@ -181,7 +181,9 @@ def daemon_command(
         def wrapper(
             root: Path | None, as_json: bool, timeout_s: float, no_autostart: bool, **kwargs: Any
         ) -> Any:
-            opts = Opts(_resolve(root), as_json, timeout_s, not no_autostart, creates_root)
+            opts = Opts(
+                _resolve(root), as_json or group_json(), timeout_s, not no_autostart, creates_root
+            )
             return guarded(opts, func, **kwargs)
 
         return wrapper
@@ -189,22 +191,59 @@ def daemon_command(
     return decorate
 
 
+def group_options(func: F) -> F:
+    """--root and --json on a group, for ``substrat --root R agent --json list``.
+
+    A command reads them through click's context (:func:`group_root`,
+    :func:`group_json`), so each works before the group, after it, or after the
+    command, where a user is likely to put it.
+    """
+    func = click.option(
+        "--json",
+        "group_json",
+        is_flag=True,
+        help="Machine-readable JSON output for the command that follows (as its own --json).",
+    )(func)
+    return click.option(
+        "--root",
+        "group_root",
+        type=click.Path(path_type=Path),
+        default=None,
+        help="Substrat root for the command that follows (the command's own --root wins, "
+        "then the nearest group's; default: $SUBSTRAT_HOME or ~/.substrat).",
+    )(func)
+
+
 def _resolve(root: Path | None) -> Path:
-    """The root: the command's own --root, else the group's (``substrat --root DIR ...``),
-    else $SUBSTRAT_HOME, else ~/.substrat."""
+    """The root: the command's own --root, else the nearest group's (``substrat --root DIR
+    agent list``), else $SUBSTRAT_HOME, else ~/.substrat."""
     ctx = click.get_current_context(silent=True)
     if ctx is not None and ctx.get_parameter_source("root") is not ParameterSource.COMMANDLINE:
         root = group_root() or root
     return (root if root is not None else client_mod.default_root()).expanduser().absolute()
 
 
-def group_root() -> Path | None:
-    """The --root given before the command name (``substrat --root DIR agent list``)."""
+def _groups() -> Iterator[click.Context]:
+    """The contexts of the groups above the running command, nearest first."""
     ctx = click.get_current_context(silent=True)
-    if ctx is None:
-        return None
-    value = ctx.find_root().params.get("group_root")
-    return value if isinstance(value, Path) else None
+    parent = ctx.parent if ctx is not None else None
+    while parent is not None:
+        yield parent
+        parent = parent.parent
+
+
+def group_root() -> Path | None:
+    """The --root given before the command name (``substrat agent --root DIR list``)."""
+    for ctx in _groups():
+        value = ctx.params.get("group_root")
+        if isinstance(value, Path):
+            return value
+    return None
+
+
+def group_json() -> bool:
+    """Whether --json was given before the command name (``substrat --json agent list``)."""
+    return any(ctx.params.get("group_json") for ctx in _groups())
 
 
 def guarded(opts: Opts, func: Callable[..., Any], **kwargs: Any) -> Any:

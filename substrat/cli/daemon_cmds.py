@@ -17,6 +17,7 @@ from substrat.cli.common import (
     Opts,
     emit_json,
     esc,
+    group_options,
     lazy_module,
     offline_command,
 )
@@ -31,7 +32,8 @@ else:
 
 
 @click.group("daemon")
-def daemon_group() -> None:
+@group_options
+def daemon_group(group_root: Path | None, group_json: bool) -> None:
     """Start, stop and inspect the daemon of a root."""
 
 

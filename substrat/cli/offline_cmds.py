@@ -15,6 +15,7 @@ from substrat.cli.common import (
     Opts,
     emit_json,
     esc,
+    group_json,
     group_root,
     guarded,
     lazy_module,
@@ -242,7 +243,7 @@ def demo(as_json: bool, keep: bool, root: Path | None) -> None:
     where = root or group_root()
     opts = Opts(
         root=where.expanduser().absolute() if where else Path(tempfile.gettempdir()),
-        json=as_json,
+        json=as_json or group_json(),
         creates_root=None,
     )
     guarded(opts, _demo, keep=keep, own_root=where is not None)

@@ -16,6 +16,7 @@ are still reported, one plain line each.
 
 from __future__ import annotations
 
+import shlex
 import sys
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -30,6 +31,45 @@ from substrat.words import plural
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.status import Status
+
+
+class PromptCommand(click.Command):
+    """A command with a PROMPT argument, which may be text that starts with '-'.
+
+    Click takes such text for an option ("No such option '--help me'"). When
+    the command line parses with that text after '--', the error says so and
+    gives the line to type; a mistyped option keeps click's own error.
+    """
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, list(args))
+        except click.NoSuchOption as exc:
+            line = self._with_prompt_after_dashes(ctx, args, exc.option_name)
+            if line is None:
+                raise
+            raise click.NoSuchOption(
+                exc.option_name,
+                message=f"A prompt starting with '-' goes after '--': {' '.join(line)}",
+                ctx=ctx,
+            ) from None
+
+    def _with_prompt_after_dashes(
+        self, ctx: click.Context, args: list[str], option_name: str
+    ) -> list[str] | None:
+        """The command line with the unknown "option" moved after '--', if that parses."""
+        if "--" in args:
+            return None
+        # "-x me" is reported as '-x' (short options are read one letter at a time)
+        token = next((a for a in args if a.startswith(option_name)), None)
+        if token is None:
+            return None
+        moved = [a for a in args if a is not token] + ["--", token]
+        try:
+            super().parse_args(click.Context(self, ctx.parent, ctx.info_name), list(moved))
+        except click.UsageError:
+            return None
+        return [ctx.command_path, *map(shlex.quote, moved)]
 
 
 def read_prompt(prompt: str) -> str:

@@ -53,6 +53,53 @@ def test_root_before_the_command_and_on_demo(root: Path, tmp_path: Path) -> None
     assert (place / "agents").is_dir()  # kept: it is the user's directory
 
 
+def test_root_and_json_on_a_group_too(root: Path, tmp_path: Path) -> None:
+    """``substrat agent --root R list`` and ``substrat agent --json list`` were refused
+    ("No such option"): a group takes them for the command that follows."""
+    elsewhere = tmp_path / "elsewhere"
+    env = cli_env(elsewhere)  # SUBSTRAT_HOME names another root: the --root given must win
+    here = str(root)
+    assert run(root, "agent", "create", "lead", "--root", here, env=env).returncode == 0
+    for args in (
+        ["agent", "--root", here, "list", "--json"],
+        ["agent", "--json", "--root", here, "list"],
+        ["--json", "agent", "--root", here, "list"],
+        ["--json", "--root", here, "agent", "list"],
+        # the nearest --root wins: the group's over the top level's
+        ["--root", str(elsewhere), "agent", "--json", "--root", here, "list"],
+    ):
+        assert [a["path"] for a in as_json(run(root, *args, env=env))] == ["lead"], args
+    status = as_json(run(root, "daemon", "--json", "--root", here, "status", env=env))
+    assert status["running"] is True and status["root"] == here
+    stopped = as_json(run(root, "--json", "daemon", "--root", here, "stop", env=env))
+    assert stopped["stopped"] is True
+    assert not elsewhere.exists()
+    helped = run(root, "agent", "--help").stdout
+    assert "--root" in helped and "--json" in helped
+
+
+def test_a_prompt_that_starts_with_a_dash_is_told_to_go_after_dashes(tmp_path: Path) -> None:
+    nowhere = ["--root", str(tmp_path / "nowhere")]
+
+    def send(*args: str) -> Any:
+        return CliRunner().invoke(main, ["agent", "send", *nowhere, *args], prog_name="substrat")
+
+    for prompt, typed in (("--help me", "'--help me'"), ("-x marks it", "'-x marks it'")):
+        refused = send("lead", "--wait", prompt)
+        assert refused.exit_code == 2
+        assert (
+            "a prompt starting with '-' goes after '--': "
+            f"substrat agent send {' '.join(nowhere)} lead --wait -- {typed}"
+        ) in refused.output.lower(), refused.output
+    # A mistyped option (with the prompt there) keeps click's own message.
+    typo = send("--no-strem", "lead", "hi")
+    assert typo.exit_code == 2 and "'--no-stream'" in typo.output
+    assert "goes after" not in typo.output
+    # After '--' it is taken as the prompt: the command goes on (to find no root there).
+    taken = send("lead", "--", "--help me")
+    assert taken.exit_code == 2 and "no substrat root at" in taken.output
+
+
 def test_provider_choices_are_listed_and_checked(root: Path) -> None:
     helped = run(root, "agent", "create", "--help").stdout
     for name in ("scripted", "fake", "openai", "claude-code", "paced"):
