@@ -42,6 +42,14 @@ def id_prefix_matches(ref: str, ids: Iterable[str]) -> list[str]:
     return sorted(i for i in ids if i.startswith(ref))
 
 
+def too_short_note(ref: str) -> str:
+    """``"; an id prefix needs at least 4 characters"`` for a reference of 1 to 3 hex
+    characters (meant as an id prefix, likely), else ``""``."""
+    if len(ref) < MIN_ID_PREFIX_CHARS and _HEX.fullmatch(ref):
+        return f"; an id prefix needs at least {MIN_ID_PREFIX_CHARS} characters"
+    return ""
+
+
 def ambiguous(ref: str, candidates: dict[str, str]) -> AmbiguousAgentError:
     """The error for a prefix several agents' ids start with: ``{agent_id: path}``."""
     ids = sorted(candidates)
@@ -311,7 +319,9 @@ class AgentTree:
         found = self.find(ref)
         if found is not None:
             return found
-        raise AgentNotFoundError(f"no live agent {ref}{did_you_mean(ref, self.paths())}")
+        raise AgentNotFoundError(
+            f"no live agent {ref}{too_short_note(ref)}{did_you_mean(ref, self.paths())}"
+        )
 
     def find(self, ref: str) -> AgentNode | None:
         """Like :meth:`resolve`, but None when nothing matches (ambiguity still raises)."""

@@ -21,6 +21,7 @@ from substrat.agents import (
     ambiguous,
     did_you_mean,
     id_prefix_matches,
+    too_short_note,
 )
 from substrat.conversation import conversation_from_log
 from substrat.errors import AgentNotFoundError, AgentTerminatedError
@@ -110,7 +111,8 @@ class QueryMixin:
         known = self.tree.paths() + [self._terminated_path(a) for a in self.graveyard.all()]
         suggestion = did_you_mean(ref, known)  # "; did you mean X?", or ""
         joint = " " if suggestion else "; "
-        return AgentNotFoundError(f"no agent {ref}{suggestion}{joint}{LIST_HINT}")
+        short = too_short_note(ref)
+        return AgentNotFoundError(f"no agent {ref}{short}{suggestion}{joint}{LIST_HINT}")
 
     def _terminated_path(self, agent: TerminatedAgent | None) -> str:
         assert agent is not None

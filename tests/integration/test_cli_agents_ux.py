@@ -115,6 +115,12 @@ def test_id_prefixes_like_git_and_names_with_suggestions(root: Path) -> None:
     line = typo.stderr.strip()
     assert line.startswith("error: no agent laed; did you mean lead? `substrat agent list"), line
     assert "'" not in line
+    # 1 to 3 characters of an id: not taken as a prefix, and the message says why.
+    for ref in ("abc", "e"):
+        short = run(root, "agent", "show", ref)
+        assert short.returncode == 1
+        assert f"no agent {ref}; an id prefix needs at least 4 characters" in short.stderr
+    assert "at least 4 characters" not in typo.stderr  # not said of a name
 
 
 def test_names_not_raw_ids_in_tool_lines_and_recovery_plans(root: Path) -> None:
