@@ -51,7 +51,7 @@ from substrat.errors import (
 from substrat.eventlog import Clock, utc_now_iso
 from substrat.logs import LogPool
 from substrat.multiplexer import Multiplexer, stop_later
-from substrat.providers.base import ProviderSession
+from substrat.providers.base import ProviderSession, new_agent_model
 from substrat.providers.registry import ProviderRegistry, default_registry
 from substrat.queries import AgentInfo, QueryMixin
 from substrat.registry import RootRegistry, root_entry
@@ -255,7 +255,7 @@ class Orchestrator(QueryMixin, CommitMixin, WakeMixin):
             raise NameCollisionError(f"a root agent named {name!r} exists; pick another name")
         self.roots.check_usable()
         backend = self.registry.get(provider)
-        model = model or backend.default_model
+        model = new_agent_model(backend, model)
         node = AgentNode(
             agent_id=self.new_id(),
             session_id=self.new_id(),

@@ -116,3 +116,18 @@ class Provider(Protocol):
     ) -> ProviderSession: ...
 
     def models(self) -> list[str]: ...
+
+
+def new_agent_model(provider: Provider, model: str | None) -> str:
+    """The model of an agent being created: ``model``, else the provider's default.
+
+    ValueError if the provider cannot run it: a provider may define
+    ``check_model(model)`` for this. It is asked only when an agent is created,
+    never when one is restored, so an agent made before its provider grew the
+    check keeps its model and keeps working.
+    """
+    model = model or provider.default_model
+    check = getattr(provider, "check_model", None)
+    if check is not None:
+        check(model)
+    return model

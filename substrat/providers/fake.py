@@ -13,7 +13,12 @@ from typing import Any
 
 from substrat.errors import ProviderError
 from substrat.providers.base import AgentContext, ProviderSession, TurnRecord
-from substrat.providers.scripted import Script, ScriptedProvider, ScriptedSession
+from substrat.providers.scripted import (
+    Script,
+    ScriptedProvider,
+    ScriptedSession,
+    one_model_only,
+)
 
 
 class FakeSession:
@@ -71,6 +76,9 @@ class FakeProvider:
 
     def models(self) -> list[str]:
         return [self.default_model]
+
+    def check_model(self, model: str) -> None:
+        one_model_only(self.name, self.default_model, model)
 
     async def create(
         self, model: str, system_prompt: str, context: AgentContext

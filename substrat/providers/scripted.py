@@ -150,6 +150,16 @@ def decode_blob(blob: bytes) -> list[TurnRecord]:
     return [TurnRecord(str(t[0]), str(t[1]), str(t[2])) for t in body["turns"]]
 
 
+def one_model_only(provider: str, only: str, model: str) -> None:
+    """Refuse a model name other than a provider's one (it would be shown, never used)."""
+    if model != only:
+        raise ValueError(
+            f"the {provider} provider has one model, {only!r}: it answers from the prompt's "
+            f"directive lines, not from a model, so the model {model!r} would do nothing. Leave "
+            "out --model, or pick a provider that runs one (--provider openai --model ...)"
+        )
+
+
 class ScriptedProvider:
     """Deterministic in-process provider (see the module docstring)."""
 
@@ -161,6 +171,9 @@ class ScriptedProvider:
 
     def models(self) -> list[str]:
         return [self.default_model]
+
+    def check_model(self, model: str) -> None:
+        one_model_only(self.name, self.default_model, model)
 
     async def create(
         self, model: str, system_prompt: str, context: AgentContext

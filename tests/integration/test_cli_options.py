@@ -107,6 +107,12 @@ def test_provider_choices_are_listed_and_checked(root: Path) -> None:
     wrong = run(root, "agent", "create", "lead", "--provider", "opena1")
     assert wrong.returncode == 2
     assert "'opena1' is not one of" in wrong.stderr and "'openai'" in wrong.stderr
+    # A model the scripted provider would show but never use is refused, not ignored.
+    ignored = run(root, "agent", "create", "lead", "--model", "gpt-4o")
+    assert ignored.returncode == 1
+    assert "the scripted provider has one model, 'directives'" in ignored.stderr
+    assert "--provider openai --model" in ignored.stderr
+    assert as_json(run(root, "agent", "list", "--json")) == []
 
 
 def _options(command: click.Command) -> list[click.Option]:

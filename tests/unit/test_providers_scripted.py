@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Coroutine
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -216,3 +217,41 @@ def test_fake_provider_fails_on_demand_and_records_calls() -> None:
         assert fake.fail_send == fake.fail_create == fake.fail_restore == 0
 
     run(go())
+
+
+def test_a_model_the_in_process_providers_do_not_have_is_refused_at_creation_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--model gpt-4o`` on the scripted provider was taken and shown, and did nothing.
+    Now creating such an agent is refused; an agent made with one before (the check
+    skipped here, as by an older version) still restores and runs."""
+    from substrat.orchestrator import Orchestrator
+
+    root = tmp_path / "root"
+
+    async def create(model: str | None, provider: str = "scripted") -> str:
+        orch = await Orchestrator.open(root)
+        try:
+            return (
+                await orch.create_root(f"a{len(orch.agents())}", provider=provider, model=model)
+            ).model
+        finally:
+            await orch.close()
+
+    assert run(create(None)) == "directives"
+    assert run(create("directives")) == "directives"
+    for provider, model in (("scripted", "gpt-4o"), ("fake", "directives")):
+        with pytest.raises(ValueError, match=f"the {provider} provider has one model"):
+            run(create(model, provider))
+    monkeypatch.delattr(ScriptedProvider, "check_model")
+    assert run(create("gpt-4o")) == "gpt-4o"
+    monkeypatch.undo()
+
+    async def turn_of_the_old_one() -> str:
+        orch = await Orchestrator.open(root)
+        try:
+            return (await orch.run_turn("a2", "still there?")).response
+        finally:
+            await orch.close()
+
+    assert run(turn_of_the_old_one()).startswith("#1 scripted reply")
