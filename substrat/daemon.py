@@ -228,7 +228,8 @@ class Daemon:
             self._wake.set()
             await self._finish_tasks(tasks)
             unsubscribe()
-            await self.server.close_connections({"reason": self._stop_reason or "shutdown"})
+            farewell = {"reason": self._stop_reason or "shutdown", "time": utc_now_iso()}
+            await self.server.close_connections(farewell)
             with contextlib.suppress(Exception):
                 await listener.wait_closed()
             await self.orch.close()

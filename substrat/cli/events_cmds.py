@@ -1,10 +1,12 @@
 """``substrat watch`` and ``substrat log``: following the daemon's event stream.
 
 The stream survives the daemon: when the connection drops the commands say so
-(``connection.lost``), wait for a daemon to answer again, resubscribe
-(``connection.restored``) and show the ``daemon.recovered`` notice the new
-daemon sends. Heartbeats are always subscribed; a daemon silent for three
-heartbeat periods is pinged and, if it does not answer, reported.
+(``connection.lost``), wait for a daemon to answer again, resubscribe, and
+show the ``daemon.recovered`` notice the new daemon sends, then
+``connection.restored``: in the order they happened (the recovery ran before
+the new daemon answered), every line with its time. Heartbeats are always
+subscribed; a daemon silent for three heartbeat periods is pinged and, if it
+does not answer, reported.
 """
 
 from __future__ import annotations
@@ -55,16 +57,34 @@ def stream_events(
     first = True
     seen_notices: set[tuple[Any, Any]] = set()
     delay = 0.1
+
+    def fresh(note: tuple[str, dict[str, Any]]) -> bool:
+        """False for a recovery notice already shown (a daemon replays it per subscription)."""
+        name, params = note
+        if name != "daemon.recovered":
+            return True
+        key = (params.get("pid"), params.get("at"))
+        if key in seen_notices:
+            return False
+        seen_notices.add(key)
+        return True
+
     while True:
         if conn is None:
+            replayed: list[tuple[str, dict[str, Any]]] = []
             try:
                 conn = opts.connect() if first else client_mod.Client(opts.root).connect()
                 answer = conn.call("events.subscribe", {"events": subscribe})
+                restored_at = utc_now_iso()
+                # What the daemon sent before answering: its daemon.recovered, about a
+                # recovery that ran before this connection, so shown before
+                # connection.restored (in the order things happened, as the times say).
+                replayed = conn.received_notifications()
                 if on_subscribed is not None:
                     on_subscribed(conn, not first)
             except (DaemonNotRunningError, DaemonError) as exc:
                 stopped = conn is not None and conn.daemon_stopping
-                said = [] if conn is None else conn.received_notifications()
+                said = replayed + ([] if conn is None else conn.received_notifications())
                 if conn is not None:
                     conn.close()
                     conn = None
@@ -72,7 +92,7 @@ def stream_events(
                     # A clean stop between the subscription and the catch-up: show what the
                     # daemon said before it went (its daemon.stopping) and end as on any
                     # clean stop, not with the error of the interrupted catch-up.
-                    yield from said
+                    yield from filter(fresh, said)
                     if not follow_restarts:
                         return
                     if not reconnect:
@@ -89,8 +109,9 @@ def stream_events(
                 delay = min(RECONNECT_MAX_S, delay * 2)
                 continue
             heartbeat_s = float(answer.get("heartbeat_s", 5.0))
+            yield from filter(fresh, replayed)
             if not first:
-                yield "connection.restored", {"pid": answer.get("pid"), "time": utc_now_iso()}
+                yield "connection.restored", {"pid": answer.get("pid"), "time": restored_at}
             first, delay = False, 0.1
         try:
             note = conn.next_notification(heartbeat_s * SILENT_HEARTBEATS)
@@ -107,13 +128,8 @@ def stream_events(
                 raise
             yield "connection.lost", {"reason": str(exc).split(";")[0], "time": utc_now_iso()}
             continue
-        name, params = note
-        if name == "daemon.recovered":
-            key = (params.get("pid"), params.get("at"))
-            if key in seen_notices:
-                continue
-            seen_notices.add(key)
-        yield name, params
+        if fresh(note):
+            yield note
 
 
 def _filtered_out(name: str, wanted: list[str] | None) -> bool:

@@ -147,9 +147,14 @@ def test_a_clean_stop_ends_watch_unless_it_follows_restarts(root: Path) -> None:
         assert plain.returncode == 0, err
         assert "daemon.stopping" in out and "watch ends with it" in out
         assert "waiting for the daemon" not in out
+        # with its time, as every other event's line (it had "--:--:--")
+        (stopping,) = [line for line in out.splitlines() if "daemon.stopping" in line]
+        assert CLOCK.match(stopping), stopping
         assert follower.poll() is None  # still there, waiting for a daemon
         run(root, "daemon", "start")
-        read_json_until(follower, lambda e: e["event"] == "connection.restored")
+        seen = read_json_until(follower, lambda e: e["event"] == "connection.restored")
+        (farewell,) = [e["params"] for e in seen if e["event"] == "daemon.stopping"]
+        assert ISO_UTC.match(farewell["time"]) and farewell["reason"], farewell
     finally:  # a failed assertion must not leave a watcher waiting for daemons forever
         follower.terminate()
         follower.communicate(timeout=30)
