@@ -157,6 +157,7 @@ class Daemon:
             "unreadable": list(held.get("unreadable") or []),
             "lost_roots": list(held.get("lost_roots") or []),
             "registry_problem": held.get("registry_problem"),
+            "start_summary_unused": summary_unused(held),
             "stopping": self._stop.is_set(),
         }
 
@@ -277,14 +278,9 @@ class Daemon:
             )
         if data.get("registry_problem"):
             log.error("root registry: %s", data["registry_problem"])
-        unused = data.get("start_summary")
-        if unused and start_summary.STALE not in unused:
-            # stale is what a crash leaves; anything else is damage to say out loud
-            log.warning(
-                "start summary not used: %s; every agent was read without it. "
-                "`substrat fsck --repair` rebuilds it, and so does the next clean stop",
-                unused,
-            )
+        unused = summary_unused(data)
+        if unused is not None and unused["damaged"]:
+            log.warning("%s", unused["message"])
         notable = any(data.get(key) for key in NOTABLE_RECOVERY_KEYS)
         if self.previous_shutdown == "unclean" or notable:
             self._notice = {
@@ -339,6 +335,20 @@ class Daemon:
                     backoff = 0.0
                 if ran == 0:
                     break
+
+
+def summary_unused(data: dict[str, Any]) -> dict[str, Any] | None:
+    """Why the start did not use the start summary, in a recovery report's ``data``:
+    ``{"message", "damaged"}``, or None when it used it (or there was none)."""
+    reason = data.get("start_summary")
+    if not reason:
+        return None
+    message = f"start summary not used: {reason}; every agent was read without it"
+    # stale is what a crash leaves; anything else is damage to say out loud
+    damaged = start_summary.STALE not in reason
+    if damaged:
+        message += ". `substrat fsck --repair` rebuilds it, and so does the next clean stop"
+    return {"message": message, "damaged": damaged}
 
 
 def summarize_recovery(data: dict[str, Any]) -> str:

@@ -213,6 +213,9 @@ def status(opts: Opts, only_pid: bool, timeout_s: float) -> None:
         f"subscribers {answer['subscribers']}"
     )
     out.print(f"  previous shutdown: {answer['previous_shutdown']}")
+    unused = answer.get("start_summary_unused")
+    if unused:  # as daemon.log says it: what the start read without its summary, and why
+        out.print(f"  [{'yellow' if unused['damaged'] else 'dim'}]{esc(unused['message'])}[/]")
     notice = answer.get("last_recovery")
     if notice:
         with client_mod.Client(opts.root, timeout_s=opts.timeout_s).connect() as conn:

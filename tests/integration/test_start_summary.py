@@ -33,6 +33,8 @@ from substrat.eventlog import PENDING_NAME, encode_entry, read_log
 from substrat.orchestrator import Orchestrator
 from substrat.session import SessionStore
 from tests.integration.test_checkpoints import agent_dirs, snapshot
+from tests.support.cli import as_json
+from tests.support.cli import run as cli
 from tests.support.roots import three_roots
 
 T = TypeVar("T")
@@ -252,14 +254,23 @@ def test_the_daemon_says_which_agents_came_from_the_summary_and_why_not(tmp_path
     path = Path(start_summary.summary_path(root))
     assert path.exists()
     with DaemonProcess(root).start() as daemon:
+        used = cli(root, "daemon", "status")
         daemon.terminate()
     recovery = [line for line in log.read_text().splitlines() if "recovery:" in line]
     assert "4 from the start summary" in recovery[-1], recovery[-1]
+    assert used.returncode == 0 and "start summary" not in used.stdout
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 1
     path.write_bytes(bytes(data))
     with DaemonProcess(root).start() as daemon:
+        # `daemon status` says it too (it said nothing: only the log did)
+        status = cli(root, "daemon", "status")
+        answer = as_json(cli(root, "daemon", "status", "--json"))
         daemon.terminate()
+    said = " ".join(status.stdout.split())
+    assert "start summary not used: " in said and "checksum does not match" in said, said
+    assert "every agent was read without it. `substrat fsck --repair` rebuilds it" in said
+    assert answer["start_summary_unused"]["damaged"] is True
     lines = log.read_text().splitlines()
     recovery = [line for line in lines if "recovery:" in line]
     assert "start summary not used" in recovery[-1] and "from the start" not in recovery[-1]
