@@ -386,8 +386,9 @@ def _merge_same_key(findings: list[Finding]) -> list[Finding]:
         if known is None:
             out[finding.key] = finding
         else:
-            have = {(s.role, s.site) for s in known.steps}
-            extra = tuple(s for s in finding.steps if (s.role, s.site) not in have)
+            # A helper that writes several files is one site but several steps to name.
+            have = {(s.role, s.site, s.path) for s in known.steps}
+            extra = tuple(s for s in finding.steps if (s.role, s.site, s.path) not in have)
             out[finding.key] = known._replace(steps=known.steps + extra)
     return list(out.values())
 
@@ -456,6 +457,18 @@ def describe(kind: str, steps: tuple[Step, ...], note: str, where: Where) -> tup
     # The file the cause is about: its write, or its lost truncate when nothing was written.
     subject = write or first("truncate")
     file = where.path(subject.path) if subject is not None else "?"
+    written_files = {where.path(s.path) for s in by_role.get("write", [])}
+
+    def written() -> str:
+        """Each written file with its write sites: one unsynced cause can span files."""
+        sites: dict[str, set[str]] = {}
+        for step in by_role.get("write", []):
+            sites.setdefault(where.path(step.path), set()).add(where.site(step))
+        if not sites:
+            return f"{file} at ?"
+        return " and to ".join(f"{f} at {' and '.join(sorted(s))}" for f, s in sites.items())
+
+    the_file = "each of these files" if len(written_files) > 1 else "the file"
     acked = ""
     if "acknowledged" in by_role:
         acked = f" before it was acknowledged at {at('acknowledged')}"
@@ -466,27 +479,25 @@ def describe(kind: str, steps: tuple[Step, ...], note: str, where: Where) -> tup
         publisher = first("rename") or first("link")
         verb = publisher.kind if publisher is not None else "rename"
         summary = (
-            f"data written to {file} at {at('write')} was never fsynced before the {verb} at "
+            f"data written to {written()} was never fsynced before the {verb} at "
             f"{at(verb)} made it visible"
         )
         return (
             summary,
-            f"fsync the file before the {verb} (os.fsync on its descriptor after the last write)",
+            f"fsync {the_file} before the {verb} (os.fsync on its descriptor after the last write)",
         )
     if kind == "unsynced-before-ack":
-        summary = f"data written to {file} at {at('write')} was never fsynced{acked}"
+        summary = f"data written to {written()} was never fsynced{acked}"
         return (
             summary,
-            "fsync the file before acknowledging (or acknowledge only after an fsync returned)",
+            f"fsync {the_file} before acknowledging (or acknowledge only after an fsync returned)",
         )
     if kind == "unsynced-data":
         if acked:
-            summary = f"data written to {file} at {at('write')} was never fsynced{acked}"
-            return summary, f"fsync the file{acked}"
-        summary = (
-            f"data written to {file} at {at('write')} was never fsynced, and recovery needs it"
-        )
-        return summary, "fsync the file after writing it"
+            summary = f"data written to {written()} was never fsynced{acked}"
+            return summary, f"fsync {the_file}{acked}"
+        summary = f"data written to {written()} was never fsynced, and recovery needs it"
+        return summary, f"fsync {the_file} after writing it"
     if kind == "in-place-rewrite":
         truncate = first("truncate")
         name = where.path(truncate.path) if truncate is not None else file

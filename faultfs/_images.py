@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
 
-from faultfs._model import ROOT_INO, WRITE, DataOp, Inode, Model, apply_data_ops
+from faultfs._model import ROOT_INO, WRITE, DataOp, Edit, Inode, Model, apply_data_ops
 
 MODES = ("process", "power", "torn", "reorder")
 # Enumerating all subsets is exact below this many unsynced operations.
@@ -339,15 +339,58 @@ def torn_candidates(model: Model, block_size: int, seed: int) -> Iterator[TornCa
 Unit = tuple[str, int]
 
 
+def _describe_meta(kind: str, edits: tuple[Edit, ...], dirs: dict[int, str]) -> str:
+    """An unsynced namespace change as a reader names it: ``rename a.tmp -> a``, ``unlink a``."""
+
+    def entry(edit: Edit) -> str:
+        return dirs.get(edit[0], "?/") + edit[1]
+
+    if len(edits) == 2 and edits[0][2] is not None and edits[1][2] is None:
+        # A rename (or replace) edits the target's entry first, then drops the source's.
+        return f"{kind} {entry(edits[1])} -> {entry(edits[0])}"
+    if kind == "rename" and len(edits) == 1:
+        # One directory's half of a rename between directories (the other half is durable).
+        return f"rename {'from' if edits[0][2] is None else 'to'} {entry(edits[0])}"
+    return f"{kind} " + ", ".join(entry(edit) for edit in edits)
+
+
+def _visible_paths(model: Model) -> tuple[dict[int, str], dict[int, str]]:
+    """(each directory's path prefix, each file's path) below the root as the program sees them.
+
+    A directory's prefix is "" for the root and ends with "/" otherwise; a file
+    with several names gets one of them.
+    """
+    dirs: dict[int, str] = {ROOT_INO: ""}
+    files: dict[int, str] = {}
+    stack = [ROOT_INO]
+    while stack:
+        dir_ino = stack.pop()
+        prefix = dirs[dir_ino]
+        for name, ino in model.inodes[dir_ino].entries.items():
+            if model.inodes[ino].is_dir:
+                dirs[ino] = prefix + name + "/"
+                stack.append(ino)
+            else:
+                files.setdefault(ino, prefix + name)
+    return dirs, files
+
+
 def _units(model: Model) -> list[tuple[int, Unit, str]]:
     units: list[tuple[int, Unit, str]] = []
+    pending = [node for node in model.inodes.values() if node.pending and not node.is_dir]
+    if not model.meta_pending and not pending:
+        return units
+    dirs, files = _visible_paths(model)
     for index, op in enumerate(model.meta_pending):
-        names = ", ".join(f"{n}{'' if t is not None else ' (removed)'}" for _, n, t in op.edits)
-        units.append((op.gseq, ("meta", index), f"{op.kind} {names}"))
-    for node in model.inodes.values():
-        for gseq, kind, arg, payload in node.pending if not node.is_dir else ():
+        units.append((op.gseq, ("meta", index), _describe_meta(op.kind, op.edits, dirs)))
+    for node in pending:
+        # A file may have been renamed or unlinked since the write: the inode is its
+        # identity, and the name a reader knows it by is the one at the crash.
+        name = files.get(node.ino)
+        whose = f"inode {node.ino}, " + (f"{name} at the crash" if name else "unlinked")
+        for gseq, kind, arg, payload in node.pending:
             what = f"write off={arg} len={len(payload)}" if kind == WRITE else f"truncate {arg}"
-            units.append((gseq, ("data", gseq), f"{what} (inode {node.ino})"))
+            units.append((gseq, ("data", gseq), f"{what} ({whose})"))
     units.sort()
     return units
 

@@ -140,6 +140,42 @@ def test_one_missing_fsync_over_several_writes_is_one_cause() -> None:
     assert "fsync the file before acknowledging" in cause.fix
 
 
+def write_new(path: str, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    os.write(fd, data)
+    os.close(fd)
+
+
+def two_files_workload(fs: FaultFS) -> None:
+    """A value in one file and its index in another, acknowledged with neither fsynced."""
+    write_new(fs.path("data"), b"value\n")
+    write_new(fs.path("index"), b"data:0\n")
+    fs.ack(1)
+
+
+def two_files_check(img: FaultFS) -> None:
+    if img.acked:
+        with open(img.path("data"), "rb") as data, open(img.path("index"), "rb") as index:
+            assert (data.read(), index.read()) == (b"value\n", b"data:0\n")
+
+
+def test_a_cause_over_writes_to_two_files_names_each_file_at_its_line() -> None:
+    def setup(fs: FaultFS) -> None:
+        for name in ("data", "index"):
+            os.close(os.open(fs.path(name), os.O_WRONLY | os.O_CREAT, 0o644))
+        fsync_dir(fs.root)
+
+    report = explore(two_files_workload, two_files_check, setup=setup)
+    (cause,) = report.causes()
+    summary, fix = cause.describe(os.path.dirname(__file__))
+    line = inspect.getsourcelines(write_new)[1] + 2  # its os.write: one helper, two files
+    mine = os.path.basename(__file__)
+    assert summary.startswith(
+        f"data written to data at {mine}:{line} and to index at {mine}:{line} was never fsynced"
+    ), summary
+    assert fix.startswith("fsync each of these files before acknowledging"), fix
+
+
 def rewrite_in_place(fs: FaultFS) -> None:
     fd = os.open(fs.path("state.json"), os.O_WRONLY | os.O_TRUNC)
     os.write(fd, json.dumps({"version": 1}).encode())

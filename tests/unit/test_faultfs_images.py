@@ -352,3 +352,29 @@ def test_a_sampled_torn_image_is_the_seeds_pick_of_every_torn_choice(profile: st
         image = fs.crash_image("torn", seed=seed)
         assert image.origin is not None and image.origin.detail == want.detail
         assert fingerprint(image.model) == fingerprint(durable_image(fs.model, want))
+
+
+# ------------------------------------------------------------------ details
+
+
+def rename_then_write(fs: FaultFS) -> None:
+    durable_base(fs)
+    write(fs.path("cfg.tmp"), b"new")
+    os.rename(fs.path("cfg.tmp"), fs.path("cfg.next"))
+    os.mkdir(fs.path("sub"))
+    write(fs.path("sub/log"), b"L")
+    write(fs.path("gone"), b"G")
+    os.unlink(fs.path("gone"))
+
+
+def test_an_image_detail_names_renames_and_files_as_a_reader_does() -> None:
+    fs = run("posix", rename_then_write)
+    details = [img.origin.detail for img in fs.crash_images("reorder", limit=1 << 10)]
+    everything = max(details, key=len)  # the image that kept every unsynced operation
+    assert "rename cfg.tmp -> cfg.next" in everything
+    # Data by inode, with the file's name at the crash: cfg.tmp was renamed after its write.
+    assert "write off=0 len=3 (inode " in everything
+    assert ", cfg.next at the crash)" in everything
+    assert "create sub/log;" in everything and ", sub/log at the crash)" in everything
+    assert ", unlinked)" in everything  # gone's write, its name removed since
+    assert "(removed)" not in everything and "cfg.tmp at the crash" not in everything
