@@ -319,6 +319,10 @@ EVENT_STYLE = {
 }
 
 
+NAME_WIDTH = max(map(len, EVENT_STYLE))
+"""Event names padded to the longest, so the lines' bodies start in one column."""
+
+
 def clock(params: dict[str, Any]) -> str:
     """The event's time as HH:MM:SS in local time ("--:--:--" when it has none)."""
     stamp = params.get("time") or params.get("at")
@@ -376,6 +380,10 @@ def event_text(name: str, params: dict[str, Any], names: dict[str, str]) -> str:
             f"{plural(len(report.get('lost_turns', [])), 'lost turn')}, "
             f"{len(report.get('redelivered', []))} redelivered"
         )
+    elif name in ("daemon.stopping", "connection.lost"):
+        body = str(params.get("reason", ""))
+    elif name == "connection.restored":
+        body = f"pid {params.get('pid')}"
     else:
         body = " ".join(f"{k}={v}" for k, v in params.items() if k != "time")
-    return f"[dim]{clock(params)}[/] [{style}]{name:<18}[/] {esc(body)}"
+    return f"[dim]{clock(params)}[/] [{style}]{name:<{NAME_WIDTH}}[/] {esc(body)}"

@@ -15,3 +15,28 @@ def test_a_start_that_set_the_checkpoints_aside_says_why() -> None:
 def test_a_start_that_used_its_checkpoints_says_nothing_of_them() -> None:
     lines = render.recovery_lines({"report": {"agents": 2, "checkpoints_set_aside": None}})
     assert not [x for x in lines if "checkpoints" in x]
+
+
+def test_watch_lines_of_the_daemon_and_the_connection_read_like_the_others() -> None:
+    """``daemon.stopping`` and the ``connection.*`` markers were ``reason=...`` and
+    ``pid=...`` (the dump for unknown events), and ``connection.restored`` pushed its
+    body a column right of the others."""
+    from rich.text import Text
+
+    at = "2026-11-27T10:57:23+00:00"
+    events = [
+        ("turn.started", {"agent_id": "a" * 32, "turn_id": "t1", "time": at}),
+        ("daemon.stopping", {"reason": "daemon.shutdown request", "time": at}),
+        ("connection.lost", {"reason": "the daemon (pid 7) died", "time": at}),
+        ("connection.restored", {"pid": 8, "time": at}),
+    ]
+    lines = [Text.from_markup(render.event_text(n, p, {"a" * 32: "lead"})).plain for n, p in events]
+    bodies = [line.split(name, 1)[1] for line, (name, _) in zip(lines, events, strict=True)]
+    assert [b.lstrip() for b in bodies] == [
+        "lead t1",
+        "daemon.shutdown request",
+        "the daemon (pid 7) died",
+        "pid 8",
+    ], lines
+    assert len({line.index(body.lstrip()) for line, body in zip(lines, bodies, strict=True)}) == 1
+    assert all("--:--:--" not in line for line in lines)
