@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from substrat.cli.common import esc
+from substrat.cli.common import esc, group_json, group_root
 from substrat.errors import BadInputError, RpcError
 from substrat.rpc.protocol import MAX_PROMPT_CHARS
 from substrat.words import plural
@@ -69,7 +69,10 @@ class PromptCommand(click.Command):
             super().parse_args(click.Context(self, ctx.parent, ctx.info_name), list(moved))
         except click.UsageError:
             return None
-        return [ctx.command_path, *map(shlex.quote, moved)]
+        # what was given before the command's name goes with it, as the command takes it too
+        given = ["--root", str(group_root())] if group_root() and "--root" not in args else []
+        given += ["--json"] if group_json() and "--json" not in args else []
+        return [ctx.command_path, *map(shlex.quote, given + moved)]
 
 
 def read_prompt(prompt: str) -> str:

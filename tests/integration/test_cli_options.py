@@ -91,6 +91,11 @@ def test_a_prompt_that_starts_with_a_dash_is_told_to_go_after_dashes(tmp_path: P
             "a prompt starting with '-' goes after '--': "
             f"substrat agent send {' '.join(nowhere)} lead --wait -- {typed}"
         ) in refused.output.lower(), refused.output
+    # Options given before the command's name are in the line to type.
+    before = CliRunner().invoke(
+        main, ["--json", "agent", *nowhere, "send", "lead", "-x"], prog_name="substrat"
+    )
+    assert f"substrat agent send {' '.join(nowhere)} --json lead -- -x" in before.output
     # A mistyped option (with the prompt there) keeps click's own message.
     typo = send("--no-strem", "lead", "hi")
     assert typo.exit_code == 2 and "'--no-stream'" in typo.output
