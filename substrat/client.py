@@ -56,6 +56,10 @@ def default_root() -> Path:
     return Path(os.environ.get("SUBSTRAT_HOME") or "~/.substrat").expanduser()
 
 
+STREAM = "events"
+"""What a client reads between requests (notifications), as its errors name it."""
+
+
 class Client:
     """One connection to the daemon. Use as a context manager."""
 
@@ -146,7 +150,7 @@ class Client:
         if self._queued:
             return self._queued.popleft()
         try:
-            message = self._receive(timeout_s, "events")
+            message = self._receive(timeout_s, STREAM)
         except RequestTimeoutError:
             return None
         if "method" in message and "id" not in message:
@@ -254,6 +258,8 @@ class Client:
             cause = f"the daemon{pid} died (crashed or was killed)"
         else:
             cause = f"the daemon{pid} closed the connection"
+        if what == STREAM:  # no request was waiting: nothing may or may not have happened
+            return DaemonDiedError(f"{cause}; `substrat daemon start --root {self.root}` recovers")
         return DaemonDiedError(
             f"{cause} before answering {what}; the request may or may not have been applied. "
             f"Run `substrat daemon start --root {self.root}` to recover, then check with "

@@ -174,7 +174,8 @@ def test_watch_reconnects_across_a_crash_and_shows_the_recovery(root: Path) -> N
         "turn.completed",
     ]
     assert seen[0]["params"]["prompt"] == "before the crash"
-    assert "died (crashed or was killed)" in seen[1]["params"]["reason"]
+    lost = seen[1]["params"]["reason"]
+    assert "died (crashed or was killed)" in lost and "answering" not in lost, lost
     assert seen[2]["params"]["previous_shutdown"] == "unclean"
     assert seen[4]["params"]["prompt"] == "after the crash"
     times = [datetime.fromisoformat(e["params"].get("time") or e["params"]["at"]) for e in seen]
