@@ -366,16 +366,24 @@ CATALOG: tuple[Mutant, ...] = (
         "a start takes an agent from its start summary entry although a crash left a "
         "pending entry beside its log (never replayed)",
         "recovery_logs.py",
-        "        if pending != entry[4]:  # none, or the one already logged that the entry knew\n",
-        "        if False:  # planted: the pending entry is not looked at\n",
+        "            if summary.exists(sid, PENDING_NAME):\n",
+        "            if False:  # planted: the pending entry is not looked at\n",
+    ),
+    Mutant(
+        "summary_known_pending_unchecked",
+        "a start takes an agent from its start summary entry, which knew a pending copy "
+        "already logged, without comparing that file's fingerprint: a later crash that "
+        "left a new entry in it is not replayed",
+        "recovery_logs.py",
+        "        elif fingerprint(summary.stat(sid, PENDING_NAME, follow=False)) != known_pending:\n",  # noqa: E501
+        "        elif False:  # planted: the known pending copy is taken as it was\n",
     ),
     Mutant(
         "summary_record_unchecked",
         "a start takes an agent's record from the start summary without comparing the "
         "record's fingerprint: a record rewritten since is taken as it was",
         "start_summary.py",
-        "            if entry[0] != fingerprint(self.stat(session_id, RECORD_NAME)):\n"
-        "                return None\n",
+        "            if entry[0] != fingerprint(st):\n                return None\n",
         "            pass  # planted: the record is taken on trust\n",
     ),
     Mutant(

@@ -55,6 +55,7 @@ from substrat import access, events, rollforward, start_summary
 from substrat.access import Unreadable
 from substrat.agents import AgentNode, AgentTree
 from substrat.checkpoints import CHECKPOINTS_DIR, Checkpoint, StoreRead, read_store
+from substrat.errors import NameCollisionError
 from substrat.facts import AgentFacts as AgentFacts
 from substrat.facts import collect_facts as collect_facts
 from substrat.facts import read_facts as read_facts
@@ -463,24 +464,25 @@ def _add_node(
     assert created is not None
     name = str(created.get("name"))
     parent_id = None if parent is None else parent.agent_id
-    if tree.name_taken(parent_id, name):
+    # positional: built for every agent at a start (AgentNode's fields, in order)
+    node = AgentNode(
+        str(created.get("agent_id")),
+        sid,
+        name,
+        parent_id,
+        str(created.get("instructions", "")),
+        session.provider,
+        session.model,
+    )
+    try:  # the name is free (nearly always): the tree looks its siblings up once
+        tree.add(node)
+    except NameCollisionError:
         suffix = 1
         while tree.name_taken(parent_id, f"{name}-{suffix}"):
             suffix += 1
-        name = f"{name}-{suffix}"
+        node.name = f"{name}-{suffix}"
         report.detached.append(sid)
-    # positional: built for every agent at a start (AgentNode's fields, in order)
-    tree.add(
-        AgentNode(
-            str(created.get("agent_id")),
-            sid,
-            name,
-            parent_id,
-            str(created.get("instructions", "")),
-            session.provider,
-            session.model,
-        )
-    )
+        tree.add(node)
 
 
 def analyze(root: str | os.PathLike[str]) -> RecoveryPlan:

@@ -39,7 +39,7 @@ from substrat.recovery_report import RecoveryReport
 from substrat.registry import RootRegistry
 from substrat.segments import Position, Segment, active_start, list_log, list_sealed
 from substrat.session import SessionStore
-from substrat.start_summary import Fingerprint, Summary, facts_of, fingerprint
+from substrat.start_summary import Summary, facts_of, fingerprint
 
 THEN = "restart the daemon"
 """The step after fixing an unreadable agent (see substrat.access)."""
@@ -246,8 +246,9 @@ def _from_summary(
     """The agent's facts from its start summary entry, if it holds: one ``stat`` of its
     log gives the fingerprint the entry holds (the log is as it was when the entry was
     derived from it and its newest checkpoint: it ended where that checkpoint does), and
-    an ``lstat`` of its pending file gives what the entry holds (none, or a copy already
-    logged). None otherwise (then it is read as always, and the report says its entry
+    its pending file is what the entry holds (none, as ``os.path.lexists`` says it, or
+    the copy already logged, whose ``lstat`` gives the fingerprint the entry holds). None
+    otherwise (then it is read as always, and the report says its entry
     was passed over)."""
     entry = summary.agents.pop(sid, None)  # used once: what it holds goes with it
     if entry is None:
@@ -267,11 +268,13 @@ def _from_summary(
             or (any_suspect() and is_suspect(root.logs.path_text(sid)))
         ):
             raise ValueError("its log is not as the entry says")
-        try:
-            pending: Fingerprint | None = fingerprint(summary.stat(sid, PENDING_NAME, follow=False))
-        except FileNotFoundError:
-            pending = None
-        if pending != entry[4]:  # none, or the one already logged that the entry knew
+        known_pending = entry[4]
+        if known_pending is None:
+            # none may be there: lexists' answer, as _unsealed_to_the_end asks it
+            if summary.exists(sid, PENDING_NAME):
+                raise ValueError("a pending entry")
+        elif fingerprint(summary.stat(sid, PENDING_NAME, follow=False)) != known_pending:
+            # the one already logged that the entry knew, unchanged
             raise ValueError("a pending entry")
         facts = facts_of(sid, entry[3])
     except (OSError, ValueError, TypeError, IndexError):

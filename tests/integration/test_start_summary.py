@@ -276,3 +276,48 @@ def test_the_daemon_says_which_agents_came_from_the_summary_and_why_not(tmp_path
     assert "start summary not used" in recovery[-1] and "from the start" not in recovery[-1]
     (warning,) = [line for line in lines if "WARNING" in line and "start summary" in line]
     assert "checksum does not match" in warning and "fsck --repair" in warning
+
+
+def test_anything_named_pending_after_the_summary_sets_the_entry_aside(tmp_path: Path) -> None:
+    """The entry says no pending file was there: an empty one, or a symlink (even one
+    pointing nowhere), appearing since is seen as os.path.lexists sees it."""
+    root = build_root(tmp_path)
+    a, b = agent_dirs(root)["a"], agent_dirs(root)["b"]
+    (a / PENDING_NAME).write_bytes(b"")
+    (b / PENDING_NAME).symlink_to(tmp_path / "nowhere")
+    summary, _ = start_summary.load(root)
+    assert summary is not None
+    assert summary.exists(a.name, PENDING_NAME) and summary.exists(b.name, PENDING_NAME)
+    assert not summary.exists(agent_dirs(root)["lead"].name, PENDING_NAME)
+    summary.close()
+    _, report, _ = reopen(root)
+    assert sorted(report.summary_passed_over) == sorted([a.name, b.name])
+    assert report.summary_used == 1
+
+
+def test_a_pending_copy_the_entry_knew_rewritten_since_is_replayed(tmp_path: Path) -> None:
+    """The entry holds the fingerprint of a pending copy already logged (a crash after
+    ``Orchestrator.checkpoint()``); a later crash left a new entry in that file: replayed."""
+    root = tmp_path / "root"
+
+    async def checkpoint_then_crash() -> None:
+        orch = await Orchestrator.open(root, checkpoints=POLICY, slots=1)
+        await orch.create_root("lead", "You coordinate.")
+        await orch.run_turn("lead", "@spawn a worker\n@send a note")
+        await orch.run_pending()
+        await orch.checkpoint()
+        abandon(orch)
+
+    run(checkpoint_then_crash())
+    a = agent_dirs(root)["a"]
+    summary, _ = start_summary.load(root)
+    assert summary is not None and summary.agents[a.name][4] is not None  # it knew one
+    summary.close()
+    last = dict(read_log(a / "events.jsonl").entries[-1])
+    last.pop("crc", None)
+    (a / PENDING_NAME).write_bytes(encode_entry({**last, "seq": last["seq"] + 1}))
+    want = without_checkpoints(root, tmp_path)
+    snap, report, _ = reopen(root)
+    assert report.summary_passed_over == [a.name]
+    assert report.log_repairs[a.name]["pending_replayed"] is True
+    assert snap == want
