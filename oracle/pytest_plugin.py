@@ -27,6 +27,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from oracle.corpus import example_database
+from oracle.local_constants import import_project_modules
 
 STRESS_MARK = "stress"
 STRESS_TEST_TIMEOUT_S = 1800
@@ -104,6 +105,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if STRESS_MARK in item.keywords:
             item.add_marker(skip)
+
+
+_PROJECT_MODULES_IMPORTED = False
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Before this process's first test, import every project module (see oracle.local_constants).
+
+    Here and not at start-up: an xdist controller runs no test and pays nothing.
+    """
+    global _PROJECT_MODULES_IMPORTED
+    if not _PROJECT_MODULES_IMPORTED:
+        _PROJECT_MODULES_IMPORTED = True
+        import_project_modules()
 
 
 def pytest_report_header(config: pytest.Config) -> str:
