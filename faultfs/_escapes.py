@@ -20,13 +20,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import dis
 import errno
 import gc
 import os
 import sys
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from types import BuiltinFunctionType, FrameType, ModuleType, TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -324,6 +325,22 @@ def install_audit_hook(stack: Sequence[FaultFS], owner: Callable[[str], FaultFS 
 # ------------------------------------------------------------ a crashed run's objects
 
 
+@contextlib.contextmanager
+def dead_finalizers() -> Iterator[None]:
+    """Swallow what finalizers raise for the dead process (SimulatedCrash), report the rest."""
+    previous = sys.unraisablehook
+
+    def quiet(unraisable: Any) -> None:
+        if not isinstance(unraisable.exc_value, SimulatedCrash):
+            previous(unraisable)
+
+    sys.unraisablehook = quiet
+    try:
+        yield
+    finally:
+        sys.unraisablehook = previous
+
+
 def bury(tb: TracebackType | None) -> None:
     """Clear the frames of ``tb`` and collect garbage, dropping the dead process's I/O errors.
 
@@ -333,14 +350,5 @@ def bury(tb: TracebackType | None) -> None:
     """
     if tb is not None:
         traceback.clear_frames(tb)
-    previous = sys.unraisablehook
-
-    def quiet(unraisable: Any) -> None:
-        if not isinstance(unraisable.exc_value, SimulatedCrash):
-            previous(unraisable)
-
-    sys.unraisablehook = quiet
-    try:
+    with dead_finalizers():
         gc.collect()
-    finally:
-        sys.unraisablehook = previous

@@ -64,6 +64,7 @@ from hypothesis.stateful import invariant as _invariant
 from hypothesis.stateful import rule as _rule
 
 from faultfs._causes import CrashPoint, Finding, Outcome, Where, describe
+from faultfs._escapes import dead_finalizers
 from faultfs._fs import DEFAULT_BLOCK_SIZE, FaultFS
 from faultfs._images import MODES
 from faultfs._model import Model
@@ -88,6 +89,7 @@ CRASH_ARG = "crash"
 # Image seeds drawn per crash: several images of one crash point differ.
 IMAGE_SEEDS = 8
 _MARKER = "_faultfs_rule"
+_MISSING = object()
 
 
 @dataclass(frozen=True)
@@ -241,11 +243,13 @@ class CrashStateMachine(RuleBasedStateMachine):
         self.acked: list[Any] = []
         self.inflight: Any = None
         self.crashes = 0
+        # The attributes recover() sets: the objects of one run of the program.
+        self._run_attributes: set[str] = set()
         with self.fs:
             self.setup()
         self.fs.sync_all()
         with self.fs:
-            self.recover()
+            self._recover()
 
     # ---------------------------------------------------------------- hooks
 
@@ -370,12 +374,56 @@ class CrashStateMachine(RuleBasedStateMachine):
         # they were raised, and every failed recovery is one kind of failure.
         raise RecoveryCheckFailed(message) from None
 
+    def teardown(self) -> None:
+        """End the example: the last run's objects are finalized on its disk, not the real one.
+
+        A subclass that overrides it calls ``super().teardown()``.
+        """
+        self._retire_run(self.fs)
+
+    def _recover(self) -> None:
+        """Call recover(), noting which attributes it (re)binds (even if it crashes midway)."""
+        before = dict(self.__dict__)
+        try:
+            self.recover()
+        finally:
+            self._run_attributes.update(
+                name
+                for name, value in self.__dict__.items()
+                if before.get(name, _MISSING) is not value
+            )
+            del before
+
+    def _retire_run(self, disk: FaultFS) -> None:
+        """Drop the objects recover() made, finalizing them on ``disk``.
+
+        The machine keeps a run's store in the attributes recover() sets, so the
+        next recover() would free the crashed run's objects while the new image
+        is active, and a finalizer that saves (``dbm.dumb``, ``shelve``,
+        ``zipfile``: ``__del__`` calls ``close``) would write into the disk being
+        checked. Dropped here with a crashed disk active instead, their I/O is
+        refused as a killed process's is (a kill runs no finalizers); at the end
+        of an example, on the live disk (a clean exit).
+        """
+        graveyard = [
+            self.__dict__.pop(name) for name in sorted(self._run_attributes & set(self.__dict__))
+        ]
+        with disk, dead_finalizers():
+            del graveyard[:]  # a crashed disk's exit also collects their cycles
+
+    def _dead_disk(self) -> FaultFS:
+        """A disk on the machine's root that refuses all I/O: the killed process's view."""
+        dead = FaultFS(type(self).root, self.fs.profile, record_trace=False)
+        dead.crashed = True
+        return dead
+
     def _recover_and_check(self, image: FaultFS) -> str | None:
         """Recover on ``image`` and check it; the failure as text, or None."""
+        self._retire_run(self._dead_disk())
         self.fs = image
         try:
             with image:
-                self.recover()
+                self._recover()
             with image:
                 self.check()
         except AssertionError as exc:

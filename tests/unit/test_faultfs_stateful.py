@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from typing import Any
 
 import pytest
@@ -226,3 +227,68 @@ def test_crash_prints_as_code() -> None:
     assert repr(Crash(3, "torn", image=2, recovery_at=5)) == (
         "Crash(at=3, mode='torn', image=2, recovery_at=5)"
     )
+
+
+class Diary:
+    """Appends entries durably; its finalizer leaves a note, as stores that save on close do."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+        self.dirty = False
+
+    def add(self) -> None:
+        fd = os.open(os.path.join(self.directory, "diary"), os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        os.write(fd, b"x")
+        os.fsync(fd)
+        os.close(fd)
+        self.dirty = True
+
+    def __del__(self) -> None:
+        if self.dirty:
+            with open(os.path.join(self.directory, NOTE), "w"):
+                pass
+
+
+NOTE = "closed-by-finalizer"
+
+
+class DiaryMachine(CrashStateMachine):
+    profiles = ("posix",)
+    crash_recovery = False
+
+    def recover(self) -> None:
+        self.diary = Diary(self.fs.root)  # frees the crashed run's Diary (dbm.dumb-like)
+
+    @rule()
+    def add(self) -> None:
+        self.diary.add()
+
+    def observe(self) -> list[str]:
+        return sorted(os.listdir(self.fs.root))
+
+    def expected(self, acked: list[Any]) -> list[str]:
+        return ["diary"]
+
+
+def test_a_crashed_runs_finalizers_write_nothing_into_the_recovered_disk() -> None:
+    unraisable: list[Any] = []
+    previous, sys.unraisablehook = sys.unraisablehook, unraisable.append
+    try:
+        state = DiaryMachine()
+        state.add(crash=None)
+        # A kill -9 right after a step, then one inside it: each recover() replaces the
+        # dead run's Diary, whose finalizer must meet the dead process, not the new image.
+        state.add(crash=Crash(at=64, mode="process"))
+        state.add(crash=Crash(at=2, mode="process"))
+        state.add(crash=None)
+        # The end of the example is a clean exit: the last Diary is finalized on its own
+        # disk, not on the real one (where the machine's root does not exist).
+        last = state.fs
+        state.teardown()
+        with last:
+            assert NOTE in os.listdir(last.root)
+        del state
+    finally:
+        sys.unraisablehook = previous
+    assert unraisable == [], [u.exc_value for u in unraisable]
+    assert not os.path.exists(DiaryMachine.root)
