@@ -53,13 +53,20 @@ def owner_ref(owner: Syscalls, fds: dict[int, Handle]) -> weakref.ref[Syscalls]:
 ACCMODE = os.O_RDONLY | os.O_WRONLY | os.O_RDWR
 
 
+_STRERROR: dict[int, str] = {}
+"""``os.strerror`` of each code met (a missing file is asked about at every start)."""
+
+
 def oserror(code: int, path: str | None = None, path2: str | None = None) -> OSError:
     """An OSError of the right subclass (FileNotFoundError, ...) for ``code``."""
+    text = _STRERROR.get(code)
+    if text is None:
+        text = _STRERROR[code] = os.strerror(code)
     if path2 is not None:
-        return OSError(code, os.strerror(code), path, None, path2)
+        return OSError(code, text, path, None, path2)
     if path is not None:
-        return OSError(code, os.strerror(code), path)
-    return OSError(code, os.strerror(code))
+        return OSError(code, text, path)
+    return OSError(code, text)
 
 
 class Handle:

@@ -25,7 +25,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from faultfs import _escapes
-from faultfs._fdtable import FAKE_FD_BASE, fd_owner, oserror
+from faultfs._fdtable import FAKE_FD_BASE, FD_OWNERS, fd_owner, oserror
 from faultfs._fileobj import open_file
 from faultfs._outside import outside
 from faultfs._syscalls import Syscalls
@@ -98,7 +98,8 @@ def owner_of(p: str) -> FaultFS | None:
 
 def _owner(fd: Any) -> Syscalls | None:
     if type(fd) is int and fd >= FAKE_FD_BASE:
-        return fd_owner(fd)
+        ref = FD_OWNERS.get(fd)  # fd_owner, inlined: every descriptor call comes here
+        return None if ref is None else ref()
     return None
 
 

@@ -296,8 +296,11 @@ class Syscalls:
             return bytes(self.model.inodes[handle.ino].data[offset : offset + n])
 
     def _readable(self, fd: int) -> Handle:
-        self._alive("read")
-        handle = self._handle(fd)
+        if self.crashed:
+            self._alive("read")
+        handle = self._fds.get(fd)  # _handle, inlined (every read and write)
+        if handle is None:
+            raise oserror(errno.EBADF)
         if handle.is_dir:
             raise oserror(errno.EISDIR)
         if not handle.readable:
@@ -305,8 +308,11 @@ class Syscalls:
         return handle
 
     def _writable(self, fd: int, what: str) -> Handle:
-        self._alive(what)
-        handle = self._handle(fd)
+        if self.crashed:
+            self._alive(what)
+        handle = self._fds.get(fd)  # _handle, inlined
+        if handle is None:
+            raise oserror(errno.EBADF)
         if handle.is_dir:
             raise oserror(errno.EISDIR)
         if not handle.writable:
@@ -395,8 +401,11 @@ class Syscalls:
 
     def fsync(self, fd: int, kind: str = "fsync") -> None:
         with self._lock:
-            self._alive(kind)
-            handle = self._handle(fd)
+            if self.crashed:
+                self._alive(kind)
+            handle = self._fds.get(fd)  # _handle, inlined
+            if handle is None:
+                raise oserror(errno.EBADF)
             node = self.model.inodes[handle.ino]
             op = self._before(kind, handle.path, ())
             code = self._take_fsync_fault(node.ino)
@@ -422,7 +431,8 @@ class Syscalls:
 
     def fstat(self, fd: int) -> os.stat_result:
         with self._lock:
-            self._alive("fstat")
+            if self.crashed:
+                self._alive("fstat")
             return self._stat_result(self.model.inodes[self._handle(fd).ino])
 
     def flock(self, fd: int, operation: int) -> None:
@@ -456,7 +466,8 @@ class Syscalls:
 
     def listdir(self, path: str) -> list[str]:
         with self._lock:
-            self._alive("listdir", path)
+            if self.crashed:
+                self._alive("listdir", path)
             node = self._existing(path)
             if not node.is_dir:
                 raise oserror(errno.ENOTDIR, path)
