@@ -160,7 +160,7 @@ def _close(fd: int) -> None:
 
 
 def _fsync(fd: Any) -> None:
-    fd = _fd_of(fd)
+    fd = fd if type(fd) is int else _fd_of(fd)
     fs = _owner(fd)
     if fs is None:
         _real["fsync"](fd)

@@ -42,6 +42,7 @@ TICK_NS = 1_000
 _UID = os.getuid()
 _GID = os.getgid()
 _PARTS_KEPT = 4096
+_new_op = tuple.__new__
 """Paths whose split :meth:`Syscalls._parts` keeps per root (then it starts over)."""
 _ROOTS_KEPT = 64
 _parts_by_root: dict[str, dict[str, tuple[str, ...]]] = {}
@@ -124,8 +125,8 @@ class Syscalls:
         if self._record_trace:
             stack, site = call_stack(3)
             op = Op(kind, path, args, site, stack)
-        else:
-            op = Op(kind, path, args, "")
+        else:  # Op(kind, path, args, ""), without its Python-level __new__ (every boundary)
+            op = _new_op(Op, (kind, path, args, "", (), 0))
         self.boundaries += 1
         if self.boundaries == self._stop_at:
             self._stop("before", op)
@@ -336,7 +337,9 @@ class Syscalls:
             handle = self._writable(fd, "write")
             node = self.model.inodes[handle.ino]
             view = memoryview(data).cast("B")
-            n = self._admit_write(node.ino, len(view))
+            n = len(view)
+            if self._write_errno is not None or self._short_write_max is not None:
+                n = self._admit_write(node.ino, n)
             offset = len(node.data) if handle.append else handle.pos
             op = self._before("write", handle.path, (f"off={offset}", f"len={n}"))
             self.model.write(node, offset, bytes(view[:n]), self._now_ns())
@@ -408,7 +411,7 @@ class Syscalls:
                 raise oserror(errno.EBADF)
             node = self.model.inodes[handle.ino]
             op = self._before(kind, handle.path, ())
-            code = self._take_fsync_fault(node.ino)
+            code = self._take_fsync_fault(node.ino) if self._fsync_faults else None
             if code is not None:
                 if not node.is_dir:
                     self.model.fail_fsync(node)
@@ -462,13 +465,18 @@ class Syscalls:
         with self._lock:
             if self.crashed:
                 self._alive("stat", path)
-            return self._stat_result(self._existing(path))
+            node = self._walk(path)[2]  # _existing, inlined: a start stats many paths
+            if node is None:
+                raise oserror(errno.ENOENT, path)
+            return self._stat_result(node)
 
     def listdir(self, path: str) -> list[str]:
         with self._lock:
             if self.crashed:
                 self._alive("listdir", path)
-            node = self._existing(path)
+            node = self._walk(path)[2]  # _existing, inlined
+            if node is None:
+                raise oserror(errno.ENOENT, path)
             if not node.is_dir:
                 raise oserror(errno.ENOTDIR, path)
             return list(node.entries)
