@@ -136,14 +136,19 @@ def _plain(item: object, depth: int) -> bool:
         return MIN_INT <= item <= MAX_INT
     if isinstance(item, float):
         return math.isfinite(item)
+    # a string one level down is plain where that level is allowed: no call for it
+    # (most values are strings)
+    strings_fit = depth < MAX_NESTING_DEPTH
     if type(item) is dict:
         for key, sub in item.items():
-            if not isinstance(key, str) or not _plain(sub, depth + 1):
+            if not isinstance(key, str):
+                return False
+            if not (strings_fit and type(sub) is str) and not _plain(sub, depth + 1):
                 return False
         return True
     if type(item) is list:
-        for sub in item:  # noqa: SIM110 (a loop: all() over a generator costs more here)
-            if not _plain(sub, depth + 1):
+        for sub in item:
+            if not (strings_fit and type(sub) is str) and not _plain(sub, depth + 1):
                 return False
         return True
     return False

@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from substrat.checkpoints import Checkpoint, LogPoint
 from substrat.eventlog import decode_line, encode_entry
 from substrat.facts import AgentFacts
-from substrat.jsontext import BIG_TEXT_BYTES, loads
+from substrat.jsontext import BIG_TEXT_BYTES, MAX_NESTING_DEPTH, check_plain_json, loads
 
 _scalars = (
     st.none()
@@ -134,3 +134,18 @@ def test_texts_either_side_of_the_bound_read_the_same(size: int) -> None:
     text = head + "x" * (size - len(head) - 2) + '"}'
     assert len(text) == size
     assert loads(text) == loads(text.encode()) == orjson.loads(text)
+
+
+def _nested(levels: int, leaf: object) -> object:
+    value = leaf
+    for level in range(levels):
+        value = [value] if level % 2 else {"k": value}
+    return value
+
+
+@pytest.mark.parametrize("leaf", ["text", 7, None])
+def test_a_value_nested_to_the_limit_is_plain_and_one_level_more_is_refused(leaf: object) -> None:
+    # a string leaf is judged without a call of its own: its level still counts
+    check_plain_json(_nested(MAX_NESTING_DEPTH, leaf))
+    with pytest.raises(TypeError, match="nested deeper"):
+        check_plain_json(_nested(MAX_NESTING_DEPTH + 1, leaf))
