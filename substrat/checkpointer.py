@@ -109,6 +109,10 @@ class CheckpointPolicy:
         )
 
 
+DEFAULT_POLICY = CheckpointPolicy()
+"""The policy of an orchestrator given none (frozen, so one is shared by every open)."""
+
+
 class Host(Protocol):
     """What the checkpointer asks the orchestrator when it takes a capture."""
 

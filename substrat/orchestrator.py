@@ -36,7 +36,7 @@ from substrat.agents import (
     MessageEnvelope,
     validate_name,
 )
-from substrat.checkpointer import Checkpointer, CheckpointPolicy
+from substrat.checkpointer import DEFAULT_POLICY, Checkpointer, CheckpointPolicy
 from substrat.checkpoints import Settled
 from substrat.commit import CommitMixin, TurnResult, after_commit
 from substrat.conversation import conversation_from_log
@@ -104,7 +104,7 @@ class Orchestrator(QueryMixin, CommitMixin, WakeMixin):
         whose effects failed to apply holds it back until a restart rolls them forward)."""
         self.last_complete_seq: dict[str, int] = {}
         self.checkpointer = Checkpointer(
-            self.root, self.logs, checkpoints or CheckpointPolicy(), self, clock=self.clock
+            self.root, self.logs, checkpoints or DEFAULT_POLICY, self, clock=self.clock
         )
         if self.checkpointer.policy.enabled:
             self.logs.on_append = self.checkpointer.appended
