@@ -50,13 +50,15 @@ _LISTED_MAX = 5
 
 
 @functools.cache
+@functools.cache
 def legacy_names() -> frozenset[str]:
     """What a root made before the marker may hold at its top level (``LEGACY_NAMES``).
 
     The names belong to the storage modules, which are imported here, on first
     use: every ``substrat`` command checks its root through this module, and
     a root with the marker never needs them (importing them cost about a
-    quarter of a command's start-up).
+    quarter of a command's start-up). Kept once built: an open of a root without
+    the marker asks for them once per name at its top level.
     """
     from substrat.checkpoints import CHECKPOINTS_DIR
     from substrat.logs import USER_DIR
@@ -174,9 +176,9 @@ def _looks_made_by_substrat(path: Path, names: list[str]) -> bool:
             return True
     from substrat.session.store import AGENTS_DIR
 
-    if AGENTS_DIR not in names or not (path / AGENTS_DIR).is_dir():
+    if AGENTS_DIR not in names:
         return False
-    try:
+    try:  # not a directory (or none): listing it fails, as is_dir() would have said
         sessions = os.listdir(path / AGENTS_DIR)
     except OSError:
         return False
