@@ -35,7 +35,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from substrat import __version__, persistence
+from substrat import __version__, paths, persistence
 from substrat.errors import NotARootError, RootPermissionError, RootUnusableError
 from substrat.rpc import lock
 from substrat.rpc.transport import SOCKET_NAME
@@ -136,7 +136,8 @@ def inspect(root: str | os.PathLike[str]) -> RootInfo:
     holding session directories (or nothing). Raises RootUnusableError
     when the path is not a directory or cannot be read.
     """
-    path = Path(root).expanduser().absolute()
+    # the Path kept for this root (an open inspects it first, every time)
+    path = paths.under(root).expanduser().absolute()
     try:
         info = os.stat(path)
     except FileNotFoundError:
