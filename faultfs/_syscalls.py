@@ -11,7 +11,6 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
-import stat as stat_mod
 import threading
 import zlib
 from typing import Any
@@ -25,6 +24,7 @@ from faultfs._fdtable import (
     next_fd,
     oserror,
     owner_ref,
+    stat_result,
 )
 from faultfs._model import ROOT_INO, Inode, Model
 from faultfs._trace import Op, call_stack
@@ -39,11 +39,9 @@ their own or other files' times (substrat's start summary holds fingerprints) is
 byte for byte however and whenever it was reached. Wall-clock time would make every run's
 image differ."""
 TICK_NS = 1_000
-_UID = os.getuid()
-_GID = os.getgid()
 _PARTS_KEPT = 4096
-_new_op = tuple.__new__
 """Paths whose split :meth:`Syscalls._parts` keeps per root (then it starts over)."""
+_new_op = tuple.__new__
 _ROOTS_KEPT = 64
 _parts_by_root: dict[str, dict[str, tuple[str, ...]]] = {}
 """Root -> path -> its names below the root, shared by every file system on that root:
@@ -58,20 +56,6 @@ def _parts_cache(root: str) -> dict[str, tuple[str, ...]]:
             _parts_by_root.clear()
         cache = _parts_by_root[root] = {}
     return cache
-
-
-def _stat_tail() -> tuple[Any, ...] | None:
-    """The fields after ``st_blocks`` (all None) when this platform's os.stat_result lists
-    its named fields as Linux's does, so one is built from a flat tuple (about 4x faster
-    than from a dict of them); None elsewhere."""
-    named = tuple(os.stat_result((0,) * 10).__reduce__()[1][1])
-    first = ("st_atime", "st_mtime", "st_ctime", "st_atime_ns", "st_mtime_ns", "st_ctime_ns")
-    if named[:8] != (*first, "st_blksize", "st_blocks"):
-        return None
-    return (None,) * (len(named) - 8)
-
-
-_STAT_TAIL = _stat_tail()
 
 
 class Syscalls:
@@ -211,30 +195,6 @@ class Syscalls:
     def _now_ns(self) -> int:
         """A file time for the operation about to run (see ``EPOCH_NS``)."""
         return EPOCH_NS + (self.model.clock + 1) * TICK_NS
-
-    def _stat_result(self, node: Inode) -> os.stat_result:
-        size = 4096 if node.is_dir else len(node.data)
-        kind = stat_mod.S_IFDIR if node.is_dir else stat_mod.S_IFREG
-        t_ns = node.mtime_ns
-        t_s = t_ns / 1e9
-        head = (kind | node.mode, node.ino, self._dev, node.nlink, _UID, _GID, size)
-        whole_s = t_ns // 1_000_000_000
-        if _STAT_TAIL is not None:
-            fields: tuple[Any, ...] = (*head, whole_s, whole_s, whole_s, t_s, t_s, t_s, t_ns)
-            return os.stat_result((*fields, t_ns, t_ns, 4096, (size + 511) // 512, *_STAT_TAIL))
-        return os.stat_result(
-            head + (whole_s,) * 3,
-            {
-                "st_atime": t_s,
-                "st_mtime": t_s,
-                "st_ctime": t_s,
-                "st_atime_ns": t_ns,
-                "st_mtime_ns": t_ns,
-                "st_ctime_ns": t_ns,
-                "st_blksize": 4096,
-                "st_blocks": (size + 511) // 512,
-            },
-        )
 
     # ------------------------------------------------------------ descriptors
 
@@ -436,7 +396,7 @@ class Syscalls:
         with self._lock:
             if self.crashed:
                 self._alive("fstat")
-            return self._stat_result(self.model.inodes[self._handle(fd).ino])
+            return stat_result(self.model.inodes[self._handle(fd).ino], self._dev)
 
     def flock(self, fd: int, operation: int) -> None:
         """Advisory whole-file locks between open descriptions of this process."""
@@ -468,7 +428,7 @@ class Syscalls:
             node = self._walk(path)[2]  # _existing, inlined: a start stats many paths
             if node is None:
                 raise oserror(errno.ENOENT, path)
-            return self._stat_result(node)
+            return stat_result(node, self._dev)
 
     def listdir(self, path: str) -> list[str]:
         with self._lock:
