@@ -116,17 +116,42 @@ def _options(request: pytest.FixtureRequest) -> dict[str, Any]:
     return options
 
 
-def _virtual_root(tmp_path: Path) -> str:
-    # A unique path that nothing real lives under: files there exist only in
-    # the model, so a test cannot accidentally read the real disk instead.
-    return str(tmp_path / "faultfs")
+def _trap_root(tmp_path: Path) -> str:
+    """A new, empty real directory as the root; its files exist only in the model.
+
+    Real, so that faultfs's escape audit hook guards it: a call that went
+    around the interceptors (a name bound where no scan reaches) is stopped
+    with EscapeError and recorded even when the code swallows the error, which
+    under a path that does not exist would have failed unseen with ENOENT.
+    Empty, so that whatever writes there without Python's os and io (a C
+    extension such as sqlite3) leaves files that :func:`_check_trap` reports.
+    """
+    path = tmp_path / "faultfs"
+    path.mkdir(parents=True)
+    return str(path)
+
+
+def _check_trap(root: str) -> None:
+    """Fail the test if anything reached the real directory under the root (FaultFS inactive)."""
+    found = sorted(str(p.relative_to(root)) for p in Path(root).rglob("*"))
+    if found:
+        shown = ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")
+        pytest.fail(
+            f"faultfs: {shown} appeared on the real disk under the FaultFS root {root}: "
+            "something wrote there without going through Python's os and io, so faultfs "
+            "neither saw nor crashed it. C extensions do their own I/O (sqlite3, LMDB, "
+            "RocksDB and LevelDB bindings, dbm.gnu), and so do other processes; faultfs "
+            "cannot test them (docs/faultfs.md, 'Limits: what faultfs cannot see').",
+            pytrace=False,
+        )
 
 
 @pytest.fixture
 def faultfs(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[FaultFS]:
     """An active FaultFS; ``faultfs.root`` (and ``faultfs.path(...)``) is where to work."""
     options = _options(request)
-    root = options.pop("root", None) or _virtual_root(tmp_path)
+    given = options.pop("root", None)
+    root = str(given) if given else _trap_root(tmp_path)
     off = _health.suppressed(options.pop("suppress_health_check", ()))
     options.setdefault("outside", "refuse")
     fs = FaultFS(root, **options)
@@ -134,17 +159,20 @@ def faultfs(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[FaultFS]
     request.node.stash[_ACTIVE] = (fs, off)
     with fs:
         yield fs
+    if not given:
+        _check_trap(root)
 
 
 @pytest.fixture
 def faultfs_explore(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[..., ExploreReport]:
     """``faultfs_explore(workload, recover_and_check, **explore_kwargs)``.
 
-    Runs explore() under a fresh virtual root and fails the test with the
+    Runs explore() under a fresh empty root and fails the test with the
     report (its causes, source paths relative to the rootdir, no traceback)
     unless ``expect_failures=True`` is passed.
     """
     options = _options(request)
+    calls = itertools.count(1)
 
     def run(
         workload: Callable[[FaultFS], Any],
@@ -153,11 +181,18 @@ def faultfs_explore(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[
         expect_failures: bool = False,
         **kwargs: Any,
     ) -> ExploreReport:
-        kwargs.setdefault("root", options.get("root") or _virtual_root(tmp_path))
+        trap = "root" not in kwargs and not options.get("root")
+        kwargs.setdefault(
+            "root", options.get("root") or _trap_root(tmp_path / f"explore-{next(calls)}")
+        )
         for name in ("profile", "block_size", "outside", "suppress_health_check"):
             if name in options:
                 kwargs.setdefault(name, options[name])
-        report: ExploreReport = _fail_cleanly(explore, workload, recover_and_check, **kwargs)
+        try:
+            report: ExploreReport = _fail_cleanly(explore, workload, recover_and_check, **kwargs)
+        finally:
+            if trap:  # first: what reached the real disk explains any error that followed
+                _check_trap(kwargs["root"])
         if not expect_failures and not report.ok:
             pytest.fail(report.text(str(request.config.rootpath)), pytrace=False)
         return report

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -11,17 +13,77 @@ import pytest
 from faultfs import FaultFS, HealthCheck
 
 
-def test_fixture_is_active_under_a_virtual_root(faultfs: FaultFS, tmp_path: Path) -> None:
+def test_fixture_is_active_under_an_empty_real_directory(faultfs: FaultFS, tmp_path: Path) -> None:
     assert faultfs.active and faultfs.profile == "posix" and faultfs.outside == "refuse"
     assert faultfs.root == str(tmp_path / "faultfs")
     with open(faultfs.path("f"), "w") as handle:
         handle.write("x")
     assert faultfs.tree() == {"f": b"x"}
-    faultfs.__exit__()  # look at the real disk: nothing is there
+    faultfs.__exit__()  # look at the real disk: the directory is there, and empty
     try:
-        assert not (tmp_path / "faultfs").exists()
+        assert list((tmp_path / "faultfs").iterdir()) == []
     finally:
         faultfs.__enter__()
+
+
+ESCAPES = """
+import io, os, sqlite3
+
+def make_saver(_open=os.open):  # bound before activation, where no scan reaches
+    def save(path):
+        os.close(_open(path, os.O_CREAT | os.O_WRONLY))
+    return save
+
+save = make_saver()
+
+def test_swallowed_escape(faultfs):
+    try:
+        save(faultfs.path("b"))
+    except Exception:
+        pass
+
+def test_swallowed_fileio(faultfs):
+    try:
+        io.FileIO(faultfs.path("raw"), "w")
+    except Exception:
+        pass
+
+def test_sqlite_in_the_fixture(faultfs):
+    sqlite3.connect(faultfs.path("x.db")).execute("create table t(x)").connection.commit()
+
+def test_sqlite_in_explore(faultfs_explore):
+    def workload(fs):
+        with open(fs.path("a"), "w") as handle:
+            handle.write("x")
+        sqlite3.connect(fs.path("x.db")).execute("create table t(x)").connection.commit()
+
+    faultfs_explore(workload, lambda img: None)
+"""
+
+
+def test_swallowed_escapes_and_c_extension_writes_fail_the_test(tmp_path: Path) -> None:
+    # Under the fixtures' root an escaped call is stopped and recorded even when the code
+    # swallows the error, and a file written around Python's os and io (sqlite3's C code)
+    # is reported instead of passing silently or failing with sqlite's own confusion.
+    (tmp_path / "test_escapes.py").write_text(ESCAPES)
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    out = result.stdout + result.stderr
+    lines = {line.split(" - ")[0] for line in out.splitlines() if " test_escapes.py::" in line}
+    assert {
+        "FAILED test_escapes.py::test_swallowed_escape",
+        "FAILED test_escapes.py::test_swallowed_fileio",
+        "ERROR test_escapes.py::test_sqlite_in_the_fixture",
+        "FAILED test_escapes.py::test_sqlite_in_explore",
+    } <= lines, out
+    assert "calls os.open through `_open`, bound before the FaultFS was activated" in out
+    assert "io.FileIO used directly" in out
+    assert out.count("x.db appeared on the real disk under the FaultFS root") >= 2, out
 
 
 @pytest.mark.faultfs(
