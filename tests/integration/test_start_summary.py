@@ -85,6 +85,17 @@ def a_turn_then_a_crash(root: Path) -> None:
     run(go())
 
 
+async def checkpoint_then_crash(root: Path) -> None:
+    """``Orchestrator.checkpoint()`` of every log, the logs still open, then a kill: the
+    pending copies (already logged) stay beside their logs, and the summary knows them."""
+    orch = await Orchestrator.open(root, checkpoints=POLICY, slots=1)
+    await orch.create_root("lead", "You coordinate.")
+    await orch.run_turn("lead", "@spawn a worker\n@send a note")
+    await orch.run_pending()
+    await orch.checkpoint()
+    abandon(orch)
+
+
 def without_checkpoints(root: Path, tmp_path: Path) -> dict[str, Any]:
     """The state the disk gives with no checkpoint store and no summary."""
     copy = tmp_path / "plain"
@@ -114,16 +125,7 @@ def test_a_checkpoint_of_every_log_writes_a_summary_a_crash_then_uses(tmp_path: 
     """``Orchestrator.checkpoint()`` of every log, the logs still open (their pending
     copies beside them, already logged), then a crash: the summary holds them."""
     root = tmp_path / "root"
-
-    async def checkpoint_then_crash() -> None:
-        orch = await Orchestrator.open(root, checkpoints=POLICY, slots=1)
-        await orch.create_root("lead", "You coordinate.")
-        await orch.run_turn("lead", "@spawn a worker\n@send a note")
-        await orch.run_pending()
-        await orch.checkpoint()
-        abandon(orch)  # killed: the pending copies stay beside their logs
-
-    run(checkpoint_then_crash())
+    run(checkpoint_then_crash(root))
     assert all((d / PENDING_NAME).exists() for d in agent_dirs(root).values())
     want = without_checkpoints(root, tmp_path)
     snap, report, _ = reopen(root)
@@ -299,16 +301,7 @@ def test_a_pending_copy_the_entry_knew_rewritten_since_is_replayed(tmp_path: Pat
     """The entry holds the fingerprint of a pending copy already logged (a crash after
     ``Orchestrator.checkpoint()``); a later crash left a new entry in that file: replayed."""
     root = tmp_path / "root"
-
-    async def checkpoint_then_crash() -> None:
-        orch = await Orchestrator.open(root, checkpoints=POLICY, slots=1)
-        await orch.create_root("lead", "You coordinate.")
-        await orch.run_turn("lead", "@spawn a worker\n@send a note")
-        await orch.run_pending()
-        await orch.checkpoint()
-        abandon(orch)
-
-    run(checkpoint_then_crash())
+    run(checkpoint_then_crash(root))
     a = agent_dirs(root)["a"]
     summary, _ = start_summary.load(root)
     assert summary is not None and summary.agents[a.name][4] is not None  # it knew one
