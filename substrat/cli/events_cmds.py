@@ -21,6 +21,7 @@ from substrat import client as client_mod
 from substrat.cli.common import Opts, daemon_command, emit_json, esc, lazy_module
 from substrat.errors import DaemonError, DaemonNotRunningError, RpcError
 from substrat.rpc.protocol import EVENT_NAMES
+from substrat.words import plural
 
 if TYPE_CHECKING:
     from substrat.cli import render
@@ -261,6 +262,13 @@ def log(opts: Opts, agent: str, limit: int, follow: bool, follow_restarts: bool)
                 "other events are gone[/]"
             )
         first = history["total"] - len(history["turns"]) + 1
+        if first > 1 and not opts.json and not reconnected:
+            # Said before the turns: after a compaction notice a reader would
+            # otherwise take the first turn shown for the first one kept.
+            opts.out.print(
+                f"[dim]{plural(first - 1, 'earlier turn')} not shown "
+                f"(the last {len(history['turns'])} of {history['total']}; -n N shows more)[/]"
+            )
         for offset, turn in enumerate(history["turns"]):
             if turn["turn_id"] not in printed:
                 show(turn, first + offset)

@@ -90,7 +90,11 @@ def test_agent_commands_human_and_json(root: Path) -> None:
     assert "turn t2" in run(root, "agent", "show", "lead").stdout
     history = as_json(run(root, "log", "lead", "--json"))
     assert [t["prompt"] for t in history["turns"]][1] == "from stdin"
-    assert "── turn t1 (#1)" in run(root, "log", "lead").stdout
+    whole = run(root, "log", "lead").stdout
+    assert "── turn t1 (#1)" in whole and "not shown" not in whole
+    last = run(root, "log", "lead", "-n", "1").stdout  # an older turn is left out, and said so
+    assert "1 earlier turn not shown (the last 1 of 2; -n N shows more)" in last
+    assert "turn t1 (#1)" not in last and last.index("not shown") < last.index("turn t2 (#2)")
     inbox = as_json(run(root, "inbox", "--json"))
     assert [m["payload"] for m in inbox["messages"]] == ["hi there"]
     assert "hi there" in run(root, "inbox").stdout
