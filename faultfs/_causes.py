@@ -484,7 +484,8 @@ def describe(kind: str, steps: tuple[Step, ...], note: str, where: Where) -> tup
         )
         return (
             summary,
-            f"fsync {the_file} before the {verb} (os.fsync on its descriptor after the last write)",
+            f"fsync {the_file} before the {verb} (os.fsync on its descriptor after the last "
+            "write; with a Python file object, f.flush() before it)",
         )
     if kind == "unsynced-before-ack":
         summary = f"data written to {written()} was never fsynced{acked}"
