@@ -78,6 +78,27 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return WorkStealingScheduling(config, log)
 
 
+COVERED_MARK = "covered_under_stress"
+"""A default-run test that a stress test covers whole: ``@pytest.mark.covered_under_stress(
+"tests/stress/test_x.py::test_y")``. Under ``--run-stress`` it skips when that test runs in
+the same session: the main job ran both, the small one for nothing."""
+
+
+@pytest.hookimpl(trylast=True)  # after -k and -m have deselected what they deselect
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under ``--run-stress``, skip each :data:`COVERED_MARK` test whose cover runs too."""
+    if not config.getoption("--run-stress", default=False):
+        return
+    running = {item.nodeid.split("[")[0] for item in items}
+    for item in items:
+        mark = item.get_closest_marker(COVERED_MARK)
+        if mark is None:
+            continue
+        (cover,) = mark.args
+        if cover in running:
+            item.add_marker(pytest.mark.skip(reason=f"covered under --run-stress by {cover}"))
+
+
 BYTECODE_PREFIX_KEY = pytest.StashKey[tuple[str, str]]()
 
 
