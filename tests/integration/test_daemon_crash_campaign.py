@@ -19,7 +19,8 @@ not (the documented relaxation), and the check resolves it from what it finds.
 The ledger is deliberately a small shadow model with ``begin``/``ack``/
 ``refused``/``verify`` so the project's oracle package can replace it.
 
-The short run (a few cycles) is in the default tests; tests/stress runs 50.
+The short run (a few cycles) is in the default tests; tests/stress runs 50 (ten campaigns
+of five cycles, each with the short run's checks), and the short run skips under --run-stress.
 """
 
 from __future__ import annotations
@@ -388,6 +389,9 @@ def run_campaign(
     return stats
 
 
+@pytest.mark.covered_under_stress(
+    "tests/stress/test_daemon_sigkill.py::test_fifty_sigkills_under_load"
+)  # ten such campaigns of five cycles each (three workers, longer runs), the same checks
 def test_sigkill_under_load_loses_nothing_acknowledged(tmp_path: Path) -> None:
     stats = run_campaign(tmp_path / "root", cycles=5, workers=2, seed=1234, max_run_s=0.5)
     print(f"sigkill campaign: {stats}")
