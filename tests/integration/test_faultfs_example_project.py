@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
+
+from tests.support.pytest_run import run_pytest
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "faultfs_example"
 PUBLIC = ("faultfs", "faultfs.errors", "faultfs.stateful", "faultfs.pytest_plugin")
@@ -34,13 +34,7 @@ def test_the_example_uses_only_the_public_api() -> None:
 def test_the_example_project_passes_out_of_tree(tmp_path: Path) -> None:
     project = tmp_path / "example"
     shutil.copytree(EXAMPLE, project, ignore=shutil.ignore_patterns("__pycache__", ".hypothesis"))
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-s"],
-        cwd=project,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    result = run_pytest(project, "-s", timeout_s=600)
     out = result.stdout + result.stderr
     assert result.returncode == 0, out
     assert re.search(r"\b6 passed\b", out), out

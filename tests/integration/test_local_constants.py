@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
+
+from tests.support.pytest_run import run_pytest
 
 DRAWS = textwrap.dedent(
     """
@@ -44,29 +44,8 @@ def draws(directory: Path, *, import_first: bool) -> list[list[object]]:
     env.pop("IMPORT_FIRST", None)
     if import_first:
         env["IMPORT_FIRST"] = "1"
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-P",
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "-p",
-            "oracle.pytest_plugin",
-            "-p",
-            "no:xdist",
-            "-p",
-            "no:randomly",
-            "test_draws.py",
-        ],
-        cwd=directory,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    plugins = ("-p", "oracle.pytest_plugin", "-p", "no:xdist", "-p", "no:randomly")
+    run = run_pytest(directory, *plugins, "test_draws.py", env=env, safe_path=True)
     assert run.returncode == 0, run.stdout + run.stderr
     return json.loads(out.read_text())
 

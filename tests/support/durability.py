@@ -551,4 +551,3 @@ def _save_blob(store: SessionStore, session: Session, blob: bytes) -> None:
 
 
 # ------------------------------------------------------------------ fsync failures
-

@@ -12,8 +12,6 @@ import inspect
 import json
 import os
 import shutil
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -23,6 +21,7 @@ import pytest
 import tests.support.faultfs_classic as classic
 from faultfs import PROFILES, FaultFS, explore
 from tests.support.faultfs_classic import CLASSIC, Classic, fsync_dir, line_of, write_all
+from tests.support.pytest_run import run_pytest
 
 CLASSIC_FILE = classic.__file__
 
@@ -231,13 +230,7 @@ def test_pytest_failure_is_the_report_with_relative_paths(tmp_path: Path) -> Non
             """
         )
     )
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_app.py"],
-        cwd=project,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = run_pytest(project, "test_app.py")
     out = result.stdout + result.stderr
     assert result.returncode == 1, out
     assert "data written to f at test_app.py:6 was never fsynced" in out

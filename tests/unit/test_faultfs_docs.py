@@ -8,9 +8,9 @@ cause, fix and step line of the report the docs print must appear verbatim.
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
+
+from tests.support.pytest_run import run_pytest
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "faultfs.md"
 CHILD_TIMEOUT_S = 120
@@ -34,13 +34,7 @@ def _quickstart() -> tuple[str, list[str]]:
 def test_the_quickstart_prints_the_report_the_docs_show(tmp_path: Path) -> None:
     code, shown = _quickstart()
     (tmp_path / "test_save.py").write_text(code)
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_save.py"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=CHILD_TIMEOUT_S,
-    )
+    result = run_pytest(tmp_path, "test_save.py", timeout_s=CHILD_TIMEOUT_S)
     out = result.stdout
     assert result.returncode == 1, out + result.stderr
     printed = {line.rstrip() for line in out.splitlines()}

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from faultfs import FaultFS, HealthCheck
+from tests.support.pytest_run import run_pytest
 
 
 def test_fixture_is_active_under_an_empty_real_directory(faultfs: FaultFS, tmp_path: Path) -> None:
@@ -66,13 +65,7 @@ def test_swallowed_escapes_and_c_extension_writes_fail_the_test(tmp_path: Path) 
     # swallows the error, and a file written around Python's os and io (sqlite3's C code)
     # is reported instead of passing silently or failing with sqlite's own confusion.
     (tmp_path / "test_escapes.py").write_text(ESCAPES)
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = run_pytest(tmp_path, "-rA")
     out = result.stdout + result.stderr
     lines = {line.split(" - ")[0] for line in out.splitlines() if " test_escapes.py::" in line}
     assert {

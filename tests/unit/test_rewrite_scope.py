@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import pytest
 from _pytest.assertion.rewrite import AssertionRewritingHook
 
 from oracle.rewrite_scope import UNREWRITTEN
+from tests.support.pytest_run import run_pytest
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -70,13 +70,6 @@ def test_a_copy_of_the_rootdir_conftest_scopes_the_rewriting_without_the_option(
     shutil.copy2(REPO / "conftest.py", tmp_path / "conftest.py")
     (tmp_path / "test_probe.py").write_text(PROBE)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "test_probe.py"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = run_pytest(tmp_path, "-s", "test_probe.py", env=env)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "hypothesis.core rewritten: False" in result.stdout, result.stdout

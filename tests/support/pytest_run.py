@@ -1,0 +1,34 @@
+"""pytest in a child process: another project's test run, or a second test process."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+CHILD_TIMEOUT_S = 120.0
+"""How long a child pytest may take: a few small tests on a busy 2-core machine."""
+
+
+def run_pytest(
+    cwd: Path,
+    *args: str,
+    env: Mapping[str, str] | None = None,
+    timeout_s: float = CHILD_TIMEOUT_S,
+    safe_path: bool = False,
+) -> subprocess.CompletedProcess[str]:
+    """``python -m pytest -q -p no:cacheprovider ARGS`` in ``cwd``, its output captured.
+
+    ``safe_path`` runs Python with ``-P``, so a directory in ``cwd`` cannot shadow an
+    installed package.
+    """
+    python = [sys.executable, "-P"] if safe_path else [sys.executable]
+    return subprocess.run(
+        [*python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args],
+        cwd=cwd,
+        env=None if env is None else dict(env),
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
