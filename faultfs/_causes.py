@@ -502,10 +502,16 @@ def describe(kind: str, steps: tuple[Step, ...], note: str, where: Where) -> tup
     if kind == "in-place-rewrite":
         truncate = first("truncate")
         name = where.path(truncate.path) if truncate is not None else file
-        summary = (
-            f"{name} was truncated at {at('truncate')} and rewritten at {at('write')} in place: "
-            "the crash kept the truncation without the new data"
-        )
+        if "write" in by_role:
+            summary = (
+                f"{name} was truncated at {at('truncate')} and rewritten at {at('write')} in "
+                "place: the crash kept the truncation without the new data"
+            )
+        else:  # the crash came between the truncate and the first new write
+            summary = (
+                f"{name} was truncated at {at('truncate')} to be rewritten in place: a crash "
+                "before the new data was written leaves it cut"
+            )
         return summary, (
             "write the new content to a temporary file, fsync it, rename it over the old one, "
             "then fsync the directory"

@@ -299,6 +299,32 @@ def db_check(img: FaultFS) -> None:
     assert docs == [1] if img.acked else docs in ([1], [1, 2])
 
 
+def truncate_then_rewrite(fs: FaultFS) -> None:
+    with open(fs.path("state.json"), "r+") as handle:
+        handle.truncate(0)
+        handle.write(json.dumps({"version": 1}))
+        handle.flush()
+        os.fsync(handle.fileno())
+    fs.ack(1)
+
+
+def test_a_kill_between_the_truncate_and_the_write_names_no_unknown_line() -> None:
+    def setup(fs: FaultFS) -> None:
+        with open(fs.path("state.json"), "w") as handle:
+            json.dump({"version": 0}, handle)
+
+    # A kill -9 alone sees only the truncate: the cause has no write to name.
+    report = explore(truncate_then_rewrite, state_check, setup=setup, modes=["process"])
+    (cause,) = report.causes()
+    summary, fix = cause.describe(os.path.dirname(__file__))
+    line = inspect.getsourcelines(truncate_then_rewrite)[1] + 2
+    assert summary == (
+        f"state.json was truncated at test_faultfs_causes.py:{line} to be rewritten in place: "
+        "a crash before the new data was written leaves it cut"
+    ), summary
+    assert "rename it over the old one" in fix
+
+
 def test_a_lost_truncate_names_the_truncated_file() -> None:
     report = explore(overwrite_then_truncate, db_check, setup=db_setup)
     causes = {c.kind: c for c in report.causes()}
