@@ -8,9 +8,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from faultfs._causes import Finding, Step, Where, describe
+from faultfs._causes import Finding, Step
 from faultfs._fs import FaultFS, Snapshot
 from faultfs._trace import Op
+from faultfs._wording import Where, describe
 from faultfs.errors import ExploreFailed, NondeterministicWorkload, SimulatedCrash
 
 Workload = Callable[[FaultFS], Any]

@@ -63,13 +63,14 @@ from hypothesis.stateful import initialize as _initialize
 from hypothesis.stateful import invariant as _invariant
 from hypothesis.stateful import rule as _rule
 
-from faultfs._causes import CrashPoint, Finding, Outcome, Where, describe
+from faultfs._causes import CrashPoint, Finding, Outcome
 from faultfs._escapes import dead_finalizers
 from faultfs._fs import DEFAULT_BLOCK_SIZE, FaultFS
 from faultfs._images import MODES
 from faultfs._model import Model
 from faultfs._profiles import PROFILES, get_profile
 from faultfs._trace import display_path, is_user_file
+from faultfs._wording import Where, describe
 from faultfs.errors import ConfigError, RecoveryCheckFailed, SimulatedCrash
 
 __all__ = [

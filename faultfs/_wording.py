@@ -1,0 +1,217 @@
+"""How a cause reads: paths shortened to the root and the source tree, a summary and a fix.
+
+:mod:`faultfs._causes` finds which durability step a failing image relied on
+(a :class:`~faultfs._causes.Finding` made of :class:`~faultfs._causes.Step`s);
+this module words it for a person: the file, the lines, what was missing and
+what to add.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from faultfs._causes import Step
+
+# Callers shown after an operation's own frame in a report.
+SHOWN_CALLERS = 2
+
+
+@dataclass(frozen=True)
+class Where:
+    """How a report shortens paths: file paths relative to the FaultFS root, sources to a dir."""
+
+    root: str
+    source_root: str | None = None
+
+    def path(self, path: str) -> str:
+        if path == self.root:
+            return "."
+        if path.startswith(self.root + "/"):
+            return path[len(self.root) + 1 :]
+        return path
+
+    def frames(self, step: Step) -> str:
+        """The first frame outside faultfs, the first in the user's code, and two callers."""
+        frames = step.frames
+        if not frames:
+            return "<unknown>"
+        src = self.source_root
+        text = f"{frames[0].display(src)} ({frames[0].function})"
+        rest = frames[1:]
+        if frames[0].in_stdlib:
+            user = next((i for i, f in enumerate(frames) if not f.in_stdlib), None)
+            if user is not None:
+                text += f", called from {frames[user].display(src)} ({frames[user].function})"
+                rest = frames[user + 1 :]
+        for caller in rest[:SHOWN_CALLERS]:
+            text += f" <- {caller.display(src)} ({caller.function})"
+        return text
+
+    def site(self, step: Step) -> str:
+        user = next((f for f in step.frames if not f.in_stdlib), None)
+        frame = user or (step.frames[0] if step.frames else None)
+        return frame.display(self.source_root) if frame is not None else "<unknown>"
+
+
+def describe(kind: str, steps: tuple[Step, ...], note: str, where: Where) -> tuple[str, str]:
+    """(summary, fix) of a cause, with paths shortened by ``where``."""
+    by_role: dict[str, list[Step]] = {}
+    for step in steps:
+        by_role.setdefault(step.role, []).append(step)
+
+    def at(role: str) -> str:
+        return " and ".join(sorted({where.site(s) for s in by_role.get(role, [])})) or "?"
+
+    def first(role: str) -> Step | None:
+        found = by_role.get(role)
+        return found[0] if found else None
+
+    write = first("write")
+    # The file the cause is about: its write, or its lost truncate when nothing was written.
+    subject = write or first("truncate")
+    file = where.path(subject.path) if subject is not None else "?"
+    written_files = {where.path(s.path) for s in by_role.get("write", [])}
+
+    def written() -> str:
+        """Each written file with its write sites: one unsynced cause can span files."""
+        sites: dict[str, set[str]] = {}
+        for step in by_role.get("write", []):
+            sites.setdefault(where.path(step.path), set()).add(where.site(step))
+        if not sites:
+            return f"{file} at ?"
+        return " and to ".join(f"{f} at {' and '.join(sorted(s))}" for f, s in sites.items())
+
+    the_file = "each of these files" if len(written_files) > 1 else "the file"
+    acked = ""
+    if "acknowledged" in by_role:
+        acked = f" before it was acknowledged at {at('acknowledged')}"
+    elif "then" in by_role:
+        then = by_role["then"][0]
+        acked = f" before the {then.kind} of {where.path(then.path)} at {at('then')}"
+    if kind == "unsynced-before-rename":
+        publisher = first("rename") or first("link")
+        verb = publisher.kind if publisher is not None else "rename"
+        summary = (
+            f"data written to {written()} was never fsynced before the {verb} at "
+            f"{at(verb)} made it visible"
+        )
+        return (
+            summary,
+            f"fsync {the_file} before the {verb} (os.fsync on its descriptor after the last "
+            "write; with a Python file object, f.flush() before it)",
+        )
+    if kind == "unsynced-before-ack":
+        summary = f"data written to {written()} was never fsynced{acked}"
+        return (
+            summary,
+            f"fsync {the_file} before acknowledging (or acknowledge only after an fsync returned)",
+        )
+    if kind == "unsynced-data":
+        if acked:
+            summary = f"data written to {written()} was never fsynced{acked}"
+            return summary, f"fsync {the_file}{acked}"
+        summary = f"data written to {written()} was never fsynced, and recovery needs it"
+        return summary, f"fsync {the_file} after writing it"
+    if kind == "in-place-rewrite":
+        truncate = first("truncate")
+        name = where.path(truncate.path) if truncate is not None else file
+        if "write" in by_role:
+            summary = (
+                f"{name} was truncated at {at('truncate')} and rewritten at {at('write')} in "
+                "place: the crash kept the truncation without the new data"
+            )
+        else:  # the crash came between the truncate and the first new write
+            summary = (
+                f"{name} was truncated at {at('truncate')} to be rewritten in place: a crash "
+                "before the new data was written leaves it cut"
+            )
+        return summary, (
+            "write the new content to a temporary file, fsync it, rename it over the old one, "
+            "then fsync the directory"
+        )
+    if kind == "lost-truncate":
+        summary = (
+            f"the truncate of {file} at {at('truncate')} was never fsynced, and recovery needs it"
+        )
+        return summary, "fsync the file after truncating it"
+    if kind == "entry-not-durable":
+        entry = next((s for s in steps if s.role not in ("acknowledged", "then")), None)
+        summary, fix = _entry(entry, acked, where)
+        if "then" in by_role:
+            fix += f", before the {by_role['then'][0].kind} at {at('then')}"
+        return summary, fix
+    if kind == "fsync-error":
+        summary = (
+            f"data written to {file} at {at('write')} was dropped when the fsync at "
+            f"{at('failed fsync')} failed"
+        )
+        if note:
+            summary += f" ({note})"
+        if "retried fsync" in by_role:
+            summary += f"; the retried fsync at {at('retried fsync')} succeeded without writing it"
+        if "acknowledged" in by_role:
+            summary += f", and it was acknowledged at {at('acknowledged')}"
+        return summary, (
+            "after a failed fsync treat the unsynced data as lost: stop, or rewrite it and fsync "
+            "again; a retried fsync returns success without writing the dropped pages"
+        )
+    if kind == "torn-write":
+        summary = f"the write to {file} at {at('write')} was torn by the crash ({note})"
+        if "recovery" in by_role:
+            summary += f" and recovery failed on it at {at('recovery')}"
+        log_fix = (
+            "make each record self-checking (length and checksum) and have recovery cut a torn "
+            "tail before reading or appending"
+        )
+        if write is not None and "off=0" in write.args:
+            # A write from offset 0 is how a whole file is rewritten in place (TinyDB's
+            # JSONStorage), though it can also be a fresh log's first record.
+            return summary, (
+                "if the file is rewritten whole, write a temporary file, fsync it and rename it "
+                f"over the old one instead; if it is a log, {log_fix}"
+            )
+        return summary, log_fix
+    if kind == "lost-together":
+        parts = ", ".join(f"{s.kind} {where.path(s.path)} at {where.site(s)}" for s in steps)
+        summary = f"losing these unsynced operations together breaks recovery: {parts}"
+        return summary, "fsync them (and their directories) before relying on them"
+    crash = steps[0] if steps else None
+    if crash is None:
+        summary = "the starting state fails the check even with nothing lost"
+    else:
+        summary = (
+            f"a crash right after the {crash.kind} of {where.path(crash.path)} at "
+            f"{where.site(crash)} leaves a state recovery rejects even with every write on the "
+            "disk (a kill -9 shows it too)"
+        )
+    return summary, (
+        "make the update atomic (write a new file, fsync it, rename it into place) or make "
+        "recovery accept this intermediate state"
+    )
+
+
+def _entry(entry: Step | None, acked: str, where: Where) -> tuple[str, str]:
+    if entry is None:
+        return "a directory entry was never made durable", "fsync the directory"
+    path = where.path(entry.path)
+    parent = where.path(entry.path.rsplit("/", 1)[0] or "/")
+    site = where.site(entry)
+    if entry.kind == "rename":
+        dst = str(entry.args[0]).removeprefix("-> ") if entry.args else "?"
+        summary = (
+            f"the rename of {path} to {where.path(dst)} at {site} was never made durable{acked}"
+        )
+        dst_parent = where.path(dst.rsplit("/", 1)[0] or "/")
+        dirs = parent if dst_parent == parent else f"{dst_parent} and {parent}"
+        return summary, f"fsync the directory ({dirs}) after the rename"
+    if entry.kind == "mkdir":
+        summary = f"the directory {path} created at {site} was never made durable{acked}"
+        return summary, f"fsync its parent directory ({parent}) after mkdir"
+    if entry.kind in ("unlink", "rmdir"):
+        summary = f"the removal of {path} at {site} was never made durable{acked}"
+        return summary, f"fsync its directory ({parent}) after removing it"
+    if entry.kind == "link":
+        summary = f"the link {path} created at {site} was never made durable{acked}"
+        return summary, f"fsync its directory ({parent}) after linking"
+    summary = f"the entry {path} created at {site} was never made durable{acked}"
+    return summary, f"fsync its directory ({parent}) after creating it"
