@@ -29,7 +29,6 @@ import os
 import shlex
 import shutil
 import signal
-import tempfile
 import uuid
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
@@ -46,9 +45,12 @@ from substrat.errors import (
 )
 from substrat.providers.base import AgentContext, ProviderSession, TurnRecord
 from substrat.providers.mcp_tools import SERVER_NAME, ToolBridge, mcp_config
+from substrat.providers.scratch import ScratchDir, make_scratch
 
 BLOB_VERSION = 1
 DEFAULT_MODEL = "default"  # let the CLI pick; no --model flag is passed
+SCRATCH_PREFIX = "substrat-cc-"
+"""The MCP config and tool socket's directory in the temp directory (see :mod:`.scratch`)."""
 MAX_LINE_BYTES = 16 * 1024 * 1024
 STOP_GRACE_S = 3.0
 _MISSING_SESSION = "no conversation found"
@@ -136,20 +138,21 @@ class ClaudeCodeSession:
         self._note_reason: str | None = None
         if cli_session_id is None:
             self._note_reason = "replayed" if history else "created"
-        self._workdir: Path | None = None
+        self._workdir: ScratchDir | None = None
         self._bridge: ToolBridge | None = None
         self._process: asyncio.subprocess.Process | None = None
         self._transcript: list[dict[str, Any]] = []
 
     async def _ensure_bridge(self) -> Path:
         if self._workdir is None:
-            self._workdir = Path(tempfile.mkdtemp(prefix="substrat-cc-"))  # mode 0700
-            self._bridge = ToolBridge(self._context, self._workdir / "tools.sock")
-            config = self._workdir / "mcp.json"
+            # In the temp directory, not the root: the socket's path must fit sun_path.
+            self._workdir = make_scratch(SCRATCH_PREFIX)  # mode 0700
+            self._bridge = ToolBridge(self._context, self._workdir.path / "tools.sock")
+            config = self._workdir.path / "mcp.json"
             config.write_text(json.dumps(mcp_config(self._bridge.socket_path)))
         assert self._bridge is not None
         await self._bridge.start()
-        return self._workdir / "mcp.json"
+        return self._workdir.path / "mcp.json"
 
     def _command(self, config_path: Path, resume: str | None) -> list[str]:
         tools = ",".join(f"mcp__{SERVER_NAME}__{s.name}" for s in self._context.tool_specs())
@@ -358,7 +361,7 @@ class ClaudeCodeSession:
             await self._bridge.close()
             self._bridge = None
         if self._workdir is not None:
-            shutil.rmtree(self._workdir, ignore_errors=True)
+            self._workdir.remove()
             self._workdir = None
 
 

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
+import tempfile
 import threading
 import time
 from pathlib import Path
 
 from substrat.client import Client, DaemonProcess
 from substrat.conversation import conversation_from_log
+from substrat.providers.claude_code import SCRATCH_PREFIX
 from tests.support import fake_claude
 
 START_TIMEOUT_S = 30.0
@@ -25,11 +28,19 @@ def wait_for_lines(path: Path, count: int, timeout_s: float) -> None:
     raise AssertionError(f"{path} never reached {count} lines")
 
 
+def scratch_dirs(temp: Path) -> set[str]:
+    return {p.name for p in temp.iterdir() if p.name.startswith(SCRATCH_PREFIX)}
+
+
 def test_sigkill_mid_turn_resumes_from_the_last_completed_turn(tmp_path: Path) -> None:
     root = tmp_path / "root"
     home = tmp_path / "cli-home"
     home.mkdir()
+    # The daemons' own temp directory, short (the tool socket's path must fit sun_path), so
+    # what a killed daemon leaves there can be seen.
+    temp = Path(tempfile.mkdtemp(prefix="cc"))
     env = dict(os.environ)
+    env["TMPDIR"] = str(temp)
     env["SUBSTRAT_CLAUDE_BIN"] = str(fake_claude.install(tmp_path / "bin"))
     env["FAKE_CLAUDE_HOME"] = str(home)
     daemon = DaemonProcess(root, env=env).start(timeout_s=START_TIMEOUT_S)
@@ -54,6 +65,8 @@ def test_sigkill_mid_turn_resumes_from_the_last_completed_turn(tmp_path: Path) -
         daemon.kill()
         worker.join(START_TIMEOUT_S)
         assert failures
+        left_by_the_killed = scratch_dirs(temp)
+        assert len(left_by_the_killed) == 1
     finally:
         daemon.kill()
         for line in (home / "running.pids").read_text().split():
@@ -64,8 +77,12 @@ def test_sigkill_mid_turn_resumes_from_the_last_completed_turn(tmp_path: Path) -
     try:
         with Client(root) as client:
             result = client.call("agent.send", {"agent": "coder", "prompt": "two"})
+        # The restarted daemon's first claude-code session removed the dead one's directory.
+        now = scratch_dirs(temp)
+        assert len(now) == 1 and not now & left_by_the_killed
     finally:
         restarted.kill()
+        shutil.rmtree(temp, ignore_errors=True)
     history = conversation_from_log(root / "agents" / info["session_id"] / "events.jsonl")
     prompts = [t.prompt for t in history]
     assert len(prompts) == 2 and prompts[0] == "one" and prompts[1].endswith("two")
