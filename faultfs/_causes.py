@@ -261,7 +261,8 @@ class CrashPoint:
                 entry += (_ack_step(ack),)
             elif later is not None:
                 entry += (_step("then", later),)
-            return Finding("entry-not-durable", ("entry-not-durable", op.kind, op.site), entry, "")
+            entry_key = ("entry-not-durable", op.kind, op.site, _anchor(entry))
+            return Finding("entry-not-durable", entry_key, entry, "")
         node = self.model.inodes[unit.ino]
         if op.kind == "truncate":
             return Finding(
@@ -290,7 +291,7 @@ class CrashPoint:
         later = self._destroyed_after(unit.gseq, op.path)
         if later is not None:
             lost += (_step("then", later),)
-        return Finding("unsynced-data", ("unsynced-data", op.site), lost, "")
+        return Finding("unsynced-data", ("unsynced-data", op.site, _anchor(lost)), lost, "")
 
     def _destroyed_after(self, gseq: int, path: str) -> Op | None:
         """The first later truncate, unlink or rmdir of another file: what made a loss matter.
@@ -376,6 +377,40 @@ class CrashPoint:
         return Finding("fsync-error", key, tuple(steps), note)
 
 
+def _anchor(steps: tuple[Step, ...]) -> str:
+    """What made a loss matter, for a cause's key: a cause that says "before it was
+    acknowledged" must not gather images where nothing was acknowledged yet."""
+    roles = {s.role for s in steps}
+    return "acknowledged" if "acknowledged" in roles else "then" if "then" in roles else ""
+
+
+STEP_ORDER = (
+    "truncate",
+    "write",
+    "failed fsync",
+    "retried fsync",
+    "recovery",
+    "then",
+    "acknowledged",
+)
+"""The order a cause's steps read in: what was done, then what relied on it."""
+
+
+def step_order(step: Step) -> int:
+    return STEP_ORDER.index(step.role) if step.role in STEP_ORDER else 1
+
+
+def merge_steps(known: tuple[Step, ...], more: tuple[Step, ...]) -> tuple[Step, ...]:
+    """``known`` and the steps of ``more`` it lacks, in reading order.
+
+    A helper that writes several files, or makes several directories, is one
+    site but several steps to name: steps differ by role, site and path.
+    """
+    have = {(s.role, s.site, s.path) for s in known}
+    extra = tuple(s for s in more if (s.role, s.site, s.path) not in have)
+    return tuple(sorted(known + extra, key=step_order)) if extra else known
+
+
 def _merge_same_key(findings: list[Finding]) -> list[Finding]:
     out: dict[tuple[object, ...], Finding] = {}
     for finding in findings:
@@ -383,10 +418,7 @@ def _merge_same_key(findings: list[Finding]) -> list[Finding]:
         if known is None:
             out[finding.key] = finding
         else:
-            # A helper that writes several files is one site but several steps to name.
-            have = {(s.role, s.site, s.path) for s in known.steps}
-            extra = tuple(s for s in finding.steps if (s.role, s.site, s.path) not in have)
-            out[finding.key] = known._replace(steps=known.steps + extra)
+            out[finding.key] = known._replace(steps=merge_steps(known.steps, finding.steps))
     return list(out.values())
 
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from faultfs._causes import Finding, Step
+from faultfs._causes import Finding, Step, merge_steps
 from faultfs._fs import FaultFS, Snapshot
 from faultfs._trace import Op
 from faultfs._wording import Where, describe
@@ -20,6 +20,8 @@ END = -1
 END_SITE = "<after the workload returned>"
 # How many causes and symptom groups a report prints in full.
 REPORT_MAX_ENTRIES = 20
+REPORT_MAX_STEPS = 8
+"""Operations listed under one cause; a helper writing many files names the first ones."""
 
 
 @dataclass(frozen=True)
@@ -88,15 +90,7 @@ class Cause:
         return dict(Counter(f.profile for f in self.failures))
 
     def _merge(self, finding: Finding) -> None:
-        known = {(s.role, s.site) for s in self.steps}
-        extra = tuple(s for s in finding.steps if (s.role, s.site) not in known)
-        if extra:
-            self.steps = tuple(sorted(self.steps + extra, key=_step_order))
-
-
-def _step_order(step: Step) -> int:
-    order = ("truncate", "write", "failed fsync", "retried fsync", "recovery", "acknowledged")
-    return order.index(step.role) if step.role in order else 1
+        self.steps = merge_steps(self.steps, finding.steps)
 
 
 @dataclass
@@ -205,7 +199,7 @@ class ExploreReport:
         for number, cause in enumerate(causes[:REPORT_MAX_ENTRIES], start=1):
             summary, fix = cause.describe(source_root)
             lines += ["", f"[{number}] {summary}", f"    fix: {fix}"]
-            lines += [f"    {_step_line(s, where)}" for s in cause.steps]
+            lines += [f"    {line}" for line in _step_lines(cause.steps, where)]
             profiles = f"; profiles: {_counts(cause.profiles)}" if len(self.profiles) > 1 else ""
             lines.append(
                 f"    seen in {len(cause.failures)} failing images "
@@ -241,6 +235,16 @@ def _short(site: str, source_root: str | None) -> str:
     if source_root and site.startswith(source_root.rstrip("/") + "/"):
         return site[len(source_root.rstrip("/")) + 1 :]
     return site
+
+
+def _step_lines(steps: tuple[Step, ...], where: Where) -> list[str]:
+    """A cause's steps, at most REPORT_MAX_STEPS operations, then what relied on them."""
+    anchors = [s for s in steps if s.role in ("then", "acknowledged")]
+    done = [s for s in steps if s.role not in ("then", "acknowledged")]
+    lines = [_step_line(s, where) for s in done[:REPORT_MAX_STEPS]]
+    if len(done) > REPORT_MAX_STEPS:
+        lines.append(f"... and {len(done) - REPORT_MAX_STEPS} more operations like these")
+    return lines + [_step_line(s, where) for s in anchors]
 
 
 def _step_line(step: Step, where: Where) -> str:

@@ -135,8 +135,11 @@ def describe(kind: str, steps: tuple[Step, ...], note: str, where: Where) -> tup
         )
         return summary, "fsync the file after truncating it"
     if kind == "entry-not-durable":
-        entry = next((s for s in steps if s.role not in ("acknowledged", "then")), None)
-        summary, fix = _entry(entry, acked, where)
+        entries = [s for s in steps if s.role not in ("acknowledged", "then")]
+        if len(entries) > 1:
+            summary, fix = _entries(entries, acked, where)
+        else:
+            summary, fix = _entry(entries[0] if entries else None, acked, where)
         if "then" in by_role:
             fix += f", before the {by_role['then'][0].kind} at {at('then')}"
         return summary, fix
@@ -175,14 +178,17 @@ def describe(kind: str, steps: tuple[Step, ...], note: str, where: Where) -> tup
         parts = ", ".join(f"{s.kind} {where.path(s.path)} at {where.site(s)}" for s in steps)
         summary = f"losing these unsynced operations together breaks recovery: {parts}"
         return summary, "fsync them (and their directories) before relying on them"
-    crash = steps[0] if steps else None
-    if crash is None:
+    if not steps:
         summary = "the starting state fails the check even with nothing lost"
     else:
+        # Crash points after several operations of one line (a helper making a tree) merge.
+        done = [f"the {s.kind} of {where.path(s.path)}" for s in steps]
+        done = list(dict.fromkeys(done))
+        which = done[0] if len(done) == 1 else "any of " + _listed(done)
+        sites = " and ".join(sorted({where.site(s) for s in steps}))
         summary = (
-            f"a crash right after the {crash.kind} of {where.path(crash.path)} at "
-            f"{where.site(crash)} leaves a state recovery rejects even with every write on the "
-            "disk (a kill -9 shows it too)"
+            f"a crash right after {which} at {sites} leaves a state recovery rejects even with "
+            "every write on the disk (a kill -9 shows it too)"
         )
     return summary, (
         "make the update atomic (write a new file, fsync it, rename it into place) or make "
@@ -215,3 +221,56 @@ def _entry(entry: Step | None, acked: str, where: Where) -> tuple[str, str]:
         return summary, f"fsync its directory ({parent}) after linking"
     summary = f"the entry {path} created at {site} was never made durable{acked}"
     return summary, f"fsync its directory ({parent}) after creating it"
+
+
+NAMED_ENTRIES = 4
+"""Entries a summary names before it says how many more there are."""
+_PLURAL = {
+    "mkdir": ("the directories", "created"),
+    "rename": ("the renames of", ""),
+    "unlink": ("the removals of", ""),
+    "rmdir": ("the removals of", ""),
+    "link": ("the links", "created"),
+}
+
+
+def _entries(entries: list[Step], acked: str, where: Where) -> tuple[str, str]:
+    """Several directory entries from one line (a helper making a tree), named together."""
+    kind = entries[0].kind
+    names: list[str] = []
+    parents: list[str] = []
+    for step in entries:
+        path = where.path(step.path)
+        if step.kind == "rename":
+            dst = str(step.args[0]).removeprefix("-> ") if step.args else "?"
+            path = f"{path} to {where.path(dst)}"
+            dirs = [dst.rsplit("/", 1)[0] or "/", step.path.rsplit("/", 1)[0] or "/"]
+        else:
+            dirs = [step.path.rsplit("/", 1)[0] or "/"]
+        if path not in names:
+            names.append(path)
+        parents += [d for d in map(where.path, dirs) if d not in parents]
+    shown = _listed(names)
+    what, verb = _PLURAL.get(kind, ("the entries", "created"))
+    sites = " and ".join(sorted({where.site(s) for s in entries}))
+    verb = f" {verb}" if verb else ""
+    they = acked.replace(" it was ", " they were ")
+    summary = f"{what} {shown}{verb} at {sites} were never made durable{they}"
+    directories = ("directory" if len(parents) == 1 else "directories") + f" ({', '.join(parents)})"
+    fixes = {
+        "mkdir": f"fsync their parent {directories} after mkdir",
+        "rename": f"fsync the {directories} after the renames",
+        "unlink": f"fsync their {directories} after removing them",
+        "rmdir": f"fsync their {directories} after removing them",
+        "link": f"fsync their {directories} after linking",
+    }
+    return summary, fixes.get(kind, f"fsync their {directories} after creating them")
+
+
+def _listed(names: list[str]) -> str:
+    """``a, b and c``; past NAMED_ENTRIES, ``a, b, c, d and 3 more``."""
+    if len(names) > NAMED_ENTRIES:
+        return ", ".join(names[:NAMED_ENTRIES]) + f" and {len(names) - NAMED_ENTRIES} more"
+    if len(names) > 1:
+        return ", ".join(names[:-1]) + f" and {names[-1]}"
+    return names[0] if names else "?"

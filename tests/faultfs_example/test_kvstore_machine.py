@@ -72,11 +72,15 @@ class BuggyKVStoreMachine(KVStoreMachine):
     store_class = kvstore.BuggyKVStore
 
 
-# Enough examples to find the planted bug; derandomized, so it is found the same
-# way each run. Hypothesis's explain phase is left out: it replays each failing
-# step many times to annotate it, and crashed steps are costly to replay.
+# Enough examples to find the planted bug: over 30 random seeds, 30 found it within 600
+# examples and 23 within 200 (a crash must land at one boundary of a compaction that
+# follows a put). Derandomized, so it is found the same way each run; but the examples
+# of a derandomized run change with any string constant in faultfs (Hypothesis draws
+# from the loaded modules' constants), so the margin matters. Hypothesis's explain phase
+# is left out: it replays each failing step many times to annotate it, and crashed steps
+# are costly to replay.
 FIND_BUG = settings(
-    max_examples=200,
+    max_examples=600,
     stateful_step_count=6,
     deadline=None,
     derandomize=True,

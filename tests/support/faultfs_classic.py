@@ -226,7 +226,7 @@ CLASSIC = [
         ("posix",),
         "entry-not-durable",
         (("create", "create-record"), ("acknowledged", "ack-record")),
-        "fsync its directory (records) after creating it",
+        "fsync their directory (records) after creating them",
     ),
     Classic(
         "append log acknowledges before fsync",
