@@ -116,19 +116,21 @@ def analyze(root: str | os.PathLike[str], *, then: str = "restart the daemon") -
     _hold_descendants(store, facts, records, unreadable, then)
     sids = sorted(facts)
     user = read_facts(USER, Path(root) / "user" / "events.jsonl")
-    known: dict[str, set[str]] = {USER: set(user.enqueued)}
+    # Each recipient's facts answer "received?" as a start asks it (AgentFacts.received):
+    # a checkpoint keeps delivered messages only as ids or as a sender's settled turn.
+    known: dict[str, AgentFacts] = {USER: user}
     agent_session = {}
     for sid, f in facts.items():
         if f.created is not None:
             agent_session[str(f.created.get("agent_id"))] = sid
-            known[str(f.created.get("agent_id"))] = set(f.enqueued)
+            known[str(f.created.get("agent_id"))] = f
     spawned = {
         s["session_id"] for f in facts.values() for e in f.committed for s in e.get("spawns", [])
     }
     for f in facts.values():  # a child still to be spawned has an (empty) inbox to fill
         for e in f.committed:
             for spawn in e.get("spawns", []):
-                known.setdefault(str(spawn["agent_id"]), set())
+                known.setdefault(str(spawn["agent_id"]), AgentFacts(str(spawn["session_id"])))
 
     def dead(sid: str) -> bool:
         record = records.get(sid)
@@ -197,7 +199,7 @@ def analyze(root: str | os.PathLike[str], *, then: str = "restart the daemon") -
                     target_sid = agent_session.get(data["recipient"])
                     if target_sid is not None and (dead(target_sid) or cascaded(target_sid)):
                         continue  # recovery drops a message whose reader is gone
-                    if target is not None and data["message_id"] not in target:
+                    if target is not None and not target.received(data):
                         reconcile.append(data["message_id"])
                 for agent_id in effects.get("terminations", []):
                     target_sid = agent_session.get(agent_id)
