@@ -208,6 +208,15 @@ def inspect_segments(log_path: Path, add: Add) -> None:
                 "restore them from a backup if there is one",
             )
         expected = segment.last + 1
+    if plain and recorded is not None and recorded > expected:
+        add(
+            "missing_segment",
+            start_path(log_path),
+            DAMAGE,
+            f"entries {expected}..{recorded - 1} are in no segment (its start record says the "
+            f"active file starts at entry {recorded}, after the last sealed segment): they "
+            "are lost; restore them from a backup if there is one",
+        )
 
 
 def covered_through(root: Path, log_path: Path) -> int:

@@ -22,10 +22,13 @@ from substrat.jsontext import BIG_TEXT_BYTES, loads
 from substrat.logline import BODY_START, CRC_HEX_END, CRC_OF_OPEN_BRACE, CRC_PREFIX, Entry
 from substrat.logline import decode_line as decode_line
 from substrat.segments import (
+    START_NAME,
     Position,
     Segment,
     StartUnreadable,
+    active_start,
     list_sealed,
+    missing_before_active,
     open_segment,
     read_start,
 )
@@ -335,6 +338,11 @@ def history_batches(
             span = (segment.first, segment.last)
             yield from _batches(handle, damage, known_events, seen, None, 0, 0, segment.name, span)
     first = expected or _FROM_START_RECORD
+    if expected:
+        hole = missing_before_active(sealed, active_start(path, sealed))
+        if hole is not None:  # the newest sealed segments removed: their entries are lost
+            damage.add("missing_segment", 0, b"", 0, START_NAME)
+            first = hole[1] + 1
     yield from entry_batches(path, damage, known_events, seen, tail_info, first_seq=first)
 
 

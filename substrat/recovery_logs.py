@@ -37,7 +37,15 @@ from substrat.logread import sealed_batches
 from substrat.logs import LogPool
 from substrat.recovery_report import RecoveryReport
 from substrat.registry import RootRegistry
-from substrat.segments import Position, Segment, active_start, list_log, list_sealed
+from substrat.segments import (
+    START_NAME,
+    Position,
+    Segment,
+    active_start,
+    list_log,
+    list_sealed,
+    missing_before_active,
+)
 from substrat.session import SessionStore
 from substrat.start_summary import Summary, facts_of, fingerprint
 
@@ -136,16 +144,28 @@ def _read_log(root: RootStores, endpoint: str, path: Path, report: RecoveryRepor
         raise HistoryGone(sealed[0].first if sealed else first_active)
     elif sealed:
         start = Position(sealed[0].first, 0)
+    # Sealed segments removed after the last one left: their entries are lost. Reported
+    # when this read goes over them (a checkpoint past them already counted them).
+    hole = missing_before_active(sealed, first_active)
     if start is not None and start.file_first == first_active:
         resume = Resume(start.offset, floor)
+        hole = None
     elif start is not None:  # the sealed segments (from the checkpoint's on) first
         for batch in sealed_batches(path, start, damage, KNOWN_EVENTS, set(), floor):
             facts.add_all(batch)
+    if hole is not None:
+        damage.add_gap(*hole, START_NAME)
+    turns_before_active = facts.highest_turn
     opened = repair_log(path, facts.add_all, resume, (sealed, first_active, names))
     kept = opened.kept_damage()
     damage.items.extend(kept.items)
     damage.unknown_events.extend(kept.unknown_events)
     facts.count_damage(path, damage, start, carried)
+    if hole is not None and facts.highest_turn == turns_before_active:
+        # No readable line after the hole names a turn (each would name a higher one):
+        # every lost entry may have started one, so the counter skips that many ids
+        # rather than hand out again one that the lost entries used.
+        facts.damaged_after += hole[1] - hole[0] + 1
     cut_starts = [
         item.started_turn
         for item in opened.damage.items

@@ -207,19 +207,33 @@ def ensure_start(log_path: str | os.PathLike[str], sealed: list[Segment]) -> Non
 def active_start(
     log_path: str | os.PathLike[str], sealed: list[Segment], names: frozenset[str] | None = None
 ) -> int:
-    """The ``seq`` the active file starts at: one past the last sealed segment, or,
-    with none left, what the start record says (1 without one, or with one that
-    does not read: fsck reports it). ``names``: the directory's, as :func:`list_log`
-    gave them with ``sealed`` (the record is not looked for when they lack it)."""
-    if sealed:
-        return active_first(sealed)
+    """The ``seq`` the active file starts at: one past the last sealed segment, or what
+    the start record says if that is further (1 without either; a record that does not
+    read is not used: fsck reports it). ``names``: the directory's, as :func:`list_log`
+    gave them with ``sealed`` (the record is not looked for when they lack it).
+
+    The record is only ever ahead of the segments' names when the newest sealed
+    segments were removed (compaction never removes the newest): their entries are
+    lost (:func:`missing_before_active`), and their seqs are never used again.
+    """
+    first = active_first(sealed)
     if names is not None and START_NAME not in names:
-        return 1
+        return first
     try:
         recorded = read_start(log_path)
     except StartUnreadable:
         recorded = None
-    return 1 if recorded is None else recorded
+    return first if recorded is None else max(first, recorded)
+
+
+def missing_before_active(sealed: list[Segment], first_active: int) -> tuple[int, int] | None:
+    """The entries between the last sealed segment and the active file (``first`` and
+    ``last`` seq), when the start record says the active file starts past the segments:
+    sealed segments removed by hand after the last one left. None when nothing is missing
+    there (a log with no sealed segment left is a missing prefix instead)."""
+    if not sealed or first_active <= sealed[-1].last + 1:
+        return None
+    return sealed[-1].last + 1, first_active - 1
 
 
 def open_segment(segment: Segment) -> io.BufferedIOBase:
