@@ -269,8 +269,10 @@ def log(opts: Opts, agent: str, limit: int, follow: bool, follow_restarts: bool)
                 f"[dim]{plural(first - 1, 'earlier turn')} not shown "
                 f"(the last {len(history['turns'])} of {history['total']}; -n N shows more)[/]"
             )
+        # After a reconnect only what completed meanwhile: the turns -n left out stay out.
+        known = state["number"] if reconnected else 0
         for offset, turn in enumerate(history["turns"]):
-            if turn["turn_id"] not in printed:
+            if first + offset > known and turn["turn_id"] not in printed:
                 show(turn, first + offset)
         state["number"] = history["total"]
         if not history["total"] and not opts.json and not reconnected:

@@ -239,3 +239,22 @@ def test_second_foreground_daemon_is_refused(root: Path) -> None:
 def test_bad_usage_exits_2(root: Path) -> None:
     assert run(root, "agent", "send").returncode == 2
     assert run(root, "watch", "-e", "no.such.event").returncode == 2
+
+
+def test_log_follow_after_a_crash_prints_only_what_completed_meanwhile(root: Path) -> None:
+    run(root, "daemon", "start", "--heartbeat-s", "0.2")
+    run(root, "agent", "create", "lead")
+    for prompt in ("one", "two", "three"):
+        run(root, "agent", "send", "lead", prompt)
+    follower = spawn(root, "log", "lead", "--follow", "--json", "-n", "1")
+    try:
+        seen = read_json_until(follower, lambda e: e.get("prompt") == "three")
+        kill_daemon(root)
+        run(root, "daemon", "start")
+        run(root, "agent", "send", "lead", "four")
+        seen += read_json_until(follower, lambda e: e.get("prompt") == "four")
+    finally:
+        follower.send_signal(signal.SIGINT)
+        follower.communicate(timeout=30)
+    # "one" and "two" were left out by -n 1; the reconnection does not print them.
+    assert [(e["prompt"], e["number"]) for e in seen] == [("three", 3), ("four", 4)]
