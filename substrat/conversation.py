@@ -31,8 +31,16 @@ def conversation_from_log(path: Path) -> list[TurnRecord]:
     """
     # One listing of the log's directory says whether there is a base or a start
     # record to read (most logs have neither) and which segments the read takes.
+    return conversation_and_gaps(path)[0]
+
+
+def conversation_and_gaps(path: Path) -> tuple[list[TurnRecord], list[tuple[int, int]]]:
+    """:func:`conversation_from_log`, and the ``seq`` ranges of entries missing from the
+    log (segments or lines removed: lost, so readers can say turns may be missing)."""
     listed = list_log(path)
-    return conversation_with_base(log_base(path, listed), read_log(path, sealed=listed[0]).entries)
+    base = log_base(path, listed)
+    read = read_log(path, sealed=listed[0])
+    return conversation_with_base(base, read.entries), read.damage.gaps()
 
 
 def log_base(

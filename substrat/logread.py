@@ -113,9 +113,11 @@ class DamageReport:
         started = _started_turn(raw) if raw.endswith(b"\n") else None
         self.items.append(Damage(kind, offset, len(raw), line_no, excerpt, file, started))
 
-    def add_gap(self, first: int, last: int, file: str = "") -> None:
+    def add_gap(self, first: int, last: int, file: str = "", kind: str = SEQ_GAP) -> None:
+        """Entries ``first``..``last`` missing whole: from a file (``seq_gap``), or with
+        the segment that held them (``missing_segment``)."""
         excerpt = f"entries {first}-{last}" if last > first else f"entry {first}"
-        self.items.append(Damage(SEQ_GAP, 0, 0, 0, excerpt, file, missing=(first, last)))
+        self.items.append(Damage(kind, 0, 0, 0, excerpt, file, missing=(first, last)))
 
     def gaps(self) -> list[tuple[int, int]]:
         """The ``seq`` ranges missing, in the order found."""
@@ -326,13 +328,15 @@ def history_batches(
     if sealed is None:
         sealed = list_sealed(path)
     for segment in sealed:
-        if expected and segment.first != expected:
+        if expected and segment.first > expected:
+            damage.add_gap(expected, segment.first - 1, segment.name, "missing_segment")
+        elif expected and segment.first != expected:  # overlapping names: not a gap
             damage.add("missing_segment", 0, b"", 0, segment.name)
         expected = segment.last + 1
         try:
             handle = open_segment(segment)
         except FileNotFoundError:
-            damage.add("missing_segment", 0, b"", 0, segment.name)
+            damage.add_gap(segment.first, segment.last, segment.name, "missing_segment")
             continue
         with handle:
             span = (segment.first, segment.last)
@@ -341,7 +345,7 @@ def history_batches(
     if expected:
         hole = missing_before_active(sealed, active_start(path, sealed))
         if hole is not None:  # the newest sealed segments removed: their entries are lost
-            damage.add("missing_segment", 0, b"", 0, START_NAME)
+            damage.add_gap(*hole, START_NAME, "missing_segment")
             first = hole[1] + 1
     yield from entry_batches(path, damage, known_events, seen, tail_info, first_seq=first)
 

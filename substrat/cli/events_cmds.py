@@ -261,6 +261,13 @@ def log(opts: Opts, agent: str, limit: int, follow: bool, follow_restarts: bool)
                 "compaction policy: the turns they held are kept (in the log's base), their "
                 "other events are gone[/]"
             )
+        missing = history.get("missing") or []
+        if missing and not opts.json and not reconnected:
+            ranges = ", ".join(f"{a}-{b}" if b > a else str(a) for a, b in missing)
+            opts.out.print(
+                f"[yellow]entries {ranges} of {esc(state['path'])}'s log are missing (lost to "
+                "damage: see `substrat fsck`): turns they held are not shown[/]"
+            )
         first = history["total"] - len(history["turns"]) + 1
         if first > 1 and not opts.json and not reconnected:
             # Said before the turns: after a compaction notice a reader would

@@ -114,7 +114,7 @@ def build_methods(daemon: DaemonView) -> MethodTable:
     async def history(call: Call) -> dict[str, Any]:
         p = call.params
         info = daemon.orch.lookup(p["agent"])
-        turns = daemon.orch.history(info.agent_id)
+        turns, gaps = daemon.orch.history_and_gaps(info.agent_id)
         limit = p["limit"]
         if limit < 0 or limit > MAX_HISTORY_TURNS:
             raise RequestError(
@@ -127,6 +127,9 @@ def build_methods(daemon: DaemonView) -> MethodTable:
             # entries 1..this of its log were deleted by the compaction policy (their
             # turns are still in ``turns``, kept in the log's base): 0 if none were
             "deleted_through": deleted_through(daemon.orch.logs.path(info.session_id)),
+            # seq ranges of entries missing from its log (segments or lines removed by
+            # hand or by a failing disk): lost, and any turn they held with them
+            "missing": [list(gap) for gap in gaps],
             "turns": [
                 {"turn_id": t.turn_id, "prompt": t.prompt, "response": t.response} for t in shown
             ],

@@ -13,12 +13,17 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from substrat import fsck
 from substrat.checkpointer import CheckpointPolicy
+from substrat.conversation import conversation_and_gaps
 from substrat.eventlog import read_log
 from substrat.orchestrator import Orchestrator
 from substrat.segments import list_sealed
 from tests.integration.test_checkpoints import agent_dirs, run
+from tests.support.cli import SUBSTRAT
+from tests.support.cli import run as cli
 
 SEALING = CheckpointPolicy(every_entries=6, segment_bytes=600, compaction="keep")
 """Checkpoints often, seals small segments; a clean close seals the active file too."""
@@ -65,3 +70,31 @@ def test_a_removed_newest_segment_is_lost_and_its_ids_never_reused(tmp_path: Pat
     # Reported for good: the next start's checkpoints do not paper over the loss.
     found = [f for f in fsck.check(root).findings if f.kind == "missing_segment"]
     assert len(found) == 1 and found[0].severity == "damage", found
+
+
+def test_the_history_names_the_entries_lost_with_a_removed_segment(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    run(_turns(root, [f"turn {i} " + "padding " * 20 for i in range(12)]))
+    log = agent_dirs(root)["solo"] / "events.jsonl"
+    sealed = list_sealed(log)
+    assert len(sealed) >= 3
+    middle, newest = sealed[1], sealed[-1]
+    middle.path.unlink()
+    newest.path.unlink()
+    turns, gaps = conversation_and_gaps(log)
+    assert gaps == [(middle.first, middle.last), (newest.first, newest.last)]
+    assert turns  # what the other segments hold is still there
+
+
+@pytest.mark.skipif(not SUBSTRAT, reason="the substrat console script is not installed")
+def test_substrat_log_says_which_entries_are_missing(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    run(_turns(root, [f"turn {i} " + "padding " * 20 for i in range(12)]))
+    newest = list_sealed(agent_dirs(root)["solo"] / "events.jsonl")[-1]
+    newest.path.unlink()
+    try:
+        shown = cli(root, "log", "solo")
+    finally:
+        cli(root, "daemon", "stop")
+    assert shown.returncode == 0, shown.stderr
+    assert f"entries {newest.first}-{newest.last} of solo's log are missing" in shown.stdout
