@@ -48,6 +48,7 @@ from substrat.segments import (
     PositionGone,
     Segment,
     active_start,
+    archive_damage,
     list_sealed,
     open_segment,
     raw_lines,
@@ -242,6 +243,9 @@ def verify(
             with open_segment(segment) as handle:
                 handle.read(at.offset) if segment.archived else handle.seek(at.offset)
                 line = handle.read(at.length)
+                damaged = archive_damage(handle)
+            if damaged is not None and len(line) < at.length:
+                return f"its segment {segment.name} does not read that far ({damaged})"
         elif at.file_first == (
             active_start(log_path, sealed) if first_active is None else first_active
         ):

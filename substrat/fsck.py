@@ -48,7 +48,7 @@ from substrat.eventlog import LOG_NAME, PENDING_NAME, decode_line, read_log
 from substrat.facts import collect_facts
 from substrat.fsck_repair import repair_root
 from substrat.logbase import BASE_NAME
-from substrat.logread import describe_gaps
+from substrat.logread import DAMAGED_ARCHIVE, describe_gaps
 from substrat.logs import USER_DIR
 from substrat.registry import REGISTRY_DIR, registry_path
 from substrat.rootdir import LEGACY_NAMES, MARKER_NAME
@@ -361,6 +361,14 @@ def _inspect_log(path: Path, report: FsckReport, *, turns: bool = False, live: b
                 )
         elif item.missing is not None:
             gaps.setdefault(item.file, []).append(item.missing)
+        elif item.kind == DAMAGED_ARCHIVE:
+            report.add(
+                DAMAGED_ARCHIVE,
+                path.with_name(item.file),
+                DAMAGE,
+                f"its compressed data does not read to the end ({item.excerpt}): the entries "
+                "after the damage are lost; restore it from a backup if there is one",
+            )
         elif item.kind != "missing_segment":  # reported by inspect_segments
             lines.setdefault(item.file, {}).setdefault(item.kind, []).append(item.line_no)
     for file, missing in sorted(gaps.items()):

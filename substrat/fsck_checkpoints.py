@@ -36,6 +36,7 @@ from substrat.logs import USER_DIR
 from substrat.segments import (
     ARCHIVE_SUFFIX,
     Segment,
+    SegmentDamaged,
     StartUnreadable,
     list_sealed,
     raw_lines,
@@ -290,7 +291,7 @@ def repair(root: Path, *, lines_lost: bool = False) -> None:
             archived = Segment(segment.first, segment.last, archive)
             try:
                 same = read_segment(archived) == read_segment(segment)
-            except (OSError, EOFError):
+            except (OSError, SegmentDamaged):
                 same = False
             if same:
                 persistence.durable_unlink(segment.path)

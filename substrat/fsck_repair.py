@@ -23,7 +23,13 @@ from substrat.eventlog import LOG_NAME, PENDING_NAME, EventLog, decode_line
 from substrat.facts import names_turn, turn_ceiling
 from substrat.logs import USER_DIR
 from substrat.registry import registry_path
-from substrat.segments import GZIP_LEVEL, history_files, list_sealed, read_segment
+from substrat.segments import (
+    GZIP_LEVEL,
+    SegmentDamaged,
+    history_files,
+    list_sealed,
+    read_segment,
+)
 from substrat.session import SessionStore
 from substrat.session.store import AGENTS_DIR, QUARANTINE_DIR
 
@@ -130,7 +136,10 @@ def _drop_damaged_lines(log_path: Path, quarantine: Path, ceiling_before_open: i
     for segment, path in history_files(log_path):
         if not path.exists():
             continue
-        raw = persistence.read_bytes(path) if segment is None else read_segment(segment)
+        try:
+            raw = persistence.read_bytes(path) if segment is None else read_segment(segment)
+        except SegmentDamaged:
+            continue  # kept as it is (reported): a rewrite would lose its unreadable tail
         keep = bytearray()
         dropped = bytearray()
         for piece in raw.split(b"\n")[:-1]:  # after EventLog's repair every line ends in \n

@@ -27,6 +27,7 @@ from substrat.segments import (
     Segment,
     StartUnreadable,
     active_start,
+    archive_damage,
     list_sealed,
     missing_before_active,
     open_segment,
@@ -36,7 +37,9 @@ from substrat.segments import (
 _EXCERPT_BYTES = 80
 SEQ_GAP = "seq_gap"
 """The damage kind of entries missing between healthy ones (see the module docstring)."""
-_NOT_A_LINE = ("torn_tail", "duplicate_seq", "missing_segment", SEQ_GAP)
+DAMAGED_ARCHIVE = "damaged_archive"
+"""The damage kind of an archived segment that does not read to its end (truncated, corrupt)."""
+_NOT_A_LINE = ("torn_tail", "duplicate_seq", "missing_segment", SEQ_GAP, DAMAGED_ARCHIVE)
 """Damage kinds that cannot hide a missing entry's ``seq`` (see :func:`_check_gaps`)."""
 _TURN_START_MARK = b'"event":"%s"' % TURN_START.encode()
 # A key, not text: inside a JSON string the quotes would be escaped.
@@ -341,6 +344,7 @@ def history_batches(
         with handle:
             span = (segment.first, segment.last)
             yield from _batches(handle, damage, known_events, seen, None, 0, 0, segment.name, span)
+            _note_archive_damage(handle, damage, segment)
     first = expected or _FROM_START_RECORD
     if expected:
         hole = missing_before_active(sealed, active_start(path, sealed))
@@ -348,6 +352,14 @@ def history_batches(
             damage.add_gap(*hole, START_NAME, "missing_segment")
             first = hole[1] + 1
     yield from entry_batches(path, damage, known_events, seen, tail_info, first_seq=first)
+
+
+def _note_archive_damage(handle: object, damage: DamageReport, segment: Segment) -> None:
+    """An archive whose compressed data stopped reading before its end (``damaged_archive``):
+    the entries after the damage are lost, and the span check has reported them missing."""
+    why = archive_damage(handle)
+    if why is not None:
+        damage.add(DAMAGED_ARCHIVE, 0, why.encode(), 0, segment.name)
 
 
 _FROM_START_RECORD = -1
@@ -414,6 +426,7 @@ def sealed_batches(
                 segment.name,
                 (first, segment.last),
             )
+            _note_archive_damage(handle, damage, segment)
 
 
 def segment_entries(segment: Segment, min_seq: int = 0) -> list[Entry]:

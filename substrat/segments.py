@@ -45,6 +45,7 @@ import gzip
 import io
 import os
 import re
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -236,24 +237,86 @@ def missing_before_active(sealed: list[Segment], first_active: int) -> tuple[int
     return sealed[-1].last + 1, first_active - 1
 
 
+class SegmentDamaged(Exception):
+    """An archived segment's compressed data does not read to its end (truncated or
+    corrupt): what came before the damage reads, the rest is lost."""
+
+
+_GZIP_ERRORS = (EOFError, gzip.BadGzipFile, zlib.error)
+_READ_CHUNK = 1 << 16
+
+
+class _Archive(gzip.GzipFile):
+    """An archived segment's reader that ends where its compressed data stops reading
+    (a truncated or corrupt ``.gz``), instead of raising there: the lines before are
+    read as usual, and ``damage`` says what stopped it. A reader that has read to the
+    end asks :func:`archive_damage`; raising would cost every entry of the log (and,
+    uncaught, the command or the daemon's request) for what costs this file's tail."""
+
+    damage: str | None = None
+
+    def _stopped(self, exc: Exception) -> bytes:
+        self.damage = str(exc) or type(exc).__name__
+        return b""
+
+    def read(self, size: int | None = -1) -> bytes:
+        if size is None or size < 0:  # in chunks: what came before the damage is kept
+            return b"".join(iter(lambda: self.read(_READ_CHUNK), b""))
+        if self.damage is not None:
+            return b""
+        try:
+            return super().read(size)
+        except _GZIP_ERRORS as exc:
+            return self._stopped(exc)
+
+    def read1(self, size: int = -1) -> bytes:
+        if self.damage is not None:
+            return b""
+        try:
+            return super().read1(size)
+        except _GZIP_ERRORS as exc:
+            return self._stopped(exc)
+
+    def readline(self, size: int | None = -1) -> bytes:
+        if self.damage is not None:
+            return b""
+        try:
+            return super().readline(size)
+        except _GZIP_ERRORS as exc:
+            return self._stopped(exc)
+
+
+def archive_damage(handle: object) -> str | None:
+    """What stopped a reader from :func:`open_segment` before the end of an archived
+    segment's data (None: nothing, or not an archive)."""
+    return handle.damage if isinstance(handle, _Archive) else None
+
+
 def open_segment(segment: Segment) -> io.BufferedIOBase:
-    """A binary reader of the segment's lines (decompressed if archived).
+    """A binary reader of the segment's lines (decompressed if archived; a damaged
+    archive's reader ends at the damage, see :func:`archive_damage`).
 
     A plain segment that an archive has just replaced (its removal raced this
     open) is read from the archive instead.
     """
     if segment.archived:
-        return gzip.open(segment.path, "rb")
+        return _Archive(segment.path, "rb")
     try:
         return open(segment.path, "rb")
     except FileNotFoundError:
         twin = segment.path.with_name(segment.path.name + ARCHIVE_SUFFIX)
-        return gzip.open(twin, "rb")
+        return _Archive(twin, "rb")
 
 
 def read_segment(segment: Segment) -> bytes:
+    """The segment's bytes (decompressed); raises :class:`SegmentDamaged` for an
+    archive that does not read to its end (a caller rewriting it would lose its tail)."""
     with open_segment(segment) as handle:
-        return handle.read()
+        data = handle.read()
+        damage = archive_damage(handle)
+    if damage is not None:
+        raise SegmentDamaged(f"{segment.path}: {damage}")
+    return data
 
 
 def roll(log_path: str | os.PathLike[str], first: int, last: int) -> Segment:

@@ -1,0 +1,92 @@
+"""A damaged file costs only itself: fsck names it, the daemon and the tools go on.
+
+Real roots on the real file system, damaged the ways a user's disk or hand
+damages them, with the CLI and the daemon as real processes (tests/support/roots.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from substrat.checkpointer import CheckpointPolicy
+from substrat.client import Client, stop_daemon
+from substrat.orchestrator import Orchestrator
+from substrat.segments import list_sealed
+from tests.support import roots
+
+SMALL = CheckpointPolicy(every_entries=4, segment_bytes=1500, compaction="archive")
+
+
+async def _solo(root: Path, turns: int) -> str:
+    """A root agent ``solo`` with ``turns`` turns, its log rolled and archived; its session id."""
+    orch = await Orchestrator.open(root, checkpoints=SMALL)
+    try:
+        await orch.create_root("solo", "You answer.")
+        for i in range(turns):
+            await orch.run_turn("solo", f"round {i} " + "padding " * 20)
+        return orch.agents()[0].session_id
+    finally:
+        await orch.close()
+
+
+@pytest.fixture
+def daemons() -> Iterator[list[Path]]:
+    started: list[Path] = []
+    yield started
+    for root in started:
+        stop_daemon(root, timeout_s=30)
+
+
+def _findings(proc: object) -> list[dict[str, str]]:
+    return list(json.loads(proc.stdout)["findings"])  # type: ignore[attr-defined]
+
+
+def _turns(root: Path, agent: str) -> list[str]:
+    with Client(root) as client:
+        return [t["prompt"] for t in client.call("agent.history", {"agent": agent})["turns"]]
+
+
+def test_a_truncated_archive_costs_its_tail_only(root: Path, daemons: list[Path]) -> None:
+    sid = asyncio.run(_solo(root, 14))
+    archived = [s for s in list_sealed(root / "agents" / sid / "events.jsonl") if s.archived]
+    assert len(archived) >= 3, archived
+    victim = archived[1].path
+    os.truncate(victim, victim.stat().st_size // 2)
+    damaged = victim.read_bytes()
+
+    checked = roots.cli(root, "fsck")
+    assert checked.returncode == 1, checked.stdout + checked.stderr
+    found = [f for f in _findings(checked) if f["kind"] == "damaged_archive"]
+    assert [f["path"] for f in found] == [f"agents/{sid}/{victim.name}"], _findings(checked)
+    assert found[0]["severity"] == "damage" and "backup" in found[0]["detail"]
+    plain = roots.cli(root, "fsck", as_json=False)
+    assert plain.returncode == 1 and "damaged_archive" in plain.stdout, plain.stderr
+    assert "Aborted" not in plain.stderr
+
+    dry = roots.cli(root, "recover", "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert "damaged_archive" in dry.stdout
+    assert roots.cli(root, "compact", "--dry-run").returncode == 0
+
+    daemons.append(root)
+    started = roots.cli(root, "daemon", "start")
+    assert started.returncode == 0, started.stderr + (root / "daemon.log").read_text()
+    prompts = _turns(root, "solo")
+    assert prompts[0].startswith("round 0 ") and prompts[-1].startswith("round 13 ")
+    assert 0 < 14 - len(prompts) < 14 // 2, "only what the cut archive held is missing"
+    with Client(root) as client:
+        assert client.call("agent.send", {"agent": "solo", "prompt": "still here?"})["turn_id"]
+    shown = roots.cli(root, "log", "solo", "-n", "100", as_json=False)
+    assert shown.returncode == 0 and "round 13" in shown.stdout, shown.stderr
+    assert roots.cli(root, "daemon", "stop").returncode == 0
+
+    repaired = roots.cli(root, "fsck", "--repair")
+    assert repaired.returncode == 1, repaired.stdout + repaired.stderr
+    assert "damaged_archive" in {f["kind"] for f in _findings(repaired)}
+    assert victim.read_bytes() == damaged, "the repair leaves the damaged archive as it is"
