@@ -16,6 +16,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 _PERMISSION = (errno.EACCES, errno.EPERM)
+_FILE_ENDINGS = (".json", ".jsonl", ".gz", ".start", ".base", ".pending")
+"""An agent's files (the advice names their directory); anything else is a directory."""
 
 
 @dataclass(frozen=True)
@@ -48,7 +50,7 @@ def unreadable(
     """The report of an agent whose ``path`` failed with ``exc``; ``then`` is the next step
     (for example "restart the daemon")."""
     where = os.fspath(exc.filename) if exc.filename else os.fspath(path)
-    directory = os.path.dirname(where) if where.endswith((".json", ".jsonl")) else where
+    directory = os.path.dirname(where) if where.endswith(_FILE_ENDINGS) else where
     if exc.errno in _PERMISSION:
         uid = os.geteuid()
         todo = (

@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from substrat import access
 from substrat.checkpointer import CheckpointPolicy
-from substrat.checkpoints import read_store, verify
+from substrat.checkpoints import StoreRead, read_store, verify
 from substrat.errors import FsckError, RootLockedError
 from substrat.eventlog import LOG_NAME
 from substrat.logbase import BaseUnreadable, deletable, read_base
@@ -45,6 +46,8 @@ class LogPlan:
     to_delete: list[str] = field(default_factory=list)
     deleted_through: int = 0
     """Entries 1..this were deleted by an earlier ``delete`` compaction (0: none)."""
+    unreadable: str | None = None
+    """Why the log could not be read, and what to do (it is skipped, left as it is)."""
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -70,7 +73,14 @@ def _logs(root: Path) -> list[tuple[str, Path]]:
     agents = root / AGENTS_DIR
     if agents.is_dir():
         found += [(name, agents / name / LOG_NAME) for name in sorted(os.listdir(agents))]
-    return [(e, p) for e, p in found if p.exists() or list_sealed(p)]
+    return [(e, p) for e, p in found if p.exists() or _has_segments(p)]
+
+
+def _has_segments(log_path: Path) -> bool:
+    try:
+        return bool(list_sealed(log_path))
+    except OSError:
+        return True  # its directory does not list: planned, and reported as unreadable
 
 
 def plan(root: str | os.PathLike[str], *, compaction: str = "archive") -> CompactPlan:
@@ -86,42 +96,56 @@ def plan(root: str | os.PathLike[str], *, compaction: str = "archive") -> Compac
     store = read_store(root)
     out = CompactPlan([])
     for endpoint, log_path in _logs(root):
-        holding = [c for c in store.latest(endpoint) if verify(c, log_path) is None]
-        sealed = list_sealed(log_path)
         try:
-            active = os.stat(log_path).st_size
-        except FileNotFoundError:
-            active = 0
-        name = None
-        if holding:
-            try:
-                created = holding[0].load_facts().created or {}
-            except ValueError:
-                created = {}
-            name = created.get("name")
-        item = LogPlan(
-            endpoint,
-            name,
-            active,
-            sum(1 for s in sealed if not s.archived),
-            sum(1 for s in sealed if s.archived),
-            stored_bytes(log_path),
-            holding[0].at.seq if holding else None,
-        )
-        try:
-            base = read_base(log_path)
-        except BaseUnreadable:
-            base = None
-        item.deleted_through = 0 if base is None else base.deleted_through
-        going = deletable(sealed, holding[0]) if holding and compaction == "delete" else []
-        item.to_delete = [s.name for s in going]
-        for segment in sealed:
-            if segment in going:
-                continue
-            if not segment.archived and holding and segment.last <= holding[0].at.seq:
-                item.to_archive.append(segment.name)
-        out.logs.append(item)
+            out.logs.append(_plan_log(store, endpoint, log_path, compaction))
+        except OSError as exc:  # one log's EACCES/EIO costs that log: skipped, reported
+            item = LogPlan(endpoint, None, 0, 0, 0, 0, None)
+            held = access.unreadable(endpoint, log_path.parent, exc, then=THEN)
+            todo = held.what_to_do.removesuffix("; nothing of it was changed")
+            item.unreadable = f"{held.error} on {held.path}: {todo}"
+            out.logs.append(item)
     return out
+
+
+THEN = "run `substrat compact` again"
+
+
+def _plan_log(store: StoreRead, endpoint: str, log_path: Path, compaction: str) -> LogPlan:
+    holding = [c for c in store.latest(endpoint) if verify(c, log_path) is None]
+    sealed = list_sealed(log_path)
+    try:
+        active = os.stat(log_path).st_size
+    except FileNotFoundError:
+        active = 0
+    name = None
+    if holding:
+        try:
+            created = holding[0].load_facts().created or {}
+        except ValueError:
+            created = {}
+        name = created.get("name")
+    item = LogPlan(
+        endpoint,
+        name,
+        active,
+        sum(1 for s in sealed if not s.archived),
+        sum(1 for s in sealed if s.archived),
+        stored_bytes(log_path),
+        holding[0].at.seq if holding else None,
+    )
+    try:
+        base = read_base(log_path)
+    except BaseUnreadable:
+        base = None
+    item.deleted_through = 0 if base is None else base.deleted_through
+    going = deletable(sealed, holding[0]) if holding and compaction == "delete" else []
+    item.to_delete = [s.name for s in going]
+    for segment in sealed:
+        if segment in going:
+            continue
+        if not segment.archived and holding and segment.last <= holding[0].at.seq:
+            item.to_archive.append(segment.name)
+    return item
 
 
 @dataclass
@@ -168,20 +192,29 @@ def compact(
             "stop it and run `substrat compact` again"
         ) from None
     try:
-        before = plan(root).stored_bytes
+        planned = plan(root)
         stats = asyncio.run(_compact(root, policy))
         after = plan(root).stored_bytes
     finally:
         held.release()
+    skipped = [
+        f"{where(item.endpoint)} compacted only as far as it reads: {item.unreadable}"
+        for item in planned.logs
+        if item.unreadable is not None
+    ]
     return CompactReport(
         int(stats["written"]),
         int(stats["rolled"]),
         int(stats["archived"]),
         int(stats["deleted"]),
-        before,
+        planned.stored_bytes,
         after,
-        list(stats["errors"]),
+        list(dict.fromkeys([*skipped, *stats["errors"]])),  # each said once
     )
+
+
+def where(endpoint: str) -> str:
+    return f"{USER_DIR}/{LOG_NAME}" if endpoint == USER_DIR else f"{AGENTS_DIR}/{endpoint}"
 
 
 async def _compact(root: Path, policy: CheckpointPolicy) -> dict[str, Any]:

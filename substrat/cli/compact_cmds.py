@@ -57,9 +57,9 @@ def compact(opts: Opts, dry_run: bool, segment_bytes: int | None, policy: str) -
         planned = compaction.plan(opts.root, compaction=policy)
         if opts.json:
             emit_json(planned.to_dict())
-            return
-        _print_plan(opts, planned, policy)
-        return
+        else:
+            _print_plan(opts, planned, policy)
+        sys.exit(1 if any(item.unreadable for item in planned.logs) else 0)
     report = compaction.compact(opts.root, segment_bytes=segment_bytes, compaction=policy)
     if opts.json:
         emit_json(report.to_dict())
@@ -79,6 +79,7 @@ def compact(opts: Opts, dry_run: bool, segment_bytes: int | None, policy: str) -
 
 def _print_plan(opts: Opts, planned: object, policy: str) -> None:
     from substrat.compaction import CompactPlan
+    from substrat.compaction import where as compaction_where
 
     assert isinstance(planned, CompactPlan)
     out = opts.out
@@ -97,6 +98,8 @@ def _print_plan(opts: Opts, planned: object, policy: str) -> None:
         would += [f"archive {len(item.to_archive)}"] if item.to_archive else []
         if item.deleted_through:
             would.append(f"(1-{item.deleted_through} deleted)")
+        if item.unreadable is not None:
+            would = ["skip (unreadable)"]
         rows.append(
             [
                 esc(who),
@@ -109,6 +112,10 @@ def _print_plan(opts: Opts, planned: object, policy: str) -> None:
         )
     for part in render.grouped_tables(out.width, cols, [(f"[bold]{esc(opts.root)}[/]", rows)]):
         out.print(part)
+    for item in planned.logs:
+        if item.unreadable is not None:
+            where = compaction_where(item.endpoint)
+            out.print(f"[red]{esc(where)} cannot be read: {esc(item.unreadable)}[/]")
     total = sum(len(p.to_archive) for p in planned.logs)
     going = sum(len(p.to_delete) for p in planned.logs)
     would = [f"{plural(going, 'segment')} to delete"] if going else []

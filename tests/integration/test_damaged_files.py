@@ -11,21 +11,30 @@ import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from substrat.checkpointer import CheckpointPolicy
 from substrat.client import Client, stop_daemon
+from substrat.eventlog import read_log
 from substrat.orchestrator import Orchestrator
 from substrat.segments import list_sealed
 from tests.support import roots
+from tests.support.privileges import unprivileged, why_not_available
+
+_UNAVAILABLE = why_not_available()
+needs_unprivileged = pytest.mark.skipif(
+    _UNAVAILABLE is not None, reason=f"cannot run a child that file modes apply to: {_UNAVAILABLE}"
+)
 
 SMALL = CheckpointPolicy(every_entries=4, segment_bytes=1500, compaction="archive")
 
 
-async def _solo(root: Path, turns: int) -> str:
-    """A root agent ``solo`` with ``turns`` turns, its log rolled and archived; its session id."""
-    orch = await Orchestrator.open(root, checkpoints=SMALL)
+async def _solo(root: Path, turns: int, policy: CheckpointPolicy = SMALL) -> str:
+    """A root agent ``solo`` with ``turns`` turns, its log rolled (and archived, under
+    ``SMALL``); its session id."""
+    orch = await Orchestrator.open(root, checkpoints=policy)
     try:
         await orch.create_root("solo", "You answer.")
         for i in range(turns):
@@ -90,3 +99,41 @@ def test_a_truncated_archive_costs_its_tail_only(root: Path, daemons: list[Path]
     assert repaired.returncode == 1, repaired.stdout + repaired.stderr
     assert "damaged_archive" in {f["kind"] for f in _findings(repaired)}
     assert victim.read_bytes() == damaged, "the repair leaves the damaged archive as it is"
+
+
+def _unprivileged_cli(root: Path, *args: str, as_json: bool = True) -> Any:
+    return roots.cli(root, *args, as_json=as_json, preexec=unprivileged())
+
+
+@needs_unprivileged
+def test_compact_skips_a_log_with_an_unreadable_segment(root: Path) -> None:
+    """Run as a non-root user would (CAP_DAC_OVERRIDE dropped): a mode-000 sealed
+    segment costs what it holds (named with what to do), not the command; nothing is lost."""
+    policy = CheckpointPolicy(every_entries=4, segment_bytes=1500, compaction="keep")
+    sid = asyncio.run(_solo(root, 14, policy))
+    sealed = list_sealed(root / "agents" / sid / "events.jsonl")
+    assert sealed and not any(s.archived for s in sealed)
+    directory = root / "agents" / sid
+    victim = sealed[-1].path  # where the store's older checkpoint of it points
+    victim.chmod(0)
+    held = victim.read_bytes()
+    entries = read_log(directory / "events.jsonl").entries
+    try:
+        dry = _unprivileged_cli(root, "compact", "--dry-run", as_json=False)
+        assert dry.returncode == 1, dry.stdout + dry.stderr
+        assert "Traceback" not in dry.stderr
+        assert f"agents/{sid} cannot be read" in dry.stdout and "chmod" in dry.stdout
+        planned = json.loads(_unprivileged_cli(root, "compact", "--dry-run").stdout)
+        (item,) = [i for i in planned["logs"] if i["endpoint"] == sid]
+        assert "Permission denied" in item["unreadable"], item
+        done = _unprivileged_cli(root, "compact", as_json=False)
+        assert done.returncode == 1, done.stdout + done.stderr
+        assert "Traceback" not in done.stderr
+        assert f"agents/{sid} compacted only as far as it reads" in done.stdout
+    finally:
+        victim.chmod(0o600)
+    assert victim.read_bytes() == held
+    assert read_log(directory / "events.jsonl").entries == entries, "nothing is lost"
+    again = roots.cli(root, "compact")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert json.loads(again.stdout)["archived"] >= 1
