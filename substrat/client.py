@@ -33,7 +33,7 @@ from substrat.errors import (
     RequestTimeoutError,
     RpcError,
 )
-from substrat.rootdir import DAEMON_LOG_NAME, prepare_root
+from substrat.rootdir import DAEMON_LOG_NAME, check_user_log, prepare_root
 from substrat.rpc import lock, protocol
 from substrat.rpc.transport import connect, socket_path
 
@@ -331,7 +331,7 @@ class DaemonProcess:
 
     def start(self, timeout_s: float = START_TIMEOUT_S) -> DaemonProcess:
         """Spawn the daemon and return once it answers ``ping`` (DaemonStartError if not)."""
-        prepare_root(self.root)
+        check_user_log(prepare_root(self.root))  # one line saying what to fix, not a log tail
         # -P: the working directory is not put on sys.path, so a directory named like one
         # of our packages there (a clone's parent holds ``substrat/``) is not what runs.
         command = [sys.executable, "-P", "-m", "substrat.daemon", "--root", str(self.root)]

@@ -46,7 +46,7 @@ from substrat import __version__, start_summary
 from substrat.checkpointer import CheckpointPolicy
 from substrat.errors import AgentBusyError, RootError, RootLockedError, SubstratError
 from substrat.eventlog import utc_now_iso
-from substrat.rootdir import prepare_root
+from substrat.rootdir import check_user_log, prepare_root
 from substrat.rpc.lock import RootLock
 from substrat.rpc.methods import build_methods
 from substrat.rpc.server import Limits, RpcServer
@@ -439,6 +439,7 @@ def main(argv: list[str] | None = None) -> int:
         return int(exc.code) if isinstance(exc.code, int) else EXIT_USAGE
     try:
         config.root = prepare_root(config.root)
+        check_user_log(config.root)
         return asyncio.run(Daemon(config).run())
     except RootLockedError as exc:
         log.error("%s", exc)

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from substrat import access, fsck_checkpoints, persistence, recovery_plan
+from substrat import access, fsck_checkpoints, fsck_rootfiles, persistence, recovery_plan
 from substrat.access import Unreadable
 from substrat.errors import FsckError, RootLockedError
 from substrat.eventlog import LOG_NAME, PENDING_NAME, decode_line, read_log
@@ -50,7 +50,7 @@ from substrat.fsck_repair import repair_root
 from substrat.logbase import BASE_NAME
 from substrat.logread import DAMAGED_ARCHIVE, describe_gaps
 from substrat.logs import USER_DIR
-from substrat.registry import REGISTRY_DIR, registry_path
+from substrat.registry import registry_path
 from substrat.rootdir import LEGACY_NAMES, MARKER_NAME
 from substrat.rpc import lock as root_lock
 from substrat.segments import START_NAME, is_segment_name, list_sealed
@@ -300,22 +300,23 @@ def _inspect(root: Path, report: FsckReport) -> None:
                 )
             elif name not in _SESSION_FILES and not is_segment_name(name):
                 report.add("unexpected_file", directory / name, NOTICE, "left alone")
-    user_log = root / USER_DIR / LOG_NAME
-    if user_log.parent.is_dir():
-        _inspect_log(user_log, report)
-    _inspect_registry(root, report)
+    fsck_rootfiles.inspect_user_log(root, report.add, lambda path: _inspect_log(path, report))
+    fsck_rootfiles.inspect_registry(root, report.add, lambda path: _inspect_log(path, report))
     fsck_checkpoints.inspect(root, report.add)
+    fsck_rootfiles.inspect_checkpoint_store(root, report.add)
     fsck_checkpoints.inspect_summary(root, report.add)
     try:
         _inspect_plan(root, report, unreadable)
     except OSError as exc:  # one odd entry must not hide the rest of the report
-        report.add(
-            "unanalyzable",
-            root,
-            DAMAGE,
-            f"the recovery analysis failed ({exc}); fix the entries above first",
-            repair="repair the other findings, then recovery runs",
-        )
+        # the analysis needs the user's inbox: when that is what failed, it is reported above
+        if exc.filename != os.fspath(root / USER_DIR / LOG_NAME) or not _user_log_reported(report):
+            report.add(
+                "unanalyzable",
+                root,
+                DAMAGE,
+                f"the recovery analysis failed ({exc}); fix the entries above first",
+                repair="repair the other findings, then recovery runs",
+            )
     quarantine = root / QUARANTINE_DIR
     if quarantine.is_dir():
         held = [n for n in os.listdir(quarantine) if not n.endswith(".reason.json")]
@@ -490,29 +491,8 @@ def _inspect_turns(path: Path, entries: list[dict[str, Any]], report: FsckReport
         )
 
 
-def _inspect_registry(root: Path, report: FsckReport) -> None:
-    path = registry_path(root)
-    if (os.path.lexists(path.parent) and not path.parent.is_dir()) or (
-        os.path.lexists(path) and not path.is_file()
-    ):
-        report.add(
-            "bad_registry",
-            path.parent,
-            DAMAGE,
-            "the root registry is not a directory holding a file; no root can be created",
-            repair="move it to quarantine/, rebuild it from the logs (recovery)",
-        )
-        return
-    try:
-        _inspect_log(path, report)
-    except OSError as exc:
-        item = access.unreadable(REGISTRY_DIR, path, exc, then=THEN)
-        report.add(
-            "unreadable_registry",
-            path,
-            DAMAGE,
-            f"{item.error}: no root can be created; {item.what_to_do}",
-        )
+def _user_log_reported(report: FsckReport) -> bool:
+    return any(f.kind in ("bad_user_log", "unreadable_user_log") for f in report.findings)
 
 
 def _inspect_plan(root: Path, report: FsckReport, unreadable: dict[str, Unreadable]) -> None:

@@ -49,6 +49,14 @@ class _Report(Protocol):
     def problems(self) -> Sequence[_Finding]: ...
 
 
+_MOVED_ASIDE = {
+    "bad_registry": "registry",
+    "bad_user_log": "user-events.jsonl",
+    "bad_checkpoints": "checkpoints-events.jsonl",
+}
+"""Findings of a wrong-type root file that the repair moves to quarantine/ (its name there)."""
+
+
 def repair_root(root: Path, report: _Report) -> None:
     """Repair what ``report`` found (the lock is held exclusively); see substrat.fsck."""
     store = SessionStore(root)
@@ -63,16 +71,19 @@ def repair_root(root: Path, report: _Report) -> None:
             persistence.durable_mkdir(quarantine)
             persistence.durable_rename(target, _free_name(quarantine, f"bad-name.{target.name}"))
             finding.repaired = True
-        elif finding.kind == "bad_registry" and os.path.lexists(target):
-            # recovery registers every live root again from the logs
+        elif finding.kind in _MOVED_ASIDE and os.path.lexists(target):
+            # recovery builds each again: the registry and the user's inbox from the
+            # agents' logs, the checkpoint store from every log it reads
             persistence.durable_mkdir(quarantine)
-            persistence.durable_rename(target, _free_name(quarantine, "registry"))
+            name = _MOVED_ASIDE[finding.kind]
+            persistence.durable_rename(target, _free_name(quarantine, name))
     if "corrupt_record" in kinds:
         store.scan(quarantine=True)
     logs = [store.log_path(sid) for sid in store.list_dirs()[0]]
     logs += [root / USER_DIR / LOG_NAME, registry_path(root)]
     # entries missing whole (seq_gap): what a sender's checkpoint forgot may be among them
-    lines_lost = "seq_gap" in kinds
+    # and a user's inbox moved aside: the senders' checkpoints forgot what it held
+    lines_lost = "seq_gap" in kinds or "bad_user_log" in kinds
     for log_path in logs:
         try:
             if (

@@ -325,6 +325,35 @@ def prepare_root(root: str | os.PathLike[str], *, create: bool = True) -> Path:
     return path
 
 
+def check_user_log(root: Path) -> None:
+    """Refuse to serve a root whose user's inbox (``user/events.jsonl``) cannot be used:
+    RootUnusableError with what to do. Unlike one agent's files, which cost that agent
+    (it is held back), the inbox is every agent's: any turn may message the user, and a
+    message the daemon cannot log it must not acknowledge (docs/daemon.md)."""
+    path = root / "user" / "events.jsonl"
+    if not os.path.lexists(path) and not os.path.lexists(path.parent):
+        return  # a new root: the first message creates it
+    why = None
+    if os.path.lexists(path.parent) and not path.parent.is_dir():
+        why = f"{path.parent} is not a directory"
+    elif os.path.lexists(path) and not path.is_file():
+        why = f"{path} is not a file"
+    if why is not None:
+        raise RootUnusableError(
+            f"cannot serve {root}: the user's inbox cannot be used ({why}); "
+            f"`substrat fsck --repair --root {root}` moves it to quarantine/ (the messages "
+            "the agents sent you come back from their logs), then start the daemon again"
+        )
+    for target, mode in ((path.parent, os.W_OK | os.X_OK), (path, os.R_OK | os.W_OK)):
+        if os.path.exists(target) and not os.access(target, mode):
+            uid = os.geteuid()
+            raise RootUnusableError(
+                f"cannot serve {root}: the user's inbox {path} cannot be read and written "
+                f"(permission denied); give uid {uid} access (`chown -R {uid} {path.parent} "
+                f"&& chmod -R u+rwX {path.parent}`), then start the daemon again"
+            )
+
+
 def _check_owner_and_access(path: Path) -> int:
     info = os.stat(path)
     if info.st_uid != os.getuid():

@@ -137,3 +137,121 @@ def test_compact_skips_a_log_with_an_unreadable_segment(root: Path) -> None:
     again = roots.cli(root, "compact")
     assert again.returncode == 0, again.stdout + again.stderr
     assert json.loads(again.stdout)["archived"] >= 1
+
+
+async def _with_user_messages(root: Path) -> None:
+    """Roots alpha (with a child), beta and gamma (tests/support/roots.py); alpha tells
+    the user two things."""
+    await roots.three_roots(root)
+    orch = await Orchestrator.open(root)
+    try:
+        await orch.run_turn("alpha", "@send user first news")
+        await orch.run_turn("alpha", "@send user second news")
+    finally:
+        await orch.close()
+
+
+def _inbox(root: Path) -> list[str]:
+    with Client(root) as client:
+        return sorted(str(m["payload"]) for m in client.call("inbox.list")["messages"])
+
+
+def _one_line_refusal(proc: Any) -> str:
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    return str(lines[0])
+
+
+@needs_unprivileged
+def test_a_read_only_user_inbox_is_reported_and_refused_in_one_line(root: Path) -> None:
+    asyncio.run(_with_user_messages(root))
+    user_log = root / "user" / "events.jsonl"
+    before = user_log.read_bytes()
+    user_log.chmod(0o444)
+    try:
+        checked = _unprivileged_cli(root, "fsck")
+        assert checked.returncode == 1, checked.stdout + checked.stderr
+        found = [f for f in _findings(checked) if f["severity"] != "notice"]
+        assert [(f["kind"], f["path"]) for f in found] == [
+            ("unreadable_user_log", "user/events.jsonl")
+        ], found
+        assert "chmod" in found[0]["detail"]
+        line = _one_line_refusal(_unprivileged_cli(root, "daemon", "start", as_json=False))
+        assert "user/events.jsonl" in line and "chmod" in line, line
+        assert not (root / "daemon.sock").exists()
+    finally:
+        user_log.chmod(0o600)
+    assert user_log.read_bytes() == before, "nothing of it changed"
+
+
+def test_a_directory_for_the_user_inbox_is_repaired_from_the_senders_logs(
+    root: Path, daemons: list[Path]
+) -> None:
+    asyncio.run(_with_user_messages(root))
+    daemons.append(root)
+    assert roots.cli(root, "daemon", "start").returncode == 0
+    want = _inbox(root)
+    assert want == ["first news", "second news"], want
+    assert roots.cli(root, "daemon", "stop").returncode == 0
+    user_log = root / "user" / "events.jsonl"
+    user_log.unlink()
+    user_log.mkdir()
+
+    checked = roots.cli(root, "fsck")
+    assert checked.returncode == 1, checked.stdout + checked.stderr
+    found = [f for f in _findings(checked) if f["severity"] != "notice"]
+    assert [(f["kind"], f["path"]) for f in found] == [("bad_user_log", "user/events.jsonl")]
+    line = _one_line_refusal(roots.cli(root, "daemon", "start", as_json=False))
+    assert "is not a file" in line and "fsck --repair" in line, line
+
+    repaired = roots.cli(root, "fsck", "--repair")
+    assert repaired.returncode == 1, repaired.stdout + repaired.stderr
+    assert [f["repaired"] for f in _findings(repaired) if f["kind"] == "bad_user_log"] == [True]
+    assert user_log.is_file() and (root / "quarantine").is_dir()
+    again = roots.cli(root, "fsck")
+    assert again.returncode == 0, again.stdout
+    assert roots.cli(root, "daemon", "start").returncode == 0
+    assert _inbox(root) == want, "what the agents sent the user comes back from their logs"
+
+
+@needs_unprivileged
+@pytest.mark.parametrize(
+    ("file", "kind"),
+    [
+        ("roots/events.jsonl", "unreadable_registry"),
+        ("checkpoints/events.jsonl", "unwritable_checkpoints"),
+    ],
+)
+def test_a_read_only_root_file_is_reported_with_the_fix(root: Path, file: str, kind: str) -> None:
+    asyncio.run(roots.three_roots(root))
+    target = root / file
+    assert target.is_file()
+    target.chmod(0o444)
+    try:
+        checked = _unprivileged_cli(root, "fsck")
+    finally:
+        target.chmod(0o600)
+    assert checked.returncode == 1, checked.stdout + checked.stderr
+    found = [f for f in _findings(checked) if f["severity"] != "notice"]
+    assert [(f["kind"], f["path"]) for f in found] == [(kind, file)], found
+    assert "chmod" in found[0]["detail"]
+
+
+def test_a_directory_for_the_checkpoint_store_is_moved_aside(
+    root: Path, daemons: list[Path]
+) -> None:
+    asyncio.run(roots.three_roots(root))
+    store = root / "checkpoints" / "events.jsonl"
+    store.unlink()
+    store.mkdir()
+    checked = roots.cli(root, "fsck")
+    assert checked.returncode == 1, checked.stdout + checked.stderr
+    found = [f for f in _findings(checked) if f["severity"] != "notice"]
+    assert [(f["kind"], f["path"]) for f in found] == [
+        ("bad_checkpoints", "checkpoints/events.jsonl")
+    ]
+    assert roots.cli(root, "fsck", "--repair").returncode == 1
+    assert store.is_file() and store.stat().st_size > 0, "the repair's recovery wrote checkpoints"
+    assert roots.cli(root, "fsck").returncode == 0

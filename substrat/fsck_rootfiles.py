@@ -1,0 +1,126 @@
+"""fsck of the root's own logs: the user's inbox, the root registry, the checkpoint store.
+
+Each is one file every agent shares, so what the daemon does when one cannot be
+used differs (docs/daemon.md): without the user's inbox it refuses to start
+(one line saying what to fix, :func:`substrat.rootdir.check_user_log`); without
+the registry it serves but creates no root; without the checkpoint store it
+serves but checkpoints nothing (every start reads every log in full, and no
+segment is ever compacted). fsck reports each with what to do: a file it cannot
+read or write (EACCES, EIO, a read-only file) as the access advice says, and a
+directory or other non-file where the file belongs as ``bad_*``, which
+``--repair`` moves to ``quarantine/`` (recovery then starts a new one).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from substrat import access, persistence
+from substrat.checkpoints import store_path
+from substrat.eventlog import LOG_NAME
+from substrat.logs import USER_DIR
+from substrat.registry import REGISTRY_DIR, registry_path
+
+Add = Callable[..., None]
+"""``report.add(kind, path, severity, detail, *, count=1, repair=None)`` of substrat.fsck."""
+DAMAGE = "damage"
+THEN = "run `substrat fsck` again"
+QUARANTINED = "move it to quarantine/"
+
+
+def _writable(path: Path) -> None:
+    """Raise what writing ``path`` (and its directory, for atomic rewrites) would meet."""
+    if persistence.on_read_only_fs(path.parent):
+        return  # fsck on a read-only mount reports that once (read_only_root)
+    for target, mode in ((path.parent, os.W_OK | os.X_OK), (path, os.R_OK | os.W_OK)):
+        if os.path.exists(target) and not os.access(target, mode):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(target))
+
+
+def _not_a_file(path: Path) -> bool:
+    return (os.path.lexists(path.parent) and not path.parent.is_dir()) or (
+        os.path.lexists(path) and not path.is_file()
+    )
+
+
+def inspect_user_log(root: Path, add: Add, inspect_log: Callable[[Path], None]) -> None:
+    """``user/events.jsonl``: read like an agent's log, and checked writable."""
+    path = root / USER_DIR / LOG_NAME
+    if not os.path.lexists(path.parent):
+        return
+    if _not_a_file(path):
+        add(
+            "bad_user_log",
+            path,
+            DAMAGE,
+            "the user's inbox is not a file (a directory or another thing is where the log "
+            "belongs); the daemon cannot start",
+            repair=f"{QUARANTINED}; recovery starts a new one, delivering again the messages "
+            "the agents' logs say they sent you",
+        )
+        return
+    try:
+        inspect_log(path)
+        _writable(path)
+    except OSError as exc:
+        item = access.unreadable(USER_DIR, path, exc, then=THEN)
+        add(
+            "unreadable_user_log",
+            path,
+            DAMAGE,
+            f"{item.error}: the daemon cannot start without the user's inbox; {item.what_to_do}",
+        )
+
+
+def inspect_registry(root: Path, add: Add, inspect_log: Callable[[Path], None]) -> None:
+    """``roots/events.jsonl``: read, and checked writable (the daemon registers roots)."""
+    path = registry_path(root)
+    if _not_a_file(path):
+        add(
+            "bad_registry",
+            path.parent,
+            DAMAGE,
+            "the root registry is not a directory holding a file; no root can be created",
+            repair=f"{QUARANTINED}, rebuild it from the logs (recovery)",
+        )
+        return
+    try:
+        inspect_log(path)
+        _writable(path)
+    except OSError as exc:
+        item = access.unreadable(REGISTRY_DIR, path, exc, then=THEN)
+        add(
+            "unreadable_registry",
+            path,
+            DAMAGE,
+            f"{item.error}: no root can be created; {item.what_to_do}",
+        )
+
+
+def inspect_checkpoint_store(root: Path, add: Add) -> None:
+    """``checkpoints/events.jsonl``: a file the daemon can write (read by fsck_checkpoints)."""
+    path = store_path(root)
+    if _not_a_file(path):
+        add(
+            "bad_checkpoints",
+            path,
+            DAMAGE,
+            "the checkpoint store is not a file: the daemon writes no checkpoint (every "
+            "start reads every log in full, no segment is compacted)",
+            repair=f"{QUARANTINED}; the recovery that ends the repair writes a new one",
+        )
+        return
+    try:
+        _writable(path)
+    except OSError as exc:
+        item = access.unreadable("checkpoints", path, exc, then=THEN)
+        add(
+            "unwritable_checkpoints",
+            path,
+            DAMAGE,
+            f"{item.error}: the daemon writes no checkpoint (every start reads every log "
+            f"in full, no segment is compacted); {item.what_to_do}",
+        )
