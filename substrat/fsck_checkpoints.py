@@ -163,6 +163,8 @@ def inspect_segments(log_path: Path, add: Add) -> None:
                 "its segments' names still say where the active file starts",
                 ("rewrite it from the segments' names"),
             )
+            if not start_path(log_path).is_file():  # a directory: what it holds is kept
+                fix = f"move it to quarantine/, then {fix}"
         else:  # nothing else says it: only the user can settle it
             why, fix = (
                 "whether entries before the active file's first were lost cannot be told; "

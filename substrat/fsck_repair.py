@@ -37,6 +37,7 @@ from substrat.session.store import AGENTS_DIR, QUARANTINE_DIR
 class _Finding(Protocol):
     kind: str
     path: str
+    repair: str | None
     repaired: bool
 
 
@@ -71,6 +72,11 @@ def repair_root(root: Path, report: _Report) -> None:
             persistence.durable_mkdir(quarantine)
             persistence.durable_rename(target, _free_name(quarantine, f"bad-name.{target.name}"))
             finding.repaired = True
+        elif finding.kind == "damaged_start" and finding.repair and _not_a_file(target):
+            # the log's open below writes it again from the segments' names
+            persistence.durable_mkdir(quarantine)
+            name = f"{target.parent.name}.{target.name}"
+            persistence.durable_rename(target, _free_name(quarantine, name))
         elif finding.kind in _MOVED_ASIDE and os.path.lexists(target):
             # recovery builds each again: the registry and the user's inbox from the
             # agents' logs, the checkpoint store from every log it reads
@@ -182,6 +188,10 @@ def _drop_damaged_lines(log_path: Path, quarantine: Path, ceiling_before_open: i
                 },
             )
     return count
+
+
+def _not_a_file(path: Path) -> bool:
+    return os.path.lexists(path) and not path.is_file()
 
 
 def _free_name(directory: Path, stem: str) -> Path:

@@ -90,6 +90,8 @@ def read_record(path: str | os.PathLike[str], event: str) -> Entry | None:
         raw = persistence.read_bytes(path)
     except FileNotFoundError:
         return None
+    except IsADirectoryError:  # what it said is as lost as a damaged line's
+        raise RecordUnreadable(f"{path} is not a file (a directory is in its place)") from None
     entry = decode_line(raw[:-1]) if raw.endswith(b"\n") else "torn_tail"
     if isinstance(entry, str):
         raise RecordUnreadable(f"{path} is damaged ({entry})")

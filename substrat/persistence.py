@@ -247,6 +247,10 @@ def read_bytes(path: str | os.PathLike[str]) -> bytes:
         chunks: list[bytes] = []
         while chunk := os.read(fd, _READ_CHUNK_BYTES):
             chunks.append(chunk)
+    except OSError as exc:  # os.read names no file (a directory opens, then EISDIR)
+        if exc.filename is not None:
+            raise
+        raise type(exc)(exc.errno, exc.strerror, os.fspath(path)) from None
     finally:
         os.close(fd)
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)

@@ -202,6 +202,11 @@ def ensure_start(log_path: str | os.PathLike[str], sealed: list[Segment]) -> Non
     except StartUnreadable:
         recorded = None
     if recorded is None or recorded < first:
+        if os.path.lexists(start_path(log_path)) and not os.path.isfile(start_path(log_path)):
+            # a directory in its place: while the names say it, the log works without
+            # it, and what is there is not ours to remove (fsck reports it, --repair
+            # moves it to quarantine/ and writes the record)
+            return
         write_start(log_path, first)
 
 

@@ -308,6 +308,8 @@ def _read_limited(path: str | os.PathLike[str]) -> bytes:
             if size > MAX_RECORD_BYTES:
                 raise CorruptRecordError(f"record is over {MAX_RECORD_BYTES} bytes")
             chunks.append(chunk)
+    except IsADirectoryError:  # no record there, only something in its place
+        raise CorruptRecordError(f"{path} is not a file (a directory is in its place)") from None
     finally:
         os.close(fd)
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)

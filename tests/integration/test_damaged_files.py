@@ -19,7 +19,7 @@ from substrat.checkpointer import CheckpointPolicy
 from substrat.client import Client, stop_daemon
 from substrat.eventlog import read_log
 from substrat.orchestrator import Orchestrator
-from substrat.segments import list_sealed
+from substrat.segments import active_first, list_sealed, read_start
 from tests.support import roots
 from tests.support.privileges import unprivileged, why_not_available
 
@@ -255,3 +255,56 @@ def test_a_directory_for_the_checkpoint_store_is_moved_aside(
     assert roots.cli(root, "fsck", "--repair").returncode == 1
     assert store.is_file() and store.stat().st_size > 0, "the repair's recovery wrote checkpoints"
     assert roots.cli(root, "fsck").returncode == 0
+
+
+def test_a_directory_for_the_start_record_costs_only_the_record(
+    root: Path, daemons: list[Path]
+) -> None:
+    sid = asyncio.run(_solo(root, 6))
+    log = root / "agents" / sid / "events.jsonl"
+    record = log.with_name("events.start")
+    want = read_start(log)
+    assert want is not None and want > 1
+    record.unlink()
+    record.mkdir()
+    (record / "keep-me").write_text("someone's file")
+
+    checked = roots.cli(root, "fsck")
+    assert checked.returncode == 1, checked.stdout + checked.stderr
+    found = [f for f in _findings(checked) if f["severity"] != "notice"]
+    assert [(f["kind"], f["path"]) for f in found] == [
+        ("damaged_start", f"agents/{sid}/events.start")
+    ], found
+    assert "quarantine" in str(found[0]["repair"])
+
+    daemons.append(root)
+    assert roots.cli(root, "daemon", "start").returncode == 0
+    with Client(root) as client:
+        assert client.call("agent.send", {"agent": "solo", "prompt": "still here?"})["turn_id"]
+    assert roots.cli(root, "daemon", "stop").returncode == 0
+
+    repaired = roots.cli(root, "fsck", "--repair")
+    assert [f["repaired"] for f in _findings(repaired) if f["kind"] == "damaged_start"] == [True]
+    assert record.is_file() and read_start(log) == active_first(list_sealed(log))
+    kept = [p for p in (root / "quarantine").iterdir() if p.is_dir()]
+    assert [(p / "keep-me").read_text() for p in kept] == ["someone's file"]
+    assert roots.cli(root, "fsck").returncode == 0
+
+
+def test_a_directory_for_the_record_is_a_corrupt_record(root: Path, daemons: list[Path]) -> None:
+    sid = asyncio.run(_solo(root, 3))
+    record = root / "agents" / sid / "session.json"
+    record.unlink()
+    record.mkdir()
+    checked = roots.cli(root, "fsck")
+    assert checked.returncode == 1, checked.stdout + checked.stderr
+    found = [f for f in _findings(checked) if f["severity"] != "notice"]
+    assert [(f["kind"], f["path"]) for f in found] == [
+        ("corrupt_record", f"agents/{sid}/session.json")
+    ], found
+    assert "session.json is not a file" in found[0]["detail"]
+    daemons.append(root)
+    assert roots.cli(root, "daemon", "start").returncode == 0
+    prompts = _turns(root, "solo")
+    assert len(prompts) == 3 and prompts[-1].startswith("round 2 "), prompts
+    assert record.is_file(), "rebuilt from the log"
