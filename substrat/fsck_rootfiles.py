@@ -33,6 +33,8 @@ QUARANTINED = "move it to quarantine/"
 
 def _writable(path: Path) -> None:
     """Raise what writing ``path`` (and its directory, for atomic rewrites) would meet."""
+    if not path.parent.is_dir():
+        return  # not there yet: the daemon creates it (a root from before it, say)
     if persistence.on_read_only_fs(path.parent):
         return  # fsck on a read-only mount reports that once (read_only_root)
     for target, mode in ((path.parent, os.W_OK | os.X_OK), (path, os.R_OK | os.W_OK)):
