@@ -111,6 +111,17 @@ class RootInfo:
 
 
 def _unusable(path: Path, exc: OSError, doing: str) -> RootUnusableError:
+    if exc.errno == errno.EACCES:
+        try:
+            info = os.stat(path)
+        except OSError:
+            info = None
+        if info is not None and info.st_uid == os.getuid() and stat.S_ISDIR(info.st_mode):
+            mode = stat.S_IMODE(info.st_mode)
+            return RootUnusableError(
+                f"cannot use {path} as a substrat root: {doing} failed: its mode {mode:04o} "
+                f"does not let you read and write it; `chmod 700 {path}` fixes that"
+            )
     reason = {
         errno.EROFS: "it is on a read-only file system",
         errno.EACCES: "permission denied",

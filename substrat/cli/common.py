@@ -117,7 +117,7 @@ class Opts:
 def _root_option(func: F) -> F:
     return click.option(
         "--root",
-        type=click.Path(path_type=Path),
+        type=click.Path(path_type=Path, readable=False),  # an unreadable root: our one line
         envvar="SUBSTRAT_HOME",
         default=None,
         help="Substrat root (default: $SUBSTRAT_HOME or ~/.substrat).",
@@ -207,7 +207,7 @@ def group_options(func: F) -> F:
     return click.option(
         "--root",
         "group_root",
-        type=click.Path(path_type=Path),
+        type=click.Path(path_type=Path, readable=False),  # an unreadable root: our one line
         default=None,
         help="Substrat root for the command that follows (the command's own --root wins, "
         "then the nearest group's; default: $SUBSTRAT_HOME or ~/.substrat).",

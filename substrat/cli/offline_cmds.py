@@ -230,7 +230,7 @@ def _print_plan(opts: Opts, plan: dict[str, Any]) -> None:
 @click.option("--keep", is_flag=True, help="Keep the temporary root (its path is printed).")
 @click.option(
     "--root",
-    type=click.Path(path_type=Path),
+    type=click.Path(path_type=Path, readable=False),  # an unreadable root: our one line
     default=None,
     help="Run the demo in this new or empty directory, and keep it (default: a temporary "
     "one; $SUBSTRAT_HOME is never used, the demo kills daemons).",

@@ -14,6 +14,7 @@ from rich.tree import Tree
 
 from substrat.agents import SHORT_ID_CHARS
 from substrat.cli.common import esc
+from substrat.session.model import is_session_id
 from substrat.words import plural, when
 
 STATE_STYLE = {"idle": "green", "busy": "yellow", "waiting": "cyan", "terminated": "red"}
@@ -262,11 +263,12 @@ def recovery_lines(notice: dict[str, Any] | None, names: dict[str, str] | None =
             lines.append(f"{label}: [bold]{len(items)}[/]")
     lines += problem_lines(report)
     for q in report.get("quarantined", []):
-        lines.append(f"[yellow]quarantined:[/] {esc(q.get('name'))} ({esc(q.get('reason'))})")
+        lines.append(quarantine_line(q))
     damage = report.get("log_damage") or {}
     for sid, kinds in damage.items():
         text = ", ".join(f"{k}={v}" for k, v in sorted(kinds.items()))
-        lines.append(f"[yellow]log damage skipped[/] in {short(sid)}: {esc(text)}")
+        who = short(sid) if is_session_id(sid) else sid  # "checkpoints", not "checkpoi"
+        lines.append(f"[yellow]log damage skipped[/] in {esc(who)}: {esc(text)}")
     repairs = report.get("log_repairs") or {}
     if repairs:
         lines.append(f"logs repaired on open: [bold]{len(repairs)}[/]")
@@ -276,6 +278,20 @@ def recovery_lines(notice: dict[str, Any] | None, names: dict[str, str] | None =
             f"{esc(report['checkpoints_set_aside'])}"
         )
     return lines
+
+
+def quarantine_line(item: dict[str, Any]) -> str:
+    """What happened to a record or directory recovery could not load (markup): moved to
+    quarantine/, or, a directory whose name is not a session's, left where it is."""
+    name, reason = esc(item.get("name")), esc(item.get("reason"))
+    if item.get("moved_to"):
+        return (
+            f"[yellow]quarantined:[/] {name}'s record, moved to {esc(item['moved_to'])} ({reason})"
+        )
+    return (
+        f"[yellow]left in place:[/] agents/{name} ({reason}; `substrat fsck --repair` moves it "
+        "to quarantine/)"
+    )
 
 
 def problem_lines(report: dict[str, Any]) -> list[str]:

@@ -308,3 +308,17 @@ def test_a_directory_for_the_record_is_a_corrupt_record(root: Path, daemons: lis
     prompts = _turns(root, "solo")
     assert len(prompts) == 3 and prompts[-1].startswith("round 2 "), prompts
     assert record.is_file(), "rebuilt from the log"
+
+
+@needs_unprivileged
+@pytest.mark.parametrize("command", [("fsck",), ("agent", "list"), ("daemon", "start")])
+def test_a_mode_000_root_gets_one_line_saying_the_chmod(
+    root: Path, command: tuple[str, ...]
+) -> None:
+    asyncio.run(roots.three_roots(root))
+    root.chmod(0)
+    try:
+        line = _one_line_refusal(_unprivileged_cli(root, *command, as_json=False))
+    finally:
+        root.chmod(0o700)
+    assert f"`chmod 700 {root}`" in line and "Usage" not in line, line

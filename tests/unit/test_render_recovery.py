@@ -40,3 +40,19 @@ def test_watch_lines_of_the_daemon_and_the_connection_read_like_the_others() -> 
     ], lines
     assert len({line.index(body.lstrip()) for line, body in zip(lines, bodies, strict=True)}) == 1
     assert all("--:--:--" not in line for line in lines)
+
+
+def test_log_damage_names_a_root_log_whole_and_an_agent_by_its_short_id() -> None:
+    sid = "6dcc89b7a43946efb135b0effc8c1b71"
+    damage = {"checkpoints": {"torn_tail": 1}, sid: {"bad_checksum": 2}}
+    lines = render.recovery_lines({"report": {"agents": 1, "log_damage": damage}})
+    found = [x.split("[/] ", 1)[1] for x in lines if "log damage skipped" in x]
+    assert found == ["in checkpoints: torn_tail=1", "in 6dcc89b7: bad_checksum=2"], lines
+
+
+def test_a_quarantine_line_says_what_moved_and_what_stayed() -> None:
+    moved = {"name": "6dcc89b7", "kind": "corrupt", "reason": "bad crc", "moved_to": "/r/q/x"}
+    stayed = {"name": "foo", "kind": "bad_name", "reason": "not a session id", "moved_to": None}
+    lines = render.recovery_lines({"report": {"agents": 1, "quarantined": [moved, stayed]}})
+    assert "6dcc89b7's record, moved to /r/q/x" in lines[-2], lines
+    assert "left in place:[/] agents/foo" in lines[-1] and "fsck --repair" in lines[-1], lines
