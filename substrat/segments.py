@@ -49,6 +49,7 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from substrat import persistence
 from substrat.events import LOG_START
@@ -248,53 +249,53 @@ class SegmentDamaged(Exception):
 
 
 _GZIP_ERRORS = (EOFError, gzip.BadGzipFile, zlib.error)
-_READ_CHUNK = 1 << 16
+_ARCHIVE_BUFFER = 1 << 16
 
 
-class _Archive(gzip.GzipFile):
-    """An archived segment's reader that ends where its compressed data stops reading
-    (a truncated or corrupt ``.gz``), instead of raising there: the lines before are
-    read as usual, and ``damage`` says what stopped it. A reader that has read to the
+class _ArchiveRaw(io.RawIOBase):
+    """An archived segment's decompressed bytes, ending where its compressed data stops
+    reading (a truncated or corrupt ``.gz``) instead of raising there: what came before
+    is read as usual, and ``damage`` says what stopped it. A reader that has read to the
     end asks :func:`archive_damage`; raising would cost every entry of the log (and,
-    uncaught, the command or the daemon's request) for what costs this file's tail."""
+    uncaught, the command or the daemon's request) for what costs this file's tail.
+    Wrapped in a :class:`io.BufferedReader` (:func:`open_segment`), so lines are split
+    in C, not by a Python ``readline`` per line."""
 
-    damage: str | None = None
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        super().__init__()
+        self._gzip = gzip.GzipFile(path, "rb")
+        self.damage: str | None = None
 
-    def _stopped(self, exc: Exception) -> bytes:
-        self.damage = str(exc) or type(exc).__name__
-        return b""
+    def readable(self) -> bool:
+        return True
 
-    def read(self, size: int | None = -1) -> bytes:
-        if size is None or size < 0:  # in chunks: what came before the damage is kept
-            return b"".join(iter(lambda: self.read(_READ_CHUNK), b""))
+    def readinto(self, buffer: Any) -> int:
         if self.damage is not None:
-            return b""
+            return 0
         try:
-            return super().read(size)
+            data = self._gzip.read1(len(buffer))
         except _GZIP_ERRORS as exc:
-            return self._stopped(exc)
+            self.damage = str(exc) or type(exc).__name__
+            return 0
+        buffer[: len(data)] = data
+        return len(data)
 
-    def read1(self, size: int = -1) -> bytes:
-        if self.damage is not None:
-            return b""
-        try:
-            return super().read1(size)
-        except _GZIP_ERRORS as exc:
-            return self._stopped(exc)
+    def close(self) -> None:
+        opened = getattr(self, "_gzip", None)  # None: the open itself failed
+        if opened is not None:
+            opened.close()
+        super().close()
 
-    def readline(self, size: int | None = -1) -> bytes:
-        if self.damage is not None:
-            return b""
-        try:
-            return super().readline(size)
-        except _GZIP_ERRORS as exc:
-            return self._stopped(exc)
+
+def _open_archive(path: str | os.PathLike[str]) -> io.BufferedReader:
+    return io.BufferedReader(_ArchiveRaw(path), _ARCHIVE_BUFFER)
 
 
 def archive_damage(handle: object) -> str | None:
     """What stopped a reader from :func:`open_segment` before the end of an archived
     segment's data (None: nothing, or not an archive)."""
-    return handle.damage if isinstance(handle, _Archive) else None
+    raw = getattr(handle, "raw", None)
+    return raw.damage if isinstance(raw, _ArchiveRaw) else None
 
 
 def open_segment(segment: Segment) -> io.BufferedIOBase:
@@ -305,12 +306,12 @@ def open_segment(segment: Segment) -> io.BufferedIOBase:
     open) is read from the archive instead.
     """
     if segment.archived:
-        return _Archive(segment.path, "rb")
+        return _open_archive(segment.path)
     try:
         return open(segment.path, "rb")
     except FileNotFoundError:
         twin = segment.path.with_name(segment.path.name + ARCHIVE_SUFFIX)
-        return _Archive(twin, "rb")
+        return _open_archive(twin)
 
 
 def read_segment(segment: Segment) -> bytes:
