@@ -22,7 +22,7 @@ from substrat import access, persistence
 from substrat.checkpoints import store_path
 from substrat.eventlog import LOG_NAME
 from substrat.logs import USER_DIR
-from substrat.registry import REGISTRY_DIR, registry_path
+from substrat.registry import registry_path
 
 Add = Callable[..., None]
 """``report.add(kind, path, severity, detail, *, count=1, repair=None)`` of substrat.fsck."""
@@ -48,58 +48,56 @@ def _not_a_file(path: Path) -> bool:
     )
 
 
+def _inspect_shared_log(
+    add: Add,
+    inspect_log: Callable[[Path], None],
+    path: Path,
+    bad: tuple[str, Path, str, str],
+    unreadable: tuple[str, str],
+) -> None:
+    """One root log: ``bad`` (kind, where, detail, repair) when it is not a file, else
+    read and checked writable: ``unreadable`` (kind, what it costs) with the advice."""
+    if _not_a_file(path):
+        kind, where, detail, repair = bad
+        add(kind, where, DAMAGE, detail, repair=repair)
+        return
+    try:
+        inspect_log(path)
+        _writable(path)
+    except OSError as exc:
+        item = access.unreadable(path.parent.name, path, exc, then=THEN)
+        kind, costs = unreadable
+        add(kind, path, DAMAGE, f"{item.error}: {costs}; {item.what_to_do}")
+
+
 def inspect_user_log(root: Path, add: Add, inspect_log: Callable[[Path], None]) -> None:
     """``user/events.jsonl``: read like an agent's log, and checked writable."""
     path = root / USER_DIR / LOG_NAME
     if not os.path.lexists(path.parent):
         return
-    if _not_a_file(path):
-        add(
-            "bad_user_log",
-            path,
-            DAMAGE,
-            "the user's inbox is not a file (a directory or another thing is where the log "
-            "belongs); the daemon cannot start",
-            repair=f"{QUARANTINED}; recovery starts a new one, delivering again the messages "
-            "the agents' logs say they sent you",
-        )
-        return
-    try:
-        inspect_log(path)
-        _writable(path)
-    except OSError as exc:
-        item = access.unreadable(USER_DIR, path, exc, then=THEN)
-        add(
-            "unreadable_user_log",
-            path,
-            DAMAGE,
-            f"{item.error}: the daemon cannot start without the user's inbox; {item.what_to_do}",
-        )
+    bad = (
+        "bad_user_log",
+        path,
+        "the user's inbox is not a file (a directory or another thing is where the log "
+        "belongs); the daemon cannot start",
+        f"{QUARANTINED}; recovery starts a new one, delivering again the messages the "
+        "agents' logs say they sent you",
+    )
+    costs = "the daemon cannot start without the user's inbox"
+    _inspect_shared_log(add, inspect_log, path, bad, ("unreadable_user_log", costs))
 
 
 def inspect_registry(root: Path, add: Add, inspect_log: Callable[[Path], None]) -> None:
     """``roots/events.jsonl``: read, and checked writable (the daemon registers roots)."""
     path = registry_path(root)
-    if _not_a_file(path):
-        add(
-            "bad_registry",
-            path.parent,
-            DAMAGE,
-            "the root registry is not a directory holding a file; no root can be created",
-            repair=f"{QUARANTINED}, rebuild it from the logs (recovery)",
-        )
-        return
-    try:
-        inspect_log(path)
-        _writable(path)
-    except OSError as exc:
-        item = access.unreadable(REGISTRY_DIR, path, exc, then=THEN)
-        add(
-            "unreadable_registry",
-            path,
-            DAMAGE,
-            f"{item.error}: no root can be created; {item.what_to_do}",
-        )
+    bad = (
+        "bad_registry",
+        path.parent,
+        "the root registry is not a directory holding a file; no root can be created",
+        f"{QUARANTINED}, rebuild it from the logs (recovery)",
+    )
+    costs = "no root can be created"
+    _inspect_shared_log(add, inspect_log, path, bad, ("unreadable_registry", costs))
 
 
 def inspect_checkpoint_store(root: Path, add: Add) -> None:

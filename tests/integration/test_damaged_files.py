@@ -56,6 +56,17 @@ def _findings(proc: object) -> list[dict[str, str]]:
     return list(json.loads(proc.stdout)["findings"])  # type: ignore[attr-defined]
 
 
+def _finding(proc: Any, kind: str) -> dict[str, str]:
+    (found,) = [f for f in _findings(proc) if f["kind"] == kind]
+    return found
+
+
+def _problems(proc: Any) -> list[tuple[str, str]]:
+    """fsck's findings above notices, as (kind, path); fsck exited 1."""
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    return [(f["kind"], f["path"]) for f in _findings(proc) if f["severity"] != "notice"]
+
+
 def _turns(root: Path, agent: str) -> list[str]:
     with Client(root) as client:
         return [t["prompt"] for t in client.call("agent.history", {"agent": agent})["turns"]]
@@ -172,12 +183,8 @@ def test_a_read_only_user_inbox_is_reported_and_refused_in_one_line(root: Path) 
     user_log.chmod(0o444)
     try:
         checked = _unprivileged_cli(root, "fsck")
-        assert checked.returncode == 1, checked.stdout + checked.stderr
-        found = [f for f in _findings(checked) if f["severity"] != "notice"]
-        assert [(f["kind"], f["path"]) for f in found] == [
-            ("unreadable_user_log", "user/events.jsonl")
-        ], found
-        assert "chmod" in found[0]["detail"]
+        assert _problems(checked) == [("unreadable_user_log", "user/events.jsonl")]
+        assert "chmod" in _finding(checked, "unreadable_user_log")["detail"]
         line = _one_line_refusal(_unprivileged_cli(root, "daemon", "start", as_json=False))
         assert "user/events.jsonl" in line and "chmod" in line, line
         assert not (root / "daemon.sock").exists()
@@ -199,10 +206,7 @@ def test_a_directory_for_the_user_inbox_is_repaired_from_the_senders_logs(
     user_log.unlink()
     user_log.mkdir()
 
-    checked = roots.cli(root, "fsck")
-    assert checked.returncode == 1, checked.stdout + checked.stderr
-    found = [f for f in _findings(checked) if f["severity"] != "notice"]
-    assert [(f["kind"], f["path"]) for f in found] == [("bad_user_log", "user/events.jsonl")]
+    assert _problems(roots.cli(root, "fsck")) == [("bad_user_log", "user/events.jsonl")]
     line = _one_line_refusal(roots.cli(root, "daemon", "start", as_json=False))
     assert "is not a file" in line and "fsck --repair" in line, line
 
@@ -233,10 +237,8 @@ def test_a_read_only_root_file_is_reported_with_the_fix(root: Path, file: str, k
         checked = _unprivileged_cli(root, "fsck")
     finally:
         target.chmod(0o600)
-    assert checked.returncode == 1, checked.stdout + checked.stderr
-    found = [f for f in _findings(checked) if f["severity"] != "notice"]
-    assert [(f["kind"], f["path"]) for f in found] == [(kind, file)], found
-    assert "chmod" in found[0]["detail"]
+    assert _problems(checked) == [(kind, file)]
+    assert "chmod" in _finding(checked, kind)["detail"]
 
 
 def test_a_directory_for_the_checkpoint_store_is_moved_aside(
@@ -246,12 +248,8 @@ def test_a_directory_for_the_checkpoint_store_is_moved_aside(
     store = root / "checkpoints" / "events.jsonl"
     store.unlink()
     store.mkdir()
-    checked = roots.cli(root, "fsck")
-    assert checked.returncode == 1, checked.stdout + checked.stderr
-    found = [f for f in _findings(checked) if f["severity"] != "notice"]
-    assert [(f["kind"], f["path"]) for f in found] == [
-        ("bad_checkpoints", "checkpoints/events.jsonl")
-    ]
+    problems = _problems(roots.cli(root, "fsck"))
+    assert problems == [("bad_checkpoints", "checkpoints/events.jsonl")]
     assert roots.cli(root, "fsck", "--repair").returncode == 1
     assert store.is_file() and store.stat().st_size > 0, "the repair's recovery wrote checkpoints"
     assert roots.cli(root, "fsck").returncode == 0
@@ -270,12 +268,8 @@ def test_a_directory_for_the_start_record_costs_only_the_record(
     (record / "keep-me").write_text("someone's file")
 
     checked = roots.cli(root, "fsck")
-    assert checked.returncode == 1, checked.stdout + checked.stderr
-    found = [f for f in _findings(checked) if f["severity"] != "notice"]
-    assert [(f["kind"], f["path"]) for f in found] == [
-        ("damaged_start", f"agents/{sid}/events.start")
-    ], found
-    assert "quarantine" in str(found[0]["repair"])
+    assert _problems(checked) == [("damaged_start", f"agents/{sid}/events.start")]
+    assert "quarantine" in str(_finding(checked, "damaged_start")["repair"])
 
     daemons.append(root)
     assert roots.cli(root, "daemon", "start").returncode == 0
@@ -297,12 +291,8 @@ def test_a_directory_for_the_record_is_a_corrupt_record(root: Path, daemons: lis
     record.unlink()
     record.mkdir()
     checked = roots.cli(root, "fsck")
-    assert checked.returncode == 1, checked.stdout + checked.stderr
-    found = [f for f in _findings(checked) if f["severity"] != "notice"]
-    assert [(f["kind"], f["path"]) for f in found] == [
-        ("corrupt_record", f"agents/{sid}/session.json")
-    ], found
-    assert "session.json is not a file" in found[0]["detail"]
+    assert _problems(checked) == [("corrupt_record", f"agents/{sid}/session.json")]
+    assert "session.json is not a file" in _finding(checked, "corrupt_record")["detail"]
     daemons.append(root)
     assert roots.cli(root, "daemon", "start").returncode == 0
     prompts = _turns(root, "solo")
