@@ -357,7 +357,7 @@ CATALOG: tuple[Mutant, ...] = (
         "a start takes an agent from its start summary entry without comparing its log's "
         "fingerprint: a log that grew after the summary (a turn, then a crash before any "
         "checkpoint) is taken as it was",
-        "recovery_logs.py",
+        "start_summary.py",
         "            or fingerprint(st) != entry[2]  # its size: where the checkpoint ends (see build)\n",  # noqa: E501
         "",
     ),
@@ -365,8 +365,8 @@ CATALOG: tuple[Mutant, ...] = (
         "summary_entry_pending_unchecked",
         "a start takes an agent from its start summary entry although a crash left a "
         "pending entry beside its log (never replayed)",
-        "recovery_logs.py",
-        "            if summary.exists(sid, PENDING_NAME):\n",
+        "start_summary.py",
+        "            if self.exists(session_id, PENDING_NAME):\n",
         "            if False:  # planted: the pending entry is not looked at\n",
     ),
     Mutant(
@@ -374,8 +374,8 @@ CATALOG: tuple[Mutant, ...] = (
         "a start takes an agent from its start summary entry, which knew a pending copy "
         "already logged, without comparing that file's fingerprint: a later crash that "
         "left a new entry in it is not replayed",
-        "recovery_logs.py",
-        "        elif fingerprint(summary.stat(sid, PENDING_NAME, follow=False)) != known_pending:\n",  # noqa: E501
+        "start_summary.py",
+        "        elif fingerprint(self.stat(session_id, PENDING_NAME, follow=False)) != known_pending:\n",  # noqa: E501
         "        elif False:  # planted: the known pending copy is taken as it was\n",
     ),
     Mutant(
@@ -383,8 +383,8 @@ CATALOG: tuple[Mutant, ...] = (
         "a start takes an agent's record from the start summary without comparing the "
         "record's fingerprint: a record rewritten since is taken as it was",
         "start_summary.py",
-        "            if entry[0] != fingerprint(st):\n                return None\n",
-        "            pass  # planted: the record is taken on trust\n",
+        "        return entry[0] == fingerprint(st)\n",
+        "        return True  # planted: the record is taken on trust\n",
     ),
     Mutant(
         "summary_entry_over_a_tail",

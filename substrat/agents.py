@@ -172,24 +172,44 @@ class Inbox:
     def __init__(self) -> None:
         self._messages: dict[str, tuple[int, MessageEnvelope]] = {}
         self._claimed: dict[str, str] = {}
+        self._unbuilt: dict[str, tuple[int, dict[str, Any]]] = {}
+        """Messages a start delivered as their envelope's data (:meth:`deliver_data`),
+        not yet built: a restart fills an inbox of thousands nobody may read soon."""
 
     def deliver(self, message: MessageEnvelope, order: int) -> bool:
         """Add a message; False if it is already here (re-delivery is a no-op)."""
-        if message.message_id in self._messages:
+        if message.message_id in self._messages or message.message_id in self._unbuilt:
             return False
         self._messages[message.message_id] = (order, message)
         return True
 
+    def deliver_data(self, data: dict[str, Any], order: int) -> bool:
+        """:meth:`deliver` of ``MessageEnvelope.from_dict(data)`` (``data`` a valid
+        envelope's, see :meth:`MessageEnvelope.is_valid`, not changed after), built
+        when the inbox is first read."""
+        message_id = data["message_id"]
+        if message_id in self._messages or message_id in self._unbuilt:
+            return False
+        self._unbuilt[message_id] = (order, data)
+        return True
+
+    def _built(self) -> dict[str, tuple[int, MessageEnvelope]]:
+        if self._unbuilt:
+            unbuilt, self._unbuilt = self._unbuilt, {}
+            for message_id, (order, data) in unbuilt.items():
+                self._messages[message_id] = (order, MessageEnvelope.from_dict(data))
+        return self._messages
+
     def pending(self) -> list[MessageEnvelope]:
         """Unclaimed messages, oldest first."""
-        items = [v for k, v in self._messages.items() if k not in self._claimed]
+        items = [v for k, v in self._built().items() if k not in self._claimed]
         return [m for _, m in sorted(items, key=lambda item: item[0])]
 
     def all(self) -> list[MessageEnvelope]:
-        return [m for _, m in sorted(self._messages.values(), key=lambda item: item[0])]
+        return [m for _, m in sorted(self._built().values(), key=lambda item: item[0])]
 
     def oldest_pending_order(self) -> int | None:
-        orders = [o for k, (o, _) in self._messages.items() if k not in self._claimed]
+        orders = [o for k, (o, _) in self._built().items() if k not in self._claimed]
         return min(orders) if orders else None
 
     def claim(self, turn_id: str) -> list[MessageEnvelope]:
@@ -205,13 +225,14 @@ class Inbox:
     def remove(self, message_ids: list[str]) -> None:
         for message_id in message_ids:
             self._messages.pop(message_id, None)
+            self._unbuilt.pop(message_id, None)
             self._claimed.pop(message_id, None)
 
     def __len__(self) -> int:
-        return len(self._messages)
+        return len(self._messages) + len(self._unbuilt)
 
     def __contains__(self, message_id: object) -> bool:
-        return message_id in self._messages
+        return message_id in self._messages or message_id in self._unbuilt
 
 
 class InboxRegistry:
@@ -229,6 +250,11 @@ class InboxRegistry:
 
     def deliver(self, message: MessageEnvelope) -> bool:
         return self.inbox(message.recipient).deliver(message, next(self._order))
+
+    def deliver_data(self, data: dict[str, Any]) -> bool:
+        """:meth:`deliver` of the envelope of ``data``, built when first read (see
+        :meth:`Inbox.deliver_data`): the order it takes among all inboxes is taken now."""
+        return self.inbox(data["recipient"]).deliver_data(data, next(self._order))
 
     def drop(self, endpoint: str) -> None:
         self._inboxes.pop(endpoint, None)

@@ -63,6 +63,7 @@ from substrat.logread import describe_gaps
 from substrat.logs import LogPool
 from substrat.recovery_logs import THEN as THEN
 from substrat.recovery_logs import RootStores, read_agent, read_user
+from substrat.recovery_quiet import LiveFacts, QuietAgents
 from substrat.recovery_report import RecoveryReport as RecoveryReport
 from substrat.registry import (
     REGISTRY_DIR,
@@ -102,8 +103,9 @@ class Recovered:
     tree: AgentTree
     sessions: dict[str, Session]
     """Session id -> record, for every agent in ``tree``."""
-    facts: dict[str, AgentFacts]
-    """Session id -> facts, for every agent in ``tree`` (turn counters, last commits)."""
+    facts: LiveFacts
+    """Session id -> facts, for every agent in ``tree`` (turn counters, last commits): a
+    quiet agent's built when first asked for (see :mod:`substrat.recovery_quiet`)."""
     plan: RollForward
     checkpoints: StoreRead
     """The checkpoint store as recovery read it."""
@@ -168,13 +170,19 @@ def _recover(
     report: RecoveryReport,
     summary: start_summary.Summary | None,
 ) -> Recovered:
+    quiet = QuietAgents(summary, logs)
     if summary is not None:  # the store as it was summarised: none of its lines is read
         root = RootStores(store, logs, roots, summary.store, summary=summary)
     else:
         root = RootStores(store, logs, roots, read_store(store.root))
     if root.checkpoints.damage:
         report.log_damage[CHECKPOINTS_DIR] = dict(root.checkpoints.damage)
-    scan = store.recover(None if summary is None else summary.record)
+    # the quiet agents are taken whole in the scan's pass (see substrat.recovery_quiet)
+    scan = store.recover() if summary is None else store.recover(summary.record, quiet.vouch)
+    if quiet:  # each one's facts came from the summary, as _from_summary counts them
+        report.checkpoints_used += len(quiet)
+        report.summary_used += len(quiet)
+        root.summarized.extend(quiet.rows)
     report.quarantined = list(scan.quarantined)
     unreadable = {
         sid: access.unreadable(sid, store.session_dir(sid), exc, then=THEN)
@@ -205,6 +213,10 @@ def _recover(
         report.checkpoints_set_aside = doubt
         report.checkpoints_used = report.summary_used = 0
         report.read_in_full.clear()
+        for sid in list(quiet.rows):  # read as every other log, from their records on
+            records[sid], _ = quiet.demote(sid)
+            directories.add(sid)
+            candidates.append(sid)
         every_log = RootStores(store, logs, roots, StoreRead())
         every_log.cut_turn_starts = root.cut_turn_starts  # that repair is done
         facts, user_facts, failed = _read_endpoints(
@@ -216,7 +228,7 @@ def _recover(
         records.pop(sid, None)
     candidates = [sid for sid in candidates if sid not in unreadable]
 
-    _check_registered(root, registry, directories, candidates, facts, unreadable, report)
+    _check_registered(root, registry, directories, quiet, candidates, facts, unreadable, report)
 
     for sid in sorted(set(candidates) - records.keys()):
         rebuilt = _rebuilt_record(facts[sid]) if sid in facts else None
@@ -253,19 +265,21 @@ def _recover(
         and records[sid].state is not SessionState.TERMINATED
     }
     tree = AgentTree()
-    _build_tree(root, tree, live, records, facts, unreadable, report)
+    _build_tree(root, tree, live, quiet, records, facts, unreadable, report)
     for sid in report.creations_rebuilt:
         if sid in live:
             created = live[sid].created
             assert created is not None
             logs.get(sid).log(events.AGENT_CREATED, created)
-    _register_roots(root, tree, live, registry, report)
+    _register_roots(root, tree, live, quiet, registry, report)
     held = set(unreadable)
-    in_tree = {node.session_id: live[node.session_id] for node in tree.nodes()}
+    built = {sid: f for sid, f in live.items() if tree.by_session(sid) is not None}
+    in_tree = LiveFacts(built, quiet.rows)
     plan = rollforward.plan(tree, in_tree, facts, records, user_facts, held)
     names = {sid: str(data.get("name")) for sid, data in registry.roots.items()}
     report.unreadable = access.named(unreadable, names)
-    sessions = {sid: records[sid] for sid in in_tree}
+    sessions = {sid: records[sid] for sid in built}
+    sessions.update(quiet.sessions)
     return Recovered(
         report, tree, sessions, in_tree, plan, root.checkpoints, root.used, root.summarized
     )
@@ -339,6 +353,7 @@ def _check_registered(
     root: RootStores,
     registry: RegistryRead,
     directories: set[str],
+    quiet: QuietAgents,
     candidates: list[str],
     facts: dict[str, AgentFacts],
     unreadable: dict[str, Unreadable],
@@ -347,12 +362,15 @@ def _check_registered(
     """Registered roots whose directory or log is gone are lost; an unreadable
     ``agent.created`` of a registered root is rebuilt from the registry."""
     gone = quarantined_sessions(root.store)
+    candidate = set(candidates)
     for sid, data in sorted(registry.roots.items()):
+        if sid in quiet:
+            continue  # its record, log and agent.created are there, as the summary says
         if sid not in directories:
             if sid not in gone:
                 report.lost_roots.append(lost_root(data))
             continue
-        if sid in unreadable or sid not in candidates:
+        if sid in unreadable or sid not in candidate:
             continue  # held back, or terminated
         root_facts = facts.get(sid)
         if root_facts is None:  # its log is gone: as lost as a missing directory
@@ -367,6 +385,7 @@ def _register_roots(
     root: RootStores,
     tree: AgentTree,
     live: dict[str, AgentFacts],
+    quiet: QuietAgents,
     registry: RegistryRead,
     report: RecoveryReport,
 ) -> None:
@@ -374,7 +393,8 @@ def _register_roots(
     if registry.problem is not None:
         return  # reported; nothing can be written to it
     for node in tree.roots():
-        created = live[node.session_id].created
+        sid = node.session_id
+        created = quiet.created(sid) if sid in quiet else live[sid].created
         assert created is not None
         if created.get("parent_session_id") is None and node.session_id not in registry.roots:
             root.roots.register(root_entry(node))
@@ -385,28 +405,43 @@ def _build_tree(
     root: RootStores,
     tree: AgentTree,
     live: dict[str, AgentFacts],
+    quiet: QuietAgents,
     records: dict[str, Session],
     facts: dict[str, AgentFacts],
     unreadable: dict[str, Unreadable],
     report: RecoveryReport,
 ) -> None:
-    """Add live agents parents first; cascade terminations that a crash cut short.
+    """Add live agents (the quiet ones too) parents first; cascade terminations that a
+    crash cut short.
 
     A descendant of an unreadable agent is held back with it (added to
     ``unreadable``): where it belongs, and whether a cascade reached it, is in
-    the log that cannot be read.
+    the log that cannot be read. A quiet agent that is held back or terminated is
+    demoted first (see :mod:`substrat.recovery_quiet`): then it is in ``records``,
+    ``facts`` and ``live`` as every other agent.
     """
+
+    def demote(sid: str) -> None:
+        if sid in quiet:
+            records[sid], f = quiet.demote(sid)
+            facts[sid] = live[sid] = f
+
     added: set[str] = set()
-    pending = dict(live)
+    pending: dict[str, dict[str, Any]] = {}
+    for sid, f in live.items():
+        assert f.created is not None
+        pending[sid] = f.created
+    for sid, row in quiet.rows.items():
+        pending[sid] = row[0]
     while pending:
         progressed = False
-        for sid, f in sorted(pending.items()):
-            assert f.created is not None
-            parent_sid = f.created.get("parent_session_id")
+        for sid, created in sorted(pending.items()):
+            parent_sid = created.get("parent_session_id")
             if parent_sid in unreadable:
+                demote(sid)
                 ancestor = unreadable[parent_sid].held_by or parent_sid
                 where = root.store.session_dir(sid)
-                name = str(f.created.get("name"))
+                name = str(created.get("name"))
                 unreadable[sid] = access.held(sid, where, ancestor, then=THEN, name=name)
                 del pending[sid]
                 progressed = True
@@ -419,7 +454,8 @@ def _build_tree(
                     and parent_sid not in live
                 )
                 if parent_dead:
-                    _cascade_terminate(root, sid, f, records[sid], report)
+                    demote(sid)
+                    _cascade_terminate(root, sid, live[sid], records[sid], report)
                     del pending[sid]
                     progressed = True
                     continue
@@ -428,14 +464,16 @@ def _build_tree(
                 report.detached.append(sid)
                 parent_sid = None
             parent = None if parent_sid is None else tree.by_session(parent_sid)
-            _add_node(tree, sid, f, records[sid], parent, report)
+            session = quiet.sessions.get(sid) or records[sid]
+            _add_node(tree, sid, created, session, parent, report)
             added.add(sid)
             del pending[sid]
             progressed = True
         if not progressed:  # a parent cycle can only come from damage: detach one
             sid = sorted(pending)[0]
             report.detached.append(sid)
-            _add_node(tree, sid, pending.pop(sid), records[sid], None, report)
+            session = quiet.sessions.get(sid) or records[sid]
+            _add_node(tree, sid, pending.pop(sid), session, None, report)
             added.add(sid)
 
 
@@ -455,13 +493,11 @@ def _cascade_terminate(
 def _add_node(
     tree: AgentTree,
     sid: str,
-    f: AgentFacts,
+    created: dict[str, Any],
     session: Session,
     parent: AgentNode | None,
     report: RecoveryReport,
 ) -> None:
-    created = f.created
-    assert created is not None
     name = str(created.get("name"))
     parent_id = None if parent is None else parent.agent_id
     # positional: built for every agent at a start (AgentNode's fields, in order)

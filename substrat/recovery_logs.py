@@ -22,11 +22,9 @@ from substrat.access import Unreadable
 from substrat.agents import USER
 from substrat.checkpoints import Checkpoint, StoreRead, line_mismatch, verify
 from substrat.eventlog import (
-    LOG_NAME,
     PENDING_NAME,
     DamageReport,
     Resume,
-    any_suspect,
     is_suspect,
     repair_log,
 )
@@ -47,7 +45,7 @@ from substrat.segments import (
     missing_before_active,
 )
 from substrat.session import SessionStore
-from substrat.start_summary import Summary, facts_of, fingerprint
+from substrat.start_summary import Summary, facts_of
 
 THEN = "restart the daemon"
 """The step after fixing an unreadable agent (see substrat.access)."""
@@ -263,39 +261,15 @@ def _unsealed_to_the_end(
 def _from_summary(
     root: RootStores, summary: Summary, sid: str, report: RecoveryReport
 ) -> AgentFacts | None:
-    """The agent's facts from its start summary entry, if it holds: one ``stat`` of its
-    log gives the fingerprint the entry holds (the log is as it was when the entry was
-    derived from it and its newest checkpoint: it ended where that checkpoint does), and
-    its pending file is what the entry holds (none, as ``os.path.lexists`` says it, or
-    the copy already logged, whose ``lstat`` gives the fingerprint the entry holds). None
-    otherwise (then it is read as always, and the report says its entry
-    was passed over)."""
+    """The agent's facts from its start summary entry, if it holds
+    (:meth:`~substrat.start_summary.Summary.log_holds`). None otherwise (then it is
+    read as always, and the report says its entry was passed over). A quiet agent's
+    entry was taken before this, whole (:mod:`substrat.recovery_quiet`)."""
     entry = summary.agents.pop(sid, None)  # used once: what it holds goes with it
     if entry is None:
         return None
-    # the newest checkpoint's row, as summary.store.newest(sid) would build it (the
-    # summary holds only each endpoint's newest): a Checkpoint per agent was a tenth of
-    # a start, and most agents' is never asked for before they are used again
-    rows = summary.store.rows.get(sid)
     try:
-        row = rows[-1] if rows else None
-        st = summary.stat(sid, LOG_NAME)
-        if (
-            type(row) is not list
-            or len(row) < 9  # what a Checkpoint is built of (see SummarizedStore)
-            or fingerprint(st) != entry[2]  # its size: where the checkpoint ends (see build)
-            or row[1] != 1  # the checkpoint's file_first
-            or (any_suspect() and is_suspect(root.logs.path_text(sid)))
-        ):
-            raise ValueError("its log is not as the entry says")
-        known_pending = entry[4]
-        if known_pending is None:
-            # none may be there: lexists' answer, as _unsealed_to_the_end asks it
-            if summary.exists(sid, PENDING_NAME):
-                raise ValueError("a pending entry")
-        elif fingerprint(summary.stat(sid, PENDING_NAME, follow=False)) != known_pending:
-            # the one already logged that the entry knew, unchanged
-            raise ValueError("a pending entry")
+        st, row = summary.log_holds(sid, entry, root.logs.path_text)
         facts = facts_of(sid, entry[3])
     except (OSError, ValueError, TypeError, IndexError):
         report.summary_passed_over.append(sid)

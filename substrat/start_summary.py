@@ -56,6 +56,7 @@ import binascii
 import os
 import stat
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,7 +75,7 @@ from substrat.checkpoints import (
     read_store,
     store_path,
 )
-from substrat.eventlog import LOG_NAME, PENDING_NAME, decode_line
+from substrat.eventlog import LOG_NAME, PENDING_NAME, any_suspect, decode_line, is_suspect
 from substrat.facts import AgentFacts
 from substrat.session import Session, SessionState
 from substrat.session.store import AGENTS_DIR, RECORD_NAME
@@ -179,6 +180,53 @@ class Summary:
             fd, self._fd = self._fd, None
             os.close(fd)
 
+    def record_holds(self, session_id: str, entry: list[Any]) -> bool:
+        """Whether one ``stat`` of the agent's record gives the fingerprint its entry
+        holds (OSError if it cannot be had): the record is as the entry says."""
+        fd = self._fd
+        if fd is None:
+            fd = self._fd = os.open(self.agents_dir, _DIR_FLAGS)
+        # what self.stat does, inline: a call less for every agent at a start
+        st = os.stat(f"{session_id}{os.sep}{RECORD_NAME}", dir_fd=fd)
+        return entry[0] == fingerprint(st)
+
+    def log_holds(
+        self, session_id: str, entry: list[Any], log_path: Callable[[str], str]
+    ) -> tuple[os.stat_result, list[Any]]:
+        """The ``stat`` of the agent's log and its newest checkpoint's row, if the log and
+        its pending file are as the entry says; ValueError (or OSError, TypeError,
+        IndexError) otherwise. One ``stat`` of the log gives the fingerprint the entry
+        holds (the log is as it was when the entry was derived from it and its newest
+        checkpoint: it ended where that checkpoint does), and its pending file is what
+        the entry holds (none, as ``os.path.lexists`` says it, or the copy already
+        logged, whose ``lstat`` gives the fingerprint the entry holds).
+
+        ``log_path(session_id)``: the log's path, asked only while a failed append of
+        this process waits to be taken back somewhere (:func:`is_suspect`)."""
+        # the newest checkpoint's row, as store.newest(session_id) would build it (the
+        # summary holds only each endpoint's newest): a Checkpoint per agent was a tenth
+        # of a start, and most agents' is never asked for before they are used again
+        rows = self.store.rows.get(session_id)
+        row = rows[-1] if rows else None
+        st = self.stat(session_id, LOG_NAME)
+        if (
+            type(row) is not list
+            or len(row) < 9  # what a Checkpoint is built of (see SummarizedStore)
+            or fingerprint(st) != entry[2]  # its size: where the checkpoint ends (see build)
+            or row[1] != 1  # the checkpoint's file_first
+            or (any_suspect() and is_suspect(log_path(session_id)))
+        ):
+            raise ValueError("its log is not as the entry says")
+        known_pending = entry[4]
+        if known_pending is None:
+            # none may be there: lexists' answer, as _unsealed_to_the_end asks it
+            if self.exists(session_id, PENDING_NAME):
+                raise ValueError("a pending entry")
+        elif fingerprint(self.stat(session_id, PENDING_NAME, follow=False)) != known_pending:
+            # the one already logged that the entry knew, unchanged
+            raise ValueError("a pending entry")
+        return st, row
+
     def record(self, session_id: str, path: str) -> Session | None:
         """The record at ``path`` (the agent's, in ``agents_dir``) if one ``stat`` of it
         gives the fingerprint its entry holds; None otherwise (then it is read)."""
@@ -186,26 +234,26 @@ class Summary:
         if entry is None:
             return None
         try:
-            fd = self._fd
-            if fd is None:
-                fd = self._fd = os.open(self.agents_dir, _DIR_FLAGS)
-            # what self.stat does, inline: a call less for every agent at a start
-            st = os.stat(f"{session_id}{os.sep}{RECORD_NAME}", dir_fd=fd)
-            if entry[0] != fingerprint(st):
+            if not self.record_holds(session_id, entry):
                 return None
-            sid, provider, model, state, blob, state_seq, agent_id, extra = entry[1]
-            return Session(
-                sid,
-                provider,
-                model,
-                _STATES[state],
-                base64.b64decode(blob) if blob else b"",
-                state_seq,
-                agent_id,
-                dict(extra) if extra else {},
-            )
+            return session_of(entry[1])
         except (OSError, ValueError, TypeError, KeyError, binascii.Error):
             return None  # the read says what is wrong
+
+
+def session_of(fields: list[Any]) -> Session:
+    """The record an entry holds (its fields as :func:`_agent` wrote them)."""
+    sid, provider, model, state, blob, state_seq, agent_id, extra = fields
+    return Session(
+        sid,
+        provider,
+        model,
+        _STATES[state],
+        base64.b64decode(blob) if blob else b"",
+        state_seq,
+        agent_id,
+        dict(extra) if extra else {},
+    )
 
 
 # -- writing ------------------------------------------------------------------------------
@@ -266,20 +314,24 @@ def facts_of(session_id: str, stored: Any) -> AgentFacts:
     waiting, open or damaged: every other field empty); ValueError if neither."""
     if type(stored) is dict:
         return AgentFacts.from_dict(session_id, stored)
-    try:
-        created, highest, damaged_after, completed, last_complete_seq = stored
-    except (TypeError, ValueError):
-        raise ValueError("not the facts of a start summary entry") from None
-    if not (  # no generator: a start asks this of every quiet agent
-        type(created) is dict
-        and type(highest) is int
-        and type(damaged_after) is int
-        and type(completed) is int
-        and type(last_complete_seq) is int
-    ):
+    if not quiet_row(stored):
         raise ValueError("not the facts of a start summary entry")
+    created, highest, damaged_after, completed, last_complete_seq = stored
     return AgentFacts.quiet(
         session_id, created, highest, damaged_after, completed, last_complete_seq
+    )
+
+
+def quiet_row(stored: Any) -> bool:
+    """Whether an entry's facts are the row of a quiet agent (see :func:`facts_of`)."""
+    return (  # no generator: a start asks this of every quiet agent
+        type(stored) is list
+        and len(stored) == len(_QUIET_KEPT)
+        and type(stored[0]) is dict
+        and type(stored[1]) is int
+        and type(stored[2]) is int
+        and type(stored[3]) is int
+        and type(stored[4]) is int
     )
 
 
@@ -446,6 +498,8 @@ __all__ = [
     "build",
     "facts_of",
     "load",
+    "quiet_row",
+    "session_of",
     "summary_path",
     "write",
 ]

@@ -32,6 +32,10 @@ READ_CHUNK_BYTES = 64 << 10
 KnownRecord = Callable[[str, str], "Session | None"]
 """``known(session_id, path)``: a record known without reading it, or None."""
 
+Vouch = Callable[[str], bool]
+"""``vouch(session_id)``: True if the caller takes the session whole, record and all,
+from what it knows (a quiet agent of the start summary): the scan leaves it out."""
+
 
 @dataclass(frozen=True)
 class Quarantined:
@@ -209,12 +213,14 @@ class SessionStore:
         quarantine: bool = True,
         known: KnownRecord | None = None,
         trust_markers: bool = False,
+        vouch: Vouch | None = None,
     ) -> ScanResult:
         """Load every record. Never fails on one bad record.
 
         With ``quarantine=False`` nothing on disk changes (for read-only checks).
         ``known(session_id, path)`` may give a record without reading it (the start
-        summary, :mod:`substrat.start_summary`); None reads it.
+        summary, :mod:`substrat.start_summary`); None reads it. A session that
+        ``vouch(session_id)`` takes (see :data:`Vouch`) is in no list of the result.
         With ``trust_markers``, a session with a terminated marker is listed in
         ``terminated`` and its record is not read (for a restart: all it needs of
         a terminated session's record is that it says TERMINATED, and about half
@@ -233,6 +239,8 @@ class SessionStore:
                 result.terminated.append(session_id)
                 continue
             # a string path: a Path per agent was a tenth of a 10,000-agent start
+            if vouch is not None and vouch(session_id):
+                continue
             path = f"{agents_dir}{os.sep}{session_id}{os.sep}{RECORD_NAME}"
             if known is not None:
                 session = known(session_id, path)
@@ -260,13 +268,13 @@ class SessionStore:
                 )
         return result
 
-    def recover(self, known: KnownRecord | None = None) -> ScanResult:
+    def recover(self, known: KnownRecord | None = None, vouch: Vouch | None = None) -> ScanResult:
         """Scan, flip every ACTIVE session to SUSPENDED on disk, and return the scan.
 
         After a crash no provider session is live, so a record that says ACTIVE
         is stale. Running this twice gives the same result.
         """
-        result = self.scan(known=known, trust_markers=True)
+        result = self.scan(known=known, trust_markers=True, vouch=vouch)
         for session in list(result.sessions):
             if session.state is SessionState.ACTIVE:
                 try:

@@ -1,0 +1,114 @@
+"""A start's quiet agents: taken from the start summary in one pass, built when first used.
+
+Most agents of a root restarted after a clean stop are *quiet*: the start summary
+(:mod:`substrat.start_summary`) has an entry for each whose facts are a short row
+(nothing pending, kept, waiting, open or damaged), and whose record says neither
+ACTIVE nor TERMINATED. The scan of the records (:meth:`SessionStore.scan`) offers
+each agent to :meth:`QuietAgents.vouch` before it reads its record: one pass makes
+the three checks the summary asks of an agent's files (its record's ``stat``, its
+log's ``stat``, its pending file: :meth:`~substrat.start_summary.Summary.record_holds`
+and :meth:`~substrat.start_summary.Summary.log_holds`, the checks an agent the
+summary holds but is not quiet passes too) and notes where its log ends. An agent
+that fails any of them is read as always (and its entry is then passed over, as the
+report says).
+
+Recovery's general passes (the reads, the orphans, the roll-forward plan) run over
+the other agents only; a quiet agent joins them in the tree (:func:`recovery._build_tree`,
+its node built from the row as from its facts) and in the counters the orchestrator
+keeps. Its session record is built in the pass (what the orchestrator serves), its
+facts (:class:`~substrat.facts.AgentFacts`) only when recovery needs them
+(:class:`LiveFacts`: a message rolled forward to it) and otherwise never, its
+checkpoint when the checkpointer first asks for it. What is built is what a start
+without the summary builds, field by field (``tests/integration/test_start_lazy.py``).
+An agent that recovery must treat otherwise (held back with an unreadable ancestor,
+terminated in a cascade, or every checkpoint set aside) is *demoted*: its record
+and facts join the general passes' maps, built as the summary has them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from substrat.eventlog import Resume
+from substrat.facts import AgentFacts
+from substrat.logs import LogPool
+from substrat.session import Session
+from substrat.start_summary import Summary, facts_of, quiet_row, session_of
+
+_QUIET_STATES = frozenset({"created", "suspended"})
+"""A record in any other state is read as always: an ACTIVE one is made SUSPENDED on
+disk, a TERMINATED one is no candidate at all."""
+
+
+class QuietAgents:
+    """The quiet agents of one start (see the module docstring)."""
+
+    def __init__(self, summary: Summary | None, logs: LogPool) -> None:
+        self._summary = summary
+        self._logs = logs
+        self.sessions: dict[str, Session] = {}
+        """Session id -> record, for every quiet agent (built in the pass)."""
+        self.rows: dict[str, list[Any]] = {}
+        """Session id -> the entry's facts row (see start_summary.quiet_row)."""
+
+    def vouch(self, sid: str) -> bool:
+        """Take the agent whole if its summary entry is quiet and holds (see the module
+        docstring); False leaves it to the general path, which checks it again."""
+        summary = self._summary
+        assert summary is not None, "no start summary to vouch for an agent"
+        entry = summary.agents.get(sid)
+        if entry is None:
+            return False
+        try:
+            row = entry[3]
+            if entry[1][3] not in _QUIET_STATES or not quiet_row(row):
+                return False
+            if not summary.record_holds(sid, entry):
+                return False
+            st, checkpoint = summary.log_holds(sid, entry, self._logs.path_text)
+            session = session_of(entry[1])
+        except (OSError, ValueError, TypeError, IndexError, KeyError):
+            return False  # the general path checks it again and says what is wrong
+        del summary.agents[sid]  # used: what it holds goes with it
+        self.sessions[sid] = session
+        self.rows[sid] = row
+        self._logs.remember(sid, Resume(st.st_size, checkpoint[0]))
+        return True
+
+    def __contains__(self, sid: object) -> bool:
+        return sid in self.rows
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def created(self, sid: str) -> dict[str, Any]:
+        created: dict[str, Any] = self.rows[sid][0]
+        return created
+
+    def demote(self, sid: str) -> tuple[Session, AgentFacts]:
+        """The agent leaves the quiet ones: its record and its facts, built."""
+        return self.sessions.pop(sid), facts_of(sid, self.rows.pop(sid))
+
+
+class LiveFacts(dict[str, AgentFacts]):
+    """Session id -> facts of every agent in the tree; a quiet agent's are built from its
+    row when first asked for by key (:meth:`dict.items` and :meth:`dict.get` see only
+    those built: no quiet agent has anything to plan, see rollforward.plan's busy set).
+    """
+
+    def __init__(self, built: dict[str, AgentFacts], quiet: dict[str, list[Any]]) -> None:
+        super().__init__(built)
+        self._quiet = quiet
+
+    def __missing__(self, sid: str) -> AgentFacts:
+        facts = self[sid] = facts_of(sid, self._quiet[sid])
+        return facts
+
+    def counters(self, sid: str) -> tuple[int, int]:
+        """The agent's turn counter and last completed seq, without building its facts."""
+        facts = dict.get(self, sid)
+        if facts is not None:
+            return facts.turn_counter, facts.last_complete_seq
+        row = self._quiet[sid]
+        # as AgentFacts.turn_counter has it: highest_turn + damaged_after
+        return row[1] + row[2], row[4]
