@@ -86,6 +86,34 @@ def test_registry_orders_arrivals_across_inboxes() -> None:
     assert len(registry.inbox("b")) == 0  # a dropped endpoint comes back empty
 
 
+def test_an_inbox_delivered_data_holds_what_one_delivered_envelopes_holds() -> None:
+    """A start delivers its messages as their envelopes' data, built when the inbox is
+    first read: every question the inbox answers is answered alike, before and after."""
+    datas = [
+        message("m1").to_dict(),
+        {**message("m2", kind="reply").to_dict(), "reply_to": "m0", "metadata": {"t": "3"}},
+        message("m3").to_dict(),
+    ]
+    eager, lazy = InboxRegistry(), InboxRegistry()
+    for data in datas:
+        assert eager.deliver(MessageEnvelope.from_dict(data))
+        assert lazy.deliver_data(data)
+    assert not lazy.deliver_data(datas[0]) and not lazy.deliver(message("m1"))
+    assert not eager.deliver(message("m1"))
+    one, other = eager.inbox("r"), lazy.inbox("r")
+    assert len(other) == len(one) == 3 and "m2" in other and "m9" not in other
+    other.remove(["m3"])
+    one.remove(["m3"])
+    assert "m3" not in other and len(other) == 2
+    assert other.oldest_pending_order() == one.oldest_pending_order() == 0
+    assert other.all() == one.all() and other.pending() == one.pending()
+    assert [m.metadata for m in other.all()] == [{}, {"t": "3"}]
+    assert other.claim("t1") == one.claim("t1")
+    lazy.deliver(message("m4"))  # a live delivery after the start's: the order goes on
+    eager.deliver(message("m4"))
+    assert other.pending() == one.pending() == [message("m4")]
+
+
 def build_tree() -> AgentTree:
     tree = AgentTree()
     tree.add(node("r1", "alpha"))
