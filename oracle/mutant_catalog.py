@@ -366,7 +366,7 @@ CATALOG: tuple[Mutant, ...] = (
         "a start takes an agent from its start summary entry although a crash left a "
         "pending entry beside its log (never replayed)",
         "start_summary.py",
-        "            if self.exists(session_id, PENDING_NAME):\n",
+        "            if os.access(pending, os.F_OK, dir_fd=fd, follow_symlinks=False):\n",
         "            if False:  # planted: the pending entry is not looked at\n",
     ),
     Mutant(
@@ -375,7 +375,7 @@ CATALOG: tuple[Mutant, ...] = (
         "already logged, without comparing that file's fingerprint: a later crash that "
         "left a new entry in it is not replayed",
         "start_summary.py",
-        "        elif fingerprint(self.stat(session_id, PENDING_NAME, follow=False)) != known_pending:\n",  # noqa: E501
+        "        elif fingerprint(os.lstat(pending, dir_fd=fd)) != known_pending:\n",
         "        elif False:  # planted: the known pending copy is taken as it was\n",
     ),
     Mutant(

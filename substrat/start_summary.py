@@ -149,25 +149,13 @@ class Summary:
     file fingerprint or None]."""
     agents_dir: str = ""
     _fd: int | None = None
-
-    def stat(self, session_id: str, name: str, *, follow: bool = True) -> os.stat_result:
-        """``os.stat`` (``os.lstat`` unless ``follow``) of an agent's file ``name``.
-
-        Through a descriptor of ``agents/`` opened once (:meth:`close` closes it): the
-        path walked per call is two names, not the root's whole path, for the three
-        calls a start makes per agent."""
-        fd = self._fd
-        if fd is None:
-            fd = self._fd = os.open(self.agents_dir, _DIR_FLAGS)
-        relative = f"{session_id}{os.sep}{name}"
-        if follow:
-            return os.stat(relative, dir_fd=fd)
-        return os.lstat(relative, dir_fd=fd)
+    """A descriptor of ``agents/`` opened once (:meth:`close` closes it): the path each
+    of the three calls a start makes per agent walks is two names, not the root's."""
 
     def exists(self, session_id: str, name: str) -> bool:
         """Whether the agent's directory holds an entry ``name`` of any kind (a symlink
         counts, whatever it points to), as :func:`os.path.lexists` says it: False for any
-        error too. Through the same descriptor as :meth:`stat`; an ``lstat`` of a missing
+        error too. Through the descriptor of ``agents/`` (see ``_fd``); an ``lstat`` of a missing
         file, the usual answer here, costs a raised and caught exception (about a
         microsecond an agent at a start)."""
         fd = self._fd
@@ -186,7 +174,6 @@ class Summary:
         fd = self._fd
         if fd is None:
             fd = self._fd = os.open(self.agents_dir, _DIR_FLAGS)
-        # what self.stat does, inline: a call less for every agent at a start
         st = os.stat(f"{session_id}{os.sep}{RECORD_NAME}", dir_fd=fd)
         return entry[0] == fingerprint(st)
 
@@ -208,7 +195,11 @@ class Summary:
         # of a start, and most agents' is never asked for before they are used again
         rows = self.store.rows.get(session_id)
         row = rows[-1] if rows else None
-        st = self.stat(session_id, LOG_NAME)
+        fd = self._fd
+        if fd is None:
+            fd = self._fd = os.open(self.agents_dir, _DIR_FLAGS)
+        # what self.exists does, inline: a call less for every agent at a start
+        st = os.stat(f"{session_id}{os.sep}{LOG_NAME}", dir_fd=fd)
         if (
             type(row) is not list
             or len(row) < 9  # what a Checkpoint is built of (see SummarizedStore)
@@ -218,11 +209,12 @@ class Summary:
         ):
             raise ValueError("its log is not as the entry says")
         known_pending = entry[4]
+        pending = f"{session_id}{os.sep}{PENDING_NAME}"
         if known_pending is None:
-            # none may be there: lexists' answer, as _unsealed_to_the_end asks it
-            if self.exists(session_id, PENDING_NAME):
+            # none may be there: lexists' answer (see exists), as _unsealed_to_the_end asks
+            if os.access(pending, os.F_OK, dir_fd=fd, follow_symlinks=False):
                 raise ValueError("a pending entry")
-        elif fingerprint(self.stat(session_id, PENDING_NAME, follow=False)) != known_pending:
+        elif fingerprint(os.lstat(pending, dir_fd=fd)) != known_pending:
             # the one already logged that the entry knew, unchanged
             raise ValueError("a pending entry")
         return st, row
