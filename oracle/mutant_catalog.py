@@ -396,6 +396,15 @@ CATALOG: tuple[Mutant, ...] = (
         "        if line_mismatch(at, line) is not None:  # planted: the tail is not looked at\n",
     ),
     Mutant(
+        "summary_quiet_kept_when_set_aside",
+        "a start that sets every checkpoint aside (another log lost entries) keeps the quiet "
+        "agents it took whole from the start summary, whose facts come from their "
+        "checkpoints, instead of reading their logs in full",
+        "recovery.py",
+        "        for sid in list(quiet.rows):  # read as every other log, from their records on\n",
+        "        for sid in []:  # planted: the quiet agents keep their checkpoints' facts\n",
+    ),
+    Mutant(
         "segment_removed_before_archive_durable",
         "archiving removes the plain segment before its compressed copy is durable",
         "segments.py",

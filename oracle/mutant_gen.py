@@ -56,6 +56,7 @@ REPAIR_STEPS = frozenset(
         "terminate_now",
         "_cascade_terminate",
         "deliver",
+        "deliver_data",
         "_cut_back_suspect_tail",
         "_take_back",
         "_unlink_quietly",

@@ -73,6 +73,7 @@ from oracle.mutant_report import (
 DEFAULT_TESTS = (
     "tests/stress/test_persistence_fuzz.py",
     "tests/integration/test_start_summary.py",  # the start summary's checks (a few seconds)
+    "tests/integration/test_start_quiet.py",  # its quiet agents demoted (a few seconds)
     "tests/stress",
 )
 SYSTEMATIC_TESTS = (

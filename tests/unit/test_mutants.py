@@ -176,7 +176,7 @@ def test_systematic_sites_cover_fsyncs_log_writes_and_repair_steps() -> None:
         "scheduler.py:TurnScheduler.run:log.log(events.TURN_FAILED)#1",
         "restore.py:apply:host.logs.get().log(events.TURN_FAILED)#1",
         "recovery.py:_cascade_terminate:root.logs.get().log(events.AGENT_TERMINATED)#1",
-        "restore.py:apply:host.inboxes.deliver(message)#1",
+        "restore.py:apply:inboxes.deliver_data(data)#1",
         "eventlog.py:EventLog._open:os.ftruncate(fd)#1",
     ):
         assert expected in names, expected
