@@ -360,6 +360,8 @@ def _inspect_log(path: Path, report: FsckReport, *, turns: bool = False, live: b
                     f"{item.length}-byte partial last line",
                     repair="truncate after the last valid line",
                 )
+        elif item.kind == "missing_segment":
+            continue  # reported by inspect_segments (damage for good: a whole segment lost)
         elif item.missing is not None:
             gaps.setdefault(item.file, []).append(item.missing)
         elif item.kind == DAMAGED_ARCHIVE:
@@ -370,7 +372,7 @@ def _inspect_log(path: Path, report: FsckReport, *, turns: bool = False, live: b
                 f"its compressed data does not read to the end ({item.excerpt}): the entries "
                 "after the damage are lost; restore it from a backup if there is one",
             )
-        elif item.kind != "missing_segment":  # reported by inspect_segments
+        else:
             lines.setdefault(item.file, {}).setdefault(item.kind, []).append(item.line_no)
     for file, missing in sorted(gaps.items()):
         _report_gaps(report, path, file, missing, live=live)

@@ -98,3 +98,24 @@ def test_substrat_log_says_which_entries_are_missing(tmp_path: Path) -> None:
         cli(root, "daemon", "stop")
     assert shown.returncode == 0, shown.stderr
     assert f"entries {newest.first}-{newest.last} of solo's log are missing" in shown.stdout
+
+
+async def _unsealed_turns(root: Path, prompts: list[str]) -> None:
+    orch = await Orchestrator.open(root, checkpoints=CheckpointPolicy())  # seals nothing here
+    for prompt in prompts:
+        await orch.run_turn("solo", prompt)
+    await orch.close()
+
+
+def test_a_segment_removed_before_a_written_active_file_stays_damage(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    run(_turns(root, [f"turn {i} " + "padding " * 20 for i in range(12)]))
+    run(_unsealed_turns(root, ["in the active file"]))
+    log = agent_dirs(root)["solo"] / "events.jsonl"
+    assert log.stat().st_size > 0
+    newest = list_sealed(log)[-1]
+    newest.path.unlink()
+    for _ in range(2):  # before and after a start and a clean stop (new checkpoints)
+        found = [f for f in fsck.check(root).findings if f.kind in ("missing_segment", "seq_gap")]
+        assert [(f.kind, f.severity) for f in found] == [("missing_segment", "damage")], found
+        run(_unsealed_turns(root, ["after"]))
