@@ -164,6 +164,16 @@ class AgentFacts:
             self.open_turns = {f"t{number}": ""}
 
     @property
+    def lost_turn_with_doubt(self) -> dict[str, Any] | None:
+        """:attr:`lost_turn`, marked ``record_damaged`` when damaged lines follow its start:
+        its ``turn.complete`` may be one of them, so it may have completed, its effects
+        applied (a damaged line costs that line; what it said is not known)."""
+        lost = self.lost_turn
+        if lost is None or not self.damaged_after:
+            return lost
+        return {**lost, "record_damaged": True}
+
+    @property
     def lost_turn(self) -> dict[str, Any] | None:
         if not self.open_turns:
             return None

@@ -89,6 +89,13 @@ def lost_turn_notice(lost: dict[str, Any]) -> str:
     prompt = str(lost.get("prompt", ""))
     if len(prompt) > _NOTICE_PROMPT_CHARS:
         prompt = prompt[:_NOTICE_PROMPT_CHARS] + "..."
+    if lost.get("record_damaged"):  # its end may be the damaged line: nothing is certain
+        return (
+            f"[substrat: the daemon restarted. Your turn {lost.get('turn_id')} (prompt: "
+            f"{prompt!r}) has no intact record of how it ended: a damaged log line follows its "
+            "start, so it may have completed and some of its tool calls may have taken "
+            "effect. Check before repeating them.]\n"
+        )
     return (
         f"[substrat: the daemon restarted. Your turn {lost.get('turn_id')} (prompt: {prompt!r}) "
         "was lost in flight: none of its tool calls took effect.]\n"

@@ -22,6 +22,10 @@ from substrat.recovery import Recovered, RecoveryReport
 from substrat.session import Session
 
 LOST_IN_FLIGHT = "lost in flight: the daemon stopped mid-turn"
+OUTCOME_UNKNOWN = (
+    "outcome unknown: a damaged log line follows its start (its turn.complete may be that "
+    "line, so it may have completed and its tool calls taken effect)"
+)
 
 
 class Host(Protocol):
@@ -89,7 +93,12 @@ def apply(host: Host, recovered: Recovered) -> RecoveryReport:
                 # Closed durably, so the next start does not report it again; the
                 # agent is still told at its next turn (node.lost_turn).
                 host.logs.get(node.session_id).log(
-                    events.TURN_FAILED, {**lost, "error": LOST_IN_FLIGHT, "lost": True}
+                    events.TURN_FAILED,
+                    {
+                        **lost,
+                        "error": OUTCOME_UNKNOWN if lost.get("record_damaged") else LOST_IN_FLIGHT,
+                        "lost": True,
+                    },
                 )
                 report.lost_turns.append({"agent_id": node.agent_id, **lost})
             node.lost_turn = lost or plan.notices.get(node.session_id)

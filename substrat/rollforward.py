@@ -127,7 +127,7 @@ def plan(
         if not (f.open_turns or f.lost_notice is not None or f.waiting or f.committed):
             continue
         if f.lost_turn is not None:
-            out.lost[f.session_id] = f.lost_turn
+            out.lost[f.session_id] = f.lost_turn_with_doubt
         elif f.lost_notice is not None:
             out.notices[f.session_id] = f.lost_notice
         if f.waiting or f.committed:

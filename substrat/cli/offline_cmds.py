@@ -202,6 +202,11 @@ def _print_plan(opts: Opts, plan: dict[str, Any]) -> None:
             if last
             else "-",
             f"[red]{esc(lost.get('turn_id'))}: {esc(render.excerpt(lost.get('prompt', ''), 40))}[/]"
+            + (
+                " [dim](outcome unknown: a damaged line follows it)[/]"
+                if lost.get("record_damaged")
+                else ""
+            )
             if lost
             else "-",
             str(len(a.get("to_redeliver") or [])),

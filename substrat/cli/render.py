@@ -243,9 +243,11 @@ def recovery_lines(notice: dict[str, Any] | None, names: dict[str, str] | None =
     )
     for lost in report.get("lost_turns", []):
         who = endpoint(lost.get("agent_id"), names)
+        what = "outcome unknown" if lost.get("record_damaged") else "lost in flight"
         lines.append(
-            f"[red]lost in flight:[/] {esc(who)} turn {esc(lost.get('turn_id'))} "
+            f"[red]{what}:[/] {esc(who)} turn {esc(lost.get('turn_id'))} "
             f"(prompt: {esc(excerpt(lost.get('prompt', ''), 40))})"
+            + (" [dim](a damaged line follows its start)[/]" if lost.get("record_damaged") else "")
         )
     for key, label in (
         ("redelivered", "messages redelivered"),

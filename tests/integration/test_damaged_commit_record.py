@@ -1,0 +1,77 @@
+"""A turn whose ``turn.complete`` line is damaged: recovery must not say it did not happen.
+
+The commit record is the line that says a turn completed; once it is durable
+the turn's effects are applied (here: a message in another agent's log). If
+that line is damaged afterwards, the log shows the turn started and never
+ended, which is also what a crash mid-turn leaves. Recovery closes it either
+way (a damaged line costs that line), but it must not tell the agent that none
+of its tool calls took effect: a damaged line follows the start, so the turn
+may have completed.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from substrat import events, recovery
+from substrat.checkpointer import CheckpointPolicy
+from substrat.checkpoints import CHECKPOINTS_DIR
+from substrat.eventlog import read_log
+from substrat.orchestrator import Orchestrator
+from substrat.recovery import lost_turn_notice
+from substrat.restore import LOST_IN_FLIGHT, OUTCOME_UNKNOWN
+from tests.integration.test_checkpoints import agent_dirs, run
+
+OFF = CheckpointPolicy.off()
+
+
+async def _build(root: Path) -> None:
+    orch = await Orchestrator.open(root, checkpoints=OFF)
+    await orch.create_root("lead", "You coordinate.")
+    await orch.run_turn("lead", "@spawn scout worker")
+    await orch.run_turn("lead", "Effectful.\n@send scout map the ridge")
+    await orch.close()
+
+
+def _damage_the_last_commit(log: Path) -> None:
+    lines = log.read_bytes().splitlines(keepends=True)
+    last = max(i for i, line in enumerate(lines) if b'"turn.complete"' in line)
+    lines[last] = lines[last].replace(b"digest", b"DIGEST", 1)  # same length, bad CRC
+    log.write_bytes(b"".join(lines))
+
+
+def test_a_damaged_commit_record_makes_the_outcome_unknown_not_lost(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    run(_build(root))
+    log = agent_dirs(root)["lead"] / "events.jsonl"
+    _damage_the_last_commit(log)
+    shutil.rmtree(root / CHECKPOINTS_DIR, ignore_errors=True)  # read the log, not a summary
+
+    plan = recovery.analyze(root)
+    lost = next(a for a in plan.agents if a.path == "lead").lost_turn
+    assert lost is not None and lost["turn_id"] == "t2" and lost.get("record_damaged"), lost
+    notice = lost_turn_notice(lost)
+    assert "may have completed" in notice and "none of its tool calls" not in notice
+
+    async def start() -> None:
+        orch = await Orchestrator.open(root, checkpoints=OFF)
+        await orch.close()
+
+    run(start())
+    failed = [e for e in read_log(log).entries if e["event"] == events.TURN_FAILED]
+    assert [e["data"]["error"] for e in failed] == [OUTCOME_UNKNOWN], failed
+    assert OUTCOME_UNKNOWN != LOST_IN_FLIGHT
+
+
+def test_a_turn_cut_with_no_damage_after_it_is_lost_in_flight(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    run(_build(root))
+    log = agent_dirs(root)["lead"] / "events.jsonl"
+    lines = log.read_bytes().splitlines(keepends=True)
+    last = max(i for i, line in enumerate(lines) if b'"turn.complete"' in line)
+    log.write_bytes(b"".join(lines[:last]))  # a crash before the commit: nothing after it
+    shutil.rmtree(root / CHECKPOINTS_DIR, ignore_errors=True)
+    lost = next(a for a in recovery.analyze(root).agents if a.path == "lead").lost_turn
+    assert lost is not None and not lost.get("record_damaged")
+    assert "none of its tool calls took effect" in lost_turn_notice(lost)
