@@ -465,7 +465,10 @@ def load(root: str | os.PathLike[str]) -> tuple[Summary | None, str | None]:
     except OSError:
         store_fp = None
     if store_fp is None or data.get("store") != store_fp:
-        return None, f"{path} {STALE} (the checkpoint store changed since it was written)"
+        return None, (
+            f"{path} {STALE} (the checkpoint store is not the file it was written for: "
+            "changed since, or copied or restored, which gives it a new inode)"
+        )
     rows: dict[str, list[list[Any]]] = {}
     agents: dict[str, list[Any]] = {}
     try:

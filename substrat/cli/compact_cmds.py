@@ -48,8 +48,9 @@ def compact(opts: Opts, dry_run: bool, segment_bytes: int | None, policy: str) -
     SUBSTRAT_COMPACTION). --dry-run reads only: per log, its segments, its
     newest checkpoint and what compacting would do with what is checkpointed
     now (compacting checkpoints every log first, so it may do more). Deleted
-    entries are gone from `substrat log` (it says which); conversations and
-    recovery keep what they need in the log's base.
+    entries' turns are still shown by `substrat log` (from the log's base, which
+    keeps what conversations and recovery need; it says which entries were
+    deleted); their other events are gone.
     """
     from substrat import compaction
 
