@@ -36,8 +36,9 @@ from typing import Any
 
 import pytest
 
-from substrat.client import Client, DaemonProcess
+from substrat.client import Client
 from substrat.errors import DaemonError, RpcError
+from tests.support.daemon_forks import DaemonForks, ForkedDaemon
 
 MARKER = re.compile(r"^op:(w\d+):(\d+)$", re.MULTILINE)
 READ_LIMIT = 10_000
@@ -321,6 +322,7 @@ def snapshot(root: Path) -> dict[str, Any]:
 
 MIN_ACKS_PER_CYCLE = 5
 MAX_CYCLE_S = 30.0
+MIN_RUN_S = 0.05
 
 
 def run_campaign(
@@ -331,10 +333,19 @@ def run_campaign(
     ledger = AckLedger()
     stats = CampaignStats()
     began = time.monotonic()
-    daemon: DaemonProcess | None = None
+    daemon: ForkedDaemon | None = None
+    forks = DaemonForks()  # each start a fork of one import (tests/support/daemon_forks.py)
+    # Each cycle's pause before the kill is drawn from its own 1/cycles of the range, the
+    # parts in a shuffled order: each pause is still uniform over the whole range, but a
+    # campaign's pauses add up to about the same, and with them its CPU (mostly the load
+    # they let run; independent draws made one five-cycle item twice another).
+    parts = list(range(cycles))
+    rng.shuffle(parts)
+    width = (max_run_s - MIN_RUN_S) / cycles
+    pauses = [MIN_RUN_S + (part + rng.random()) * width for part in parts]
     try:
         for cycle in range(cycles):
-            daemon = DaemonProcess(root)
+            daemon = ForkedDaemon(forks, root)
             try:
                 daemon.start(timeout_s=30)
             except DaemonError as exc:
@@ -360,7 +371,7 @@ def run_campaign(
             enough = ledger.acked + MIN_ACKS_PER_CYCLE
             for worker in crew:
                 worker.start()
-            time.sleep(rng.uniform(0.05, max_run_s))
+            time.sleep(pauses[cycle])
             # On a loaded machine the random pause may be over before any work is done:
             # kill only once the cycle has something to lose (the kill point stays random).
             deadline = time.monotonic() + MAX_CYCLE_S
@@ -374,13 +385,14 @@ def run_campaign(
                     raise worker.error
             stats.cycles += 1
         else:
-            daemon = DaemonProcess(root).start(timeout_s=30)
+            daemon = ForkedDaemon(forks, root).start(timeout_s=30)
             problems = ledger.verify_and_resolve(snapshot(root))
             stats.problems += [f"final: {p}" for p in problems]
             stats.agents_at_end = len(ledger.live())
     finally:
         if daemon is not None:
             daemon.kill()
+        forks.close()
     stats.acked = ledger.acked
     stats.refused = ledger.refused
     stats.in_flight_applied = ledger.resolved_applied

@@ -1,0 +1,49 @@
+"""The SIGKILL campaign's forked daemons (tests/support/daemon_forks.py) are real daemons:
+each answers as its own process, dies at a SIGKILL without a clean shutdown, and a start
+that fails says so."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from substrat.client import Client
+from substrat.daemon import EXIT_LOCKED
+from substrat.errors import DaemonStartError
+from tests.support.daemon_forks import DaemonForks, ForkedDaemon
+
+
+def test_a_forked_daemon_serves_dies_at_sigkill_and_its_restart_sees_the_crash(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "root"
+    with DaemonForks() as forks:
+        first = ForkedDaemon(forks, root).start(timeout_s=30)
+        assert first.pid is not None and first.pid not in (os.getpid(), forks.proc.pid)
+        with Client(root) as client:
+            assert client.call("ping")["pid"] == first.pid
+            agent = client.call("agent.create", {"name": "kept", "provider": "scripted"})
+        first.kill()
+        assert first.status == -9
+        second = ForkedDaemon(forks, root).start(timeout_s=30)
+        try:
+            with Client(root) as client:
+                assert client.call("daemon.status")["last_recovery"]["previous_shutdown"] == (
+                    "unclean"
+                )
+                assert [a["agent_id"] for a in client.call("agent.list")] == [agent["agent_id"]]
+        finally:
+            second.kill()
+
+
+def test_a_forked_start_that_fails_says_how(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    with DaemonForks() as forks:
+        holder = ForkedDaemon(forks, root).start(timeout_s=30)
+        try:
+            with pytest.raises(DaemonStartError, match=f"exited with status {EXIT_LOCKED}"):
+                ForkedDaemon(forks, root).start(timeout_s=30)
+        finally:
+            holder.kill()
