@@ -27,14 +27,14 @@ PROFILES = ("posix", "ext4-ordered", "lazyfs")
 SHARES = {
     "roots": 1,
     "children": 3,
-    "messages both ways": 2,
+    "messages both ways": 3,
     "stranded reply": 2,
     "broadcast": 3,
-    "evictions": 2,
-    "terminations": 3,
-    "checkpoints and compaction": 5,
-    "checkpoints and deletion": 8,
-    "checkpoints and the start summary": 4,
+    "evictions": 3,
+    "terminations": 5,
+    "checkpoints and compaction": 8,
+    "checkpoints and deletion": 12,
+    "checkpoints and the start summary": 5,
 }
 """Items each scripted sweep runs as (each item on every profile). Since each share runs
 its scenario once (oracle.sweep captures every boundary of it), the lazyfs sweeps (the
