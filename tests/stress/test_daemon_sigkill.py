@@ -3,9 +3,11 @@
 The campaign (workload, ledger, checks) lives in
 tests/integration/test_daemon_crash_campaign.py, whose short run is in the default
 tests; this is the long one, as ten items of five cycles, each on its own root
-with its own seed, so ``pytest -n N`` spreads it: under the ci profile an item
-costs 1.6-2.9 CPU s, about 1/64 of the campaign (with five items of ten it was
-2.8-7.1). Not finer: a root needs a history of several kills. The catalog's
+with its own seed, so ``pytest -n N`` spreads it (with five items of ten an item
+cost 2.8-7.1 CPU s). Its restarts are forked off one interpreter that imported the
+daemon, and an item's pauses before its kills are drawn in strata, so they add up to
+about the same (docs/benchmarks.md, the twelfth pass). Not finer: a root needs a
+history of several kills. The catalog's
 ``no_cascade_on_recovery`` (a cut-short cascade left unfinished) was killed by
 these ten items (twice of two runs) and by the five of ten cycles (at a root's
 fourth kill), and survived a run of 25 items of two cycles.
