@@ -45,7 +45,13 @@ and deletion checked 2,737-2,756 distinct states for 7.6-8.7 CPU s in all. So th
 splits stay. With the three profiles in one item, five shares of checkpoints and deletion
 cost 2.2-2.9 CPU s each under ``ci``, over 1/64 of that campaign's 140 CPU s; eight
 cost 1.1-2.0 each, 11.7-12.2 in all against 13.1 (docs/benchmarks.md, the eighth pass).
-Children in three shares, not two: 0.8-1.4 CPU s each against 2.3 and 3.3 (ci, load 4-5)."""
+Children in three shares, not two: 0.8-1.4 CPU s each against 2.3 and 3.3 (ci, load 4-5).
+Twelve of checkpoints and deletion, eight of compaction, five of terminations and of the
+start summary, three of messages both ways and of evictions: under ``ci`` their eighths,
+fifths, thirds and halves cost up to 2.4, 2.1, 2.2 and 1.8 CPU s of a 133 CPU s campaign
+(1/64: 2.1); more shares cost next to nothing except for compaction, whose neighbouring
+boundaries share many states (8 shares: 12.8 CPU s in all against 9.2 for 5, the twelfth
+pass)."""
 OPENAI_SHARES = {"children": 1, "messages both ways": 1, "stranded reply": 1}
 """The same for the OpenAI sweeps: unsplit they cost 13.5, 12.8 and 7.1 CPU s when the
 scenario was re-run to each boundary (hence 8, 8 and 4 shares then); captured once, all

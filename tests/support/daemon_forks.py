@@ -1,13 +1,13 @@
 """Real daemons forked off one interpreter that has imported the daemon already.
 
 The SIGKILL campaign (tests/integration/test_daemon_crash_campaign.py) restarts the
-daemon after every kill. A fresh ``python -m substrat.daemon`` spends about 0.1 CPU s
-importing the daemon before recovery begins (0.12-0.14 of a start's 0.13-0.20, Python
-3.11 with bytecode), so six starts were most of a five-kill item. Forked off a process
-that imported it, a daemon starts at about 0.03 CPU s; what the campaign tests (what a
-SIGKILL leaves on disk, and the restart's recovery of it) runs unchanged, in a process of
-its own that is killed as before. The entry point ``python -m substrat.daemon`` is started
-by most of the other daemon tests.
+daemon after every kill. A fresh ``python -m substrat.daemon`` takes 0.12-0.13 CPU s to
+answer on an empty root (Python 3.11, with bytecode), most of it importing the daemon, so
+a five-kill item's six starts were most of its CPU. Forked off a process that imported
+it, a daemon answers after 0.01-0.03 CPU s; what the campaign tests (what a SIGKILL
+leaves on disk, and the restart's recovery of it) runs unchanged, in a process of its own
+that is killed as before. The entry point ``python -m substrat.daemon`` is what the other
+daemon tests start.
 """
 
 from __future__ import annotations
