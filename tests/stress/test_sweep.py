@@ -49,9 +49,8 @@ Children in three shares, not two: 0.8-1.4 CPU s each against 2.3 and 3.3 (ci, l
 Twelve of checkpoints and deletion, eight of compaction, five of terminations and of the
 start summary, three of messages both ways and of evictions: under ``ci`` their eighths,
 fifths, thirds and halves cost up to 2.4, 2.1, 2.2 and 1.8 CPU s of a 133 CPU s campaign
-(1/64: 2.1); more shares cost next to nothing except for compaction, whose neighbouring
-boundaries share many states (8 shares: 12.8 CPU s in all against 9.2 for 5, the twelfth
-pass)."""
+(1/64: 2.1). The sweeps' totals moved no more than the load did (compaction 8.7-11.5 CPU s
+in eight shares at load 5-8, 9.2 in five at load 2-4; docs/benchmarks.md, the twelfth pass)."""
 OPENAI_SHARES = {"children": 1, "messages both ways": 1, "stranded reply": 1}
 """The same for the OpenAI sweeps: unsplit they cost 13.5, 12.8 and 7.1 CPU s when the
 scenario was re-run to each boundary (hence 8, 8 and 4 shares then); captured once, all
