@@ -11,7 +11,10 @@ with its own commit code (:mod:`substrat.restore`).
    session survives a crash); corrupt records are quarantined. A record that
    cannot be read at all (EACCES, EIO) is left alone: that agent is held back
    (see step 7). The record of a session with a terminated marker
-   (``terminated/<id>``) is not read: the marker stands for it.
+   (``terminated/<id>``) is not read: the marker stands for it. A quiet agent
+   of the start summary is taken whole in the same pass, its files checked
+   (:mod:`substrat.recovery_quiet`): the steps below see it only in the tree and
+   the turn counters, unless it has to be treated otherwise (then it is demoted).
 2. Every live session's log is repaired (a torn tail cut, a pending entry
    replayed) and distilled into :class:`~substrat.facts.AgentFacts` in the
    same single read, or read from its newest checkpoint that holds
