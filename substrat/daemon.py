@@ -46,7 +46,7 @@ from substrat import __version__, start_summary
 from substrat.checkpointer import CheckpointPolicy
 from substrat.errors import AgentBusyError, RootError, RootLockedError, SubstratError
 from substrat.eventlog import utc_now_iso
-from substrat.rootdir import check_user_log, prepare_root
+from substrat.rootdir import check_user_log, prepare_root, user_log_failure
 from substrat.rpc.lock import RootLock
 from substrat.rpc.methods import build_methods
 from substrat.rpc.server import Limits, RpcServer
@@ -450,6 +450,13 @@ def main(argv: list[str] | None = None) -> int:
     except SubstratError as exc:
         log.error("cannot start: %s", exc)
         return EXIT_FAILED
+    except OSError as exc:
+        why = user_log_failure(config.root, exc)  # EIO on the inbox: no check foresees it
+        if why is None:
+            log.exception("daemon failed")
+            return EXIT_FAILED
+        log.error("cannot start: %s", why)
+        return EXIT_USAGE
     except Exception:
         log.exception("daemon failed")
         return EXIT_FAILED

@@ -35,7 +35,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from substrat import __version__, paths, persistence
+from substrat import __version__, access, paths, persistence
 from substrat.errors import NotARootError, RootPermissionError, RootUnusableError
 from substrat.rpc import lock
 from substrat.rpc.transport import SOCKET_NAME
@@ -363,6 +363,16 @@ def check_user_log(root: Path) -> None:
                 f"(permission denied); give uid {uid} access (`chown -R {uid} {path.parent} "
                 f"&& chmod -R u+rwX {path.parent}`), then start the daemon again"
             )
+
+
+def user_log_failure(root: Path, exc: OSError) -> str | None:
+    """What to say of ``exc`` if it came from the user's inbox (``user/``: an EIO that
+    :func:`check_user_log` could not foresee), else None."""
+    inbox = root / "user"
+    if exc.filename is None or not os.fspath(exc.filename).startswith(f"{inbox}{os.sep}"):
+        return None
+    item = access.unreadable("user", exc.filename, exc, then="start the daemon again")
+    return f"cannot serve {root}: the user's inbox failed: {item.error}; {item.what_to_do}"
 
 
 def _check_owner_and_access(path: Path) -> int:

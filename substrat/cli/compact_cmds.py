@@ -50,7 +50,8 @@ def compact(opts: Opts, dry_run: bool, segment_bytes: int | None, policy: str) -
     now (compacting checkpoints every log first, so it may do more). Deleted
     entries' turns are still shown by `substrat log` (from the log's base, which
     keeps what conversations and recovery need; it says which entries were
-    deleted); their other events are gone.
+    deleted); their other events are gone. An unreadable log is named with what to
+    do (exit 1).
     """
     from substrat import compaction
 

@@ -312,3 +312,28 @@ def test_a_mode_000_root_gets_one_line_saying_the_chmod(
     finally:
         root.chmod(0o700)
     assert f"`chmod 700 {root}`" in line and "Usage" not in line, line
+
+
+def test_eio_on_the_user_inbox_stops_the_daemon_with_one_line(
+    root: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """EIO cannot be made with real files here: the user's log read is made to fail
+    with it (in process, the daemon's own main)."""
+    import errno
+
+    from substrat import daemon, recovery
+
+    asyncio.run(_with_user_messages(root))
+    user_log = root / "user" / "events.jsonl"
+
+    def failing(*_: object) -> None:
+        raise OSError(errno.EIO, os.strerror(errno.EIO), str(user_log))
+
+    monkeypatch.setattr(recovery, "read_user", failing)
+    with caplog.at_level("ERROR", logger="substrat.daemon"):
+        code = daemon.main(["--root", str(root)])
+    assert code == 2
+    (record,) = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert record.exc_info is None, "one line, no traceback"
+    assert "user's inbox failed: Input/output error (EIO)" in record.getMessage()
+    assert "check the device" in record.getMessage()
