@@ -405,7 +405,12 @@ def _report_gaps(
     the log at a start (a terminated agent's, the registry's).
     """
     count = sum(last - first + 1 for first, last in missing)
-    what = f"{describe_gaps(missing)} (removed whole, or quarantined by an earlier fsck --repair)"
+    cause = (
+        "lost with the archive's damaged end"
+        if any(f.kind == DAMAGED_ARCHIVE and f.path.endswith(f"/{file}") for f in report.findings)
+        else "removed whole, or quarantined by an earlier fsck --repair"
+    )
+    what = f"{describe_gaps(missing)} ({cause})"
     them = "it" if count == 1 else "them"
     where = path.with_name(file) if file else path
     covered = fsck_checkpoints.covered_through(Path(report.root), path) if live else 0

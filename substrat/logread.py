@@ -359,6 +359,10 @@ def _note_archive_damage(handle: object, damage: DamageReport, segment: Segment)
     the entries after the damage are lost, and the span check has reported them missing."""
     why = archive_damage(handle)
     if why is not None:
+        # the partial line the damage cut is this damage, not a torn tail to truncate
+        damage.items[:] = [
+            d for d in damage.items if d.kind != "torn_tail" or d.file != segment.name
+        ]
         damage.add(DAMAGED_ARCHIVE, 0, why.encode(), 0, segment.name)
 
 

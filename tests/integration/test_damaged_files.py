@@ -85,6 +85,12 @@ def test_a_truncated_archive_costs_its_tail_only(root: Path, daemons: list[Path]
     found = [f for f in _findings(checked) if f["kind"] == "damaged_archive"]
     assert [f["path"] for f in found] == [f"agents/{sid}/{victim.name}"], _findings(checked)
     assert found[0]["severity"] == "damage" and "backup" in found[0]["detail"]
+    assert {f["kind"] for f in _findings(checked)} <= {
+        "damaged_archive",
+        "seq_gap",
+        "checkpoint_mismatch",
+        "start_summary_stale",
+    }, "the line the cut split is the archive's damage, not a torn tail"
     plain = roots.cli(root, "fsck", as_json=False)
     assert plain.returncode == 1 and "damaged_archive" in plain.stdout, plain.stderr
     assert "Aborted" not in plain.stderr
