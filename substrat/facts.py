@@ -281,6 +281,28 @@ class AgentFacts:
             self.highest_turn = max(self.highest_turn, ceiling.highest)
             self.damaged_after = ceiling.damaged_after
 
+    def count_missing(
+        self, path: str | os.PathLike[str], damage: DamageReport, start: Position | None = None
+    ) -> None:
+        """Count the entries missing whole from the log (``damage``'s gaps: segments or
+        lines removed, an archive's damaged end, the segments before where the start
+        record says the active file starts) into the turn counter, those after the last
+        readable line that names a turn: each may have been a turn's start, and no later
+        line names a higher turn to bound the counter. Ids may skip after damage; they
+        never repeat. (A further read of the log from ``start``, only when entries are
+        missing.)"""
+        gaps = damage.gaps()
+        if not gaps:
+            return
+        last = 0  # the seq of the last readable line naming a turn, after ``start``
+        for _, _, raw in raw_lines(path, start):
+            if not raw.endswith(b"\n"):
+                continue  # a cut line (a damaged archive's end): nothing it names counts
+            decoded = decode_line(raw[:-1])
+            if not isinstance(decoded, str) and names_turn(decoded) is not None:
+                last = int(decoded["seq"])
+        self.damaged_after += sum(b - a + 1 for a, b in gaps if a > last)
+
     # -- checkpoints ------------------------------------------------------------
 
     def forget(self, settled: Mapping[str, int], *, strict: bool) -> None:

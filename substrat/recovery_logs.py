@@ -153,17 +153,12 @@ def _read_log(root: RootStores, endpoint: str, path: Path, report: RecoveryRepor
             facts.add_all(batch)
     if hole is not None:
         damage.add_gap(*hole, START_NAME)
-    turns_before_active = facts.highest_turn
     opened = repair_log(path, facts.add_all, resume, (sealed, first_active, names))
     kept = opened.kept_damage()
     damage.items.extend(kept.items)
     damage.unknown_events.extend(kept.unknown_events)
     facts.count_damage(path, damage, start, carried)
-    if hole is not None and facts.highest_turn == turns_before_active:
-        # No readable line after the hole names a turn (each would name a higher one):
-        # every lost entry may have started one, so the counter skips that many ids
-        # rather than hand out again one that the lost entries used.
-        facts.damaged_after += hole[1] - hole[0] + 1
+    facts.count_missing(path, damage, start)
     cut_starts = [
         item.started_turn
         for item in opened.damage.items

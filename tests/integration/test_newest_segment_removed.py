@@ -11,12 +11,14 @@ damage, for good), and the next entry and turn go on past them.
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 
 import pytest
 
 from substrat import fsck
 from substrat.checkpointer import CheckpointPolicy
+from substrat.checkpoints import CHECKPOINTS_DIR
 from substrat.conversation import conversation_and_gaps
 from substrat.eventlog import read_log
 from substrat.orchestrator import Orchestrator
@@ -119,3 +121,38 @@ def test_a_segment_removed_before_a_written_active_file_stays_damage(tmp_path: P
         found = [f for f in fsck.check(root).findings if f.kind in ("missing_segment", "seq_gap")]
         assert [(f.kind, f.severity) for f in found] == [("missing_segment", "damage")], found
         run(_unsealed_turns(root, ["after"]))
+
+
+ARCHIVING = CheckpointPolicy(every_entries=6, segment_bytes=600, compaction="archive")
+
+
+async def _archived(root: Path, prompts: list[str]) -> None:
+    orch = await Orchestrator.open(root, checkpoints=ARCHIVING)
+    if not orch.tree.roots():
+        await orch.create_root("solo", "You work alone.")
+    for prompt in prompts:
+        await orch.run_turn("solo", prompt)
+    await orch.checkpoint()  # compacts: every segment a checkpoint covers is archived
+    await orch.close()
+
+
+def test_a_cut_archive_holding_the_last_turns_never_gives_their_ids_again(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "root"
+    run(_archived(root, [f"turn {i} " + "padding " * 20 for i in range(12)]))
+    for _ in range(3):  # restarts without turns: the last turns' segment gets archived
+        run(_archived(root, []))
+    log = agent_dirs(root)["solo"] / "events.jsonl"
+    entries = read_log(log).entries
+    turns = [e for e in entries if e["event"] == "turn.start"]
+    highest, at = int(turns[-1]["data"]["turn_id"][1:]), turns[-1]["seq"]
+    (holder,) = [s for s in list_sealed(log) if s.first <= at <= s.last]
+    assert holder.archived
+    data = holder.path.read_bytes()
+    holder.path.write_bytes(data[: len(data) // 3])  # its end lost: a failing disk
+    shutil.rmtree(root / CHECKPOINTS_DIR)  # and nothing else says what it held
+    assert read_log(log).damage.gaps()
+    run(_archived(root, ["after the damage"]))
+    after = [e for e in read_log(log).entries if e["event"] == "turn.start"]
+    assert int(after[-1]["data"]["turn_id"][1:]) > highest, (after[-1]["data"], highest)
