@@ -21,9 +21,9 @@ from tests.integration.test_checkpoints import run
 async def _cut_after_the_commit(root: Path) -> dict[str, str]:
     orch = await Orchestrator.open(root)
     await orch.create_root("boss")
-    await orch.create_root("other")
     await orch.run_turn("boss", "@spawn a\n@spawn b\n@send a @spawn a1")
     await orch.run_pending()
+    await orch.create_root("other")  # outside the cascade: it must stay
     sessions = {i.path: i.session_id for i in orch.agents()}
     assert set(sessions) == {"boss", "boss/a", "boss/b", "boss/a/a1", "other"}
     order = orch.tree.subtree_leaves_first(orch.resolve_live("boss").agent_id)

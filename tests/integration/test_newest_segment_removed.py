@@ -31,12 +31,16 @@ SEALING = CheckpointPolicy(every_entries=6, segment_bytes=600, compaction="keep"
 """Checkpoints often, seals small segments; a clean close seals the active file too."""
 
 
-async def _turns(root: Path, prompts: list[str]) -> None:
-    orch = await Orchestrator.open(root, checkpoints=SEALING)
+async def _turns(
+    root: Path, prompts: list[str], policy: CheckpointPolicy = SEALING, compact: bool = False
+) -> None:
+    orch = await Orchestrator.open(root, checkpoints=policy)
     if not orch.tree.roots():
         await orch.create_root("solo", "You work alone.")
     for prompt in prompts:
         await orch.run_turn("solo", prompt)
+    if compact:
+        await orch.checkpoint()  # compacts: every segment a checkpoint covers is archived
     await orch.close()
 
 
@@ -127,13 +131,7 @@ ARCHIVING = CheckpointPolicy(every_entries=6, segment_bytes=600, compaction="arc
 
 
 async def _archived(root: Path, prompts: list[str]) -> None:
-    orch = await Orchestrator.open(root, checkpoints=ARCHIVING)
-    if not orch.tree.roots():
-        await orch.create_root("solo", "You work alone.")
-    for prompt in prompts:
-        await orch.run_turn("solo", prompt)
-    await orch.checkpoint()  # compacts: every segment a checkpoint covers is archived
-    await orch.close()
+    await _turns(root, prompts, ARCHIVING, compact=True)
 
 
 def test_a_cut_archive_holding_the_last_turns_never_gives_their_ids_again(
