@@ -243,6 +243,8 @@ class AgentFacts:
             prompt = self._close_turns(turn_id, number)
             if data.get("lost"):
                 self.lost_notice = {"turn_id": turn_id, "prompt": str(data.get("prompt", prompt))}
+                if data.get("record_damaged"):  # closed as "outcome unknown": the agent is told so
+                    self.lost_notice["record_damaged"] = True
         elif event == events.AGENT_CREATED:
             self.created = data
         elif event == events.SESSION_CREATED:

@@ -19,10 +19,12 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from substrat import events, fsck_checkpoints, persistence
+from substrat.errors import SubstratError
 from substrat.eventlog import LOG_NAME, PENDING_NAME, EventLog, decode_line
 from substrat.facts import names_turn, turn_ceiling
 from substrat.logs import USER_DIR
 from substrat.registry import registry_path
+from substrat.restore import OUTCOME_UNKNOWN
 from substrat.segments import (
     GZIP_LEVEL,
     SegmentDamaged,
@@ -90,6 +92,7 @@ def repair_root(root: Path, report: _Report) -> None:
     # entries missing whole (seq_gap): what a sender's checkpoint forgot may be among them
     # and a user's inbox moved aside: the senders' checkpoints forgot what it held
     lines_lost = "seq_gap" in kinds or "bad_user_log" in kinds
+    closed: list[tuple[str, dict[str, Any]]] = []  # turns closed in doubt (session id, turn)
     for log_path in logs:
         try:
             if (
@@ -103,7 +106,7 @@ def repair_root(root: Path, report: _Report) -> None:
                 opened = EventLog(log_path)  # the open repairs a damaged last line away
                 opened.close()  # and close removes the pending file
                 cut = opened.report.whole_lines_cut()
-                dropped = _drop_damaged_lines(log_path, quarantine, ceiling)
+                dropped = _drop_damaged_lines(log_path, quarantine, ceiling, closed)
                 if (dropped or cut) and log_path != registry_path(root):
                     lines_lost = True  # an agent's or the user's: checkpoints count on it
         except OSError:
@@ -113,6 +116,13 @@ def repair_root(root: Path, report: _Report) -> None:
     # writes new checkpoints when it closes
     fsck_checkpoints.repair(root, lines_lost=lines_lost)
     report.recovery = asyncio.run(_recover(root))
+    for session_id, turn in closed:  # reported as the start reports a turn it closes so
+        try:
+            agent_id = store.load(session_id).agent_id or session_id
+        except (OSError, SubstratError):  # its record is gone or damaged (reported)
+            agent_id = session_id
+        lost = report.recovery.setdefault("lost_turns", [])
+        lost.append({"agent_id": agent_id, **turn, "record_damaged": True})
     for sid in report.recovery.get("unrecoverable", []):
         directory = store.session_dir(sid)
         if directory.exists():
@@ -136,7 +146,12 @@ def _agent_turn_ceiling(log_path: Path) -> int:
     return turn_ceiling(log_path).value if log_path.parent.parent.name == AGENTS_DIR else 0
 
 
-def _drop_damaged_lines(log_path: Path, quarantine: Path, ceiling_before_open: int) -> int:
+def _drop_damaged_lines(
+    log_path: Path,
+    quarantine: Path,
+    ceiling_before_open: int,
+    closed: list[tuple[str, dict[str, Any]]],
+) -> int:
     """Rewrite a log (each of its segments) without its damaged lines, which go to
     ``quarantine/``.
 
@@ -144,12 +159,17 @@ def _drop_damaged_lines(log_path: Path, quarantine: Path, ceiling_before_open: i
     the start of a turn (see substrat.facts): a ``turn.failed`` marked
     ``reserved`` keeps that turn's id from being handed out again. That holds
     for a damaged last line the open already cut as well (``ceiling_before_open``
-    counted it).
+    counted it). A turn left open with a damaged line after its start is closed
+    as "outcome unknown" (:func:`_close_in_doubt`) and added to ``closed``.
     """
     ceiling = max(ceiling_before_open, _agent_turn_ceiling(log_path))
     highest = 0
     seen: set[int] = set()
     count = 0
+    # the last turn started and not ended among the kept lines, and whether a damaged
+    # line follows its start: its turn.complete may be that line (see _close_in_doubt)
+    open_turn: dict[str, Any] | None = None
+    in_doubt = False
     for segment, path in history_files(log_path):
         if not path.exists():
             continue
@@ -163,10 +183,12 @@ def _drop_damaged_lines(log_path: Path, quarantine: Path, ceiling_before_open: i
             decoded = decode_line(piece)
             if isinstance(decoded, str) or decoded["seq"] in seen:
                 dropped += piece + b"\n"
+                in_doubt = in_doubt or (open_turn is not None and isinstance(decoded, str))
                 continue
             seen.add(decoded["seq"])
             keep += piece + b"\n"
             highest = max(highest, names_turn(decoded) or 0)
+            open_turn, in_doubt = _turn_left_open(decoded, open_turn, in_doubt)
         if not dropped:
             continue
         count += dropped.count(b"\n")
@@ -176,6 +198,9 @@ def _drop_damaged_lines(log_path: Path, quarantine: Path, ceiling_before_open: i
         if segment is not None and segment.archived:
             keep = bytearray(gzip.compress(bytes(keep), GZIP_LEVEL, mtime=0))
         persistence.atomic_write(path, bytes(keep))
+    if open_turn is not None and in_doubt and log_path.parent.parent.name == AGENTS_DIR:
+        _close_in_doubt(log_path, open_turn)
+        closed.append((log_path.parent.name, open_turn))
     if ceiling > highest:
         with EventLog(log_path, {"session_id": log_path.parent.name}) as log:
             log.log(
@@ -188,6 +213,33 @@ def _drop_damaged_lines(log_path: Path, quarantine: Path, ceiling_before_open: i
                 },
             )
     return count
+
+
+def _turn_left_open(
+    entry: dict[str, Any], open_turn: dict[str, Any] | None, in_doubt: bool
+) -> tuple[dict[str, Any] | None, bool]:
+    """The open turn and its doubt after a kept ``entry`` (read in the log's order)."""
+    event, data = entry.get("event"), entry.get("data") or {}
+    if event == events.TURN_START:
+        return {"turn_id": str(data.get("turn_id")), "prompt": str(data.get("prompt", ""))}, False
+    if event in (events.TURN_COMPLETE, events.TURN_FAILED) and not data.get("reserved"):
+        return None, False  # an end line closes every older open turn (see substrat.facts)
+    return open_turn, in_doubt
+
+
+def _close_in_doubt(log_path: Path, turn: dict[str, Any]) -> None:
+    """Close ``turn`` as recovery closes a lost turn with damaged lines after its start.
+
+    Those lines go to ``quarantine/``: once they are out of the log, the turn would
+    read as cut off by a crash (lost in flight, none of its tool calls taken effect)
+    where its ``turn.complete`` may be among them, its effects applied. The close
+    keeps that doubt, so the agent is told it may have completed.
+    """
+    with EventLog(log_path, {"session_id": log_path.parent.name}) as log:
+        log.log(
+            events.TURN_FAILED,
+            {**turn, "error": OUTCOME_UNKNOWN, "lost": True, "record_damaged": True},
+        )
 
 
 def _not_a_file(path: Path) -> bool:

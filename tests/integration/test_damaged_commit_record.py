@@ -75,3 +75,59 @@ def test_a_turn_cut_with_no_damage_after_it_is_lost_in_flight(tmp_path: Path) ->
     lost = next(a for a in recovery.analyze(root).agents if a.path == "lead").lost_turn
     assert lost is not None and not lost.get("record_damaged")
     assert "none of its tool calls took effect" in lost_turn_notice(lost)
+
+
+def _lead_node(orch: Orchestrator):  # type: ignore[no-untyped-def]
+    return next(n for n in orch.tree.nodes() if n.name == "lead")
+
+
+def test_the_doubt_outlives_the_close_and_a_second_start(tmp_path: Path) -> None:
+    """The start closes the turn as "outcome unknown"; the next start, before the agent ran
+    again, must tell it the same, not that the turn was lost in flight."""
+    root = tmp_path / "root"
+    run(_build(root))
+    _damage_the_last_commit(agent_dirs(root)["lead"] / "events.jsonl")
+    shutil.rmtree(root / CHECKPOINTS_DIR, ignore_errors=True)
+
+    async def start() -> dict | None:  # type: ignore[type-arg]
+        orch = await Orchestrator.open(root, checkpoints=OFF)
+        try:
+            return _lead_node(orch).lost_turn
+        finally:
+            await orch.close()
+
+    first = run(start())
+    second = run(start())
+    assert first is not None and first.get("record_damaged"), first
+    assert second is not None and second["turn_id"] == "t2" and second.get("record_damaged"), second
+    assert "may have completed" in lost_turn_notice(second)
+
+
+def test_fsck_repair_keeps_the_doubt_of_the_lines_it_quarantines(tmp_path: Path) -> None:
+    """``fsck --repair`` moves the damaged commit line to quarantine/: the turn must still be
+    closed as "outcome unknown" (the line may have been its turn.complete) and reported."""
+    from substrat.fsck import check as fsck
+
+    root = tmp_path / "root"
+    run(_build(root))
+    log = agent_dirs(root)["lead"] / "events.jsonl"
+    _damage_the_last_commit(log)
+
+    report = fsck(root, repair=True)
+    failed = [e["data"] for e in read_log(log).entries if e["event"] == events.TURN_FAILED]
+    closes = [(d["turn_id"], d["error"]) for d in failed if not d.get("reserved")]
+    assert closes == [("t2", OUTCOME_UNKNOWN)], failed
+    assert report.recovery is not None
+    lost = report.recovery.get("lost_turns", [])
+    assert [(t["turn_id"], t.get("record_damaged")) for t in lost] == [("t2", True)], lost
+
+    async def start() -> dict | None:  # type: ignore[type-arg]
+        orch = await Orchestrator.open(root, checkpoints=OFF)
+        try:
+            return _lead_node(orch).lost_turn
+        finally:
+            await orch.close()
+
+    told = run(start())
+    assert told is not None and told.get("record_damaged"), told
+    assert "none of its tool calls" not in lost_turn_notice(told)
