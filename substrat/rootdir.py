@@ -104,6 +104,10 @@ class RootInfo:
     """The marker's format version (ROOT only; None if the marker is unreadable)."""
     strangers: tuple[str, ...] = ()
     """FOREIGN only: the entries that make the directory not a root."""
+    unproven: bool = False
+    """LEGACY only: substrat's hand shows only as an empty ``agents/``, which a project's
+    directory may hold too: adopted as an empty directory is (if already private, never
+    chmodded)."""
 
     @property
     def is_root(self) -> bool:
@@ -169,8 +173,9 @@ def inspect(root: str | os.PathLike[str]) -> RootInfo:
     if not [n for n in names if n != MARKER_NAME + persistence.TMP_SUFFIX]:
         return RootInfo(path, RootState.EMPTY)  # a crash may leave the marker's temp file
     strangers = tuple(n for n in names if _base_name(n) not in legacy_names())
-    if not strangers and _looks_made_by_substrat(path, names):
-        return RootInfo(path, RootState.LEGACY)
+    evidence = _substrat_evidence(path, names) if not strangers else None
+    if evidence is not None:
+        return RootInfo(path, RootState.LEGACY, unproven=evidence == _EMPTY_AGENTS)
     return RootInfo(path, RootState.FOREIGN, strangers=strangers or tuple(names))
 
 
@@ -178,25 +183,31 @@ def _base_name(name: str) -> str:
     return name.removesuffix(persistence.TMP_SUFFIX)
 
 
-def _looks_made_by_substrat(path: Path, names: list[str]) -> bool:
+_EMPTY_AGENTS = "an empty agents/"
+
+
+def _substrat_evidence(path: Path, names: list[str]) -> str | None:
+    """What shows substrat made ``path`` (None: nothing does)."""
     if lock.LOCK_NAME in names:
         try:
             info = lock.read_info(path)
         except OSError:
             info = None
         if info is not None and info.state in ("running", "stopped"):
-            return True
+            return "a daemon's lock"
     from substrat.session.store import AGENTS_DIR
 
     if AGENTS_DIR not in names:
-        return False
+        return None
     try:  # not a directory (or none): listing it fails, as is_dir() would have said
         sessions = os.listdir(path / AGENTS_DIR)
     except OSError:
-        return False
+        return None
+    if not sessions:
+        return _EMPTY_AGENTS
     # One session directory is evidence enough (fsck reports the odd names
     # beside it); a project's own agents/ directory holds none.
-    return not sessions or any(_is_session_id(name) for name in sessions)
+    return "a session directory" if any(_is_session_id(n) for n in sessions) else None
 
 
 def _is_session_id(name: str) -> bool:
@@ -319,9 +330,10 @@ def prepare_root(root: str | os.PathLike[str], *, create: bool = True) -> Path:
         except OSError as exc:
             raise _unusable(path, exc, "creating it") from None
     mode = _check_owner_and_access(path)
-    if info.state is RootState.EMPTY and mode & 0o077:
+    if (info.state is RootState.EMPTY or info.unproven) and mode & 0o077:
+        what = "is empty" if info.state is RootState.EMPTY else "holds only an empty agents/"
         raise RootPermissionError(
-            f"{path} is empty but readable by others (mode {mode:04o}); substrat does not "
+            f"{path} {what} but is readable by others (mode {mode:04o}); substrat does not "
             f"change the mode of a directory it did not create: run `chmod 700 {path}` "
             "to make it private, or pick another directory"
         )

@@ -219,6 +219,27 @@ def test_a_directory_that_only_looks_like_an_old_root_is_refused(
     assert snapshot(project) == before
 
 
+def test_a_shared_directory_with_only_an_empty_agents_dir_is_not_chmodded(tmp_path: Path) -> None:
+    # An old root before its first agent looks like this, and so may a project's scaffold:
+    # adopted as an empty directory is, only if already private; its mode is never changed.
+    path = tmp_path / "scaffold"
+    (path / "agents").mkdir(parents=True)
+    os.chmod(path, 0o755)
+    try:
+        refused = run(path, "daemon", "start")
+        assert refused.returncode == 2, refused.stdout + refused.stderr
+        assert "holds only an empty agents/" in one_line(refused)
+        assert f"run `chmod 700 {path}`" in one_line(refused)
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o755
+        assert sorted(os.listdir(path)) == ["agents"]
+        os.chmod(path, 0o700)
+        started = run(path, "daemon", "start")
+        assert started.returncode == 0, started.stderr
+        assert (path / MARKER_NAME).exists()
+    finally:
+        stop_or_kill(path)
+
+
 # -- unusable roots -------------------------------------------------------------------------
 
 UNUSABLE_COMMANDS = [
