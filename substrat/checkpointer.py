@@ -149,7 +149,14 @@ class Stats:
     rolled: int = 0
     archived: int = 0
     deleted: int = 0
+    failures: int = 0
     errors: list[str] = field(default_factory=list)
+    """The newest :data:`KEPT_ERRORS` failures' messages (a daemon runs for months)."""
+
+    def fail(self, message: str) -> None:
+        self.failures += 1
+        self.errors.append(message)
+        del self.errors[:-KEPT_ERRORS]
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -157,8 +164,12 @@ class Stats:
             "rolled": self.rolled,
             "archived": self.archived,
             "deleted": self.deleted,
-            "errors": list(self.errors[-5:]),
+            "failures": self.failures,
+            "errors": list(self.errors),
         }
+
+
+KEPT_ERRORS = 5
 
 
 class Adopted(Protocol):
@@ -292,7 +303,7 @@ class Checkpointer:
             if covering and endpoint not in self._busy:
                 error = self._compact(self._logs.path(endpoint), covering)
                 if error is not None:
-                    self.stats.errors.append(error)
+                    self.stats.fail(error)
 
     async def drain(self) -> None:
         """Wait for the checkpoints in progress (background mode)."""
@@ -325,7 +336,7 @@ class Checkpointer:
         try:
             start_summary.write(self.store.path.parent.parent)
         except OSError as exc:  # a later start reads the store and the logs as always
-            self.stats.errors.append(f"writing the start summary: {exc}")
+            self.stats.fail(f"writing the start summary: {exc}")
             log.warning("writing the start summary failed: %s", exc)
 
     # -- capture (the caller's thread), build and append (the worker) ----------------------
@@ -419,7 +430,7 @@ class Checkpointer:
         for item in done:
             self._busy.discard(item.endpoint)
             if item.error is not None:
-                self.stats.errors.append(item.error)
+                self.stats.fail(item.error)
                 log.warning("checkpoint: %s", item.error)
             if item.written is None:
                 continue
@@ -443,7 +454,7 @@ class Checkpointer:
             if self._logs.roll(endpoint) is not None:
                 self.stats.rolled += 1
         except OSError as exc:
-            self.stats.errors.append(f"sealing {endpoint}: {exc}")
+            self.stats.fail(f"sealing {endpoint}: {exc}")
             log.warning("sealing a segment of %s failed: %s", endpoint, exc)
 
     def _rewrite_store_if_big(self) -> None:
@@ -456,7 +467,7 @@ class Checkpointer:
             self.store.rewrite(self._all_kept())
         except OSError as exc:
             self.store.broken = str(exc)
-            self.stats.errors.append(f"rewriting the checkpoint store: {exc}")
+            self.stats.fail(f"rewriting the checkpoint store: {exc}")
 
 
 REWRITE_MIN_BYTES = 4 << 20

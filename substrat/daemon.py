@@ -158,6 +158,7 @@ class Daemon:
             "lost_roots": list(held.get("lost_roots") or []),
             "registry_problem": held.get("registry_problem"),
             "start_summary_unused": summary_unused(held),
+            "checkpoints": _checkpoint_health(orch),
             "stopping": self._stop.is_set(),
         }
 
@@ -460,6 +461,27 @@ def main(argv: list[str] | None = None) -> int:
     except Exception:
         log.exception("daemon failed")
         return EXIT_FAILED
+
+
+def _checkpoint_health(orch: Orchestrator | None) -> dict[str, Any] | None:
+    """The checkpointer's failures in this process (None: none, or no orchestrator yet).
+
+    A failed checkpoint loses nothing (the logs stay the record) but the next
+    start reads more of them; a store out of use takes no more checkpoints until
+    a restart, so ``daemon status`` says so instead of only daemon.log.
+    """
+    if orch is None:
+        return None
+    checkpointer = orch.checkpointer
+    stats = checkpointer.stats
+    broken = checkpointer.store.broken
+    if not stats.failures and broken is None:
+        return None
+    return {
+        "failures": stats.failures,
+        "last_error": stats.errors[-1] if stats.errors else None,
+        "store_out_of_use": broken,
+    }
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ from substrat.cli.common import (
 )
 from substrat.errors import DaemonNotRunningError
 from substrat.rpc import lock
-from substrat.words import when
+from substrat.words import plural, when
 
 if TYPE_CHECKING:
     from substrat.cli import render
@@ -216,6 +216,9 @@ def status(opts: Opts, only_pid: bool, timeout_s: float) -> None:
     unused = answer.get("start_summary_unused")
     if unused:  # as daemon.log says it: what the start read without its summary, and why
         out.print(f"  [{'yellow' if unused['damaged'] else 'dim'}]{esc(unused['message'])}[/]")
+    failing = answer.get("checkpoints")
+    if failing:  # nothing is lost by it, but starts read more of the logs until it is fixed
+        out.print(f"  [yellow]{esc(checkpoint_trouble(failing))}[/]")
     notice = answer.get("last_recovery")
     if notice:
         with client_mod.Client(opts.root, timeout_s=opts.timeout_s).connect() as conn:
@@ -287,3 +290,17 @@ def _wait_for(path: Path) -> BinaryIO:
             return open(path, "rb")
         except FileNotFoundError:
             time.sleep(LOG_POLL_S)
+
+
+def checkpoint_trouble(failing: dict[str, Any]) -> str:
+    """One line on the checkpointer's failures (see substrat.daemon's status)."""
+    broken = failing.get("store_out_of_use")
+    if broken:
+        what = f"checkpoints stopped: the checkpoint store is out of use ({broken})"
+    else:
+        failures = int(failing.get("failures") or 0)
+        what = f"{plural(failures, 'checkpoint')} failed, the last: {failing.get('last_error')}"
+    return (
+        f"{what}; no turn is lost by it (the logs are the record), but the next start "
+        "reads more of them; stop the daemon and run `substrat fsck` for the fix"
+    )

@@ -343,3 +343,41 @@ def test_eio_on_the_user_inbox_stops_the_daemon_with_one_line(
     assert record.exc_info is None, "one line, no traceback"
     assert "user's inbox failed: Input/output error (EIO)" in record.getMessage()
     assert "check the device" in record.getMessage()
+
+
+def test_a_checkpoint_store_out_of_use_shows_in_daemon_status(
+    root: Path, daemons: list[Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Checkpoints that fail while the daemon runs lose nothing, but the next start reads
+    more of the logs: ``daemon status`` says so (it was a warning in daemon.log only)."""
+    asyncio.run(roots.three_roots(root))
+    store = root / "checkpoints" / "events.jsonl"
+    store.unlink()
+    store.mkdir()  # the daemon's first checkpoint append fails: the store goes out of use
+    monkeypatch.setenv("SUBSTRAT_CHECKPOINT_ENTRIES", "2")
+    daemons.append(root)
+    assert roots.cli(root, "daemon", "start").returncode == 0
+    for i in range(3):
+        sent = roots.cli(root, "agent", "send", "beta", f"note {i}")
+        assert sent.returncode == 0, sent.stderr
+    assert _turns(root, "beta")[-1] == "note 2"  # every turn still served
+    status = json.loads(roots.cli(root, "daemon", "status").stdout)
+    health = status["checkpoints"]
+    assert health is not None and health["failures"] >= 1, status
+    assert "Is a directory" in (health["store_out_of_use"] or ""), health
+    shown = roots.cli(root, "daemon", "status", as_json=False)
+    assert "checkpoints stopped: the checkpoint store is out of use" in shown.stdout
+    assert "substrat fsck" in shown.stdout
+
+
+def test_daemon_status_says_nothing_of_checkpoints_that_work(
+    root: Path, daemons: list[Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asyncio.run(roots.three_roots(root))
+    monkeypatch.setenv("SUBSTRAT_CHECKPOINT_ENTRIES", "2")
+    daemons.append(root)
+    assert roots.cli(root, "daemon", "start").returncode == 0
+    assert roots.cli(root, "agent", "send", "beta", "note").returncode == 0
+    status = json.loads(roots.cli(root, "daemon", "status").stdout)
+    assert status["checkpoints"] is None, status
+    assert "checkpoint" not in roots.cli(root, "daemon", "status", as_json=False).stdout
