@@ -124,14 +124,15 @@ def run_machine(machine: Any, examples: int, steps: int) -> None:
 def draw_hooks() -> list[Hook]:
     from hypothesis.strategies._internal.core import DataObject
 
-    from oracle import draws, machines
+    from oracle import draws, lifecycle, machines
 
     part = "Hypothesis draws inside rules"
-    # oracle.draws goes round DataObject.draw (see there); machines holds its own names
+    # oracle.draws goes round DataObject.draw (see there); the machines hold their own names
     return [
         Hook(part, DataObject, "draw"),
         Hook(part, draws, "draw"),
         *(Hook(part, machines, name) for name in ("pick", "integer", "flag")),
+        *(Hook(part, lifecycle, name) for name in ("pick", "flag")),
     ]
 
 

@@ -102,20 +102,27 @@ def integer(data: st.DataObject, low: int, high: int, label: str) -> int:
     return value
 
 
-def flag(data: st.DataObject, label: str) -> bool:
-    """``draw(data, st.booleans(), label)`` without the span (see :func:`integer`)."""
+def flag(data: st.DataObject, label: str, quiet: bool = False) -> bool:
+    """``draw(data, st.booleans(), label)`` without the span (see :func:`integer`).
+
+    ``quiet``: not shown even when notes are printed (see :func:`pick`)."""
     engine = getattr(data, "conjecture_data", None)
-    if engine is None or not ENGINE_CHOICES or should_note():
+    if engine is None or not ENGINE_CHOICES or (should_note() and not quiet):
         return data.draw(st.booleans(), label=label)
     value: bool = engine.draw_boolean()
     return value
 
 
-def pick(data: st.DataObject, items: Sequence[T], label: str) -> T:
+def pick(data: st.DataObject, items: Sequence[T], label: str, quiet: bool = False) -> T:
     """One of ``items`` (shrinks towards the first), as ``st.sampled_from`` draws it:
-    the same integer choice of an index (see :func:`integer`)."""
+    the same integer choice of an index (see :func:`integer`).
+
+    ``quiet``: the same choice, not shown as a draw even when notes are printed,
+    for a caller that prints what it drew in its own words (the lifecycle
+    machine prints each step as a call; the draws' raw values only repeat it)."""
     engine = getattr(data, "conjecture_data", None)
-    if engine is None or not ENGINE_CHOICES or should_note() or not 1 <= len(items) <= 128:
+    noted = should_note() and not quiet
+    if engine is None or not ENGINE_CHOICES or noted or not 1 <= len(items) <= 128:
         # (no items: st.sampled_from raises, as it did)
         return data.draw(_sampled(tuple(items)), label=label)
     if len(items) == 1:

@@ -1,12 +1,20 @@
 """The lifecycle fuzzer: random sequences of orchestrator operations against a shadow model.
 
-Rules: create_root, spawn_child, run_turn, send_message (notification or
+Operations: create_root, spawn_child, run_turn, send_message (notification or
 request, to an agent, the parent or the user), broadcast, terminate_leaf,
 terminate_cascade, run_pending (the wake loop, then maybe the user collects
 its inbox), evict, and reopen (a clean close, or a kill while idle, then a
 recovering open). Names come from a five-name alphabet, so collisions are
 frequent; the multiplexer has three slots, so sessions are evicted and
 restored all the time.
+
+The machine has one rule, ``step``: it draws one of the operations valid in
+the current state (what were rules' preconditions; the first step creates
+the first root, as an initial rule did) and that operation's arguments, then
+runs it. The engine's cost per rule and precondition was most of its cost per
+step. A counterexample shows each step as the call it made, e.g.
+``state.spawn_child(parent=ada, name='bo')`` (agents by their path of
+names), and the shrinker deletes the steps a failure does not need.
 
 The shadow model predicts everything the orchestrator must show: the tree,
 every inbox in order (sender and kind), who waits for which reply, how many
@@ -23,9 +31,8 @@ disk (what a process sees; crashes here are kills while idle, which keep the
 page cache, so nothing needs real fsyncs), and :class:`OnDiskLifecycleMachine`
 on a real temporary directory with real fsyncs, so real I/O stays covered; a
 test module runs a few examples of the second per run. Ids are deterministic
-and the clock monotonic. Hypothesis picks rules unevenly, so besides the
-``reopen`` rule every example ends with a restart whose result must match the
-shadow too.
+and the clock monotonic. Besides the ``reopen`` operation every example ends
+with a restart whose result must match the shadow too.
 
 Use it from a test module::
 
@@ -41,22 +48,18 @@ import itertools
 import shutil
 import sys
 import tempfile
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from hypothesis import note
 from hypothesis import strategies as st
-from hypothesis.stateful import (
-    RuleBasedStateMachine,
-    initialize,
-    invariant,
-    precondition,
-    rule,
-)
+from hypothesis.control import should_note
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from faultfs import FaultFS
-from oracle.draws import choice, nth
+from oracle.draws import flag, pick
 from oracle.incremental import FilesMemo, files_below, log_files, log_part
 from oracle.kill import abandon
 from substrat.agents import USER, AgentState
@@ -72,6 +75,18 @@ SLOTS = 3
 MAX_AGENTS = 14  # keeps one example well under a second
 FAULTFS_ROOT = "/substrat-lifecycle"
 TARGETS = ("parent", USER)
+TEXTS = ("hello", "status?", "plan the work")
+MAX_TURNS = (1, 3, 1000)
+EVERY_AGENT_OPERATION = (
+    "run_turn",
+    "send_message",
+    "broadcast",
+    "terminate_leaf",  # a tree always has a leaf
+    "run_pending",
+    "evict",
+    "reopen",
+)
+"""The operations valid whenever there is an agent, in the order a shrink prefers."""
 
 
 @dataclass
@@ -99,6 +114,15 @@ def _registry() -> ProviderRegistry:
     registry = ProviderRegistry()
     registry.register("scripted", ScriptedProvider)
     return registry
+
+
+def _pick(data: st.DataObject, items: Sequence[T], label: str) -> T:
+    # quiet: a counterexample shows each step as the call it made (see ``step``)
+    return pick(data, items, label, quiet=True)
+
+
+def _flag(data: st.DataObject, label: str) -> bool:
+    return flag(data, label, quiet=True)
 
 
 def _raises(kind: type[BaseException], call: Callable[[], object]) -> None:
@@ -131,6 +155,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         self.order = itertools.count()
         self.agents: dict[str, Agent] = {}
         self.roots: dict[str, str] = {}
+        self.roots_made = False
         self.user: list[Msg] = []
         # An agent's log is read and checked again only when its files changed.
         self.conversations: FilesMemo[int] = FilesMemo()
@@ -172,9 +197,10 @@ class LifecycleMachine(RuleBasedStateMachine):
                 return
             self.reopen()
             self.check_all()
-            self.run(self.orch.close())
         finally:
-            abandon(self.orch)  # after a failed step: release the descriptors
+            # No clean close after the check: nothing would look at its result, and the
+            # reopen steps (and the restart above) close cleanly already.
+            abandon(self.orch)
             self._release()
 
     def _release(self) -> None:
@@ -217,26 +243,95 @@ class LifecycleMachine(RuleBasedStateMachine):
             for key in [k for k, r in other.waiting.items() if r == agent_id]:
                 del other.waiting[key]
 
-    # -- rules ------------------------------------------------------------------------
+    def path(self, agent_id: str) -> str:
+        """An agent as a reader of a counterexample knows it: its names from the root."""
+        agent = self.agents[agent_id]
+        return agent.name if agent.parent is None else f"{self.path(agent.parent)}/{agent.name}"
 
-    @initialize(name=st.sampled_from(NAMES))
-    def first_root(self, name: str) -> None:
-        self.create_root(name)
+    # -- the one rule -----------------------------------------------------------------
 
-    @precondition(lambda self: len(self.agents) < MAX_AGENTS)
-    @rule(name=st.sampled_from(NAMES))
+    def operations(self) -> list[str]:
+        """The operations valid in this state (what were the rules' preconditions)."""
+        if not self.agents:
+            # the first step creates the first root, as an initial rule did
+            return ["create_root", "run_pending", "reopen"] if self.roots_made else ["create_root"]
+        ops = list(EVERY_AGENT_OPERATION)
+        if len(self.agents) < MAX_AGENTS:
+            ops[1:1] = ["create_root", "spawn_child"]
+        if any(a.children for a in self.agents.values()):
+            ops.append("terminate_cascade")
+        return ops
+
+    @rule(data=st.data())
+    def step(self, data: st.DataObject) -> None:
+        """One operation, drawn among those valid now, with its arguments.
+
+        One rule with the choices drawn inside, not a rule per operation: the
+        engine's cost per rule and precondition was most of its cost per step
+        (docs/benchmarks.md, "Twelfth pass: the lifecycle fuzzer"). A
+        counterexample still shows each operation as a call with its
+        arguments (the note below), and an operation the failure does not need
+        is a step the shrinker deletes.
+        """
+        name = _pick(data, self.operations(), "operation")
+        arguments = getattr(self, f"draw_{name}")(data)
+        if should_note():
+            shown = ", ".join(
+                f"{k}={self.path(v) if v in self.agents else v!r}" for k, v in arguments.items()
+            )
+            note(f"state.{name}({shown})")
+        getattr(self, name)(**arguments)
+
+    def draw_create_root(self, data: st.DataObject) -> dict[str, Any]:
+        return {"name": _pick(data, NAMES, "name")}
+
+    def draw_spawn_child(self, data: st.DataObject) -> dict[str, Any]:
+        return {"parent": _pick(data, self.alive(), "parent"), "name": _pick(data, NAMES, "name")}
+
+    def draw_run_turn(self, data: st.DataObject) -> dict[str, Any]:
+        return {"agent": _pick(data, self.alive(), "agent"), "text": _pick(data, TEXTS, "text")}
+
+    def draw_send_message(self, data: st.DataObject) -> dict[str, Any]:
+        alive = self.alive()
+        sender = _pick(data, alive, "sender")
+        return {
+            "sender": sender,
+            "target": _pick(data, [*TARGETS, *alive], "target"),
+            "ask": _flag(data, "ask"),
+        }
+
+    def draw_broadcast(self, data: st.DataObject) -> dict[str, Any]:
+        return {"sender": _pick(data, self.alive(), "sender")}
+
+    def draw_terminate_leaf(self, data: st.DataObject) -> dict[str, Any]:
+        leaves = [a for a in self.alive() if not self.agents[a].children]
+        return {"leaf": _pick(data, leaves, "leaf")}
+
+    def draw_terminate_cascade(self, data: st.DataObject) -> dict[str, Any]:
+        tops = [a for a in self.alive() if self.agents[a].children]
+        return {"top": _pick(data, tops, "top")}
+
+    def draw_run_pending(self, data: st.DataObject) -> dict[str, Any]:
+        return {"max_turns": _pick(data, MAX_TURNS, "max_turns"), "ack": _flag(data, "ack")}
+
+    def draw_evict(self, data: st.DataObject) -> dict[str, Any]:
+        return {"agent": _pick(data, self.alive(), "agent")}
+
+    def draw_reopen(self, data: st.DataObject) -> dict[str, Any]:
+        return {"crash": _flag(data, "crash")}
+
+    # -- the operations ------------------------------------------------------------------
+
     def create_root(self, name: str) -> None:
         if name in self.roots:
             _raises(NameCollisionError, lambda: self.run(self.orch.create_root(name)))
             return
         info = self.run(self.orch.create_root(name))
+        self.roots_made = True
         self.agents[info.agent_id] = Agent(info.agent_id, name, None)
         self.roots[name] = info.agent_id
 
-    @precondition(lambda self: self.agents and len(self.agents) < MAX_AGENTS)
-    @rule(parent_at=choice, name=st.sampled_from(NAMES))
-    def spawn_child(self, parent_at: int, name: str) -> None:
-        parent = nth(self.alive(), parent_at)
+    def spawn_child(self, parent: str, name: str) -> None:
         result = self.turn(parent, f"@spawn {name} be useful")
         if name in self.agents[parent].children:
             assert result.spawned == [] and "already have a child" in result.response
@@ -245,17 +340,10 @@ class LifecycleMachine(RuleBasedStateMachine):
         self.agents[child] = Agent(child, name, parent)
         self.agents[parent].children[name] = child
 
-    @precondition(lambda self: self.agents)
-    @rule(agent=choice, text=st.sampled_from(["hello", "status?", "plan the work"]))
-    def run_turn(self, agent: int, text: str) -> None:
-        self.turn(nth(self.alive(), agent), text)
+    def run_turn(self, agent: str, text: str) -> None:
+        self.turn(agent, text)
 
-    @precondition(lambda self: self.agents)
-    @rule(sender_at=choice, target_at=choice, ask=st.booleans())
-    def send_message(self, sender_at: int, target_at: int, ask: bool) -> None:
-        alive = self.alive()
-        sender = nth(alive, sender_at)
-        target = nth([*alive, *TARGETS], target_at)
+    def send_message(self, sender: str, target: str, ask: bool) -> None:
         recipient = (self.agents[sender].parent or USER) if target == "parent" else target
         result = self.turn(sender, f"@{'ask' if ask else 'send'} {target} hello")
         if recipient == sender:
@@ -269,10 +357,7 @@ class LifecycleMachine(RuleBasedStateMachine):
             if recipient != USER:
                 self.agents[sender].waiting[msg.order] = recipient
 
-    @precondition(lambda self: self.agents)
-    @rule(sender_at=choice)
-    def broadcast(self, sender_at: int) -> None:
-        sender = nth(self.alive(), sender_at)
+    def broadcast(self, sender: str) -> None:
         parent = self.agents[sender].parent
         # a root broadcasts to its children, a child to its siblings
         group = self.agents[sender if parent is None else parent].children
@@ -282,17 +367,11 @@ class LifecycleMachine(RuleBasedStateMachine):
         for target in targets:
             self.deliver(target, sender, "broadcast")
 
-    @precondition(lambda self: any(not a.children for a in self.agents.values()))
-    @rule(leaf_at=choice)
-    def terminate_leaf(self, leaf_at: int) -> None:
-        leaf = nth([a for a in self.alive() if not self.agents[a].children], leaf_at)
+    def terminate_leaf(self, leaf: str) -> None:
         assert self.run(self.orch.terminate(leaf)) == [leaf]
         self.forget(leaf)
 
-    @precondition(lambda self: any(a.children for a in self.agents.values()))
-    @rule(top_at=choice)
-    def terminate_cascade(self, top_at: int) -> None:
-        top = nth([a for a in self.alive() if self.agents[a].children], top_at)
+    def terminate_cascade(self, top: str) -> None:
         _raises(HasChildrenError, lambda: self.run(self.orch.terminate(top)))
         order: list[str] = []
 
@@ -307,7 +386,6 @@ class LifecycleMachine(RuleBasedStateMachine):
         for agent_id in order:
             self.forget(agent_id)
 
-    @rule(max_turns=st.sampled_from([1, 3, 1000]), ack=st.booleans())
     def run_pending(self, max_turns: int, ack: bool) -> None:
         expected = 0
         while expected < max_turns:
@@ -328,15 +406,11 @@ class LifecycleMachine(RuleBasedStateMachine):
             assert [(m.sender, m.kind) for m in got] == [(m.sender, m.kind) for m in self.user]
             self.user = []
 
-    @precondition(lambda self: self.agents)
-    @rule(agent_at=choice)
-    def evict(self, agent_at: int) -> None:
-        agent = nth(self.alive(), agent_at)
+    def evict(self, agent: str) -> None:
         live = self.orch.mux.is_live(agent)
         assert self.run(self.orch.evict(agent)) is live
         assert not self.orch.mux.is_live(agent)
 
-    @rule(crash=st.booleans())
     def reopen(self, crash: bool = False) -> None:
         """Restart: a clean close, or a kill while idle (nothing is in flight either way).
 

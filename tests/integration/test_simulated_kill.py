@@ -50,8 +50,7 @@ def test_abandon_closes_the_agents_logs_and_the_root_registry(root: Path) -> Non
 
 def test_the_lifecycle_fuzzers_kills_leak_no_descriptor() -> None:
     machine = LifecycleMachine()
-    machine.first_root("ada")
-    for name in ("bo", "cy", "di"):
+    for name in ("ada", "bo", "cy", "di"):
         machine.create_root(name)  # opens the new orchestrator's registry log
         machine.reopen(crash=True)
     machine.teardown()

@@ -8,7 +8,13 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, rule, run_state_machine_as_test
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    rule,
+    run_state_machine_as_test,
+)
 
 from oracle.engine_floor import INITIAL_RULE, INVARIANT, RULE, engine_only
 from oracle.lifecycle import LifecycleMachine
@@ -28,8 +34,29 @@ def shape(machine: type) -> dict[str, tuple[str, tuple[str, ...]]]:
 
 def test_the_lifecycle_machine_keeps_its_rules_and_arguments() -> None:
     original = shape(LifecycleMachine)
-    assert {kind for kind, _ in original.values()} == {RULE, INITIAL_RULE, INVARIANT}
+    assert original == {"step": (RULE, ("data",)), "matches_the_shadow": (INVARIANT, ())}
     assert shape(engine_only(LifecycleMachine)) == original
+
+
+def test_initial_rules_rules_and_invariants_keep_their_arguments() -> None:
+    class Three(RuleBasedStateMachine):
+        @initialize(first=st.integers(0, 3))
+        def start(self, first: int) -> None:
+            pass
+
+        @rule(value=st.integers(0, 9), flag=st.booleans())
+        def step(self, value: int, flag: bool) -> None:
+            pass
+
+        @invariant()
+        def holds(self) -> None:
+            pass
+
+    assert shape(engine_only(Three)) == shape(Three) == {
+        "start": (INITIAL_RULE, ("first",)),
+        "step": (RULE, ("flag", "value")),
+        "holds": (INVARIANT, ()),
+    }
 
 
 def test_the_bodies_are_empty_and_the_engine_still_runs_them() -> None:

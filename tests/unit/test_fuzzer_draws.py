@@ -18,6 +18,7 @@ from typing import Any
 import hypothesis
 import pytest
 from hypothesis import strategies as st
+from hypothesis.reporting import with_reporter
 
 from faultfs import MODES
 from oracle.draws import ENGINE_CHOICES, flag, integer, pick
@@ -92,3 +93,27 @@ def test_the_rules_draws_read_the_choices_their_strategies_read(count: int) -> N
         )
 
     _same_choices(before, after)
+
+
+
+def test_a_quiet_draw_reads_the_same_choices_and_shows_nothing_when_notes_print() -> None:
+    items = [f"agent-{i}" for i in range(5)]
+    shown: list[object] = []
+
+    def noted(data: ConjectureData, body: Callable[[DataObject], Any]) -> Any:
+        with BuildContext(data, is_final=True, wrapped_test=lambda: None):
+            with with_reporter(shown.append):
+                return body(DataObject(data))
+
+    for run in range(RUNS):
+        drawn = ConjectureData(random=Random(run))
+        value = noted(drawn, lambda data: (pick(data, items, "agent"), flag(data, "ask")))
+        assert len(shown) == 2  # a draw shown as usual, to compare with
+        shown.clear()
+        replayed = ConjectureData.for_choices(drawn.choices)
+        quiet = noted(
+            replayed,
+            lambda data: (pick(data, items, "agent", quiet=True), flag(data, "ask", quiet=True)),
+        )
+        assert quiet == value and replayed.choices == drawn.choices, (run, drawn.choices)
+        assert shown == []

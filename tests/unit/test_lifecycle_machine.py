@@ -1,0 +1,87 @@
+"""The lifecycle machine's one rule: the operations it may draw, and how a failure reads."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis.stateful import run_state_machine_as_test
+
+from oracle.lifecycle import MAX_AGENTS, LifecycleMachine
+from substrat.orchestrator import Orchestrator
+
+
+@pytest.fixture
+def machine() -> Iterator[LifecycleMachine]:
+    made = LifecycleMachine()
+    yield made
+    made.teardown()
+
+
+def test_the_first_step_creates_the_first_root(machine: LifecycleMachine) -> None:
+    assert machine.operations() == ["create_root"]
+
+
+def test_the_operations_are_those_valid_in_the_state(machine: LifecycleMachine) -> None:
+    machine.create_root("ada")
+    (ada,) = machine.agents
+    assert sorted(machine.operations()) == sorted(
+        [
+            "run_turn",
+            "create_root",
+            "spawn_child",
+            "send_message",
+            "broadcast",
+            "terminate_leaf",
+            "run_pending",
+            "evict",
+            "reopen",
+        ]
+    )
+    machine.spawn_child(ada, "bo")
+    assert "terminate_cascade" in machine.operations()  # ada has a child now
+    machine.terminate_cascade(ada)
+    # no agent left, but there was one: what needs none
+    assert machine.operations() == ["create_root", "run_pending", "reopen"]
+
+
+def test_a_full_tree_takes_no_new_agent(machine: LifecycleMachine) -> None:
+    machine.create_root("ada")
+    (ada,) = machine.agents
+    names = iter(f"kid{i}" for i in range(MAX_AGENTS))
+    while len(machine.agents) < MAX_AGENTS:
+        machine.spawn_child(ada, next(names))
+    assert "create_root" not in machine.operations()
+    assert "spawn_child" not in machine.operations()
+    assert "run_turn" in machine.operations()
+
+
+def test_a_counterexample_shows_each_step_as_a_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    collect = Orchestrator.collect_user_inbox
+
+    async def loses_the_oldest(self: Orchestrator) -> Any:
+        got = await collect(self)
+        return got[1:] if len(got) > 1 else got  # a planted bug
+
+    monkeypatch.setattr(Orchestrator, "collect_user_inbox", loses_the_oldest)
+    with pytest.raises(AssertionError) as failure:
+        run_state_machine_as_test(
+            LifecycleMachine,
+            settings=settings(
+                max_examples=200,
+                derandomize=True,
+                database=None,
+                deadline=None,
+                phases=[Phase.generate],  # shrinking would take minutes
+                suppress_health_check=list(HealthCheck),
+            ),
+        )
+    lines = getattr(failure.value, "__notes__", [])
+    calls = [line for line in lines if line.startswith("state.") and "(" in line]
+    assert any(line.startswith("state.create_root(name='") for line in calls), lines
+    assert any(line.startswith("state.run_pending(max_turns=") for line in calls), lines
+    assert any("ack=True)" in line for line in calls), lines
+    # the draws are not shown again as raw values (agent ids): the calls name the agents
+    assert not any(line.startswith("Draw ") for line in lines), lines
