@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
 from faultfs._images import ImageChoice, durable_image, process_image
-from faultfs._model import TRUNCATE, Model
+from faultfs._model import TRUNCATE, Model, apply_data_ops
 from faultfs._trace import Frame, Op
 
 # Operations that destroy an old copy of data (what a new copy must precede).
@@ -269,7 +269,7 @@ class CrashPoint:
                 "lost-truncate", ("lost-truncate", op.site), (_step("truncate", op),), ""
             )
         for gseq, kind, _size, _payload in node.pending:
-            if kind == TRUNCATE and gseq < unit.gseq:
+            if kind == TRUNCATE and gseq < unit.gseq and self._cuts_data(gseq):
                 truncate = self.by_seq.get(gseq)
                 if truncate is not None:
                     steps = (_step("truncate", truncate), _step("write", op))
@@ -293,6 +293,22 @@ class CrashPoint:
             lost += (_step("then", later),)
         return Finding("unsynced-data", ("unsynced-data", op.site, _anchor(lost)), lost, "")
 
+    def _cuts_data(self, gseq: int) -> bool:
+        """Whether the truncate at ``gseq`` cut bytes the file held (an in-place rewrite).
+
+        ``open(name, "w")`` of the empty file ``mkstemp`` just made truncates
+        nothing: the file is a new copy, and losing its data is a missing
+        fsync before whatever relied on it, not a rewrite in place. A truncate
+        already flushed is not in the pending list; it counts as cutting.
+        """
+        for node in self.model.inodes.values():
+            if node.is_dir:
+                continue
+            for index, (seq, kind, size, _payload) in enumerate(node.pending):
+                if seq == gseq and kind == TRUNCATE:
+                    return len(apply_data_ops(node.durable, node.pending[:index])) > size
+        return True
+
     def _destroyed_after(self, gseq: int, path: str) -> Op | None:
         """The first later truncate, unlink or rmdir of another file: what made a loss matter.
 
@@ -301,7 +317,8 @@ class CrashPoint:
         when a single loss is tried, so the first such op is the one relied on.
         """
         for op in self.trace:
-            if op.seq > gseq and op.kind in DESTRUCTIVE_KINDS and op.path != path:
+            destroys = op.kind != "truncate" or self._cuts_data(op.seq)
+            if op.seq > gseq and op.kind in DESTRUCTIVE_KINDS and op.path != path and destroys:
                 return op
         return None
 
@@ -328,7 +345,11 @@ class CrashPoint:
         # The state between two operations is the problem. Crashing after one
         # operation and before the next leave the same state: name it by the
         # last operation that completed.
-        done = [op for op in self.trace if op.kind in CLOCKED_KINDS]
+        done = [
+            op
+            for op in self.trace
+            if op.kind in CLOCKED_KINDS and (op.kind != "truncate" or self._cuts_data(op.seq))
+        ]
         if not done:
             return [Finding("not-atomic", ("not-atomic", "<start>"), (), outcome.error)]
         last = done[-1]

@@ -322,6 +322,94 @@ def install_audit_hook(stack: Sequence[FaultFS], owner: Callable[[str], FaultFS 
     sys.addaudithook(audit)
 
 
+# ------------------------------------------------ C extensions faultfs cannot see
+
+_LIMITS = (
+    "faultfs can neither see nor crash that I/O, and its files do not exist in the model "
+    "(docs/faultfs.md, 'Limits: what faultfs cannot see'). Test this part of the program "
+    "on a real kernel (a killed child process; LazyFS for power loss: docs/lazyfs.md), or "
+    "keep it out of the FaultFS root and the workload."
+)
+
+
+def _blind(fs: FaultFS, message: str) -> EscapeError:
+    fs.escapes.append(message)  # recorded: explore and the fixtures fail even if swallowed
+    return EscapeError(message)
+
+
+def blind_spots(
+    owner: Callable[[str], FaultFS | None], fd_path: Callable[[int], tuple[FaultFS, str] | None]
+) -> list[tuple[Any, str, Any]]:
+    """(namespace, name, replacement) naming sqlite3 and mmap on a simulated file.
+
+    Without them they fail with their own bare error ("unable to open
+    database file" under a simulated root, EBADF for a simulated descriptor),
+    or under a real root work unseen on the real disk. Patched like the os
+    functions, only while a FaultFS is active and only in modules already
+    loaded (an audit hook would see every import, but would cost every
+    audited event of the process, each simulated operation's included).
+    """
+    patches: list[tuple[Any, str, Any]] = []
+    sqlite = sys.modules.get("sqlite3")
+    real_connect = getattr(sqlite, "connect", None)
+    if real_connect is not None and not hasattr(real_connect, "__wrapped__"):
+
+        def connect(database: Any, *args: Any, **kwargs: Any) -> Any:
+            path = _database_path(database)
+            fs = owner(path) if path is not None else None
+            if fs is not None:
+                raise _blind(
+                    fs,
+                    f"sqlite3.connect({path!r}) opens a database under the FaultFS root "
+                    f"{fs.root!r}: sqlite3 reads and writes it from C, not through Python's os "
+                    f"and io, so {_LIMITS}",
+                )
+            return real_connect(database, *args, **kwargs)
+
+        connect.__wrapped__ = real_connect  # type: ignore[attr-defined]
+        patches.append((sqlite, "connect", connect))
+        dbapi = sys.modules.get("sqlite3.dbapi2")
+        if getattr(dbapi, "connect", None) is real_connect:
+            patches.append((dbapi, "connect", connect))
+    mmap_module = sys.modules.get("mmap")
+    real_mmap: Any = getattr(mmap_module, "mmap", None)
+    if real_mmap is not None and real_mmap.__module__ == "mmap":
+
+        class CheckedMmap(real_mmap):
+            """mmap.mmap while faultfs is active: a simulated descriptor is named."""
+
+            def __new__(cls, fileno: int, *args: Any, **kwargs: Any) -> Any:
+                found = fd_path(fileno) if isinstance(fileno, int) else None
+                if found is not None:
+                    fs, path = found
+                    raise _blind(
+                        fs,
+                        f"mmap.mmap of {path!r} (under the FaultFS root {fs.root!r}): loads and "
+                        "stores in a mapping, and its flush, are not calls Python makes through "
+                        f"os and io, so {_LIMITS}",
+                    )
+                return real_mmap(fileno, *args, **kwargs)  # a plain mmap, not this class
+
+        CheckedMmap.__module__ = "faultfs"
+        patches.append((mmap_module, "mmap", CheckedMmap))
+    return patches
+
+
+def _database_path(database: Any) -> str | None:
+    """The absolute path sqlite3 would open, or None (":memory:", a descriptor, junk)."""
+    if database is None or isinstance(database, int) or database == ":memory:":
+        return None
+    try:
+        text = os.fsdecode(os.fspath(database))
+    except TypeError:
+        return None
+    if text.startswith("file:"):  # a URI: its path is what follows, up to the query
+        text = text[5:].split("?", 1)[0]
+    if not text.startswith("/"):
+        text = os.getcwd() + "/" + text
+    return os.path.normpath(text)
+
+
 # ------------------------------------------------------------ a crashed run's objects
 
 

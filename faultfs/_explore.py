@@ -45,7 +45,7 @@ def explore(
     workload: Workload,
     recover_and_check: Check,
     *,
-    modes: Iterable[str] = MODES,
+    modes: str | Iterable[str] = MODES,
     profile: str | Sequence[str] = "posix",
     root: str = DEFAULT_ROOT,
     setup: Workload | None = None,
@@ -83,7 +83,7 @@ def explore(
     off. A call that reached the real file system around the interceptors
     raises EscapeError.
     """
-    modes = tuple(modes)
+    modes = (modes,) if isinstance(modes, str) else tuple(modes)  # "power" is one mode
     for mode in modes:
         if mode not in MODES:
             raise ConfigError(f"unknown crash mode {mode!r}; choose from {MODES}")

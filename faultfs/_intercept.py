@@ -22,9 +22,11 @@ import os
 import pathlib
 import shutil
 import threading
+from concurrent.futures import ThreadPoolExecutor
+from types import BuiltinFunctionType
 from typing import TYPE_CHECKING, Any
 
-from faultfs import _escapes
+from faultfs import _escapes, _others, _threads
 from faultfs._fdtable import FAKE_FD_BASE, FD_OWNERS, fd_owner, oserror
 from faultfs._fileobj import open_file
 from faultfs._outside import outside
@@ -464,6 +466,8 @@ def _patches() -> list[tuple[object, str, object]]:
         # model does not offer; their portable fallbacks use plain os calls.
         (shutil, "_use_fd_functions", False),
         (shutil, "_USE_CP_SENDFILE", False),
+        # Work submitted to a thread pool remembers its submitter (faultfs._threads).
+        (ThreadPoolExecutor, "submit", _threads.submit),
     ]
     return patches
 
@@ -471,7 +475,7 @@ def _patches() -> list[tuple[object, str, object]]:
 _PATCHES = _patches()
 for _module, _name, _replacement in _PATCHES:
     _original = getattr(_module, _name)
-    if callable(_original):
+    if isinstance(_original, BuiltinFunctionType):  # what modules may have bound early
         _escapes.register(_original, _replacement, f"{getattr(_module, '__name__', '?')}.{_name}")
 
 
@@ -490,11 +494,24 @@ def _guard_real_root(root: str) -> None:
     _escapes.install_audit_hook(_stack, owner_of)
 
 
+def _simulated_fd(fd: int) -> tuple[FaultFS, str] | None:
+    """(owner, path) of a simulated descriptor, for the hook naming mmap on one."""
+    owner = _owner(fd)
+    if owner is None:
+        return None
+    try:
+        return owner, owner.fd_path(fd)  # type: ignore[return-value]
+    except OSError:
+        return owner, f"descriptor {fd}"  # type: ignore[return-value]
+
+
 def activate(fs: FaultFS) -> None:
     global _froze_gc
     with _install_lock:
         if fs in _stack:
             raise ConfigError(f"FaultFS at {fs.root!r} is already active")
+        if not _stack:
+            _others.refuse_if_patched()
         _guard_real_root(fs.root)
         if not _stack:
             # What exists now is frozen out of the collector, so collecting a
@@ -504,6 +521,10 @@ def activate(fs: FaultFS) -> None:
                 gc.freeze()
             _escapes.patch_bindings(_saved_bindings)
             for module, name, replacement in _PATCHES:
+                _saved.append((module, name, getattr(module, name)))
+                setattr(module, name, replacement)
+            _others.guard(_saved)
+            for module, name, replacement in _escapes.blind_spots(owner_of, _simulated_fd):
                 _saved.append((module, name, getattr(module, name)))
                 setattr(module, name, replacement)
         _stack.append(fs)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import sys
 import sysconfig
+import threading
 from typing import NamedTuple
 
 _FAULTFS_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
@@ -28,6 +29,11 @@ _STDLIB_DIRS = tuple(
 MAX_STACK_FRAMES = 4
 _new_tuple = tuple.__new__
 
+# The frames that submitted the work a pool's thread runs (set by faultfs._threads).
+WORKER = threading.local()
+WORKER_FILE = "<worker thread>"
+"""The file of the frame marking where a worker's own frames end and its submitter's begin."""
+
 _kind_cache: dict[str, int] = {}
 _FAULTFS, _STDLIB, _USER = 0, 1, 2
 
@@ -42,7 +48,7 @@ def _kind(filename: str) -> int:
         # Site-packages sit under the stdlib directory on some installs: an
         # installed library is code under test, not the standard library.
         kind = _USER
-    elif filename.startswith(_STDLIB_DIRS) or filename.startswith("<frozen"):
+    elif filename.startswith(_STDLIB_DIRS) or filename.startswith(("<frozen", WORKER_FILE)):
         kind = _STDLIB
     else:
         kind = _USER
@@ -134,6 +140,11 @@ def call_stack(depth: int = 2) -> tuple[tuple[Frame, ...], str]:
             code = frame.f_code
             out.append(_new_tuple(Frame, (code.co_filename, frame.f_lineno, code.co_name)))
             site = f"{code.co_filename}:{frame.f_lineno}"
+        elif threading.current_thread() is not threading.main_thread():
+            # A pool ran a built-in directly: name who submitted the work.
+            submitted = getattr(WORKER, "frames", None) or ()
+            out = [out[0], _new_tuple(Frame, (WORKER_FILE, 0, "worker")), *submitted]
+            site = user_site(submitted) if submitted else ""
     return tuple(out), site or (str(out[0]) if out else "<unknown>")
 
 

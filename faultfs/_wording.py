@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from faultfs._causes import Step
+from faultfs._trace import WORKER_FILE
 
 # Callers shown after an operation's own frame in a report.
 SHOWN_CALLERS = 2
@@ -37,6 +38,17 @@ class Where:
             return "<unknown>"
         src = self.source_root
         text = f"{frames[0].display(src)} ({frames[0].function})"
+        worker = next((i for i, f in enumerate(frames) if f.file == WORKER_FILE), None)
+        if worker is not None:  # a pool's thread ran a built-in: say who submitted the work
+            submitted = frames[worker + 1 :]
+            if not submitted:
+                return text + " in a worker thread (who submitted the work is not known)"
+            by = next((i for i, f in enumerate(submitted) if not f.in_stdlib), 0)
+            text += " in a worker thread, for work submitted at "
+            text += f"{submitted[by].display(src)} ({submitted[by].function})"
+            for caller in submitted[by + 1 :][:SHOWN_CALLERS]:
+                text += f" <- {caller.display(src)} ({caller.function})"
+            return text
         rest = frames[1:]
         if frames[0].in_stdlib:
             user = next((i for i, f in enumerate(frames) if not f.in_stdlib), None)
@@ -79,7 +91,13 @@ def describe(kind: str, steps: tuple[Step, ...], note: str, where: Where) -> tup
             sites.setdefault(where.path(step.path), set()).add(where.site(step))
         if not sites:
             return f"{file} at ?"
-        return " and to ".join(f"{f} at {' and '.join(sorted(s))}" for f, s in sites.items())
+        # Files written by the same lines (a temporary file per save) read as one pattern.
+        by_sites: dict[tuple[str, ...], list[str]] = {}
+        for name, at_sites in sites.items():
+            by_sites.setdefault(tuple(sorted(at_sites)), []).append(name)
+        return " and to ".join(
+            f"{_pattern(names)} at {' and '.join(lines)}" for lines, names in by_sites.items()
+        )
 
     the_file = "each of these files" if len(written_files) > 1 else "the file"
     acked = ""
@@ -182,9 +200,14 @@ def describe(kind: str, steps: tuple[Step, ...], note: str, where: Where) -> tup
         summary = "the starting state fails the check even with nothing lost"
     else:
         # Crash points after several operations of one line (a helper making a tree) merge.
-        done = [f"the {s.kind} of {where.path(s.path)}" for s in steps]
-        done = list(dict.fromkeys(done))
-        which = done[0] if len(done) == 1 else "any of " + _listed(done)
+        paths: dict[str, list[str]] = {}
+        for step in steps:
+            known = paths.setdefault(step.kind, [])
+            if where.path(step.path) not in known:
+                known.append(where.path(step.path))
+        done = [f"the {kind} of {_pattern(names)}" for kind, names in paths.items()]
+        single = len(done) == 1 and len(paths[steps[0].kind]) == 1
+        which = done[0] if single else "any of " + _listed(done)
         sites = " and ".join(sorted({where.site(s) for s in steps}))
         summary = (
             f"a crash right after {which} at {sites} leaves a state recovery rejects even with "
@@ -225,6 +248,9 @@ def _entry(entry: Step | None, acked: str, where: Where) -> tuple[str, str]:
 
 NAMED_ENTRIES = 4
 """Entries a summary names before it says how many more there are."""
+"""Entries a summary names before it says how many more there are."""
+RANDOM_PART = 5
+"""Differing characters from which same-length names read as random (mkstemp draws 8)."""
 _PLURAL = {
     "mkdir": ("the directories", "created"),
     "rename": ("the renames of", ""),
@@ -237,19 +263,26 @@ _PLURAL = {
 def _entries(entries: list[Step], acked: str, where: Where) -> tuple[str, str]:
     """Several directory entries from one line (a helper making a tree), named together."""
     kind = entries[0].kind
-    names: list[str] = []
+    sources: dict[str, list[str]] = {}  # target (or "" when not a rename) -> names
     parents: list[str] = []
     for step in entries:
         path = where.path(step.path)
+        target = ""
         if step.kind == "rename":
             dst = str(step.args[0]).removeprefix("-> ") if step.args else "?"
-            path = f"{path} to {where.path(dst)}"
+            target = where.path(dst)
             dirs = [dst.rsplit("/", 1)[0] or "/", step.path.rsplit("/", 1)[0] or "/"]
         else:
             dirs = [step.path.rsplit("/", 1)[0] or "/"]
-        if path not in names:
-            names.append(path)
-        parents += [d for d in map(where.path, dirs) if d not in parents]
+        known = sources.setdefault(target, [])
+        if path not in known:
+            known.append(path)
+        for directory in map(where.path, dirs):
+            if directory not in parents:  # a rename within one directory names it once
+                parents.append(directory)
+    names = sources.pop("", [])
+    # Temporary files renamed over one name read as one pattern.
+    names += [f"{_pattern(srcs)} to {target}" for target, srcs in sources.items()]
     shown = _listed(names)
     what, verb = _PLURAL.get(kind, ("the entries", "created"))
     sites = " and ".join(sorted({where.site(s) for s in entries}))
@@ -274,3 +307,27 @@ def _listed(names: list[str]) -> str:
     if len(names) > 1:
         return ", ".join(names[:-1]) + f" and {names[-1]}"
     return names[0] if names else "?"
+
+
+def _pattern(names: list[str]) -> str:
+    """Names, or the pattern random temporary names share: ``tmpXXXXXXXX (3 files)``
+    for ``tmp3f9a0c1d``, ``tmpx0c2k9q4`` and ``tmpp1b7z0w2``, not every name a run drew."""
+    heads = {name.rpartition("/")[0] for name in names}
+    bases = [name.rpartition("/")[2] for name in names]
+    prefix = _common_start(bases)
+    suffix = _common_start([b[len(prefix) :][::-1] for b in bases])[::-1]
+    # A shared suffix is an extension (".json"), not random letters alike by chance.
+    cut = next((i for i, c in enumerate(suffix) if not c.isalnum()), len(suffix))
+    suffix = suffix[cut:]
+    widths = {len(b) - len(prefix) - len(suffix) for b in bases}
+    if len(names) < 2 or len(heads) != 1 or len(widths) != 1 or min(widths) < RANDOM_PART:
+        return _listed(names)  # names chosen, not drawn (q00000 and q00001)
+    head = heads.pop()
+    return f"{head + '/' if head else ''}{prefix}{'X' * widths.pop()}{suffix} ({len(names)} files)"
+
+
+def _common_start(texts: list[str]) -> str:
+    """The characters every text starts with."""
+    first, last = min(texts), max(texts)
+    size = next((i for i, (a, b) in enumerate(zip(first, last, strict=False)) if a != b), None)
+    return first if size is None else first[:size]

@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 
-from faultfs import _health
+from faultfs import _health, _others
 from faultfs._escapes import diagnose
 from faultfs._explore import explore
 from faultfs._fs import FaultFS
@@ -116,6 +116,18 @@ def _options(request: pytest.FixtureRequest) -> dict[str, Any]:
     return options
 
 
+def _tmp_path(request: pytest.FixtureRequest) -> Path:
+    """pytest's tmp_path, asked for only once pyfakefs is known not to be patching.
+
+    Under pyfakefs's ``fs`` fixture tmp_path fails with a message about
+    numbered directories that does not say why; faultfs's own says.
+    """
+    if _others.pyfakefs_active():
+        pytest.fail(f"faultfs: pyfakefs is active in this test. {_others.WHY}", pytrace=False)
+    path: Path = request.getfixturevalue("tmp_path")
+    return path
+
+
 def _trap_root(tmp_path: Path) -> str:
     """A new, empty real directory as the root; its files exist only in the model.
 
@@ -147,8 +159,9 @@ def _check_trap(root: str) -> None:
 
 
 @pytest.fixture
-def faultfs(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[FaultFS]:
+def faultfs(request: pytest.FixtureRequest) -> Iterator[FaultFS]:
     """An active FaultFS; ``faultfs.root`` (and ``faultfs.path(...)``) is where to work."""
+    tmp_path = _tmp_path(request)
     options = _options(request)
     given = options.pop("root", None)
     root = str(given) if given else _trap_root(tmp_path)
@@ -164,13 +177,14 @@ def faultfs(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[FaultFS]
 
 
 @pytest.fixture
-def faultfs_explore(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[..., ExploreReport]:
+def faultfs_explore(request: pytest.FixtureRequest) -> Callable[..., ExploreReport]:
     """``faultfs_explore(workload, recover_and_check, **explore_kwargs)``.
 
     Runs explore() under a fresh empty root and fails the test with the
     report (its causes, source paths relative to the rootdir, no traceback)
     unless ``expect_failures=True`` is passed.
     """
+    tmp_path = _tmp_path(request)
     options = _options(request)
     calls = itertools.count(1)
 

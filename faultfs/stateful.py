@@ -240,6 +240,7 @@ class CrashStateMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         cls = type(self)
+        _check_hooks(cls)
         self.fs = FaultFS(cls.root, cls.profiles[0], block_size=cls.block_size)
         self.acked: list[Any] = []
         self.inflight: Any = None
@@ -529,7 +530,34 @@ def _crash_plans(cls: type[CrashStateMachine]) -> st.SearchStrategy[Crash | None
     return st.one_of(st.none(), st.none(), plans)
 
 
+def _check_hooks(cls: type[CrashStateMachine]) -> None:
+    """A machine that cannot check recovery fails as such, not as a store that lost data.
+
+    Checked per run, not at class creation: an abstract base machine may leave
+    the hooks to its subclasses.
+    """
+    base = CrashStateMachine
+    if cls.check is not base.check:
+        return
+    missing = [
+        name for name in ("observe", "expected") if getattr(cls, name) is getattr(base, name)
+    ]
+    if missing:
+        raise ConfigError(
+            f"{cls.__name__} does not define {' and '.join(f'{m}()' for m in missing)}: faultfs "
+            "cannot tell a recovered store from a broken one. Define observe() (the recovered "
+            "state) and expected(acked) (the state the acknowledged operations imply), or check()"
+        )
+
+
 def _check_config(cls: type[CrashStateMachine]) -> None:
+    for attribute in ("profiles", "modes"):
+        value = getattr(cls, attribute)
+        if isinstance(value, str):  # a string is a sequence of one-letter "modes"
+            raise ConfigError(
+                f"{cls.__name__}.{attribute} must be a tuple of names, not a string; "
+                f"did you mean {attribute} = ({value!r},)?"
+            )
     if not cls.profiles:
         raise ConfigError(f"{cls.__name__}.profiles needs at least one profile")
     for name in cls.profiles:

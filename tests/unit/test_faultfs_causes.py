@@ -170,7 +170,7 @@ def test_a_cause_over_writes_to_two_files_names_each_file_at_its_line() -> None:
     line = inspect.getsourcelines(write_new)[1] + 2  # its os.write: one helper, two files
     mine = os.path.basename(__file__)
     assert summary.startswith(
-        f"data written to data at {mine}:{line} and to index at {mine}:{line} was never fsynced"
+        f"data written to data and index at {mine}:{line} was never fsynced"
     ), summary
     assert fix.startswith("fsync each of these files before acknowledging"), fix
 

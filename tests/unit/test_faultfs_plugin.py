@@ -26,7 +26,7 @@ def test_fixture_is_active_under_an_empty_real_directory(faultfs: FaultFS, tmp_p
 
 
 ESCAPES = """
-import io, os, sqlite3
+import io, mmap, os, sqlite3, subprocess, sys
 
 def make_saver(_open=os.open):  # bound before activation, where no scan reaches
     def save(path):
@@ -54,9 +54,22 @@ def test_sqlite_in_explore(faultfs_explore):
     def workload(fs):
         with open(fs.path("a"), "w") as handle:
             handle.write("x")
-        sqlite3.connect(fs.path("x.db")).execute("create table t(x)").connection.commit()
+        try:  # swallowed, as a library that falls back to another store would
+            sqlite3.connect(fs.path("x.db")).execute("create table t(x)").connection.commit()
+        except Exception:
+            pass
 
     faultfs_explore(workload, lambda img: None)
+
+def test_mmap_in_the_fixture(faultfs):
+    with open(faultfs.path("m"), "wb") as handle:
+        handle.write(bytes(4096))
+    with open(faultfs.path("m"), "r+b") as handle:
+        mmap.mmap(handle.fileno(), 4096)
+
+def test_subprocess_in_the_fixture(faultfs):
+    code = f"open({faultfs.path('x.txt')!r}, 'w').write('x')"
+    subprocess.run([sys.executable, "-c", code], check=True)
 """
 
 
@@ -71,12 +84,18 @@ def test_swallowed_escapes_and_c_extension_writes_fail_the_test(tmp_path: Path) 
     assert {
         "FAILED test_escapes.py::test_swallowed_escape",
         "FAILED test_escapes.py::test_swallowed_fileio",
-        "ERROR test_escapes.py::test_sqlite_in_the_fixture",
+        "FAILED test_escapes.py::test_sqlite_in_the_fixture",
         "FAILED test_escapes.py::test_sqlite_in_explore",
+        "FAILED test_escapes.py::test_mmap_in_the_fixture",
+        "ERROR test_escapes.py::test_subprocess_in_the_fixture",
     } <= lines, out
     assert "calls os.open through `_open`, bound before the FaultFS was activated" in out
     assert "io.FileIO used directly" in out
-    assert out.count("x.db appeared on the real disk under the FaultFS root") >= 2, out
+    # sqlite3 and mmap are named when they start, with what faultfs cannot see (even
+    # when the code swallows the error); what a child process writes is found afterwards.
+    assert out.count("sqlite3 reads and writes it from C") >= 2, out
+    assert "mmap.mmap of " in out and "loads and stores in a mapping" in out, out
+    assert "x.txt appeared on the real disk under the FaultFS root" in out, out
 
 
 @pytest.mark.faultfs(
