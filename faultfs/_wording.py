@@ -205,7 +205,10 @@ def describe(kind: str, steps: tuple[Step, ...], note: str, where: Where) -> tup
             known = paths.setdefault(step.kind, [])
             if where.path(step.path) not in known:
                 known.append(where.path(step.path))
-        done = [f"the {kind} of {_pattern(names)}" for kind, names in paths.items()]
+        done = [
+            f"the {kind}{'s' if len(names) > 1 else ''} of {_pattern(names)}"
+            for kind, names in paths.items()
+        ]
         single = len(done) == 1 and len(paths[steps[0].kind]) == 1
         which = done[0] if single else "any of " + _listed(done)
         sites = " and ".join(sorted({where.site(s) for s in steps}))

@@ -215,3 +215,18 @@ def test_fixtures_of_both_in_one_test_fail_it_with_the_reason_not_a_recursion(
     assert "RecursionError" not in out and "numbered dir" not in out, out[-3000:]
     assert "1 passed, 2 errors" in out, out[-3000:]
     assert out.count("faultfs and pyfakefs cannot be combined") >= 2, out[-3000:]
+
+
+def test_a_state_after_renames_of_random_names_names_their_pattern() -> None:
+    from faultfs._causes import Step
+    from faultfs._trace import Frame
+    from faultfs._wording import Where, describe
+
+    frames = (Frame("/src/queue.py", 22, "atomic_rename"),)
+    steps = tuple(
+        Step("after", "rename", f"/r/tmp{n}", (), frames) for n in ("a1b2c3d4", "z9y8x7w6")
+    )
+    summary, _fix = describe("not-atomic", steps, "", Where("/r"))
+    assert summary.startswith(
+        "a crash right after any of the renames of tmpXXXXXXXX (2 files) at /src/queue.py:22 "
+    ), summary
