@@ -132,6 +132,14 @@ def _explore_profile(
     _run(counting, workload)
     _health.check_outside(counting, "the workload", off)
     _health.check_boundaries(counting, "the workload", off)
+    _health.check_acknowledged(
+        len(counting.acked),
+        "the workload",
+        "Call fs.ack(x) in the workload each time the code under test acknowledges x (a "
+        "save, put or commit returned), and have recover_and_check(img) require what "
+        "img.acked lists.",
+        off,
+    )
     if HealthCheck.nondeterministic not in off:
         again = _fresh(snap)
         _run(again, workload)

@@ -29,6 +29,8 @@ class HealthCheck(enum.Enum):
     check_never_ran = "check_never_ran"
     #: Two runs of the workload from the same start passed different operations.
     nondeterministic = "nondeterministic"
+    #: Nothing was acknowledged (no fs.ack, no acknowledging): no crash could lose anything.
+    nothing_acknowledged = "nothing_acknowledged"
 
     @classmethod
     def all(cls) -> list[HealthCheck]:
@@ -66,18 +68,26 @@ def check_escapes(fs: FaultFS) -> None:
         raise EscapeError(fs.escapes[0])
 
 
-def check_outside(fs: FaultFS, who: str, off: frozenset[HealthCheck]) -> None:
+def check_outside(
+    fs: FaultFS, who: str, off: frozenset[HealthCheck], machine: bool = False
+) -> None:
     if HealthCheck.outside_root in off or not fs.outside_calls:
         return
     examples = "\n".join(f"    {e}" for e in fs.outside_examples)
     verb = "were refused" if fs.outside == "refuse" else "reached the real file system"
+    where, passthrough = (
+        ("self.fs.path('name'), or pass self.fs.root", "set the class attribute outside = "
+         "'passthrough' and suppress_health_check = [faultfs.HealthCheck.outside_root]")
+        if machine
+        else ("fs.path('name'), or pass fs.root", "pass outside='passthrough'")
+    )  # fmt: skip
     raise fail(
         HealthCheck.outside_root,
         f"{who} made {fs.outside_calls} call(s) on paths outside the root {fs.root!r}; they "
         f"{verb}, so that I/O was never crash-tested:\n{examples}",
-        "Build every path the code under test uses from the root (fs.path('name'), or pass "
-        "fs.root to the code as its directory). If it must also read or write real files, "
-        "pass outside='passthrough'.",
+        f"Build every path the code under test uses from the root ({where} to the code as "
+        f"its directory; a library's temporary files too: tempfile's default directory "
+        f"is outside the root). If it must also read or write real files, {passthrough}.",
     )
 
 
@@ -90,6 +100,18 @@ def check_boundaries(fs: FaultFS, who: str, off: frozenset[HealthCheck]) -> None
         "renamed or removed nothing there, so there was no crash point and nothing was tested.",
         "Point the code under test at the root: build its paths with fs.path('name') or pass it "
         "fs.root as its data directory (relative paths and other directories are not the root).",
+    )
+
+
+def check_acknowledged(acks: int, who: str, how: str, off: frozenset[HealthCheck]) -> None:
+    if HealthCheck.nothing_acknowledged in off or acks:
+        return
+    raise fail(
+        HealthCheck.nothing_acknowledged,
+        f"{who} acknowledged nothing, so no crash could lose an acknowledged operation: "
+        "a store that never makes anything durable passes such a test.",
+        f"{how} If the test only checks that the store opens after any crash (nothing it "
+        "returned has to survive), suppress this check.",
     )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
@@ -87,8 +88,22 @@ def outside(stack: list[FaultFS], given: Any, p: str, relative: bool) -> None:
             if relative
             else "build the path from the root (fs.path(...))"
         )
+        if _in_tempdir(p):
+            fix = (
+                "give the code a temporary directory under the root: this is tempfile's "
+                "default directory, on the real disk (pass the library its temp-dir argument, "
+                "e.g. dir=fs.path('tmp'), or set tempfile.tempdir to a directory under the root "
+                "for the test)"
+            )
         raise OutsideRootError(
             f"{what}: outside the faultfs root {fs.root!r}, and outside='refuse'. To test this "
             f"I/O, {fix}; if the code must also use real files, pass outside='passthrough' "
             "(and suppress faultfs.HealthCheck.outside_root)."
         )
+
+
+def _in_tempdir(p: str) -> bool:
+    """Whether ``p`` is in tempfile's default directory (as far as tempfile already knows it:
+    finding it writes probe files, which must not happen here)."""
+    default = tempfile.tempdir
+    return default is not None and os.path.dirname(p) == default.rstrip("/")

@@ -63,15 +63,25 @@ from hypothesis.stateful import initialize as _initialize
 from hypothesis.stateful import invariant as _invariant
 from hypothesis.stateful import rule as _rule
 
+from faultfs import _health
+from faultfs import _stateful_plan as _plan
 from faultfs._causes import CrashPoint, Finding, Outcome
 from faultfs._escapes import dead_finalizers
 from faultfs._fs import DEFAULT_BLOCK_SIZE, FaultFS
+from faultfs._health import HealthCheck
 from faultfs._images import MODES
 from faultfs._model import Model
-from faultfs._profiles import PROFILES, get_profile
+from faultfs._profiles import get_profile
 from faultfs._trace import display_path, is_user_file
 from faultfs._wording import Where, describe
-from faultfs.errors import ConfigError, RecoveryCheckFailed, SimulatedCrash
+from faultfs.errors import (
+    ConfigError,
+    EscapeError,
+    FailedHealthCheck,
+    OutsideRootError,
+    RecoveryCheckFailed,
+    SimulatedCrash,
+)
 
 __all__ = [
     "Bundle",
@@ -87,8 +97,7 @@ __all__ = [
 
 # The argument every crashable rule takes (the drawn crash plan, or None).
 CRASH_ARG = "crash"
-# Image seeds drawn per crash: several images of one crash point differ.
-IMAGE_SEEDS = 8
+IMAGE_SEEDS = _plan.IMAGE_SEEDS
 _MARKER = "_faultfs_rule"
 _MISSING = object()
 
@@ -164,7 +173,7 @@ def initialize(
                 return function(self, **arguments)
 
         decorator: Any = _initialize(targets=targets, target=target, **kwargs)  # type: ignore[arg-type]
-        return decorator(step)
+        return _wrapped(decorator(step))
 
     return decorate
 
@@ -180,9 +189,14 @@ def invariant(
             with self.fs:
                 return function(self)
 
-        return _invariant(check_during_init=check_during_init)(check)
+        return _wrapped(_invariant(check_during_init=check_during_init)(check))
 
     return decorate
+
+
+def _wrapped(function: Any) -> Any:
+    setattr(function, _plan.WRAPPED, True)
+    return function
 
 
 class CrashStateMachine(RuleBasedStateMachine):
@@ -199,8 +213,11 @@ class CrashStateMachine(RuleBasedStateMachine):
     real disk), ``block_size`` (bytes, the torn-write unit of the block-based
     profiles: at 4096 a small append inside one block is never torn into a
     partial prefix there), ``max_crash_at`` (how deep inside a step a crash is
-    drawn, in boundaries) and ``crash_recovery`` (whether recovery itself is
-    crashed too).
+    drawn, in boundaries), ``crash_recovery`` (whether recovery itself is
+    crashed too), ``outside`` (``"refuse"``: I/O on a path outside the root
+    raises OutsideRootError; ``"passthrough"``: it reaches the real disk) and
+    ``suppress_health_check`` (the :class:`~faultfs.HealthCheck` names to
+    turn off: ``outside_root``, ``nothing_acknowledged``).
     """
 
     root: ClassVar[str] = "/faultfs-machine"
@@ -209,11 +226,12 @@ class CrashStateMachine(RuleBasedStateMachine):
     block_size: ClassVar[int] = DEFAULT_BLOCK_SIZE
     max_crash_at: ClassVar[int] = 64
     crash_recovery: ClassVar[bool] = True
+    outside: ClassVar[str] = "refuse"
+    suppress_health_check: ClassVar[Sequence[HealthCheck | str]] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        _check_config(cls)
-        plans = _crash_plans(cls)
+        _plan.check_config(cls)
         for name in dir(cls):
             value = getattr(cls, name, None)
             spec = getattr(value, _MARKER, None)
@@ -224,16 +242,16 @@ class CrashStateMachine(RuleBasedStateMachine):
             source = getattr(value, "_faultfs_source", value)
             arguments = dict(spec.arguments)
             if spec.crashes:
-                arguments[CRASH_ARG] = plans
+                arguments[CRASH_ARG] = _plan.crash_plans(cls, source.__name__, Crash)
             has_targets = spec.targets != () or spec.target is not None
             step = _step_function(source, spec.crashes, has_targets)
             converted = _rule(targets=spec.targets, target=spec.target, **arguments)(step)
             converted._faultfs_source = source
             setattr(converted, _MARKER, spec)
-            setattr(cls, name, converted)
+            setattr(cls, name, _wrapped(converted))
         if len(cls.profiles) > 1:
             draw = _initialize(profile=st.sampled_from(cls.profiles))
-            cls.use_profile = draw(use_profile)
+            cls.use_profile = _wrapped(draw(use_profile))
         elif hasattr(cls, "use_profile"):
             cls.use_profile = None
 
@@ -241,17 +259,24 @@ class CrashStateMachine(RuleBasedStateMachine):
         super().__init__()
         cls = type(self)
         _check_hooks(cls)
-        self.fs = FaultFS(cls.root, cls.profiles[0], block_size=cls.block_size)
+        self.fs = FaultFS(cls.root, cls.profiles[0], cls.outside, block_size=cls.block_size)
+        self.fs.watch_outside = True
         self.acked: list[Any] = []
         self.inflight: Any = None
         self.crashes = 0
         # The attributes recover() sets: the objects of one run of the program.
         self._run_attributes: set[str] = set()
+        # Boundaries each rule (and recovery) passed so far in this example: where
+        # the next crash of that rule is drawn (see faultfs._stateful_plan).
+        self._boundaries_seen: dict[str, int] = {}
+        self._off = _health.suppressed(cls.suppress_health_check)
+        _plan.running(self)
         with self.fs:
             self.setup()
+        self._check_outside(self.fs, "setup()")
         self.fs.sync_all()
-        with self.fs:
-            self._recover()
+        self._recover_on(self.fs)
+        self._check_outside(self.fs, "recover()")
 
     # ---------------------------------------------------------------- hooks
 
@@ -301,6 +326,7 @@ class CrashStateMachine(RuleBasedStateMachine):
         """Record that the store acknowledged ``effect``: it must survive any crash."""
         self.acked.append(effect)
         self.fs.ack(effect)
+        _plan.tally(type(self)).acks += 1
 
     @contextlib.contextmanager
     def acknowledging(self, effect: Any) -> Iterator[None]:
@@ -316,25 +342,32 @@ class CrashStateMachine(RuleBasedStateMachine):
         self, function: Callable[..., Any], arguments: dict[str, Any], plan: Crash | None
     ) -> Any:
         __tracebackhide__ = True
+        disk, before = self.fs, self.fs.boundaries
         if plan is None:
-            with self.fs:
-                return function(self, **arguments)
+            with disk:
+                result = function(self, **arguments)
+            self._learn(function.__name__, disk.boundaries - before)
+            self._check_outside(disk, f"{function.__name__}()")
+            return result
         self.inflight = None
-        before = self.fs.boundaries
-        self.fs.arm(plan.at)
-        result: Any = multiple()
+        disk.arm(plan.at)
+        result = multiple()
         crashed_inside = False
         try:
-            with self.fs:
+            with disk:
                 result = function(self, **arguments)
         except SimulatedCrash:
             crashed_inside = True
         finally:
-            self.fs.disarm()
+            disk.disarm()
+        passed = disk.boundaries - before
+        self._learn(function.__name__, passed)
+        self._check_outside(disk, f"{function.__name__}()")
+        _plan.tally(type(self)).crashes += 1
         where = (
             f"at boundary {plan.at} inside"
             if crashed_inside
-            else f"right after (it passed {self.fs.boundaries - before} boundaries)"
+            else f"right after (it passed {passed} boundaries)"
         )
         self._crash_and_recover(plan, f"{plan.mode} crash {where} {function.__name__}()")
         return multiple() if crashed_inside else result
@@ -381,7 +414,31 @@ class CrashStateMachine(RuleBasedStateMachine):
 
         A subclass that overrides it calls ``super().teardown()``.
         """
+        _plan.running(None)
         self._retire_run(self.fs)
+
+    @classmethod
+    @functools.lru_cache
+    def _to_test_case(cls) -> Any:
+        """Hypothesis's TestCase, plus the health checks that need the whole run."""
+        return _plan.with_run_checks(cls, super()._to_test_case())
+
+    def _recover_on(self, disk: FaultFS) -> None:
+        """recover() on ``disk``, learning how many boundaries it passes (a crashed one: at least
+        as many as it reached)."""
+        before = disk.boundaries
+        try:
+            with disk:
+                self._recover()
+        finally:
+            self._learn(_plan.RECOVERY, disk.boundaries - before)
+
+    def _learn(self, key: str, passed: int) -> None:
+        self._boundaries_seen[key] = max(passed, self._boundaries_seen.get(key, 0))
+
+    def _check_outside(self, disk: FaultFS, who: str) -> None:
+        __tracebackhide__ = True
+        _health.check_outside(disk, f"{type(self).__name__}'s {who}", self._off, machine=True)
 
     def _recover(self) -> None:
         """Call recover(), noting which attributes it (re)binds (even if it crashes midway)."""
@@ -424,10 +481,12 @@ class CrashStateMachine(RuleBasedStateMachine):
         self._retire_run(self._dead_disk())
         self.fs = image
         try:
-            with image:
-                self._recover()
+            self._recover_on(image)
             with image:
                 self.check()
+            self._check_outside(image, "recover() or the check")
+        except (OutsideRootError, FailedHealthCheck, EscapeError, ConfigError):
+            raise  # the test's own mistake, not a failed recovery: shown as it is
         except AssertionError as exc:
             return str(exc) or "AssertionError"
         except Exception as exc:  # recovery that raises is a failed recovery
@@ -515,21 +574,6 @@ def _step_function(
     return step
 
 
-def _crash_plans(cls: type[CrashStateMachine]) -> st.SearchStrategy[Crash | None]:
-    recovery: st.SearchStrategy[int | None] = st.none()
-    if cls.crash_recovery:
-        recovery = st.one_of(st.none(), st.integers(1, cls.max_crash_at))
-    plans = st.builds(
-        Crash,
-        at=st.integers(1, cls.max_crash_at),
-        mode=st.sampled_from(cls.modes),
-        image=st.integers(0, IMAGE_SEEDS - 1),
-        recovery_at=recovery,
-    )
-    # Most steps run uncrashed (a crash resets the store), and None shrinks first.
-    return st.one_of(st.none(), st.none(), plans)
-
-
 def _check_hooks(cls: type[CrashStateMachine]) -> None:
     """A machine that cannot check recovery fails as such, not as a store that lost data.
 
@@ -548,27 +592,3 @@ def _check_hooks(cls: type[CrashStateMachine]) -> None:
             "cannot tell a recovered store from a broken one. Define observe() (the recovered "
             "state) and expected(acked) (the state the acknowledged operations imply), or check()"
         )
-
-
-def _check_config(cls: type[CrashStateMachine]) -> None:
-    for attribute in ("profiles", "modes"):
-        value = getattr(cls, attribute)
-        if isinstance(value, str):  # a string is a sequence of one-letter "modes"
-            raise ConfigError(
-                f"{cls.__name__}.{attribute} must be a tuple of names, not a string; "
-                f"did you mean {attribute} = ({value!r},)?"
-            )
-    if not cls.profiles:
-        raise ConfigError(f"{cls.__name__}.profiles needs at least one profile")
-    for name in cls.profiles:
-        if name not in PROFILES:
-            raise ConfigError(
-                f"{cls.__name__}.profiles: unknown profile {name!r}; choose from {sorted(PROFILES)}"
-            )
-    for mode in cls.modes:
-        if mode not in MODES:
-            raise ConfigError(
-                f"{cls.__name__}.modes: unknown crash mode {mode!r}; choose from {MODES}"
-            )
-    if cls.max_crash_at < 1:
-        raise ConfigError(f"{cls.__name__}.max_crash_at must be >= 1, got {cls.max_crash_at}")

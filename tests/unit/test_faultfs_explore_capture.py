@@ -148,6 +148,7 @@ def test_a_third_run_that_differs_fails_the_nondeterministic_check() -> None:
             f.write("x")
             if runs[0] == 3:  # the capturing run does one more thing
                 os.fsync(f.fileno())
+        fs.ack("a")
 
     from faultfs.errors import FailedHealthCheck
 

@@ -148,8 +148,31 @@ def test_temporary_names_that_differ_between_runs_are_deterministic_enough() -> 
         with open(tmp, "w") as f:
             f.write("x")
         os.replace(tmp, fs.path("f"))
+        fs.ack("f")
 
     assert explore(workload, lambda img: img.tree()).boundaries == 6
+
+
+# ------------------------------------------------------- nothing_acknowledged
+
+
+def test_a_workload_that_acknowledges_nothing_fails_the_health_check() -> None:
+    def forgets_ack(fs: FaultFS) -> None:  # saves without fsync; the check cannot tell
+        with open(fs.path("f"), "w") as f:
+            f.write("x")
+
+    def reads(img: FaultFS) -> None:
+        check(img)
+        img.tree()
+
+    with pytest.raises(FailedHealthCheck) as info:
+        explore(forgets_ack, reads)
+    assert info.value.health_check is HealthCheck.nothing_acknowledged
+    message = str(info.value)
+    assert "the workload acknowledged nothing" in message
+    assert "Call fs.ack(x) in the workload" in message
+    report = explore(forgets_ack, reads, suppress_health_check=["nothing_acknowledged"])
+    assert report.ok  # what the check, blind without acks, passes
 
 
 # ---------------------------------------------------------------- suppressing
@@ -252,6 +275,7 @@ def test_explore_with_a_check_that_looks_at_nothing(faultfs_explore):
     def workload(fs):
         with open(fs.path("f"), "w") as f:
             f.write("x")
+        fs.ack("f")
 
     faultfs_explore(workload, lambda img: None)
 """
