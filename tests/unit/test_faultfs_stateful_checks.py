@@ -144,7 +144,7 @@ def test_tempfiles_in_the_default_temporary_directory_are_refused_with_the_fix()
     class Staging(LogMachine):
         @rule()
         def stage(self) -> None:
-            fd, name = tempfile.mkstemp()  # persist-queue's default: the real /tmp
+            fd, _name = tempfile.mkstemp()  # persist-queue's default: the real /tmp
             os.close(fd)
 
     state = Staging()
@@ -221,14 +221,14 @@ def test_hypothesis_own_rule_is_refused_with_the_import_to_use() -> None:
     assert "WrongRule.put is decorated with hypothesis.stateful.rule" in message
     assert "from faultfs.stateful import rule" in message
 
-    with pytest.raises(ConfigError, match="from faultfs.stateful import initialize"):
+    with pytest.raises(ConfigError, match=r"from faultfs\.stateful import initialize"):
 
         class WrongInitialize(LogMachine):
             @hypothesis_initialize()
             def start(self) -> None:
                 pass
 
-    with pytest.raises(ConfigError, match="from faultfs.stateful import invariant"):
+    with pytest.raises(ConfigError, match=r"from faultfs\.stateful import invariant"):
 
         class WrongInvariant(LogMachine):
             @hypothesis_invariant()
