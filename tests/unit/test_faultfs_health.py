@@ -44,11 +44,16 @@ def writes_elsewhere(fs: FaultFS) -> None:
     fs.ack("nothing")
 
 
-def test_no_boundaries(tmp_path: Path) -> None:
+def failed_check(workload: Any, checker: Any, expected: HealthCheck) -> str:
+    """The message of the health check ``expected``, which explore must fail."""
     with pytest.raises(FailedHealthCheck) as info:
-        explore(writes_elsewhere, check)
-    assert info.value.health_check is HealthCheck.no_boundaries
-    message = str(info.value)
+        explore(workload, checker)
+    assert info.value.health_check is expected
+    return str(info.value)
+
+
+def test_no_boundaries(tmp_path: Path) -> None:
+    message = failed_check(writes_elsewhere, check, HealthCheck.no_boundaries)
     assert "passed no boundary under the root '/faultfs-explore'" in message
     assert "fs.path('name')" in message
     assert "suppress_health_check=[faultfs.HealthCheck.no_boundaries]" in message
@@ -165,10 +170,7 @@ def test_a_workload_that_acknowledges_nothing_fails_the_health_check() -> None:
         check(img)
         img.tree()
 
-    with pytest.raises(FailedHealthCheck) as info:
-        explore(forgets_ack, reads)
-    assert info.value.health_check is HealthCheck.nothing_acknowledged
-    message = str(info.value)
+    message = failed_check(forgets_ack, reads, HealthCheck.nothing_acknowledged)
     assert "the workload acknowledged nothing" in message
     assert "Call fs.ack(x) in the workload" in message
     report = explore(forgets_ack, reads, suppress_health_check=["nothing_acknowledged"])
