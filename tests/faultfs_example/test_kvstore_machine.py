@@ -74,11 +74,11 @@ class BuggyKVStoreMachine(KVStoreMachine):
 
 # Enough examples to find the planted bug: over 40 random seeds, 37 found it within 600
 # examples and 23 within 200 (a crash must land right after a compaction that follows a
-# put, or in a later step before the directory is synced). Derandomized, so it is found the same way each run; but the examples
-# of a derandomized run change with any string constant in faultfs (Hypothesis draws
-# from the loaded modules' constants), so the margin matters. Hypothesis's explain phase
-# is left out: it replays each failing step many times to annotate it, and crashed steps
-# are costly to replay.
+# put, or in a later step before the directory is synced). Derandomized, so it is found
+# the same way each run; but the examples of a derandomized run change with any string
+# constant in faultfs (Hypothesis draws from the loaded modules' constants), so the margin
+# matters. Hypothesis's explain phase is left out: it replays each failing step many times
+# to annotate it, and crashed steps are costly to replay.
 FIND_BUG = settings(
     max_examples=600,
     stateful_step_count=6,
