@@ -192,7 +192,7 @@ def _explore_profile(
             assert fs.crash_point is not None
             _, phase, op = fs.crash_point
         analysis = _crash_point(fs, check) if causes else None
-        full_state_landed = _full_state_landed(fs, counting.acked, seed, check)
+        full_state_landed = _full_state_landed(fs, counting.acked, seed, images_per_mode, check)
         for mode in report.modes:
             for image in fs.crash_images(mode, limit=images_per_mode, seed=seed):
                 outcome = check(image)
@@ -201,7 +201,9 @@ def _explore_profile(
                 origin = image.origin
                 assert origin is not None and origin.index is not None
                 landed = (
-                    _in_flight_landed(fs, image, counting.acked, seed, check) if causes else None
+                    _in_flight_landed(fs, image, counting.acked, seed, images_per_mode, check)
+                    if causes
+                    else None
                 )
                 if landed is not None:
                     # Nothing acknowledged was lost: the cause analysis would blame the code.
@@ -240,6 +242,7 @@ def _in_flight_landed(
     image: FaultFS,
     acks: Sequence[object],
     seed: int,
+    limit: int,
     check: Callable[[FaultFS, bool], Outcome | None],
 ) -> str | None:
     """Why the check, not the code, is at fault for failing ``image``, if it is.
@@ -252,7 +255,17 @@ def _in_flight_landed(
     origin = image.origin
     if done >= len(acks) or origin is None:
         return None
-    again = fs.crash_image(origin.mode, seed=seed, index=origin.index)
+    # A fresh copy of the image (the check ran recovery on this one): the same draw.
+    again = next(
+        (
+            other
+            for other in fs.crash_images(origin.mode, limit=limit, seed=seed)
+            if other.origin is not None and other.origin.index == origin.index
+        ),
+        None,
+    )
+    if again is None:
+        return None
     again.acked = [*again.acked, acks[done]]
     if check(again, True) is not None:
         return None
@@ -268,6 +281,7 @@ def _full_state_landed(
     fs: FaultFS,
     acks: Sequence[object],
     seed: int,
+    limit: int,
     check: Callable[[FaultFS, bool], Outcome | None],
 ) -> Callable[[], bool]:
     """Whether the crash point's full state (a kill -9's image) fails only because the
@@ -276,10 +290,10 @@ def _full_state_landed(
 
     def ask() -> bool:
         if not known:
-            image = fs.crash_image("process", seed=seed)
+            image = next(fs.crash_images("process", limit=limit, seed=seed))
             known.append(
                 check(image, True) is not None
-                and _in_flight_landed(fs, image, acks, seed, check) is not None
+                and _in_flight_landed(fs, image, acks, seed, limit, check) is not None
             )
         return known[0]
 
