@@ -9,20 +9,13 @@ every write on the disk (a kill -9 shows it too)".
 from __future__ import annotations
 
 import json
-import os
 
 from faultfs import FaultFS, explore
-from tests.support.faultfs_classic import fsync_dir
+from tests.support.faultfs_classic import atomic_write
 
 
-def save(path: str, value: int) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w") as handle:
-        json.dump(value, handle)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-    fsync_dir(os.path.dirname(path))
+def save(path: str, value: int, *, dir_sync: bool = True) -> None:
+    atomic_write(path, json.dumps(value).encode(), file_sync=True, dir_sync=dir_sync)
 
 
 def workload(fs: FaultFS) -> None:
@@ -69,11 +62,7 @@ def test_a_check_that_refuses_the_operation_in_flight_is_named_not_the_code() ->
 def test_a_real_loss_keeps_its_cause() -> None:
     def no_dir_fsync(fs: FaultFS) -> None:
         for value in (1, 2):
-            with open(fs.path("v.tmp"), "w") as handle:
-                json.dump(value, handle)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(fs.path("v.tmp"), fs.path("v"))
+            save(fs.path("v"), value, dir_sync=False)
             fs.ack(value)
 
     report = explore(no_dir_fsync, allowing, modes=("power",))
