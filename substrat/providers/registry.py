@@ -38,12 +38,23 @@ class ProviderRegistry:
     def get(self, name: str) -> Provider:
         if name not in self._factories:
             known = ", ".join(sorted(self._factories)) or "none"
-            hint = (
-                f" (failed to load: {self.load_errors[name]})" if name in self.load_errors else ""
-            )
+            if name in self.load_errors:
+                hint = f" (failed to load: {self.load_errors[name]})"
+            else:  # the usual cause: a plugin installed after this process started
+                hint = (
+                    " (providers are loaded when the daemon starts: one installed since "
+                    "needs `substrat daemon restart`)"
+                )
             raise UnknownProviderError(f"no provider named {name!r}{hint}; registered: {known}")
         if name not in self._built:
-            self._built[name] = self._factories[name]()
+            built = self._factories[name]()
+            missing = missing_members(built)
+            if missing:  # a factory function's product is only seen here
+                raise UnknownProviderError(
+                    f"provider {name!r} does not implement substrat's Provider: missing "
+                    f"{', '.join(missing)} (see docs/providers.md, Writing a provider)"
+                )
+            self._built[name] = built
         return self._built[name]
 
     def names(self) -> list[str]:
@@ -53,9 +64,47 @@ class ProviderRegistry:
         """Register providers advertised by installed packages; a broken one is reported."""
         for ep in _advertised():
             try:
-                self.register(ep.name, ep.load())
+                loaded = ep.load()
             except Exception as exc:  # a broken plugin must not stop the daemon
                 self.load_errors[ep.name] = f"{type(exc).__name__}: {exc}"
+                continue
+            missing = missing_members(loaded)
+            if missing:
+                # refused now, in one line, rather than as an AttributeError deep in a turn
+                self.load_errors[ep.name] = (
+                    f"entry point {ep.name} = {ep.value}{_package(ep)} does not implement "
+                    f"substrat's Provider: missing {', '.join(missing)} "
+                    "(see docs/providers.md, Writing a provider)"
+                )
+                continue
+            self.register(ep.name, loaded)
+
+
+PROVIDER_ATTRIBUTES = ("name", "default_model")
+PROVIDER_METHODS = ("create", "restore", "models")
+
+
+def missing_members(obj: object) -> list[str]:
+    """What ``obj`` (a provider class or instance) lacks of :class:`Provider`, in order.
+
+    A class passes with an attribute it declares (a value, a property, or an
+    annotation its ``__init__`` fills). A plain factory function cannot be judged
+    before it is called: it passes here and its product is checked on first use.
+    """
+    if not isinstance(obj, type) and callable(obj) and not hasattr(obj, "create"):
+        return []
+    declared: set[str] = set()
+    if isinstance(obj, type):
+        for klass in obj.__mro__:
+            declared.update(getattr(klass, "__annotations__", {}))
+    missing = [a for a in PROVIDER_ATTRIBUTES if not hasattr(obj, a) and a not in declared]
+    missing += [f"{m}()" for m in PROVIDER_METHODS if not callable(getattr(obj, m, None))]
+    return missing
+
+
+def _package(ep: EntryPoint) -> str:
+    dist = ep.dist
+    return f" (package {dist.name} {dist.version})" if dist is not None else ""
 
 
 @functools.cache

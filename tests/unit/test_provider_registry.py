@@ -7,6 +7,7 @@ from importlib.metadata import EntryPoint
 
 import pytest
 
+from substrat.errors import UnknownProviderError
 from substrat.providers import registry
 from substrat.providers.scripted import ScriptedProvider
 
@@ -39,3 +40,14 @@ def test_entry_points_are_read_once_and_every_registry_gets_them(
         assert "ModuleNotFoundError" in built.load_errors["broken"]
     assert first.get("echo") is not second.get("echo")  # each registry builds its own
     assert "echo" in registry.provider_names() and scans == [registry.ENTRY_POINT_GROUP]
+
+
+def test_an_unknown_name_says_providers_are_loaded_at_start(fresh_scan: None) -> None:
+    reg = registry.ProviderRegistry()
+    reg.register("scripted", ScriptedProvider)
+    with pytest.raises(UnknownProviderError) as caught:
+        reg.get("myhttp")
+    assert str(caught.value) == (
+        "no provider named 'myhttp' (providers are loaded when the daemon starts: one "
+        "installed since needs `substrat daemon restart`); registered: scripted"
+    )
