@@ -51,18 +51,18 @@ from substrat.errors import (
 from substrat.eventlog import Clock, utc_now_iso
 from substrat.logs import LogPool
 from substrat.multiplexer import Multiplexer, stop_later
+from substrat.prompts import check_prompt
 from substrat.providers.base import ProviderSession, new_agent_model
 from substrat.providers.registry import ProviderRegistry, default_registry
 from substrat.queries import AgentInfo, QueryMixin
 from substrat.registry import RootRegistry, root_entry
-from substrat.scheduler import ChunkSink, TurnScheduler
+from substrat.scheduler import ChunkSink, TurnScheduler, failure_reason
 from substrat.session import Session, SessionState, SessionStore
 from substrat.terminated import Graveyard, TerminatedAgent
 from substrat.tools import AgentToolContext, StatusSink, TurnEffects
 from substrat.wake import WakeMixin
 from substrat.words import plural
 
-MAX_PROMPT_CHARS = 256 * 1024
 DEFAULT_SLOTS = 8
 
 Listener = Callable[[str, dict[str, Any]], None]
@@ -313,13 +313,14 @@ class Orchestrator(QueryMixin, CommitMixin, WakeMixin):
         blob = session.provider_state if current else b""
         source = "blob" if blob else "log"
         live: ProviderSession | None = None
+        restored: dict[str, Any] = {"provider": node.provider, "model": node.model}
         if blob:
             try:
                 live = await backend.restore(
                     blob, [], model=node.model, system_prompt=node.instructions, context=context
                 )
-            except Exception:
-                source, live = "log", None
+            except Exception as exc:  # the log has it all; say why the blob was not used
+                source, restored["blob_refused"] = "log", failure_reason(exc)
         if live is None:
             history = conversation_from_log(self.logs.path(node.session_id))
             if not history and session.state is SessionState.CREATED:
@@ -327,16 +328,9 @@ class Orchestrator(QueryMixin, CommitMixin, WakeMixin):
                 live = await backend.create(node.model, node.instructions, context)
             else:
                 live = await backend.restore(
-                    b"",
-                    history,
-                    model=node.model,
-                    system_prompt=node.instructions,
-                    context=context,
+                    b"", history, model=node.model, system_prompt=node.instructions, context=context
                 )
-        self.logs.get(node.session_id).log(
-            events.SESSION_RESTORED,
-            {"provider": node.provider, "model": node.model, "source": source},
-        )
+        self.logs.get(node.session_id).log(events.SESSION_RESTORED, {**restored, "source": source})
         # A session discarded after a failed turn was never suspended: still ACTIVE.
         if session.state is not SessionState.ACTIVE:
             self.store.transition(session, SessionState.ACTIVE)
@@ -389,10 +383,7 @@ class Orchestrator(QueryMixin, CommitMixin, WakeMixin):
         ``turn.started``, ``turn.tool``, ``turn.retrying``). A busy agent raises
         AgentBusyError, or with ``wait`` is waited for.
         """
-        if not isinstance(prompt, str):
-            raise TypeError("prompt must be a string")
-        if len(prompt) > MAX_PROMPT_CHARS:
-            raise ValueError(f"prompt is over {MAX_PROMPT_CHARS} characters")
+        check_prompt(prompt)
         node = self.resolve_live(agent)
         if wait and self.scheduler.is_busy(node.session_id):
             if on_status is not None:

@@ -102,7 +102,7 @@ class TurnScheduler:
                         await maybe
             transcript = session.last_transcript()
         except (Exception, asyncio.CancelledError) as exc:
-            reason = f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]
+            reason = failure_reason(exc)
             if not log.closed:
                 log.log(events.TURN_FAILED, {"turn_id": turn_id, "error": reason})
             if isinstance(exc, ProviderError | asyncio.CancelledError):
@@ -119,3 +119,16 @@ class TurnScheduler:
         data.update(commit(response, transcript))
         seq = log.log(events.TURN_COMPLETE, data)
         return TurnOutcome(response, transcript, seq)
+
+
+def failure_reason(exc: BaseException) -> str:
+    """The ``error`` of a ``turn.failed`` (or a refused blob) entry: one line, bounded.
+
+    A cancelled turn says so: ``CancelledError`` carries no message, and the bare
+    ``"CancelledError: "`` told a reader nothing.
+    """
+    if isinstance(exc, asyncio.CancelledError):
+        reason = "cancelled by the caller" + (f": {exc}" if str(exc) else "")
+    else:
+        reason = f"{type(exc).__name__}: {exc}"
+    return reason[:MAX_ERROR_CHARS]

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from substrat.cli.common import esc, group_json, group_root
-from substrat.errors import BadInputError, RpcError
-from substrat.rpc.protocol import MAX_PROMPT_CHARS
+from substrat.errors import RpcError
+from substrat.prompts import MAX_PROMPT_CHARS, check_prompt
 from substrat.words import plural
 
 if TYPE_CHECKING:
@@ -87,16 +87,6 @@ def read_prompt(prompt: str) -> str:
         source = "standard input"
     check_prompt(prompt, source)
     return prompt
-
-
-def check_prompt(prompt: str, source: str = "the prompt") -> None:
-    if len(prompt) > MAX_PROMPT_CHARS:
-        raise BadInputError(
-            f"{source} is longer than {MAX_PROMPT_CHARS} characters, the most one turn takes; "
-            "nothing was sent"
-        )
-    if not prompt.strip():
-        raise BadInputError(f"{source} is empty; nothing was sent (a turn needs a prompt)")
 
 
 def describe_status(agent: str, params: dict[str, Any]) -> str:

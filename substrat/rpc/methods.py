@@ -10,8 +10,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol
 
 from substrat.logbase import deleted_through
+from substrat.prompts import MAX_PROMPT_CHARS, check_prompt
 from substrat.rpc import protocol
-from substrat.rpc.protocol import EVENT_NAMES, MAX_PROMPT_CHARS, RequestError
+from substrat.rpc.protocol import EVENT_NAMES, RequestError
 from substrat.rpc.server import Call, Method, MethodTable, Param
 
 if TYPE_CHECKING:
@@ -71,10 +72,7 @@ def build_methods(daemon: DaemonView) -> MethodTable:
 
     async def send(call: Call) -> dict[str, Any]:
         p = call.params
-        if not p["prompt"].strip():
-            raise RequestError(
-                protocol.INVALID_PARAMS, "the prompt is empty; a turn needs something to answer"
-            )
+        check_prompt(p["prompt"])  # before the agent is looked up, as before; -32602
         agent = daemon.orch.get(p["agent"])
         on_chunk = on_status = None
         if p["stream"]:

@@ -27,7 +27,6 @@ MAX_REQUEST_BYTES = 2 << 20
 MAX_BATCH_ITEMS = 64
 MAX_METHOD_CHARS = 128
 MAX_ID_CHARS = 256
-MAX_PROMPT_CHARS = 256 * 1024
 """Longest prompt a turn takes (``agent.send``; the CLI checks it before sending)."""
 
 # The notifications a client can subscribe to (``events.subscribe``; docs/rpc.md). They
@@ -84,6 +83,7 @@ _EXCEPTION_CODES: tuple[tuple[type[BaseException], int], ...] = (
     (errors.OutcomeUnknownError, OUTCOME_UNKNOWN),
     (errors.DurabilityError, DURABILITY_FAILED),
     (errors.EntryTooLargeError, INVALID_PARAMS),
+    (errors.BadInputError, INVALID_PARAMS),
     (errors.SubstratError, SUBSTRAT_ERROR),
     # Validation in the orchestrator (names, sizes, models) raises ValueError.
     (ValueError, INVALID_PARAMS),

@@ -17,6 +17,7 @@ from substrat.errors import (
     AgentBusyError,
     AgentError,
     AgentNotFoundError,
+    BadInputError,
     HasChildrenError,
     NameCollisionError,
     NotARootError,
@@ -25,7 +26,8 @@ from substrat.errors import (
     UnknownProviderError,
 )
 from substrat.eventlog import read_log
-from substrat.orchestrator import MAX_PROMPT_CHARS, Orchestrator
+from substrat.orchestrator import Orchestrator
+from substrat.prompts import MAX_PROMPT_CHARS
 from substrat.providers.base import AgentContext, TurnRecord
 from substrat.providers.fake import FakeProvider
 from substrat.providers.registry import ProviderRegistry
@@ -216,8 +218,12 @@ def test_run_turn_refuses_bad_prompts_and_unknown_agents(root: Path) -> None:
         await orch.create_root("alpha")
         with pytest.raises(TypeError):
             await orch.run_turn("alpha", 42)  # type: ignore[arg-type]
-        with pytest.raises(ValueError, match="characters"):
+        with pytest.raises(BadInputError, match="longer than 262144 characters"):
             await orch.run_turn("alpha", "x" * (MAX_PROMPT_CHARS + 1))
+        # refused as the CLI refuses it: a blank prompt is a turn nobody meant
+        for blank in ("", " \n\t"):
+            with pytest.raises(BadInputError, match="the prompt is empty; nothing was sent"):
+                await orch.run_turn("alpha", blank)
         with pytest.raises(AgentNotFoundError, match="agent list"):
             await orch.run_turn("alpha/ghost", "hi")
         assert orch.history("alpha") == []
@@ -376,7 +382,8 @@ def test_cancelled_turn_leaves_the_agent_idle_and_wakeable(root: Path) -> None:
             await asyncio.wait_for(orch.run_turn("slowpoke", "park forever"), 0.05)
         node = orch.tree.resolve("slowpoke")
         assert node.state is AgentState.IDLE and orch.busy_turns == 0
-        assert [e for e, _ in log_events(orch, "slowpoke")][-1] == events.TURN_FAILED
+        (event, data) = log_events(orch, "slowpoke")[-1]
+        assert event == events.TURN_FAILED and data["error"] == "cancelled by the caller"
         # messages reach it again, and the wake loop does not skip it
         await orch.run_turn("boss", "@send slowpoke hello there")
         gate.release.set()
@@ -610,7 +617,10 @@ def test_unreadable_blob_falls_back_to_the_log(root: Path) -> None:
             ("restore", "history"),
         ]
         restored = [d for e, d in log_events(orch, "alpha") if e == events.SESSION_RESTORED]
+        # the log says why the blob was not used, in the provider's words
         assert restored[-1]["source"] == "log"
+        assert restored[-1]["blob_refused"] == "ProviderError: fake provider: restore failed"
+        assert all("blob_refused" not in d for d in restored[:-1])
         assert orch.history(info.agent_id)[0].response == reference.response
         await orch.close()
 

@@ -191,6 +191,7 @@ def test_bind_params_rejects_bad_params(params: Any) -> None:
         (errors.DurabilityError("x"), protocol.DURABILITY_FAILED),
         (errors.OutcomeUnknownError("x"), protocol.OUTCOME_UNKNOWN),
         (ValueError("bad name"), protocol.INVALID_PARAMS),
+        (errors.BadInputError("the prompt is empty"), protocol.INVALID_PARAMS),
         (RuntimeError("bug"), protocol.INTERNAL_ERROR),
     ],
 )

@@ -207,7 +207,29 @@ def test_cancellation_is_logged_and_propagates(tmp_path: Path) -> None:
     with EventLog(tmp_path / "events.jsonl") as log:
         run(go(log))
         (_, failed) = entries(log)
-        assert failed[0] == events.TURN_FAILED and "CancelledError" in failed[1]["error"]
+        assert failed[0] == events.TURN_FAILED
+        assert failed[1]["error"] == "cancelled by the caller"
+
+
+def test_a_cancellation_with_a_message_keeps_it(tmp_path: Path) -> None:
+    class Hanging(Session):
+        async def send(self, prompt: str) -> AsyncIterator[Any]:
+            yield "first"
+            await asyncio.sleep(3600)
+
+    async def go(log: EventLog) -> None:
+        task = asyncio.create_task(
+            TurnScheduler().run(log, Hanging([]), "t1", "p", commit=no_commit)
+        )
+        await asyncio.sleep(0.01)
+        task.cancel("daemon stopping")
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    with EventLog(tmp_path / "events.jsonl") as log:
+        run(go(log))
+        (_, failed) = entries(log)
+        assert failed[1]["error"] == "cancelled by the caller: daemon stopping"
 
 
 def test_a_closed_log_is_not_written_after_a_failure(tmp_path: Path) -> None:
