@@ -30,6 +30,7 @@ from oracle.bench_profile import (
     ENGINE,
     WARM_UP_EXAMPLES,
     Hook,
+    crash_cycles,
     crash_hooks,
 )
 
@@ -90,23 +91,10 @@ def counting(hooks: list[Hook]) -> Iterator[Counted]:
 def count_crash(examples: int, steps: int, seed: int) -> Counted:
     """The crash fuzzer's calls on ``seed``'s examples."""
     from oracle.bench_fuzz import run_seeded
-    from oracle.harness import CrashHarness
     from oracle.machines import CrashRecoveryMachine
 
-    hooks = crash_hooks()
-    cycles = [0]
-    original = CrashHarness.crash_and_recover
-
-    def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
-        cycles[0] += 1
-        return original(self, *args, **kwargs)
-
-    CrashHarness.crash_and_recover = counted  # type: ignore[method-assign]
-    try:
-        with counting(hooks) as result:
-            run_seeded(CrashRecoveryMachine, examples, steps, seed)
-    finally:
-        CrashHarness.crash_and_recover = original  # type: ignore[method-assign]
+    with crash_cycles() as cycles, counting(crash_hooks()) as result:
+        run_seeded(CrashRecoveryMachine, examples, steps, seed)
     result.cycles = cycles[0]
     return result
 
