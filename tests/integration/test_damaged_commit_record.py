@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 from substrat import events, recovery
 from substrat.checkpointer import CheckpointPolicy
@@ -77,8 +78,17 @@ def test_a_turn_cut_with_no_damage_after_it_is_lost_in_flight(tmp_path: Path) ->
     assert "none of its tool calls took effect" in lost_turn_notice(lost)
 
 
-def _lead_node(orch: Orchestrator):  # type: ignore[no-untyped-def]
-    return next(n for n in orch.tree.nodes() if n.name == "lead")
+def _lead_told(root: Path) -> dict[str, Any] | None:
+    """What a start has to tell lead of its lost turn (``AgentNode.lost_turn``)."""
+
+    async def start() -> dict[str, Any] | None:
+        orch = await Orchestrator.open(root, checkpoints=OFF)
+        try:
+            return next(n for n in orch.tree.nodes() if n.name == "lead").lost_turn
+        finally:
+            await orch.close()
+
+    return run(start())
 
 
 def test_the_doubt_outlives_the_close_and_a_second_start(tmp_path: Path) -> None:
@@ -89,15 +99,8 @@ def test_the_doubt_outlives_the_close_and_a_second_start(tmp_path: Path) -> None
     _damage_the_last_commit(agent_dirs(root)["lead"] / "events.jsonl")
     shutil.rmtree(root / CHECKPOINTS_DIR, ignore_errors=True)
 
-    async def start() -> dict | None:  # type: ignore[type-arg]
-        orch = await Orchestrator.open(root, checkpoints=OFF)
-        try:
-            return _lead_node(orch).lost_turn
-        finally:
-            await orch.close()
-
-    first = run(start())
-    second = run(start())
+    first = _lead_told(root)
+    second = _lead_told(root)
     assert first is not None and first.get("record_damaged"), first
     assert second is not None and second["turn_id"] == "t2" and second.get("record_damaged"), second
     assert "may have completed" in lost_turn_notice(second)
@@ -121,13 +124,6 @@ def test_fsck_repair_keeps_the_doubt_of_the_lines_it_quarantines(tmp_path: Path)
     lost = report.recovery.get("lost_turns", [])
     assert [(t["turn_id"], t.get("record_damaged")) for t in lost] == [("t2", True)], lost
 
-    async def start() -> dict | None:  # type: ignore[type-arg]
-        orch = await Orchestrator.open(root, checkpoints=OFF)
-        try:
-            return _lead_node(orch).lost_turn
-        finally:
-            await orch.close()
-
-    told = run(start())
+    told = _lead_told(root)
     assert told is not None and told.get("record_damaged"), told
     assert "none of its tool calls" not in lost_turn_notice(told)
