@@ -30,6 +30,7 @@ from typing import Any
 
 import pytest
 
+import faultfs._posix  # first: on Windows it says why faultfs cannot run
 from faultfs import _health, _others
 from faultfs._escapes import diagnose
 from faultfs._explore import explore
