@@ -30,8 +30,11 @@ from typing import Any
 
 import pytest
 
-import faultfs._posix  # first: on Windows it says why faultfs cannot run
-from faultfs import _health, _others
+from faultfs import (
+    _check_posix,  # noqa: F401  (first: on Windows it says why faultfs cannot run)
+    _health,
+    _others,
+)
 from faultfs._escapes import diagnose
 from faultfs._explore import explore
 from faultfs._fs import FaultFS

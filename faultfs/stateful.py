@@ -63,8 +63,10 @@ from hypothesis.stateful import initialize as _initialize
 from hypothesis.stateful import invariant as _invariant
 from hypothesis.stateful import rule as _rule
 
-import faultfs._posix  # noqa: F401  (first: on Windows it says why faultfs cannot run)
-from faultfs import _health
+from faultfs import (
+    _check_posix,  # noqa: F401  (first: on Windows it says why faultfs cannot run)
+    _health,
+)
 from faultfs import _stateful_plan as _plan
 from faultfs._causes import CrashPoint, Finding, Outcome
 from faultfs._escapes import dead_finalizers
