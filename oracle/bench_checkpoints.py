@@ -37,6 +37,7 @@ from oracle.bench_scale import (
     generate_root,
     inprocess_open,
 )
+from oracle.kill import exit_without_close
 from substrat.checkpointer import Checkpointer, CheckpointPolicy
 from substrat.checkpoints import CHECKPOINTS_DIR, Settled
 from substrat.eventlog import LOG_NAME, EventLog, decode_line
@@ -69,7 +70,7 @@ def checkpoint_root(path: Path) -> dict[str, int]:
         orch = await Orchestrator.open(path, checkpoints=CheckpointPolicy.off())
         report = orch.recovery_report
         assert report is not None
-        orch.logs.close_all()  # no clean shutdown: the store stays as it is
+        exit_without_close(orch)  # no clean shutdown: the store stays as it is
         return {
             "events_read": report.events_read,
             "checkpoints_used": report.checkpoints_used,

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from oracle.kill import exit_without_close
 from substrat import events
 from substrat.eventlog import LOG_NAME, encode_entry
 from substrat.registry import REGISTRY_DIR
@@ -363,7 +364,7 @@ def _inprocess_child(root: str) -> dict[str, Any]:
     orch = asyncio.run(Orchestrator.open(root))
     seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
     agents = len(orch.tree)
-    orch.logs.close_all()
+    exit_without_close(orch)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     return {"seconds": seconds, "cpu": cpu, "peak_rss_bytes": peak, "agents": agents}
 

@@ -46,6 +46,7 @@ from substrat import __version__, start_summary
 from substrat.checkpointer import CheckpointPolicy
 from substrat.errors import AgentBusyError, RootError, RootLockedError, SubstratError
 from substrat.eventlog import utc_now_iso
+from substrat.root_hold import RootHold
 from substrat.rootdir import check_user_log, prepare_root, user_log_failure
 from substrat.rpc.lock import RootLock
 from substrat.rpc.methods import build_methods
@@ -178,6 +179,13 @@ class Daemon:
 
         lock = RootLock.acquire(self.root)  # RootLockedError propagates to main()
         try:
+            # before the lock says "running": a root an application has open is
+            # refused with the previous daemon's shutdown state left as it was
+            hold = RootHold.take(self.root)
+        except BaseException:
+            lock.release()
+            raise
+        try:
             self.previous_shutdown = lock.previous_shutdown
             lock.write(
                 pid=self.pid,
@@ -195,6 +203,7 @@ class Daemon:
             with gc_paused():
                 self.orch = await Orchestrator.open(
                     self.root,
+                    hold=hold,
                     registry=build_registry(),
                     slots=self.config.slots,
                     checkpoints=CheckpointPolicy.from_env(dict(os.environ), background=True),
@@ -206,6 +215,7 @@ class Daemon:
             self._record_recovery()
             return await self._serve(lock)
         finally:
+            hold.release()
             lock.release()
 
     async def _serve(self, lock: RootLock) -> int:

@@ -49,8 +49,12 @@ class OutcomeUnknownError(DurabilityError):
     Either taking a failed commit record back failed too (a crash may keep it),
     or the operation had committed and a later step failed. Treat it as
     undecided, like an operation cut by a crash: restart the daemon (recovery
-    settles it), then `substrat agent history` / `substrat agent list` tell which.
+    settles it), then `substrat log` / `substrat agent list` tell which.
     """
+
+
+class OrchestratorClosedError(SubstratError):
+    """The orchestrator was closed (its hold on the root given back): open the root again."""
 
 
 class LogClosedError(SubstratError):

@@ -51,6 +51,7 @@ from substrat.logbase import BASE_NAME
 from substrat.logread import DAMAGED_ARCHIVE, describe_gaps
 from substrat.logs import USER_DIR
 from substrat.registry import registry_path
+from substrat.root_hold import RootHold
 from substrat.rootdir import LEGACY_NAMES, MARKER_NAME
 from substrat.rpc import lock as root_lock
 from substrat.segments import START_NAME, is_segment_name, list_sealed
@@ -173,11 +174,19 @@ def check(root: str | os.PathLike[str], *, repair: bool = False) -> FsckReport:
         )
     release, held = _hold_lock(path, exclusive=repair)
     try:
+        hold = RootHold.take(path)  # no orchestrator appends while this looks
+    except RootLockedError as exc:
+        release()
+        raise FsckError(f"{exc}; fsck checks a root nothing has open") from None
+    except OSError as exc:
+        release()
+        raise FsckError(f"I/O error while checking {path}: {exc}") from exc
+    try:
         report = FsckReport(str(path), repair)
         _inspect(path, report)
         report.name_agents()
         if repair and report.problems:
-            repair_root(path, report)
+            repair_root(path, report, hold)
             if held is not None:  # recovery ran: the next daemon finds nothing to recover
                 held.mark_recovered("substrat fsck --repair")
             after = FsckReport(str(path), repair)
@@ -189,6 +198,7 @@ def check(root: str | os.PathLike[str], *, repair: bool = False) -> FsckReport:
     except OSError as exc:
         raise FsckError(f"I/O error while checking {path}: {exc}") from exc
     finally:
+        hold.release()
         release()
 
 

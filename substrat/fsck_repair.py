@@ -25,6 +25,7 @@ from substrat.facts import names_turn, turn_ceiling
 from substrat.logs import USER_DIR
 from substrat.registry import registry_path
 from substrat.restore import OUTCOME_UNKNOWN
+from substrat.root_hold import RootHold
 from substrat.segments import (
     GZIP_LEVEL,
     SegmentDamaged,
@@ -60,8 +61,9 @@ _MOVED_ASIDE = {
 """Findings of a wrong-type root file that the repair moves to quarantine/ (its name there)."""
 
 
-def repair_root(root: Path, report: _Report) -> None:
-    """Repair what ``report`` found (the lock is held exclusively); see substrat.fsck."""
+def repair_root(root: Path, report: _Report, hold: RootHold) -> None:
+    """Repair what ``report`` found (the lock is held exclusively, and ``hold``: no
+    orchestrator has the root open); see substrat.fsck."""
     store = SessionStore(root)
     quarantine = root / QUARANTINE_DIR
     kinds = {f.kind for f in report.problems}
@@ -115,7 +117,7 @@ def repair_root(root: Path, report: _Report) -> None:
     # agree, or all of them if a log lost lines; recovery reads those logs in full and
     # writes new checkpoints when it closes
     fsck_checkpoints.repair(root, lines_lost=lines_lost)
-    report.recovery = asyncio.run(_recover(root))
+    report.recovery = asyncio.run(_recover(root, hold))
     for session_id, turn in closed:  # reported as the start reports a turn it closes so
         try:
             agent_id = store.load(session_id).agent_id or session_id
@@ -130,10 +132,10 @@ def repair_root(root: Path, report: _Report) -> None:
             persistence.durable_rename(directory, _free_name(quarantine, f"{sid}.session"))
 
 
-async def _recover(root: Path) -> dict[str, Any]:
+async def _recover(root: Path, hold: RootHold) -> dict[str, Any]:
     from substrat.orchestrator import Orchestrator
 
-    orch = await Orchestrator.open(root)
+    orch = await Orchestrator.open(root, hold=hold)
     try:
         report = orch.recovery_report
         return report.to_dict() if report is not None else {}

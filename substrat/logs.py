@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import os
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from substrat import paths, segments
-from substrat.agents import USER
+from substrat.agents import USER, AgentNode, AgentState
+from substrat.errors import OrchestratorClosedError
 from substrat.eventlog import LOG_NAME, Clock, EventLog, Resume, is_suspect, utc_now_iso
 from substrat.session import SessionStore, validate_session_id
 
@@ -39,6 +41,8 @@ class LogPool:
         self._open: OrderedDict[str, EventLog] = OrderedDict()
         self._ends: dict[str, Resume] = {}
         self.on_append: Callable[[str, int], None] | None = None
+        self.closed = False
+        """Set by :meth:`close_all`, the orchestrator's last: nothing is written after it."""
         """Told of every durable append (endpoint, bytes): the checkpoint policy counts."""
 
     def path(self, endpoint: str) -> Path:
@@ -52,7 +56,17 @@ class LogPool:
             return os.path.join(self._root_text, USER_DIR, LOG_NAME)
         return f"{self._agents_text}{os.sep}{validate_session_id(endpoint)}{os.sep}{LOG_NAME}"
 
+    def check_open(self) -> None:
+        """Raise OrchestratorClosedError once :meth:`close_all` ended the pool's use."""
+        if self.closed:
+            raise OrchestratorClosedError(
+                "this orchestrator is closed (its hold on the root given back, another may "
+                "have it open): open the root again with Orchestrator.open"
+            )
+
     def get(self, endpoint: str) -> EventLog:
+        if self.closed:  # every write of a closed orchestrator would race the next opener's
+            self.check_open()
         log = self._open.get(endpoint)
         if log is not None and not log.closed:
             self._open.move_to_end(endpoint)
@@ -135,6 +149,28 @@ class LogPool:
             log.close()
 
     def close_all(self) -> None:
+        self.closed = True
         while self._open:
             endpoint, log = self._open.popitem()
             self._forget(endpoint, log)
+
+
+class AgentLog:
+    """An agent's log as the pool has it at each write.
+
+    A turn can outlast its log's place in the bounded pool of open logs (other
+    agents' writes close the least recently used one), so the log is looked up
+    when written, not held. Once the agent is terminated it counts as closed:
+    nothing more is written for it.
+    """
+
+    def __init__(self, logs: LogPool, node: AgentNode) -> None:
+        self._logs = logs
+        self._node = node
+
+    @property
+    def closed(self) -> bool:
+        return self._node.state is AgentState.TERMINATED
+
+    def log(self, event: str, data: Mapping[str, Any] | None = None) -> int:
+        return self._logs.get(self._node.session_id).log(event, data)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -49,13 +49,14 @@ from substrat.errors import (
     OutcomeUnknownError,
 )
 from substrat.eventlog import Clock, utc_now_iso
-from substrat.logs import LogPool
+from substrat.logs import AgentLog, LogPool
 from substrat.multiplexer import Multiplexer, stop_later
 from substrat.prompts import check_prompt
 from substrat.providers.base import ProviderSession, new_agent_model
 from substrat.providers.registry import ProviderRegistry, default_registry
 from substrat.queries import AgentInfo, QueryMixin
 from substrat.registry import RootRegistry, root_entry
+from substrat.root_hold import RootHold
 from substrat.scheduler import ChunkSink, TurnScheduler, failure_reason
 from substrat.session import Session, SessionState, SessionStore
 from substrat.terminated import Graveyard, TerminatedAgent
@@ -103,6 +104,8 @@ class Orchestrator(QueryMixin, CommitMixin, WakeMixin):
         """Agent id -> the turn up to which all its turns' effects are applied (a turn
         whose effects failed to apply holds it back until a restart rolls them forward)."""
         self.last_complete_seq: dict[str, int] = {}
+        self.hold: RootHold | None = None
+        """The hold this orchestrator took on its root (None: its opener holds it)."""
         self.checkpointer = Checkpointer(
             self.root, self.logs, checkpoints or DEFAULT_POLICY, self, clock=self.clock
         )
@@ -114,19 +117,34 @@ class Orchestrator(QueryMixin, CommitMixin, WakeMixin):
         self.closed = False
 
     @classmethod
-    async def open(cls, root: str | Path, **kwargs: Any) -> Orchestrator:
+    async def open(
+        cls, root: str | Path, *, hold: RootHold | None = None, **kwargs: Any
+    ) -> Orchestrator:
         """Open a root: recover everything the logs hold, then serve.
 
         ``root`` is created when missing. A directory that holds anything
         substrat does not put in a root (a mistyped path to a project, a home
         directory) is refused with :class:`~substrat.errors.NotARootError`
         before anything is written; a root of a newer format with
-        :class:`~substrat.errors.RootUnusableError`.
+        :class:`~substrat.errors.RootUnusableError`. A root already open in
+        another orchestrator (a daemon, another process, this one) is refused
+        with :class:`~substrat.errors.RootLockedError` before anything is
+        read: :meth:`close` lets the next one open it. ``hold`` is a hold the
+        caller already has on the root (the daemon's, fsck's; they keep and
+        release it); without one, open takes its own, and :meth:`close` gives
+        it back.
         """
         rootdir.refuse_strangers(root)
         orch = cls(root, **kwargs)
         orch.store.make_root_durable()  # here, not in the first request's latency
-        orch.recover()
+        if hold is None:
+            orch.hold = hold = RootHold.take(orch.root)  # see substrat.root_hold
+        try:
+            orch.recover()
+        except BaseException:
+            if orch.hold is not None:
+                orch.hold.release()
+            raise
         return orch
 
     def recover(self) -> recovery.RecoveryReport:
@@ -188,6 +206,8 @@ class Orchestrator(QueryMixin, CommitMixin, WakeMixin):
         self.checkpointer.summarize()  # after the logs: what it fingerprints is final
         self.roots.close()
         self.closed = True
+        if self.hold is not None:
+            self.hold.release()
 
     # -- notifications -----------------------------------------------------
 
@@ -250,6 +270,7 @@ class Orchestrator(QueryMixin, CommitMixin, WakeMixin):
         provider: str = "scripted",
         model: str | None = None,
     ) -> AgentInfo:
+        self.logs.check_open()  # nothing of a closed orchestrator's may reach the disk
         validate_name(name)
         if self.tree.name_taken(None, name):
             raise NameCollisionError(f"a root agent named {name!r} exists; pick another name")
@@ -438,7 +459,7 @@ class Orchestrator(QueryMixin, CommitMixin, WakeMixin):
         context.on_status = on_status
         try:
             outcome = await self.scheduler.run(
-                _AgentLog(self.logs, node),
+                AgentLog(self.logs, node),
                 live,
                 effects.turn_id,
                 prompt,
@@ -568,24 +589,3 @@ class Orchestrator(QueryMixin, CommitMixin, WakeMixin):
             if stale and not other.waiting_on and other.state is AgentState.WAITING:
                 other.state = AgentState.IDLE
         self.emit("agent.terminated", {"agent_id": node.agent_id, "name": node.name})
-
-
-class _AgentLog:
-    """An agent's log as the pool has it at each write.
-
-    A turn can outlast its log's place in the bounded pool of open logs (other
-    agents' writes close the least recently used one), so the log is looked up
-    when written, not held. Once the agent is terminated it counts as closed:
-    nothing more is written for it.
-    """
-
-    def __init__(self, logs: LogPool, node: AgentNode) -> None:
-        self._logs = logs
-        self._node = node
-
-    @property
-    def closed(self) -> bool:
-        return self._node.state is AgentState.TERMINATED
-
-    def log(self, event: str, data: Mapping[str, Any] | None = None) -> int:
-        return self._logs.get(self._node.session_id).log(event, data)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from oracle.kill import exit_without_close
 from substrat import events
 from substrat.orchestrator import Orchestrator
 from substrat.session import SessionState, SessionStore
@@ -33,7 +34,7 @@ async def _cut_after_the_commit(root: Path) -> dict[str, str]:
         events.AGENT_TERMINATED,
         {"agent_id": top.agent_id, "cascade": [n.agent_id for n in order[:-1]]},
     )
-    orch.logs.close_all()
+    exit_without_close(orch)
     return sessions
 
 

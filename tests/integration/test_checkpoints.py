@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 
 import orjson
 
+from oracle.kill import exit_without_close
 from substrat import compaction, events, fsck
 from substrat.checkpointer import CheckpointPolicy
 from substrat.checkpoints import (
@@ -97,7 +98,7 @@ def reopen(root: Path) -> tuple[dict[str, Any], Any]:
     async def go() -> tuple[dict[str, Any], Any]:
         orch = await Orchestrator.open(root, checkpoints=SMALL)
         snap, report = snapshot(orch), orch.recovery_report
-        orch.logs.close_all()  # no clean shutdown: it would write new checkpoints
+        exit_without_close(orch)  # no clean shutdown: it would write new checkpoints
         return snap, report
 
     return run(go())
@@ -149,7 +150,7 @@ def test_a_crash_leaves_tails_that_recovery_reads_after_the_checkpoints(tmp_path
         await orch.run_turn("lead", "@ask a one more")
         await orch.run_pending()
         await orch.run_turn("lead/b", "@send user unread")
-        orch.logs.close_all()  # killed: no clean shutdown, no closing checkpoints
+        exit_without_close(orch)  # killed: no clean shutdown, no closing checkpoints
 
     run(more_then_kill())
     snap, report = reopen(root)
@@ -499,7 +500,7 @@ def test_checkpoints_written_before_a_power_loss_are_used_after_it() -> None:
         for i in range(3):
             await orch.run_turn("lead", f"@ask a question {i}\n@send b note {i}")
             await orch.run_pending()
-        orch.logs.close_all()  # killed: no clean shutdown, no closing checkpoints
+        exit_without_close(orch)  # killed: no clean shutdown, no closing checkpoints
 
     with fs:
         run(work_then_kill())

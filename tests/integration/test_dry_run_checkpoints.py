@@ -11,6 +11,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from oracle.kill import exit_without_close
 from substrat import recovery
 from substrat.checkpoints import CHECKPOINTS_DIR
 from substrat.orchestrator import Orchestrator
@@ -33,7 +34,7 @@ def _start(root: Path) -> tuple[set[str], set[str]]:
         report = orch.recovery_report
         assert report is not None
         live = {node.session_id for node in orch.tree.nodes()}
-        orch.logs.close_all()
+        exit_without_close(orch)
         return live, {u.session_id for u in report.unreadable}
 
     return run(go())

@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 
-from oracle.kill import abandon
+from oracle.kill import abandon, exit_without_close
 from substrat import start_summary
 from substrat.agents import USER
 from substrat.checkpointer import CheckpointPolicy
@@ -127,7 +127,7 @@ def _paths(orch: Orchestrator) -> list[str] | str:
 def opened(root: Path) -> tuple[Orchestrator, Any]:
     async def go() -> tuple[Orchestrator, Any]:
         orch = await Orchestrator.open(root, checkpoints=POLICY)
-        orch.logs.close_all()  # no clean shutdown: it would write a new summary
+        exit_without_close(orch)  # no clean shutdown: it would write a new summary
         return orch, orch.recovery_report
 
     return asyncio.run(go())
