@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 
 import pytest
 
+from oracle.kill import exit_without_close
 from substrat import compaction, fsck, logbase
 from substrat.checkpointer import CheckpointPolicy
 from substrat.checkpoints import CHECKPOINTS_DIR
@@ -93,7 +94,7 @@ def agent_dirs(root: Path) -> dict[str, Path]:
         out = {
             orch.tree.path(n.agent_id): root / AGENTS_DIR / n.session_id for n in orch.tree.walk()
         }
-        orch.logs.close_all()
+        exit_without_close(orch)
         return out
 
     return run(go())
@@ -103,7 +104,7 @@ def reopen(root: Path, policy: CheckpointPolicy = DELETE) -> tuple[dict[str, Any
     async def go() -> tuple[dict[str, Any], Any]:
         orch = await Orchestrator.open(root, checkpoints=policy)
         snap, report = snapshot(orch), orch.recovery_report
-        orch.logs.close_all()
+        exit_without_close(orch)
         return snap, report
 
     return run(go())
@@ -326,7 +327,7 @@ def test_the_oracle_accepts_a_covered_deleted_prefix_and_nothing_else(tmp_path: 
         try:
             check_invariants(orch)
         finally:
-            orch.logs.close_all()
+            exit_without_close(orch)
 
     run(check(DELETE))  # deleted by the policy, covered by a base that holds: fine
     with pytest.raises(OracleViolation, match="without the delete policy"):

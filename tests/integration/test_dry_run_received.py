@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from oracle.kill import exit_without_close
 from substrat import fsck, recovery
 from substrat.checkpointer import CheckpointPolicy
 from substrat.orchestrator import Orchestrator
@@ -33,7 +34,7 @@ async def _sent_received_then_killed(root: Path) -> None:
     await orch.checkpoint("lead/scout")  # the recipient's: after it received and read it
     await orch.run_turn("lead/scout", "mapping")
     await orch.checkpoint("lead/scout")  # ... and the segment that received it deleted
-    orch.logs.close_all()  # kill -9: no clean shutdown's checkpoints
+    exit_without_close(orch)  # kill -9: no clean shutdown's checkpoints
 
 
 def test_a_message_the_recipients_checkpoint_settled_is_not_unreconciled(tmp_path: Path) -> None:
@@ -50,7 +51,7 @@ def test_a_message_the_recipients_checkpoint_settled_is_not_unreconciled(tmp_pat
         assert orch.recovery_report is not None
         reconciled = list(orch.recovery_report.reconciled)
         snap = snapshot(orch)
-        orch.logs.close_all()
+        exit_without_close(orch)
         return snap, reconciled
 
     snap, reconciled = run(start())

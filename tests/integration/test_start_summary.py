@@ -24,7 +24,7 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
-from oracle.kill import abandon
+from oracle.kill import abandon, exit_without_close
 from substrat import fsck, start_summary
 from substrat.checkpointer import CheckpointPolicy
 from substrat.checkpoints import CHECKPOINTS_DIR, encode_store, read_store, store_path
@@ -67,7 +67,7 @@ def reopen(root: Path) -> tuple[dict[str, Any], Any, Orchestrator]:
     async def go() -> tuple[dict[str, Any], Any, Orchestrator]:
         orch = await Orchestrator.open(root, checkpoints=POLICY)
         snap, report = snapshot(orch), orch.recovery_report
-        orch.logs.close_all()  # no clean shutdown: it would write a new summary
+        exit_without_close(orch)  # no clean shutdown: it would write a new summary
         return snap, report, orch
 
     return run(go())

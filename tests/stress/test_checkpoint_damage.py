@@ -38,6 +38,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from faultfs import FaultFS
+from oracle.kill import exit_without_close
 from substrat.checkpointer import COMPACTION_MODES, CheckpointPolicy
 from substrat.checkpoints import Checkpoint, encode_store, read_store, store_path
 from substrat.orchestrator import Orchestrator
@@ -128,7 +129,7 @@ async def _workload(
 async def _reopen(policy: CheckpointPolicy, ids: Ids) -> tuple[dict[str, Any], Any]:
     orch = await _open(policy, ids)
     snap, report = snapshot(orch), orch.recovery_report
-    orch.logs.close_all()  # no clean shutdown: it would write new checkpoints
+    exit_without_close(orch)  # no clean shutdown: it would write new checkpoints
     return snap, report
 
 

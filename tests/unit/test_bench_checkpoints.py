@@ -8,6 +8,7 @@ from typing import Any
 
 from oracle.bench_checkpoints import _disk_bytes, checkpoint_root, seal_like_a_daemon
 from oracle.bench_scale import generate_root
+from oracle.kill import exit_without_close
 from substrat import compaction
 from substrat.fsck import check
 from substrat.orchestrator import Orchestrator
@@ -21,7 +22,7 @@ def _state(path: Path) -> dict[str, Any]:
             orch.tree.path(n.agent_id): (n.state.value, orch.turn_counts[n.agent_id])
             for n in orch.tree.walk()
         }
-        orch.logs.close_all()
+        exit_without_close(orch)
         return state
 
     return asyncio.run(go())
