@@ -236,16 +236,18 @@ def on_read_only_fs(path: str | os.PathLike[str]) -> bool:
     return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
 
 
-def read_bytes(path: str | os.PathLike[str]) -> bytes:
+def read_bytes(path: str | os.PathLike[str], chunk_bytes: int = _READ_CHUNK_BYTES) -> bytes:
     """Read a whole file (through ``os.open`` and ``os.read``, so simulators see the read).
 
     Raises what ``open(path, "rb").read()`` would (FileNotFoundError,
-    IsADirectoryError, ...), without its buffered file object.
+    IsADirectoryError, ...), without its buffered file object. ``chunk_bytes``: what
+    one ``os.read`` asks for; a file read whole in one is not copied again (a few
+    megabytes read in small pieces touch twice their size: the pieces, then the join).
     """
     fd = os.open(path, _READ_FLAGS)
     try:
         chunks: list[bytes] = []
-        while chunk := os.read(fd, _READ_CHUNK_BYTES):
+        while chunk := os.read(fd, chunk_bytes):
             chunks.append(chunk)
     except OSError as exc:  # os.read names no file (a directory opens, then EISDIR)
         if exc.filename is not None:

@@ -145,6 +145,9 @@ def test_a_torn_damaged_deleted_or_stale_summary_is_not_used(tmp_path: Path) -> 
         "torn": (good[: len(good) - 10], "torn"),
         "byte": (bytes(flipped), "damaged"),
         "header": (b"x\n" + good, "no header"),
+        # a header whose checksum holds for an empty body: the body has no first line
+        "no newline": (b"0 0", "not JSON"),
+        "no body": (b"0 0\n", "not JSON"),
     }
     for name, (data, said) in damages.items():
         path.write_bytes(data)
