@@ -436,18 +436,23 @@ def _build_tree(
             records[sid], f = quiet.demote(sid)
             facts[sid] = live[sid] = f
 
-    added: set[str] = set()
+    placed: dict[str, AgentNode] = {}  # session id -> its node, once in the tree
     pending: dict[str, dict[str, Any]] = {}
     for sid, f in live.items():
         assert f.created is not None
         pending[sid] = f.created
     for sid, row in quiet.rows.items():
         pending[sid] = row[0]
+    sessions = quiet.sessions
     while pending:
         progressed = False
         for sid, created in sorted(pending.items()):
             parent_sid = created.get("parent_session_id")
-            if parent_sid in unreadable:
+            if parent_sid is None:
+                parent = None
+            elif parent_sid in placed:  # most agents of a large tree: their parent is in
+                parent = placed[parent_sid]
+            elif parent_sid in unreadable:
                 demote(sid)
                 ancestor = unreadable[parent_sid].held_by or parent_sid
                 where = root.store.session_dir(sid)
@@ -456,7 +461,7 @@ def _build_tree(
                 del pending[sid]
                 progressed = True
                 continue
-            if parent_sid is not None and parent_sid not in added:
+            else:
                 parent_facts = facts.get(parent_sid)
                 parent_dead = (parent_facts is not None and parent_facts.terminated) or (
                     parent_sid in records
@@ -472,19 +477,16 @@ def _build_tree(
                 if parent_sid in pending:
                     continue  # its parent is added first
                 report.detached.append(sid)
-                parent_sid = None
-            parent = None if parent_sid is None else tree.by_session(parent_sid)
-            session = quiet.sessions.get(sid) or records[sid]
-            _add_node(tree, sid, created, session, parent, report)
-            added.add(sid)
+                parent = None
+            session = sessions.get(sid) or records[sid]
+            placed[sid] = _add_node(tree, sid, created, session, parent, report)
             del pending[sid]
             progressed = True
         if not progressed:  # a parent cycle can only come from damage: detach one
             sid = sorted(pending)[0]
             report.detached.append(sid)
-            session = quiet.sessions.get(sid) or records[sid]
-            _add_node(tree, sid, pending.pop(sid), session, None, report)
-            added.add(sid)
+            session = sessions.get(sid) or records[sid]
+            placed[sid] = _add_node(tree, sid, pending.pop(sid), session, None, report)
 
 
 def _cascade_terminate(
@@ -507,16 +509,17 @@ def _add_node(
     session: Session,
     parent: AgentNode | None,
     report: RecoveryReport,
-) -> None:
-    name = str(created.get("name"))
+) -> AgentNode:
+    get = created.get
+    name = str(get("name"))
     parent_id = None if parent is None else parent.agent_id
     # positional: built for every agent at a start (AgentNode's fields, in order)
     node = AgentNode(
-        str(created.get("agent_id")),
+        str(get("agent_id")),
         sid,
         name,
         parent_id,
-        str(created.get("instructions", "")),
+        str(get("instructions", "")),
         session.provider,
         session.model,
     )
@@ -529,6 +532,7 @@ def _add_node(
         node.name = f"{name}-{suffix}"
         report.detached.append(sid)
         tree.add(node)
+    return node
 
 
 def analyze(root: str | os.PathLike[str]) -> RecoveryPlan:
