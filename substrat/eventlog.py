@@ -100,7 +100,7 @@ def utc_now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Resume:
     """A known-good position in an active log file: everything before ``offset`` is
     intact and ends with entry ``last_seq`` (a checkpoint's, or where the log was
