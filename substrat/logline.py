@@ -37,30 +37,33 @@ def encode_entry(body: Mapping[str, Any]) -> bytes:
     return b'{"crc":"%08x",' % crc + payload[1:] + b"\n"
 
 
-def decode_line(line: bytes) -> Entry | str:
-    """Decode one line (without its newline): the entry, or the kind of damage."""
-    if (
-        line.startswith(CRC_PREFIX)
-        and len(line) > BODY_START
-        and line[CRC_HEX_END:BODY_START] == b'",'
-    ):
+def decode_line(line: bytes, end: int | None = None) -> Entry | str:
+    """Decode one line (without its newline): the entry, or the kind of damage.
+
+    ``end``: the line is ``line[:end]`` (its newline left where it was read, not cut
+    off with a copy: a checkpoint of a large inbox is megabytes)."""
+    size = len(line) if end is None else end
+    if line.startswith(CRC_PREFIX) and size > BODY_START and line[CRC_HEX_END:BODY_START] == b'",':
         try:
             expected = int(line[len(CRC_PREFIX) : CRC_HEX_END], 16)
         except ValueError:
             expected = -1
         # The checksum covers '{' + the line after the crc member; seeding the
         # CRC with '{' spares copying the line.
-        if zlib.crc32(memoryview(line)[BODY_START:], CRC_OF_OPEN_BRACE) == expected:
-            body = b"{" + line[BODY_START:]
+        rest = memoryview(line)[BODY_START:size]
+        if zlib.crc32(rest, CRC_OF_OPEN_BRACE) == expected:
             try:
-                # a big line (a checkpoint of a large inbox) without orjson's peak
-                entry = orjson.loads(body) if len(body) < BIG_TEXT_BYTES else loads(body)
-            except orjson.JSONDecodeError:
+                if len(rest) + 1 < BIG_TEXT_BYTES:
+                    entry = orjson.loads(b"{" + rest)
+                else:  # a big line (a checkpoint of a large inbox) without orjson's peak,
+                    # its text decoded once from the line (each copy is megabytes of pages)
+                    entry = loads("{" + str(rest, "utf-8"), big=0)
+            except (orjson.JSONDecodeError, UnicodeDecodeError):
                 return "invalid_json"
             if isinstance(entry, dict) and isinstance(entry.get("seq"), int):
                 return entry
             return "invalid_json"
-    return _classify_damage(line)
+    return _classify_damage(line if end is None else line[:end])
 
 
 def _classify_damage(line: bytes) -> str:

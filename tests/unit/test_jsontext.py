@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import tracemalloc
+import zlib
 from collections.abc import Callable
 from typing import Any
 
@@ -149,3 +150,22 @@ def test_a_value_nested_to_the_limit_is_plain_and_one_level_more_is_refused(leaf
     check_plain_json(_nested(MAX_NESTING_DEPTH, leaf))
     with pytest.raises(TypeError, match="nested deeper"):
         check_plain_json(_nested(MAX_NESTING_DEPTH + 1, leaf))
+
+
+@pytest.mark.parametrize("pad", [10, BIG_TEXT_BYTES])
+def test_a_line_reads_the_same_cut_or_with_its_newline_left(pad: int) -> None:
+    line = encode_entry({"seq": 3, "event": "x", "data": {"pad": "y" * pad}})
+    assert line.endswith(b"\n")
+    cut = decode_line(line[:-1])
+    assert isinstance(cut, dict) and cut["data"]["pad"] == "y" * pad
+    assert decode_line(line, len(line) - 1) == cut
+    damaged = line[:20] + b"Z" + line[21:]
+    assert decode_line(damaged, len(line) - 1) == decode_line(damaged[:-1]) == "bad_checksum"
+
+
+@pytest.mark.parametrize("pad", [10, BIG_TEXT_BYTES])
+def test_a_line_of_invalid_utf8_with_a_valid_checksum_is_invalid_json(pad: int) -> None:
+    body = b'"seq":1,"pad":"' + b"\xff" * pad + b'"}'
+    line = b'{"crc":"%08x",' % zlib.crc32(body, zlib.crc32(b"{")) + body
+    assert decode_line(line) == "invalid_json"
+    assert decode_line(line + b"\n", len(line)) == "invalid_json"
