@@ -89,7 +89,7 @@ def crash_plans(
 
 def check_config(cls: type[CrashStateMachine]) -> None:
     name = cls.__name__
-    for attribute in ("profiles", "modes"):
+    for attribute in ("profiles", "modes", "suppress_health_check"):
         value = getattr(cls, attribute)
         if isinstance(value, str):  # a string is a sequence of one-letter "modes"
             raise ConfigError(

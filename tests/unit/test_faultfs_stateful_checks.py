@@ -165,6 +165,11 @@ def test_the_outside_policy_is_checked_at_class_definition() -> None:
         class Misspelled(LogMachine):
             suppress_health_check = ("outside",)
 
+    with pytest.raises(ConfigError, match=r"mean suppress_health_check = \('outside_root',\)"):
+
+        class NotATuple(LogMachine):
+            suppress_health_check = "outside_root"  # type: ignore[assignment]
+
 
 # ------------------------------------------------------------ nothing acknowledged
 
