@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import logging
 import os
 import threading
 from dataclasses import dataclass
@@ -47,6 +48,7 @@ class _Held:
 _HELD: dict[tuple[int, int], _Held] = {}
 """This process's holds, by the root directory's (device, inode)."""
 _GUARD = threading.Lock()
+log = logging.getLogger(__name__)
 
 
 class RootHold:
@@ -88,11 +90,28 @@ class RootHold:
         return self._key is not None
 
 
+_NO_DIRECTORY_LOCKS = frozenset(
+    {errno.EBADF, errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EINVAL, errno.ENOSYS}
+)
+"""What a file system that cannot ``flock`` a directory answers (NFS emulates flock with
+byte-range locks, which an exclusive lock needs a descriptor open for writing for)."""
+
+
 def _lock(root: Path) -> int:
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as exc:
+        if exc.errno in _NO_DIRECTORY_LOCKS:
+            # Refusing every open here would make the root unusable; serve it as before
+            # this hold existed, and say once that nothing keeps a second process off it.
+            log.warning(
+                "%s: this file system cannot lock a directory (%s): nothing keeps a second "
+                "process from opening this root; keep one process on it",
+                root,
+                os.strerror(exc.errno or 0),
+            )
+            return fd
         os.close(fd)
         if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
             raise

@@ -188,3 +188,31 @@ def test_a_closed_orchestrator_writes_nothing(root: Path) -> None:
 
     asyncio.run(scenario())
     assert roots.cli(root, "fsck").returncode == 0
+
+
+def test_a_file_system_without_directory_locks_still_serves_the_root(
+    root: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """NFS cannot flock a directory (EBADF: its emulation needs a descriptor open for
+    writing). The root is served as before the hold existed, with a warning. Simulated by
+    making flock answer EBADF: no NFS server is available to these tests."""
+    import errno
+
+    from substrat import root_hold
+
+    def no_directory_locks(fd: int, operation: int) -> None:
+        raise OSError(errno.EBADF, "Bad file descriptor")
+
+    monkeypatch.setattr(root_hold.fcntl, "flock", no_directory_locks)
+
+    async def scenario() -> None:
+        orch = await Orchestrator.open(root)
+        await orch.create_root("app", "You help.")
+        await orch.run_turn("app", "one")
+        await orch.close()
+
+    with caplog.at_level("WARNING", logger="substrat.root_hold"):
+        asyncio.run(scenario())
+    assert "cannot lock a directory" in caplog.text
+    monkeypatch.undo()
+    assert asyncio.run(_turns(root, "app")) == ["one"]
