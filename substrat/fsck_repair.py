@@ -28,6 +28,7 @@ from substrat.restore import OUTCOME_UNKNOWN
 from substrat.root_hold import RootHold
 from substrat.segments import (
     GZIP_LEVEL,
+    Segment,
     SegmentDamaged,
     history_files,
     list_sealed,
@@ -167,11 +168,11 @@ def _drop_damaged_lines(
     ceiling = max(ceiling_before_open, _agent_turn_ceiling(log_path))
     highest = 0
     seen: set[int] = set()
-    count = 0
     # the last turn started and not ended among the kept lines, and whether a damaged
     # line follows its start: its turn.complete may be that line (see _close_in_doubt)
     open_turn: dict[str, Any] | None = None
     in_doubt = False
+    rewrites: list[tuple[Segment | None, Path, bytes, bytearray, bytearray]] = []
     for segment, path in history_files(log_path):
         if not path.exists():
             continue
@@ -191,15 +192,10 @@ def _drop_damaged_lines(
             keep += piece + b"\n"
             highest = max(highest, names_turn(decoded) or 0)
             open_turn, in_doubt = _turn_left_open(decoded, open_turn, in_doubt)
-        if not dropped:
-            continue
-        count += dropped.count(b"\n")
-        persistence.durable_mkdir(quarantine)
-        name = f"{log_path.parent.name}.{path.name}.damaged"
-        persistence.atomic_write(_free_name(quarantine, name), bytes(dropped))
-        if segment is not None and segment.archived:
-            keep = bytearray(gzip.compress(bytes(keep), GZIP_LEVEL, mtime=0))
-        persistence.atomic_write(path, bytes(keep))
+        if dropped:
+            rewrites.append((segment, path, raw, keep, dropped))
+    # What the damaged lines may have meant is written down before they go: a crash
+    # between the two then leaves the lines and the note, and a second repair adds nothing.
     if open_turn is not None and in_doubt and log_path.parent.parent.name == AGENTS_DIR:
         _close_in_doubt(log_path, open_turn)
         closed.append((log_path.parent.name, open_turn))
@@ -214,6 +210,19 @@ def _drop_damaged_lines(
                     "reserved": True,
                 },
             )
+    count = 0
+    for segment, path, raw, keep, dropped in rewrites:
+        if segment is None:  # the active file: the notes above were appended to it
+            now = persistence.read_bytes(path)
+            assert now.startswith(raw), f"{path} changed under the repair"
+            keep += now[len(raw) :]
+        count += dropped.count(b"\n")
+        persistence.durable_mkdir(quarantine)
+        name = f"{log_path.parent.name}.{path.name}.damaged"
+        persistence.atomic_write(_free_name(quarantine, name), bytes(dropped))
+        if segment is not None and segment.archived:
+            keep = bytearray(gzip.compress(bytes(keep), GZIP_LEVEL, mtime=0))
+        persistence.atomic_write(path, bytes(keep))
     return count
 
 

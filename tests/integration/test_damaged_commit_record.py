@@ -15,6 +15,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from substrat import events, recovery
 from substrat.checkpointer import CheckpointPolicy
 from substrat.checkpoints import CHECKPOINTS_DIR
@@ -127,3 +129,42 @@ def test_fsck_repair_keeps_the_doubt_of_the_lines_it_quarantines(tmp_path: Path)
     told = _lead_told(root)
     assert told is not None and told.get("record_damaged"), told
     assert "none of its tool calls" not in lost_turn_notice(told)
+
+
+def test_a_repair_cut_short_before_its_rewrite_keeps_the_doubt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The close is written before the damaged line leaves the log: a repair that dies
+    between the two (here: the rewrite fails, as a kill at that point would leave it)
+    leaves the note, and the next repair finishes without closing the turn twice."""
+    from substrat import fsck_repair, persistence
+    from substrat.fsck import check as fsck
+
+    root = tmp_path / "root"
+    run(_build(root))
+    log = agent_dirs(root)["lead"] / "events.jsonl"
+    _damage_the_last_commit(log)
+    real_write = persistence.atomic_write
+
+    class Killed(BaseException):
+        pass
+
+    def killed_at_the_rewrite(path: Path, data: bytes) -> None:
+        if Path(path) == log:
+            raise Killed
+        real_write(path, data)
+
+    monkeypatch.setattr(fsck_repair.persistence, "atomic_write", killed_at_the_rewrite)
+    with pytest.raises(Killed):
+        fsck(root, repair=True)
+    monkeypatch.undo()
+
+    def closes() -> list[tuple[str, str]]:
+        failed = [e["data"] for e in read_log(log).entries if e["event"] == events.TURN_FAILED]
+        return [(d["turn_id"], d["error"]) for d in failed if not d.get("reserved")]
+
+    assert closes() == [("t2", OUTCOME_UNKNOWN)]
+    fsck(root, repair=True)
+    assert closes() == [("t2", OUTCOME_UNKNOWN)]
+    told = _lead_told(root)
+    assert told is not None and told.get("record_damaged"), told
