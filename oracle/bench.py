@@ -13,6 +13,9 @@ ratio means something on a busy machine too:
   ``EventLog.log`` as of ``LOG_BEFORE_REV`` (before issue 15: two fsyncs per entry);
   faultfs against pyfakefs alone and against the real file system (:mod:`oracle.bench_io`);
 * checkpoints (:mod:`oracle.bench_checkpoints`);
+* with ``--origin PATH``, the origin's (Hardcode84/2) crash and lifecycle fuzzers in
+  the same rounds as ours, in fresh processes pinned to one CPU (:mod:`oracle.bench_origin`);
+  without it those two rows cite the figures issue 17 measured once;
 * what the main job's costliest items pay per example or call (``--campaign-only``):
   the OpenAI crash machine's examples and one CLI process, against the same at
   ``--baseline-rev`` (:func:`oracle.bench_fuzz.campaign_rows`).
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from oracle.bench_fuzz import (
     BASELINE_REV,
@@ -35,6 +39,7 @@ from oracle.bench_fuzz import (
     sweep_row,
 )
 from oracle.bench_io import faultfs_rows, log_rows
+from oracle.bench_origin import ORIGIN_CPU, Origin, origin_python_version
 from oracle.bench_table import GIB, MIB, Row, render
 
 __all__ = ["GIB", "MIB", "Row", "main", "render"]  # Row, render and MIB: bench_checkpoints
@@ -78,7 +83,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--no-checkpoints", action="store_true", help="skip the rows of oracle.bench_checkpoints"
     )
+    parser.add_argument(
+        "--origin",
+        type=Path,
+        metavar="PATH",
+        help="a checkout of the origin (Hardcode84/2): run its crash and lifecycle fuzzers "
+        "in the same rounds as ours (fresh pinned processes) instead of citing its figures",
+    )
+    parser.add_argument(
+        "--origin-python",
+        default="python3.12",
+        help="the interpreter with the origin installed (it needs Python >= 3.12)",
+    )
+    parser.add_argument(
+        "--origin-cpu", type=int, default=ORIGIN_CPU, help="the CPU the origin's runs are pinned to"
+    )
     args = parser.parse_args(argv)
+    origin = None
+    if args.origin is not None:
+        origin = Origin(args.origin.resolve(), args.origin_python, args.origin_cpu)
+        problem = origin.check()
+        if problem:
+            parser.error(problem)
+        print(f"origin: {origin_python_version(origin)} (Python, Hypothesis)", file=sys.stderr)
     if args.log_only:
         print(render(log_rows()))
         return 0
@@ -89,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.campaign_only:
         print(render(campaign_rows(base, args.rounds)))
         return 0
-    rows: list[Row] = fuzz_rows(base, args.rounds)
+    rows: list[Row] = fuzz_rows(base, args.rounds, origin)
     if args.fuzz_only:
         print(render(rows))
         return 0

@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import random
+import re
 import subprocess
 import sys
 import tempfile
@@ -20,6 +21,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from oracle.bench_origin import Origin
     from oracle.bench_table import Row
 
 BASELINE_REV = "1fa8a4582ed8ce7b8ef6d09e52c926ccf5ceec18"
@@ -265,8 +269,18 @@ def cli_commands(runs: int = CLI_RUNS) -> float:
     return 1 / statistics.median(spent)
 
 
+_UNAVAILABLE: dict[tuple[str, str], str] = {}
+"""(revision, function) -> why it cannot run there: said once, not tried again each round."""
+
+
 def on_revision(rev: str, function: str) -> float | None:
-    """Run ``function`` of this file against substrat/oracle/faultfs/tests as of ``rev``."""
+    """Run ``function`` of this file against substrat/oracle/faultfs/tests as of ``rev``.
+
+    None (the row shows n/a) when it fails there; a function whose code the revision
+    does not have yet (an import error) is reported in one line once and not run again.
+    """
+    if (rev, function) in _UNAVAILABLE:
+        return None
     top = Path(__file__).resolve().parents[1]
     with tempfile.TemporaryDirectory(prefix="substrat-baseline-") as tmp:
         archive = subprocess.run(
@@ -289,18 +303,28 @@ def on_revision(rev: str, function: str) -> float | None:
         )
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp)
     if done.returncode != 0:
-        # E.g. the lifecycle machine did not exist yet at ``rev``: the row shows n/a.
         last = (done.stderr.strip().splitlines() or ["?"])[-1]
-        print(f"{function} at {rev[:8]} failed: {last}", file=sys.stderr)
+        missing = re.match(r"(?:ModuleNotFoundError|ImportError): (.*)", last)
+        if missing:
+            # E.g. the lifecycle machine did not exist yet at ``rev``.
+            detail = re.sub(r" \(/[^)]*\)", "", missing.group(1))  # no temporary paths
+            why = f"{function} at {rev[:8]}: n/a, the revision predates it ({detail})"
+            _UNAVAILABLE[rev, function] = why
+            print(why, file=sys.stderr)
+        else:
+            print(f"{function} at {rev[:8]} failed: {last}", file=sys.stderr)
         return None
     return float(done.stdout.strip().splitlines()[-1])
 
 
-def fuzz_rows(base: str | None, rounds: int = FUZZ_ROUNDS) -> list[Row]:
+def fuzz_rows(
+    base: str | None, rounds: int = FUZZ_ROUNDS, origin: Origin | None = None
+) -> list[Row]:
     """The fuzzing rows, from ``rounds`` interleaved rounds of each figure and its
     baselines: the same code at ``base`` (None: no such rows' baselines), the crash
     fuzzer's workload alone, the lifecycle fuzzer on a real directory, the origin's
-    figures (cited constants)."""
+    fuzzers (measured in the same rounds when ``origin`` is given, else cited constants)."""
+    from oracle.bench_origin import after, origin_rate, print_round_ratios, recorded
     from oracle.bench_table import Row, median_rounds
 
     short = (base or "")[:8]
@@ -308,19 +332,34 @@ def fuzz_rows(base: str | None, rounds: int = FUZZ_ROUNDS) -> list[Row]:
     def versus(function: str) -> float | None:
         return None if base is None else on_revision(base, function)
 
-    rates = median_rounds(
-        {
-            "fuzz": fuzz_cycles,
-            "hyp": hypothesis_cycles,
-            "fuzz_base": lambda: versus("fuzz_cycles"),
-            "hyp_base": lambda: versus("hypothesis_cycles"),
-            "life": lifecycle_examples,
-            "life_base": lambda: versus("lifecycle_examples"),
-            "life_disk": lifecycle_on_disk,
-            "life_engine": lifecycle_engine_only,
-        },
-        rounds,
-    )
+    measures: dict[str, Callable[[], float | None]] = {
+        "fuzz": fuzz_cycles,
+        "hyp": hypothesis_cycles,
+        "fuzz_base": lambda: versus("fuzz_cycles"),
+        "hyp_base": lambda: versus("hypothesis_cycles"),
+        "life": lifecycle_examples,
+        "life_base": lambda: versus("lifecycle_examples"),
+        "life_disk": lifecycle_on_disk,
+        "life_engine": lifecycle_engine_only,
+    }
+    if origin is not None:
+        # Each right after ours: the same minute's load on both sides of the ratio.
+        measures = after(
+            measures,
+            "hyp",
+            "origin_crash",
+            lambda: origin_rate(origin, "crash", HYPOTHESIS_EXAMPLES, 30, BENCH_SEED),
+        )
+        measures = after(
+            measures,
+            "life",
+            "origin_life",
+            lambda: origin_rate(origin, "lifecycle", LIFECYCLE_EXAMPLES, 30, BENCH_SEED),
+        )
+    seen: dict[str, list[float | None]] = {}
+    rates = median_rounds({k: recorded(seen, k, f) for k, f in measures.items()}, rounds)
+    if origin is not None:
+        print_round_ratios(seen, [("hyp", "origin_crash"), ("life", "origin_life")])
 
     def row(measure: str, figure: str, baseline_name: str, baseline: str | float, **kw: Any) -> Row:
         got = rates[figure]
@@ -341,6 +380,48 @@ def fuzz_rows(base: str | None, rounds: int = FUZZ_ROUNDS) -> list[Row]:
     crash = "crash fuzzer workload: crash-recover-check cycles/s (1 core)"
     inside = "the same inside Hypothesis (CrashRecoveryMachine, all rules)"
     lifecycle = "lifecycle fuzzer on faultfs: examples/s (30 steps, 1 core)"
+    origin_rows = []
+    if origin is None:
+        how = "cited, issue 17; `--origin PATH` measures it in this run"
+        origin_rows = [
+            row(
+                inside,
+                "hyp",
+                f"origin's persistence-only crash fuzzer ({how})",
+                ORIGIN_PERSISTENCE_FUZZER,
+                target=">= 340/s",
+                met=hyp >= 340,
+            ),
+            row(
+                lifecycle,
+                "life",
+                f"origin's lifecycle fuzzer ({how})",
+                ORIGIN_LIFECYCLE_FUZZER,
+                target=">= 125/s",
+                met=life >= 125,
+            ),
+        ]
+    else:
+        crash_origin, life_origin = rates["origin_crash"], rates["origin_life"]
+        cited_crash = f"{ORIGIN_PERSISTENCE_FUZZER:.0f}"
+        origin_rows = [
+            row(
+                inside,
+                "hyp",
+                f"origin's persistence-only crash fuzzer, this run (cited: {cited_crash})",
+                "origin_crash",
+                target=">= 0.99x (340/342)",
+                met=None if crash_origin is None else hyp >= 340 / 342 * crash_origin[0],
+            ),
+            row(
+                lifecycle,
+                "life",
+                f"origin's lifecycle fuzzer, this run (cited: {ORIGIN_LIFECYCLE_FUZZER:.0f})",
+                "origin_life",
+                target=">= 1.5x",
+                met=None if life_origin is None else life >= 1.5 * life_origin[0],
+            ),
+        ]
     return [
         row(crash, "fuzz", f"same at {short}", "fuzz_base", target=">= 400/s", met=fuzz >= 400),
         row(inside, "hyp", f"same at {short}", "hyp_base"),
@@ -352,25 +433,11 @@ def fuzz_rows(base: str | None, rounds: int = FUZZ_ROUNDS) -> list[Row]:
             target=">= 0.5x",
             met=hyp >= 0.5 * fuzz,
         ),
-        row(
-            inside,
-            "hyp",
-            "origin's persistence-only crash fuzzer (cited)",
-            ORIGIN_PERSISTENCE_FUZZER,
-            target=">= 340/s",
-            met=hyp >= 340,
-        ),
+        origin_rows[0],
         row(lifecycle, "life", f"same at {short}", "life_base"),
         row(lifecycle, "life", "the same on a real directory", "life_disk"),
         row(lifecycle, "life", "its rules with empty bodies: the engine alone", "life_engine"),
-        row(
-            lifecycle,
-            "life",
-            "origin's lifecycle fuzzer (cited)",
-            ORIGIN_LIFECYCLE_FUZZER,
-            target=">= 125/s",
-            met=life >= 125,
-        ),
+        origin_rows[1],
     ]
 
 
