@@ -324,7 +324,13 @@ def fuzz_rows(
     baselines: the same code at ``base`` (None: no such rows' baselines), the crash
     fuzzer's workload alone, the lifecycle fuzzer on a real directory, the origin's
     fuzzers (measured in the same rounds when ``origin`` is given, else cited constants)."""
-    from oracle.bench_origin import after, origin_rate, print_round_ratios, recorded
+    from oracle.bench_origin import (
+        ORIGIN_CRASH_STEPS,
+        after,
+        origin_rate,
+        print_round_ratios,
+        recorded,
+    )
     from oracle.bench_table import Row, median_rounds
 
     short = (base or "")[:8]
@@ -348,7 +354,9 @@ def fuzz_rows(
             measures,
             "hyp",
             "origin_crash",
-            lambda: origin_rate(origin, "crash", HYPOTHESIS_EXAMPLES, 30, BENCH_SEED),
+            lambda: origin_rate(
+                origin, "crash", HYPOTHESIS_EXAMPLES, ORIGIN_CRASH_STEPS, BENCH_SEED
+            ),
         )
         measures = after(
             measures,
