@@ -1,0 +1,128 @@
+"""The benchmark's origin rows (oracle.bench_origin) count what they claim, and a baseline
+revision that predates a measured function is n/a in one line (oracle.bench_fuzz)."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+import tarfile
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from oracle import bench_fuzz
+from oracle.bench_origin import Origin, origin_rate
+
+FAKE_CRASH_FUZZ = '''
+from hypothesis.stateful import RuleBasedStateMachine, rule
+from .vfs import VirtualFS
+
+
+class CrashRecoveryMachine(RuleBasedStateMachine):
+    """Every step "crashes" once (a thaw), and arms three crashes of which two never fire."""
+
+    def __init__(self):
+        super().__init__()
+        self.vfs = VirtualFS()
+
+    @rule()
+    def crash(self):
+        for _ in range(3):
+            self.vfs.arm(5)
+        self.vfs.thaw()
+'''
+
+FAKE_VFS = """
+THAWED = []
+
+
+class VirtualFS:
+    def arm(self, n):
+        pass
+
+    def thaw(self):
+        THAWED.append(1)
+"""
+
+
+def _fake_origin(top: Path) -> Path:
+    stress = top / "tests" / "stress"
+    stress.mkdir(parents=True)
+    (top / "tests" / "__init__.py").write_text("")
+    (stress / "__init__.py").write_text("")
+    (stress / "vfs.py").write_text(textwrap.dedent(FAKE_VFS))
+    (stress / "test_crash_fuzz.py").write_text(textwrap.dedent(FAKE_CRASH_FUZZ))
+    (stress / "test_orchestrator_fuzz.py").write_text("OrchestratorStateMachine = None\n")
+    return top
+
+
+def test_a_directory_that_is_no_checkout_of_the_origin_is_refused(tmp_path: Path) -> None:
+    problem = Origin(tmp_path, sys.executable).check()
+    assert problem is not None and "test_crash_fuzz.py" in problem
+    assert Origin(_fake_origin(tmp_path / "origin"), sys.executable).check() is None
+
+
+def test_the_origin_crash_rate_counts_crashes_that_happened_not_rules(tmp_path: Path) -> None:
+    """A cycle is a thaw (the disk "rebooted" after a crash), not an armed crash rule:
+    the probe's count divided by its CPU time, over the examples after the warm-up."""
+    origin = Origin(_fake_origin(tmp_path / "origin"), sys.executable, min(os.sched_getaffinity(0)))
+    probe_count = textwrap.dedent(
+        """
+        import sys
+        sys.argv = ["probe", "crash", "4", "5", "1717", "0"]
+        from oracle.bench_origin import PROBE
+        import tests.stress.vfs as vfs
+        probe = {"__name__": "__main__"}
+        exec(compile(PROBE, "probe", "exec"), probe)
+        print(probe["count"][0], len(vfs.THAWED))
+        """
+    )
+    counted = subprocess.run(
+        [sys.executable, "-c", probe_count],
+        capture_output=True,
+        text=True,
+        cwd=origin.path,
+        env={**os.environ, "PYTHONPATH": str(Path(bench_fuzz.__file__).resolve().parents[1])},
+        check=True,
+    )
+    rate, cycles, thawed = counted.stdout.split()
+    # 4 examples of up to 5 steps; each step thawed once and armed three times
+    assert int(cycles) == int(thawed) and 4 <= int(thawed) <= 20 and float(rate) > 0
+    assert origin_rate(origin, "crash", 4, 5, 1717) is not None
+
+
+def test_a_revision_that_predates_the_function_is_na_said_once(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    empty = io.BytesIO()
+    tarfile.open(fileobj=empty, mode="w").close()
+    probes: list[list[str]] = []
+    real_run = subprocess.run
+
+    def run(argv: list[str], **kwargs: Any) -> Any:
+        if argv[0] == "git":
+            return subprocess.CompletedProcess(argv, 0, stdout=empty.getvalue(), stderr=b"")
+        if argv[0] == "tar":
+            return real_run(argv, **kwargs)
+        probes.append(argv)
+        stderr = (
+            "Traceback (most recent call last):\n  File ...\n"
+            "ImportError: cannot import name 'reply_header' from 'substrat.providers.scripted' "
+            "(/tmp/substrat-baseline-x/substrat/providers/scripted.py)\n"
+        )
+        return subprocess.CompletedProcess(argv, 1, stdout="", stderr=stderr)
+
+    monkeypatch.setattr(bench_fuzz.subprocess, "run", run)
+    monkeypatch.setattr(bench_fuzz, "_UNAVAILABLE", {})
+    assert bench_fuzz.on_revision("1fa8a458aaaa", "lifecycle_examples") is None
+    assert bench_fuzz.on_revision("1fa8a458aaaa", "lifecycle_examples") is None
+    said = capsys.readouterr().err.strip().splitlines()
+    assert said == [
+        "lifecycle_examples at 1fa8a458: n/a, the revision predates it (cannot import name "
+        "'reply_header' from 'substrat.providers.scripted')"
+    ]
+    assert len(probes) == 1  # not run again in the next round
