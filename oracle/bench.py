@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
 from oracle.bench_fuzz import (
     BASELINE_REV,
@@ -39,7 +38,7 @@ from oracle.bench_fuzz import (
     sweep_row,
 )
 from oracle.bench_io import faultfs_rows, log_rows
-from oracle.bench_origin import ORIGIN_CPU, Origin, origin_python_version
+from oracle.bench_origin import add_arguments, from_arguments
 from oracle.bench_table import GIB, MIB, Row, render
 
 __all__ = ["GIB", "MIB", "Row", "main", "render"]  # Row, render and MIB: bench_checkpoints
@@ -83,29 +82,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--no-checkpoints", action="store_true", help="skip the rows of oracle.bench_checkpoints"
     )
-    parser.add_argument(
-        "--origin",
-        type=Path,
-        metavar="PATH",
-        help="a checkout of the origin (Hardcode84/2): run its crash and lifecycle fuzzers "
-        "in the same rounds as ours (fresh pinned processes) instead of citing its figures",
-    )
-    parser.add_argument(
-        "--origin-python",
-        default="python3.12",
-        help="the interpreter with the origin installed (it needs Python >= 3.12)",
-    )
-    parser.add_argument(
-        "--origin-cpu", type=int, default=ORIGIN_CPU, help="the CPU the origin's runs are pinned to"
-    )
+    add_arguments(parser)
     args = parser.parse_args(argv)
-    origin = None
-    if args.origin is not None:
-        origin = Origin(args.origin.resolve(), args.origin_python, args.origin_cpu)
-        problem = origin.check()
-        if problem:
-            parser.error(problem)
-        print(f"origin: {origin_python_version(origin)} (Python, Hypothesis)", file=sys.stderr)
+    origin = from_arguments(args, parser)
     if args.log_only:
         print(render(log_rows()))
         return 0

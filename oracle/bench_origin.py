@@ -19,11 +19,14 @@ called in all, crashed or not, are 4-5x as many.
 
 This module imports nothing of the project's: :data:`PROBE` is the code the
 origin's interpreter runs, in a checkout of the origin (its ``tests`` package
-on the path, its ``substrat`` from its own install).
+on the path, its ``substrat`` from its own install); of ours it loads only
+``oracle/bench_fuzz.py`` by its path, for the settings ours run with
+(:func:`oracle.bench_fuzz.run_seeded`, standard library at module level).
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
@@ -41,10 +44,12 @@ examples share the engine's per-example cost among more cycles, 1.3-1.4x its rat
 steps here, so this is the harder comparison for ours (docs/benchmarks.md, thirteenth pass)."""
 
 PROBE = r"""
-import sys, time
-from hypothesis import HealthCheck, seed, settings
+import importlib.util, sys, time
 
 kind, examples, steps, fixed, warm = sys.argv[1], *map(int, sys.argv[2:6])
+spec = importlib.util.spec_from_file_location("bench_fuzz", sys.argv[6])
+bench_fuzz = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(bench_fuzz)
 count = [0]
 if kind == "crash":
     # A crash-recover-check cycle: a crash rule whose operation did crash; the
@@ -68,15 +73,9 @@ else:
 
 
 def run(n):
-    test = seed(fixed)(machine).TestCase
-    test.settings = settings(
-        max_examples=n,
-        stateful_step_count=steps,
-        deadline=None,
-        database=None,
-        suppress_health_check=list(HealthCheck),
-    )
-    test("runTest").runTest()
+    # the same settings as ours: oracle.bench_fuzz.run_seeded, loaded from its file
+    # (it imports only the standard library and, when called, Hypothesis)
+    bench_fuzz.run_seeded(machine, n, steps, fixed)
 
 
 if warm:
@@ -114,7 +113,7 @@ def origin_rate(origin: Origin, kind: str, examples: int, steps: int, seed: int)
     None, with one line on stderr, when the run fails.
     """
     argv = [origin.python, "-c", PROBE, kind, str(examples), str(steps), str(seed)]
-    argv.append(str(WARM_UP_EXAMPLES))
+    argv += [str(WARM_UP_EXAMPLES), str(Path(__file__).with_name("bench_fuzz.py"))]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     done = subprocess.run(
         ["taskset", "-c", str(origin.cpu), *argv],
@@ -128,6 +127,34 @@ def origin_rate(origin: Origin, kind: str, examples: int, steps: int, seed: int)
         print(f"origin {kind} fuzzer failed: {last}", file=sys.stderr)
         return None
     return float(done.stdout.strip().splitlines()[-1])
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--origin PATH``, ``--origin-python``, ``--origin-cpu`` (for :func:`from_arguments`)."""
+    group = parser.add_argument_group(f"the origin ({ORIGIN_REPOSITORY}) beside ours")
+    group.add_argument(
+        "--origin",
+        type=Path,
+        metavar="PATH",
+        help="a checkout of the origin: run its crash and lifecycle fuzzers in the same "
+        "rounds as ours (fresh pinned processes) instead of citing its figures",
+    )
+    interpreter = "the interpreter with the origin installed (it needs Python >= 3.12)"
+    group.add_argument("--origin-python", default="python3.12", help=interpreter)
+    group.add_argument("--origin-cpu", type=int, default=ORIGIN_CPU, help="pin it to this CPU")
+
+
+def from_arguments(args: argparse.Namespace, parser: argparse.ArgumentParser) -> Origin | None:
+    """The origin the arguments name (None without ``--origin``); a path that is no
+    checkout of it is a usage error."""
+    if args.origin is None:
+        return None
+    origin = Origin(args.origin.resolve(), args.origin_python, args.origin_cpu)
+    problem = origin.check()
+    if problem:
+        parser.error(problem)
+    print(f"origin: {origin_python_version(origin)} (Python, Hypothesis)", file=sys.stderr)
+    return origin
 
 
 def origin_python_version(origin: Origin) -> str:

@@ -73,8 +73,10 @@ def test_the_origin_crash_rate_counts_crashes_that_happened_not_rules(tmp_path: 
     probe_count = textwrap.dedent(
         """
         import sys
-        sys.argv = ["probe", "crash", "4", "5", "1717", "0"]
+        from oracle import bench_origin
         from oracle.bench_origin import PROBE
+        fuzz = bench_origin.__file__.replace("bench_origin.py", "bench_fuzz.py")
+        sys.argv = ["probe", "crash", "4", "5", "1717", "0", fuzz]
         import tests.stress.vfs as vfs
         probe = {"__name__": "__main__"}
         exec(compile(PROBE, "probe", "exec"), probe)
