@@ -324,7 +324,7 @@ def install_audit_hook(stack: Sequence[FaultFS], owner: Callable[[str], FaultFS 
 
 # ------------------------------------------------ C extensions faultfs cannot see
 
-_LIMITS = (
+LIMITS = (
     "faultfs can neither see nor crash that I/O, and its files do not exist in the model "
     "(docs/faultfs.md, 'Limits: what faultfs cannot see'). Test this part of the program "
     "on a real kernel (a killed child process; LazyFS for power loss: docs/lazyfs.md), or "
@@ -332,7 +332,7 @@ _LIMITS = (
 )
 
 
-def _blind(fs: FaultFS, message: str) -> EscapeError:
+def record_blind(fs: FaultFS, message: str) -> EscapeError:
     fs.escapes.append(message)  # recorded: explore and the fixtures fail even if swallowed
     return EscapeError(message)
 
@@ -358,11 +358,11 @@ def blind_spots(
             path = _database_path(database)
             fs = owner(path) if path is not None else None
             if fs is not None:
-                raise _blind(
+                raise record_blind(
                     fs,
                     f"sqlite3.connect({path!r}) opens a database under the FaultFS root "
                     f"{fs.root!r}: sqlite3 reads and writes it from C, not through Python's os "
-                    f"and io, so {_LIMITS}",
+                    f"and io, so {LIMITS}",
                 )
             return real_connect(database, *args, **kwargs)
 
@@ -382,11 +382,11 @@ def blind_spots(
                 found = fd_path(fileno) if isinstance(fileno, int) else None
                 if found is not None:
                     fs, path = found
-                    raise _blind(
+                    raise record_blind(
                         fs,
                         f"mmap.mmap of {path!r} (under the FaultFS root {fs.root!r}): loads and "
                         "stores in a mapping, and its flush, are not calls Python makes through "
-                        f"os and io, so {_LIMITS}",
+                        f"os and io, so {LIMITS}",
                     )
                 return real_mmap(fileno, *args, **kwargs)  # a plain mmap, not this class
 

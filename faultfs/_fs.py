@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from faultfs import _capture, _escapes, _intercept
+from faultfs import _capture, _escapes, _intercept, _realdisk
 from faultfs._images import (
     MODES,
     Fingerprint,
@@ -137,6 +137,10 @@ class FaultFS(Syscalls):
         self.outside_calls = 0
         self.outside_examples: list[str] = []
         self.escapes: list[str] = []
+        # Real descriptors open for writing under the root before the first activation
+        # (None: not looked for yet), and their state at the latest activation.
+        self._preopened: dict[int, str] | None = None
+        self._preopened_marks: dict[int, tuple[int, int, int, int] | None] = {}
         # What capture_at keeps, and whom it tells.
         self._captured: list[FaultFS] = []
         self._on_capture: Callable[[FaultFS], None] | None = None
@@ -164,6 +168,7 @@ class FaultFS(Syscalls):
     # ------------------------------------------------------------- activation
 
     def __enter__(self) -> FaultFS:
+        _realdisk.note_preopened(self, nested=bool(_intercept.active()))
         _intercept.activate(self)
         return self
 
@@ -179,6 +184,7 @@ class FaultFS(Syscalls):
                 _escapes.bury(tb if self.crashed else None)
         finally:
             _intercept.deactivate(self)
+        _realdisk.check_preopened(self)
 
     def note_outside(self, what: str) -> None:
         """Count a call on a path outside the root (kept for the outside_root health check)."""
@@ -336,6 +342,7 @@ class FaultFS(Syscalls):
         image.acked = list(self.acked)
         image.ack_marks = list(self.ack_marks)
         image.watch_outside = self.watch_outside
+        image._preopened = self._preopened
         if self.crash_point is not None:
             boundary, phase, op = self.crash_point
             image.origin = ImageOrigin(boundary, phase, op, mode, index, seed, detail, choice)

@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from types import BuiltinFunctionType
 from typing import TYPE_CHECKING, Any
 
-from faultfs import _escapes, _others, _threads
+from faultfs import _cext, _escapes, _others, _processes, _threads
 from faultfs._fdtable import FAKE_FD_BASE, FD_OWNERS, fd_owner, oserror
 from faultfs._fileobj import open_file
 from faultfs._outside import outside
@@ -468,6 +468,8 @@ def _patches() -> list[tuple[object, str, object]]:
         (shutil, "_USE_CP_SENDFILE", False),
         # Work submitted to a thread pool remembers its submitter (faultfs._threads).
         (ThreadPoolExecutor, "submit", _threads.submit),
+        # fork, child processes told a root, FIFOs: they would leave the simulated process.
+        *_processes.patches(_stack, _route),
     ]
     return patches
 
@@ -524,7 +526,8 @@ def activate(fs: FaultFS) -> None:
                 _saved.append((module, name, getattr(module, name)))
                 setattr(module, name, replacement)
             _others.guard(_saved)
-            for module, name, replacement in _escapes.blind_spots(owner_of, _simulated_fd):
+            blind = _escapes.blind_spots(owner_of, _simulated_fd) + _cext.blind_libraries(owner_of)
+            for module, name, replacement in blind:
                 _saved.append((module, name, getattr(module, name)))
                 setattr(module, name, replacement)
         _stack.append(fs)

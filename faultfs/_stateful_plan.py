@@ -12,6 +12,7 @@ rule not yet seen in the example is drawn among the first ``FIRST_GUESS``.
 
 from __future__ import annotations
 
+import os
 import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -21,6 +22,7 @@ from hypothesis import strategies as st
 from faultfs._health import check_acknowledged, suppressed
 from faultfs._images import MODES
 from faultfs._profiles import PROFILES
+from faultfs._trace import display_path, is_user_file
 from faultfs.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -177,3 +179,34 @@ def with_run_checks(cls: type[CrashStateMachine], case: Any) -> Any:
             setattr(runTest, name, getattr(run, name))
     case.runTest = runTest
     return case
+
+
+def check_hooks(cls: type[CrashStateMachine], base: type[CrashStateMachine]) -> None:
+    """A machine that cannot check recovery fails as such, not as a store that lost data.
+
+    Checked per run, not at class creation: an abstract base machine may leave
+    the hooks to its subclasses.
+    """
+    if cls.check is not base.check:
+        return
+    missing = [
+        name for name in ("observe", "expected") if getattr(cls, name) is getattr(base, name)
+    ]
+    if missing:
+        raise ConfigError(
+            f"{cls.__name__} does not define {' and '.join(f'{m}()' for m in missing)}: faultfs "
+            "cannot tell a recovered store from a broken one. Define observe() (the recovered "
+            "state) and expected(acked) (the state the acknowledged operations imply), or check()"
+        )
+
+
+def raised_at(exc: BaseException) -> str:
+    """`` (at file:line)`` of the innermost user frame that raised ``exc``."""
+    found = ""
+    tb = exc.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if is_user_file(code.co_filename):
+            found = f" (at {display_path(code.co_filename, os.getcwd())}:{tb.tb_lineno})"
+        tb = tb.tb_next
+    return found

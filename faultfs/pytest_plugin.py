@@ -34,6 +34,7 @@ from faultfs import (
     _check_posix,  # noqa: F401  (first: on Windows it says why faultfs cannot run)
     _health,
     _others,
+    _realdisk,
 )
 from faultfs._escapes import diagnose
 from faultfs._explore import explore
@@ -147,19 +148,11 @@ def _trap_root(tmp_path: Path) -> str:
     return str(path)
 
 
-def _check_trap(root: str) -> None:
-    """Fail the test if anything reached the real directory under the root (FaultFS inactive)."""
-    found = sorted(str(p.relative_to(root)) for p in Path(root).rglob("*"))
-    if found:
-        shown = ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")
-        pytest.fail(
-            f"faultfs: {shown} appeared on the real disk under the FaultFS root {root}: "
-            "something wrote there without going through Python's os and io, so faultfs "
-            "neither saw nor crashed it. C extensions do their own I/O (sqlite3, LMDB, "
-            "RocksDB and LevelDB bindings, dbm.gnu), and so do other processes; faultfs "
-            "cannot test them (docs/faultfs.md, 'Limits: what faultfs cannot see').",
-            pytrace=False,
-        )
+def _check_trap(root: str, before: _realdisk.State | None) -> None:
+    """Fail the test if anything changed in the real directory under the root (FaultFS inactive)."""
+    what = _realdisk.changes(root, before)
+    if what is not None:
+        pytest.fail(f"faultfs: {_realdisk.message(root, what)}", pytrace=False)
 
 
 @pytest.fixture
@@ -174,10 +167,10 @@ def faultfs(request: pytest.FixtureRequest) -> Iterator[FaultFS]:
     fs = FaultFS(root, **options)
     fs.watch_outside = True
     request.node.stash[_ACTIVE] = (fs, off)
+    before = _realdisk.state(root)
     with fs:
         yield fs
-    if not given:
-        _check_trap(root)
+    _check_trap(root, before)
 
 
 @pytest.fixture
@@ -199,18 +192,14 @@ def faultfs_explore(request: pytest.FixtureRequest) -> Callable[..., ExploreRepo
         expect_failures: bool = False,
         **kwargs: Any,
     ) -> ExploreReport:
-        trap = "root" not in kwargs and not options.get("root")
         kwargs.setdefault(
             "root", options.get("root") or _trap_root(tmp_path / f"explore-{next(calls)}")
         )
         for name in ("profile", "block_size", "outside", "suppress_health_check"):
             if name in options:
                 kwargs.setdefault(name, options[name])
-        try:
-            report: ExploreReport = _fail_cleanly(explore, workload, recover_and_check, **kwargs)
-        finally:
-            if trap:  # first: what reached the real disk explains any error that followed
-                _check_trap(kwargs["root"])
+        # explore checks the real directory under the root itself (faultfs._realdisk).
+        report: ExploreReport = _fail_cleanly(explore, workload, recover_and_check, **kwargs)
         if not expect_failures and not report.ok:
             pytest.fail(report.text(str(request.config.rootpath)), pytrace=False)
         return report

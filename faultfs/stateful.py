@@ -66,6 +66,7 @@ from hypothesis.stateful import rule as _rule
 from faultfs import (
     _check_posix,  # noqa: F401  (first: on Windows it says why faultfs cannot run)
     _health,
+    _realdisk,
 )
 from faultfs import _stateful_plan as _plan
 from faultfs._causes import CrashPoint, Finding, Outcome
@@ -75,7 +76,6 @@ from faultfs._health import HealthCheck
 from faultfs._images import MODES
 from faultfs._model import Model
 from faultfs._profiles import get_profile
-from faultfs._trace import display_path, is_user_file
 from faultfs._wording import Where, describe
 from faultfs.errors import (
     ConfigError,
@@ -261,7 +261,9 @@ class CrashStateMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         cls = type(self)
-        _check_hooks(cls)
+        _plan.check_hooks(cls, CrashStateMachine)
+        # The real directory under root, if it exists: nothing may change it (faultfs._realdisk).
+        self._real_before = _realdisk.state(cls.root)
         self.fs = FaultFS(cls.root, cls.profiles[0], cls.outside, block_size=cls.block_size)
         self.fs.watch_outside = True
         self.acked: list[Any] = []
@@ -408,6 +410,8 @@ class CrashStateMachine(RuleBasedStateMachine):
                 message += _causes_text(self._analyse(crashed, image, acked, inflight), crashed)
         finally:
             self.inflight = None
+        # A C extension's files on the real disk explain a failed recovery first.
+        _realdisk.check(type(self).root, self._real_before)
         # Raised without its context: Hypothesis tells failures apart by where
         # they were raised, and every failed recovery is one kind of failure.
         raise RecoveryCheckFailed(message) from None
@@ -419,6 +423,7 @@ class CrashStateMachine(RuleBasedStateMachine):
         """
         _plan.running(None)
         self._retire_run(self.fs)
+        _realdisk.check(type(self).root, self._real_before)
 
     @classmethod
     @functools.lru_cache
@@ -493,7 +498,7 @@ class CrashStateMachine(RuleBasedStateMachine):
         except AssertionError as exc:
             return str(exc) or "AssertionError"
         except Exception as exc:  # recovery that raises is a failed recovery
-            return f"{type(exc).__name__}: {exc}{_raised_at(exc)}"
+            return f"{type(exc).__name__}: {exc}{_plan.raised_at(exc)}"
         return None
 
     def _analyse(
@@ -542,18 +547,6 @@ def _causes_text(findings: list[Finding], crashed: FaultFS) -> str:
     return text
 
 
-def _raised_at(exc: BaseException) -> str:
-    """`` (at file:line)`` of the innermost user frame that raised ``exc``."""
-    found = ""
-    tb = exc.__traceback__
-    while tb is not None:
-        code = tb.tb_frame.f_code
-        if is_user_file(code.co_filename):
-            found = f" (at {display_path(code.co_filename, os.getcwd())}:{tb.tb_lineno})"
-        tb = tb.tb_next
-    return found
-
-
 def use_profile(self: CrashStateMachine, profile: str) -> None:
     """The file-system profile of this run (drawn once, before any other step)."""
     # Switching is sound only with nothing pending: whatever ran before the
@@ -575,23 +568,3 @@ def _step_function(
         return result
 
     return step
-
-
-def _check_hooks(cls: type[CrashStateMachine]) -> None:
-    """A machine that cannot check recovery fails as such, not as a store that lost data.
-
-    Checked per run, not at class creation: an abstract base machine may leave
-    the hooks to its subclasses.
-    """
-    base = CrashStateMachine
-    if cls.check is not base.check:
-        return
-    missing = [
-        name for name in ("observe", "expected") if getattr(cls, name) is getattr(base, name)
-    ]
-    if missing:
-        raise ConfigError(
-            f"{cls.__name__} does not define {' and '.join(f'{m}()' for m in missing)}: faultfs "
-            "cannot tell a recovered store from a broken one. Define observe() (the recovered "
-            "state) and expected(acked) (the state the acknowledged operations imply), or check()"
-        )

@@ -1,0 +1,218 @@
+"""The real directory under a FaultFS root: what reached it without passing through the model.
+
+faultfs intercepts Python's os and io calls. Two ways of writing go around them
+and land on the real disk under a root that exists there:
+
+* C extensions (sqlite3, LMDB, HDF5, gdbm) and other processes call write(2)
+  themselves. :func:`unchanged` compares the real tree under the root before
+  and after a run; the pytest fixtures, explore and CrashStateMachine share it.
+* A descriptor opened on a real file under the root before the FaultFS was
+  activated (a ``logging.FileHandler`` set up at import) keeps writing the real
+  file. :func:`note_preopened` finds such descriptors at a FaultFS's first
+  activation (a scan of ``/proc/self/fd``, once per FaultFS: crash images inherit
+  the result) and :func:`check_preopened` names one that was written while active.
+
+Both run at activation or at the end of a run, never per call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from faultfs.errors import EscapeError
+
+if TYPE_CHECKING:
+    from faultfs._fs import FaultFS
+
+# The real functions, bound before faultfs patches anything (this module is never rebound).
+_stat = os.stat
+_fstat = os.fstat
+_lseek = os.lseek
+_scandir = os.scandir
+_listdir = os.listdir
+_readlink = os.readlink
+
+# relative path ("." for the root) -> (is a directory, size, mtime_ns, inode)
+State = dict[str, tuple[bool, int, int, int]]
+
+_LIMITS = (
+    "docs/faultfs.md, 'Limits: what faultfs cannot see'. C extensions do their own I/O "
+    "(sqlite3, LMDB, HDF5, RocksDB and LevelDB bindings, dbm.gnu), and so do other processes "
+    "and descriptors opened before the FaultFS was activated"
+)
+
+
+def state(root: str) -> State | None:
+    """The real tree under ``root`` (None when it does not exist on the real disk)."""
+    try:
+        top = _stat(root)
+    except OSError:
+        return None
+    found: State = {".": (True, 0, top.st_mtime_ns, top.st_ino)}
+    pending = [(root, "")]
+    while pending:
+        path, prefix = pending.pop()
+        try:
+            entries = _scandir(path)
+        except OSError:
+            continue
+        with entries:
+            for entry in entries:
+                name = prefix + entry.name
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                    is_dir = entry.is_dir(follow_symlinks=False)
+                except OSError:
+                    continue
+                found[name] = (is_dir, 0 if is_dir else st.st_size, st.st_mtime_ns, st.st_ino)
+                if is_dir:
+                    pending.append((entry.path, name + "/"))
+    return found
+
+
+def _shown(names: list[str]) -> str:
+    return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+
+
+def changes(root: str, before: State | None) -> str | None:
+    """What changed on the real disk under ``root`` since ``before``, as words; None if nothing."""
+    after = state(root)
+    if after == before:
+        return None
+    old = before or {}
+    new = after or {}
+    appeared = sorted(n for n in new if n not in old)
+    removed = sorted(n for n in old if n not in new)
+    changed = sorted(n for n in new if n in old and new[n] != old[n])
+    if appeared or removed:  # a directory's time changed with its entries: named already
+        changed = [n for n in changed if not new[n][0]]
+    parts = []
+    if appeared:
+        parts.append(f"{_shown(appeared)} appeared")
+    if changed:
+        parts.append(f"{_shown(changed)} changed")
+    if removed:
+        parts.append(f"{_shown(removed)} disappeared")
+    return " and ".join(parts) if parts else None
+
+
+def message(root: str, what: str) -> str:
+    """Why a change under the root on the real disk makes the run's verdict worthless."""
+    return (
+        f"{what} on the real disk under the FaultFS root {root} while it was in use: something "
+        "wrote there without going through Python's os and io, so faultfs neither saw nor "
+        f"crashed it, and a passing run checked nothing of it ({_LIMITS}; faultfs cannot test "
+        "that I/O). The files are still there: remove what the run left before running it again."
+    )
+
+
+def check(root: str, before: State | None) -> None:
+    """Raise EscapeError if the real tree under ``root`` is no longer ``before``."""
+    __tracebackhide__ = True
+    what = changes(root, before)
+    if what is not None:
+        raise EscapeError(message(root, what))
+
+
+@contextlib.contextmanager
+def unchanged(root: str) -> Iterator[None]:
+    """Fail the block with EscapeError if the real tree under ``root`` changed during it.
+
+    Checked also when the block raises: what reached the real disk explains the
+    block's own error (a store that cannot read its C extension's files) first.
+    """
+    before = state(root)
+    try:
+        yield
+    except EscapeError:
+        raise  # an escape named where it happened says more than what it left behind
+    except BaseException as exc:
+        what = changes(root, before)
+        if what is not None:
+            raise EscapeError(message(root, what)) from exc
+        raise
+    check(root, before)
+
+
+# -------------------------------------------------- descriptors opened before activation
+
+
+def _writable_under(roots: tuple[str, ...]) -> dict[int, str]:
+    """Descriptors of this process open for writing on a real file under one of ``roots``."""
+    found: dict[int, str] = {}
+    try:
+        names = _listdir("/proc/self/fd")
+    except OSError:  # no procfs: nothing to find
+        return found
+    for name in names:
+        try:
+            target = _readlink(f"/proc/self/fd/{name}")
+        except OSError:
+            continue
+        if not any(target.startswith(root + "/") for root in roots):
+            continue
+        fd = int(name)
+        try:
+            flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+        except OSError:
+            continue
+        if flags & os.O_ACCMODE != os.O_RDONLY:
+            found[fd] = target
+    return found
+
+
+def _mark(fd: int) -> tuple[int, int, int, int] | None:
+    """(inode, size, mtime_ns, offset) of a real descriptor; None once it is closed."""
+    try:
+        st = _fstat(fd)
+        offset = _lseek(fd, 0, os.SEEK_CUR)
+    except OSError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns, offset
+
+
+def note_preopened(fs: FaultFS, nested: bool) -> None:
+    """Before ``fs`` is activated: find (first time) and mark the real descriptors under its root.
+
+    ``nested``: another FaultFS is active, so os.path.realpath would go through the model.
+    """
+    if fs._preopened is None:
+        fs._preopened = {}
+        if _stat_ok(fs.root):
+            roots = (fs.root,) if nested else (fs.root, os.path.realpath(fs.root))
+            fs._preopened = _writable_under(roots)
+    if fs._preopened:
+        fs._preopened_marks = {fd: _mark(fd) for fd in fs._preopened}
+
+
+def _stat_ok(path: str) -> bool:
+    try:
+        _stat(path)
+    except OSError:
+        return False
+    return True
+
+
+def check_preopened(fs: FaultFS) -> None:
+    """After ``fs`` was deactivated: an EscapeError naming a pre-opened descriptor it wrote."""
+    if not fs._preopened:
+        return
+    for fd, path in fs._preopened.items():
+        before = fs._preopened_marks.get(fd)
+        after = _mark(fd)
+        if before is None or after is None or before[0] != after[0] or before == after:
+            continue  # closed, reused for another file, or untouched
+        text = (
+            f"{path} (descriptor {fd}) was opened for writing before the FaultFS at "
+            f"{fs.root!r} was first activated, and was written while it was active: those "
+            "writes went to the real file, never counted, crashed or checked (a logging "
+            "handler or a file opened at import time, say). Open it inside the workload "
+            "(create the handler or file there, under fs.root), or close it and reopen it "
+            "after activating the FaultFS."
+        )
+        fs.escapes.append(text)
+        raise EscapeError(text)
