@@ -70,7 +70,7 @@ def blind_libraries(owner: Owner) -> list[tuple[Any, str, Any]]:
         if real is not None and not hasattr(real, "__wrapped__"):
             patches.append((module, attribute, _opener(real, owner, library)))
     h5_file = getattr(sys.modules.get("h5py"), "File", None)
-    real_init = getattr(h5_file, "__init__", None)
+    real_init = getattr(h5_file, "__init__", None) if isinstance(h5_file, type) else None
     if real_init is not None and not hasattr(real_init, "__wrapped__"):
 
         def init(self: Any, name: Any, *args: Any, **kwargs: Any) -> None:

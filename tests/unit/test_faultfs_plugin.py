@@ -67,8 +67,12 @@ def test_mmap_in_the_fixture(faultfs):
     with open(faultfs.path("m"), "r+b") as handle:
         mmap.mmap(handle.fileno(), 4096)
 
-def test_subprocess_in_the_fixture(faultfs):
-    code = f"open({faultfs.path('x.txt')!r}, 'w').write('x')"
+def test_subprocess_in_the_fixture(faultfs):  # told the path on stdin: faultfs cannot tell
+    code = "import sys; open(sys.stdin.read(), 'w').write('x')"
+    subprocess.run([sys.executable, "-c", code], input=faultfs.path("x.txt"), text=True)
+
+def test_subprocess_told_the_root(faultfs):
+    code = f"open({faultfs.path('y.txt')!r}, 'w').write('x')"
     subprocess.run([sys.executable, "-c", code], check=True)
 """
 
@@ -88,6 +92,7 @@ def test_swallowed_escapes_and_c_extension_writes_fail_the_test(tmp_path: Path) 
         "FAILED test_escapes.py::test_sqlite_in_explore",
         "FAILED test_escapes.py::test_mmap_in_the_fixture",
         "ERROR test_escapes.py::test_subprocess_in_the_fixture",
+        "FAILED test_escapes.py::test_subprocess_told_the_root",
     } <= lines, out
     assert "calls os.open through `_open`, bound before the FaultFS was activated" in out
     assert "io.FileIO used directly" in out
@@ -96,6 +101,7 @@ def test_swallowed_escapes_and_c_extension_writes_fail_the_test(tmp_path: Path) 
     assert out.count("sqlite3 reads and writes it from C") >= 2, out
     assert "mmap.mmap of " in out and "loads and stores in a mapping" in out, out
     assert "x.txt appeared on the real disk under the FaultFS root" in out, out
+    assert "its arguments name" in out and "y.txt appeared" not in out, out
 
 
 @pytest.mark.faultfs(
