@@ -51,6 +51,7 @@ def crashed_copy(fs: FaultFS, phase: str, op: Op) -> FaultFS:
     twin.outside_calls = fs.outside_calls
     twin.outside_examples = list(fs.outside_examples)
     twin.escapes = list(fs.escapes)
+    twin._preopened = fs._preopened  # its images check the same pre-opened descriptors
     twin.trace = list(fs.trace)
     twin.op_inodes = dict(fs.op_inodes)
     twin.boundaries = fs.boundaries
