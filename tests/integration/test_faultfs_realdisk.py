@@ -207,3 +207,11 @@ def test_lmdb_and_h5py_opened_under_a_root_are_named() -> None:
         with pytest.raises(EscapeError, match=r"HDF5 \(h5py\.File given a file name\)"):
             h5py.File(fs.path("d.h5"), "w")
     assert len(fs.escapes) == 2
+
+
+def test_gdbm_opened_under_a_root_is_named() -> None:
+    gnu = pytest.importorskip("dbm.gnu")  # absent from Pythons built without gdbm
+    fs = FaultFS("/faultfs-s16d")
+    with fs:
+        with pytest.raises(EscapeError, match=r"gdbm \(dbm\.gnu\.open"):
+            gnu.open(fs.path("g"), "c")
