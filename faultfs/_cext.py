@@ -17,7 +17,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from faultfs._escapes import LIMITS, record_blind
+from faultfs._escapes import refuse_c_store
 
 if TYPE_CHECKING:
     from faultfs._fs import FaultFS
@@ -43,13 +43,7 @@ def _path(value: Any) -> str | None:
 
 def _refused(owner: Owner, library: str, value: Any) -> None:
     path = _path(value)
-    fs = owner(path) if path is not None else None
-    if fs is not None:
-        raise record_blind(
-            fs,
-            f"{library} on {path!r} opens a store under the FaultFS root {fs.root!r}: it reads "
-            f"and writes its files from C, not through Python's os and io, so {LIMITS}",
-        )
+    refuse_c_store(owner, path, f"{library} on {path!r}", "a store", "it")
 
 
 def _opener(real: Any, owner: Owner, library: str) -> Any:

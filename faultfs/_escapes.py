@@ -337,6 +337,19 @@ def record_blind(fs: FaultFS, message: str) -> EscapeError:
     return EscapeError(message)
 
 
+def refuse_c_store(
+    owner: Callable[[str], FaultFS | None], path: str | None, call: str, what: str, who: str
+) -> None:
+    """EscapeError (recorded) when C code is about to open ``path`` under an active root."""
+    fs = owner(path) if path is not None else None
+    if fs is not None:
+        raise record_blind(
+            fs,
+            f"{call} opens {what} under the FaultFS root {fs.root!r}: {who} reads and writes "
+            f"it from C, not through Python's os and io, so {LIMITS}",
+        )
+
+
 def blind_spots(
     owner: Callable[[str], FaultFS | None], fd_path: Callable[[int], tuple[FaultFS, str] | None]
 ) -> list[tuple[Any, str, Any]]:
@@ -356,14 +369,7 @@ def blind_spots(
 
         def connect(database: Any, *args: Any, **kwargs: Any) -> Any:
             path = _database_path(database)
-            fs = owner(path) if path is not None else None
-            if fs is not None:
-                raise record_blind(
-                    fs,
-                    f"sqlite3.connect({path!r}) opens a database under the FaultFS root "
-                    f"{fs.root!r}: sqlite3 reads and writes it from C, not through Python's os "
-                    f"and io, so {LIMITS}",
-                )
+            refuse_c_store(owner, path, f"sqlite3.connect({path!r})", "a database", "sqlite3")
             return real_connect(database, *args, **kwargs)
 
         connect.__wrapped__ = real_connect  # type: ignore[attr-defined]

@@ -127,6 +127,7 @@ def _explore_profile(
 ) -> None:
     base = FaultFS(root, profile, outside, block_size=block_size)
     base.watch_outside = True
+    base._preopened = _realdisk.preopened(base.root)  # one scan for every run of the sweep
     report.root = base.root
     if setup is not None:
         _run(base, setup)
@@ -135,7 +136,7 @@ def _explore_profile(
         base.acked.clear()
     snap = base.snapshot()
     report.bases[profile] = snap
-    counting = _fresh(snap)
+    counting = _fresh(snap, base)
     _run(counting, workload)
     _health.check_outside(counting, "the workload", off)
     _health.check_boundaries(counting, "the workload", off)
@@ -148,7 +149,7 @@ def _explore_profile(
         off,
     )
     if HealthCheck.nondeterministic not in off:
-        again = _fresh(snap)
+        again = _fresh(snap, base)
         _run(again, workload)
         _health.check_deterministic(counting, again, off)
     report.boundaries = max(report.boundaries, counting.boundaries)
@@ -185,7 +186,7 @@ def _explore_profile(
             op = fs.trace[-1]._replace(site=END_SITE) if fs.trace else END_OP
         else:
             if rerun:
-                fs = _fresh(snap)
+                fs = _fresh(snap, base)
                 if not _run_armed(fs, workload, boundary, off):
                     report.unreached.append(boundary)
                     continue
@@ -304,9 +305,10 @@ def _full_state_landed(
     return ask
 
 
-def _fresh(snap: Snapshot) -> FaultFS:
+def _fresh(snap: Snapshot, like: FaultFS) -> FaultFS:
     fs = FaultFS.from_snapshot(snap)
     fs.watch_outside = True
+    fs._preopened = like._preopened
     return fs
 
 
@@ -356,7 +358,7 @@ def _capture_run(
     captures and passes the same operations as the counting run.
     """
     wanted = sorted({b for b in points if b != END and b >= first})[:CAPTURED_PER_RUN]
-    fs = _fresh(snap)
+    fs = _fresh(snap, counting)
     copies = fs.capture_at(wanted)
     _run(fs, workload)
     found = {copy.boundaries: copy for copy in copies}

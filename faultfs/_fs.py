@@ -168,7 +168,7 @@ class FaultFS(Syscalls):
     # ------------------------------------------------------------- activation
 
     def __enter__(self) -> FaultFS:
-        _realdisk.note_preopened(self, nested=bool(_intercept.active()))
+        _realdisk.note_preopened(self)
         _intercept.activate(self)
         return self
 

@@ -9,8 +9,9 @@ and land on the real disk under a root that exists there:
 * A descriptor opened on a real file under the root before the FaultFS was
   activated (a ``logging.FileHandler`` set up at import) keeps writing the real
   file. :func:`note_preopened` finds such descriptors at a FaultFS's first
-  activation (a scan of ``/proc/self/fd``, once per FaultFS: crash images inherit
-  the result) and :func:`check_preopened` names one that was written while active.
+  activation (a scan of ``/proc/self/fd``, once per FaultFS: crash images and
+  captured copies inherit the result, and explore scans once per profile) and
+  :func:`check_preopened` names one that was written while active.
 
 Both run at activation or at the end of a run, never per call.
 """
@@ -35,6 +36,7 @@ _lseek = os.lseek
 _scandir = os.scandir
 _listdir = os.listdir
 _readlink = os.readlink
+_fcntl = fcntl.fcntl
 
 # relative path ("." for the root) -> (is a directory, size, mtime_ns, inode)
 State = dict[str, tuple[bool, int, int, int]]
@@ -149,18 +151,14 @@ def _writable_under(roots: tuple[str, ...]) -> dict[int, str]:
     except OSError:  # no procfs: nothing to find
         return found
     for name in names:
-        try:
+        fd = int(name)
+        try:  # the flags first: a read-only descriptor needs no readlink
+            if _fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE == os.O_RDONLY:
+                continue
             target = _readlink(f"/proc/self/fd/{name}")
         except OSError:
             continue
-        if not any(target.startswith(root + "/") for root in roots):
-            continue
-        fd = int(name)
-        try:
-            flags = fcntl.fcntl(fd, fcntl.F_GETFL)
-        except OSError:
-            continue
-        if flags & os.O_ACCMODE != os.O_RDONLY:
+        if any(target.startswith(root + "/") for root in roots):
             found[fd] = target
     return found
 
@@ -175,16 +173,20 @@ def _mark(fd: int) -> tuple[int, int, int, int] | None:
     return st.st_ino, st.st_size, st.st_mtime_ns, offset
 
 
-def note_preopened(fs: FaultFS, nested: bool) -> None:
-    """Before ``fs`` is activated: find (first time) and mark the real descriptors under its root.
+def preopened(root: str) -> dict[int, str]:
+    """This process's descriptors open for writing on a real file under ``root`` (a scan of
+    /proc/self/fd; about 10 us per descriptor on the development machine)."""
+    if not _stat_ok(root):
+        return {}
+    # realpath through the model when another FaultFS is active is still right: the model's
+    # root is a directory, and the parents above it are read from the real disk.
+    return _writable_under((root, os.path.realpath(root)))
 
-    ``nested``: another FaultFS is active, so os.path.realpath would go through the model.
-    """
+
+def note_preopened(fs: FaultFS) -> None:
+    """Before ``fs`` is activated: find (the first time) and mark the descriptors under its root."""
     if fs._preopened is None:
-        fs._preopened = {}
-        if _stat_ok(fs.root):
-            roots = (fs.root,) if nested else (fs.root, os.path.realpath(fs.root))
-            fs._preopened = _writable_under(roots)
+        fs._preopened = preopened(fs.root)
     if fs._preopened:
         fs._preopened_marks = {fd: _mark(fd) for fd in fs._preopened}
 
