@@ -92,6 +92,8 @@ def changes(root: str, before: State | None) -> str | None:
     changed = sorted(n for n in new if n in old and new[n] != old[n])
     if appeared or removed:  # a directory's time changed with its entries: named already
         changed = [n for n in changed if not new[n][0]]
+    itself = "the root directory itself (an entry was created and removed, or renamed)"
+    changed = [itself if n == "." else n for n in changed]
     parts = []
     if appeared:
         parts.append(f"{_shown(appeared)} appeared")

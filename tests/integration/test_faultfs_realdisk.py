@@ -124,6 +124,16 @@ def test_explore_names_a_changed_real_file_under_the_root(root: str) -> None:
         explore(workload, check, root=root)
 
 
+def test_a_file_c_code_created_and_removed_under_the_root_is_noticed(root: str) -> None:
+    def workload(fs: FaultFS) -> None:
+        save(fs, 1)
+        c_write(fs.path("journal"), b"x")
+        assert LIBC.unlink(fs.path("journal").encode()) == 0
+
+    with pytest.raises(EscapeError, match=r"the root directory itself \(an entry was created"):
+        explore(workload, check, root=root)
+
+
 class CStoreMachine(CrashStateMachine):
     """A store whose data file is written from C: the machine cannot see or crash it."""
 
