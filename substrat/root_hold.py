@@ -16,12 +16,14 @@ an orchestrator, so it holds it too (beside ``daemon.lock``, whose content is
 its clean-shutdown marker, see :mod:`substrat.rpc.lock`); so do ``fsck``,
 ``recover`` and ``compact``.
 
-Within one process the orchestrators of a root share the process's hold (one
-descriptor, counted; the last to give it back closes it). That is what the
-in-process crash tests need: they drop an orchestrator as a kill would and
-open the root again in the same process, and a ``flock`` taken on a second
-descriptor would conflict with the first. It also means two orchestrators
-opened on one root by one program are not told apart: keep one.
+Each hold is a descriptor of its own, so a second open of a root in the same
+process conflicts with the first exactly as another process's would (``flock``
+locks belong to the open file description): two orchestrators in one program
+hand out the same ids just as two processes do. Only a caller that passes its
+own hold on (the daemon and ``fsck --repair`` to the orchestrator they open)
+shares it. The in-process crash tests drop an orchestrator as a kill would
+(:func:`oracle.kill.abandon`), which closes its descriptors (the hold's too) as
+the kernel does for a dead process, and then open the root again.
 """
 
 from __future__ import annotations
@@ -31,63 +33,37 @@ import errno
 import fcntl
 import logging
 import os
-import threading
-from dataclasses import dataclass
 from pathlib import Path
 
 from substrat.errors import RootLockedError
 from substrat.rpc import lock
 
-
-@dataclass
-class _Held:
-    fd: int
-    users: int = 0
-
-
-_HELD: dict[tuple[int, int], _Held] = {}
-"""This process's holds, by the root directory's (device, inode)."""
-_GUARD = threading.Lock()
 log = logging.getLogger(__name__)
 
 
 class RootHold:
-    """One orchestrator's share of this process's hold on its root (see the module docstring)."""
+    """This process's hold on one root (see the module docstring)."""
 
-    def __init__(self, root: Path, key: tuple[int, int]) -> None:
+    def __init__(self, root: Path, fd: int) -> None:
         self.root = root
-        self._key: tuple[int, int] | None = key
+        self._fd: int | None = fd
 
     @classmethod
     def take(cls, root: Path) -> RootHold:
         """Hold ``root`` (an existing directory) or raise RootLockedError saying who has it."""
-        info = os.stat(root)
-        key = (info.st_dev, info.st_ino)
-        with _GUARD:
-            held = _HELD.get(key)
-            if held is None:
-                held = _HELD[key] = _Held(_lock(root))
-            held.users += 1
-        return cls(root, key)
+        return cls(root, _lock(root))
 
     def release(self) -> None:
-        """Give this share back; the process's last share drops the lock. Idempotent."""
-        key, self._key = self._key, None
-        if key is None:
+        """Give the hold back (closing the descriptor drops the flock). Idempotent."""
+        fd, self._fd = self._fd, None
+        if fd is None:
             return
-        with _GUARD:
-            held = _HELD[key]
-            held.users -= 1
-            assert held.users >= 0
-            if held.users:
-                return
-            del _HELD[key]
         with contextlib.suppress(OSError):  # a simulated disk may be gone by now
-            os.close(held.fd)  # closing the descriptor drops the flock
+            os.close(fd)
 
     @property
     def held(self) -> bool:
-        return self._key is not None
+        return self._fd is not None
 
 
 _NO_DIRECTORY_LOCKS = frozenset(
@@ -128,7 +104,7 @@ def _in_use(root: Path) -> str:
             f"`substrat daemon stop --root {root}` before opening the root here"
         )
     return (
-        f"root {root} is already open in another process (an application using substrat's "
-        "Python API, fsck, recover or compact); close it there first (Orchestrator.close), "
-        "or use another root"
+        f"root {root} is already open: in another process (an application using substrat's "
+        "Python API, fsck, recover or compact) or in another Orchestrator of this one; close "
+        "it there first (Orchestrator.close), or use another root"
     )

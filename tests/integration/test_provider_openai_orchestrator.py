@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from oracle.kill import abandon
 from substrat.errors import ProviderRejectedError
 from substrat.orchestrator import Orchestrator
 from substrat.providers.base import AgentContext, ProviderSession, ToolSpec, TurnRecord
@@ -177,7 +178,7 @@ def test_a_crash_mid_tool_round_recovers_to_the_logged_conversation(
 
         with pytest.raises(SimulatedCrash):
             await orch.run_turn("lead", WORK, on_chunk=on_chunk)
-        # No close(): the process is dead. Its files stay as they are.
+        abandon(orch)  # no close(): the process is dead; its files stay as they are
 
     async def after_crash(server: ChatServer) -> tuple[Any, list[TurnRecord], list[str]]:
         orch = await Orchestrator.open(root, registry=registry_for(server))

@@ -60,18 +60,13 @@ def _other_process_opens(root: Path) -> str:
     return proc.stdout.strip()
 
 
-def test_a_process_keeps_its_root_from_others_until_its_last_orchestrator_goes(
-    root: Path,
-) -> None:
+def test_a_process_keeps_its_root_from_others_until_its_orchestrator_goes(root: Path) -> None:
     async def scenario() -> None:
         first = await Orchestrator.open(root)
-        second = await Orchestrator.open(root)  # one process: they share its hold
         await first.create_root("app", "You help.")
         await first.run_turn("app", "one")
         assert _other_process_opens(root).startswith("refused: ")
         await first.close()
-        assert "already open in another process" in _other_process_opens(root)
-        await second.close()
         assert _other_process_opens(root) == "opened"
         killed = await Orchestrator.open(root)
         assert _other_process_opens(root).startswith("refused: ")
@@ -80,6 +75,30 @@ def test_a_process_keeps_its_root_from_others_until_its_last_orchestrator_goes(
         assert await _turns(root, "app") == ["one"]
 
     asyncio.run(scenario())
+
+
+def test_a_second_orchestrator_in_the_same_process_is_refused(root: Path) -> None:
+    """Two orchestrators of one program on one root hand out the same turn ids and seqs
+    as two processes do: the second open is refused before it reads anything, and the
+    first one's turns stay whole."""
+
+    async def scenario() -> None:
+        first = await Orchestrator.open(root)
+        await first.create_root("app", "You help.")
+        await first.run_turn("app", "one")
+        with pytest.raises(RootLockedError, match="another Orchestrator of this one"):
+            await Orchestrator.open(root)
+        await first.run_turn("app", "two")  # the refused open took nothing from it
+        await first.close()
+        second = await Orchestrator.open(root)  # closed: the root may be opened again
+        try:
+            assert [t.prompt for t in second.history("app")] == ["one", "two"]
+            assert [t.turn_id for t in second.history("app")] == ["t1", "t2"]
+        finally:
+            await second.close()
+
+    asyncio.run(scenario())
+    assert roots.cli(root, "fsck").returncode == 0
 
 
 CHILD = textwrap.dedent(
@@ -111,7 +130,7 @@ def test_a_root_open_in_another_process_is_refused(root: Path) -> None:
     try:
         assert child.stdout is not None and child.stdin is not None
         assert child.stdout.readline().strip() == "open"
-        with pytest.raises(RootLockedError, match="already open in another process"):
+        with pytest.raises(RootLockedError, match="already open: in another process"):
             asyncio.run(Orchestrator.open(root))
         child.stdin.write("go\n")
         child.stdin.flush()
@@ -145,10 +164,10 @@ def test_the_daemon_and_fsck_refuse_a_root_an_application_has_open(root: Path) -
         try:
             started = roots.cli(root, "daemon", "start", as_json=False)
             assert started.returncode != 0, started.stdout
-            assert "already open in another process" in started.stdout + started.stderr
+            assert "already open: in another process" in started.stdout + started.stderr
             checked = roots.cli(root, "fsck", as_json=False)
             assert checked.returncode == 2, checked.stdout + checked.stderr
-            assert "already open in another process" in checked.stdout + checked.stderr
+            assert "already open: in another process" in checked.stdout + checked.stderr
             assert not lock.is_held(root)
         finally:
             await orch.close()
