@@ -475,7 +475,7 @@ class Orchestrator(QueryMixin, CommitMixin, WakeMixin):
             failed: dict[str, Any] = {
                 "agent_id": node.agent_id,
                 "turn_id": effects.turn_id,
-                "error": str(exc),
+                "error": failure_reason(exc),  # as the log's turn.failed says it
             }
             if isinstance(exc, OutcomeUnknownError):
                 failed["undecided"] = True  # its turn.complete may survive a crash

@@ -378,12 +378,18 @@ def test_cancelled_turn_leaves_the_agent_idle_and_wakeable(root: Path) -> None:
         await orch.create_root("boss")
         await orch.run_turn("boss", "@spawn a")
         await orch.create_root("slowpoke", provider="slow")
+        told: list[dict[str, Any]] = []
+        orch.subscribe(
+            lambda kind, payload: told.append(payload) if kind == "turn.failed" else None
+        )
         with pytest.raises(TimeoutError):
             await asyncio.wait_for(orch.run_turn("slowpoke", "park forever"), 0.05)
         node = orch.tree.resolve("slowpoke")
         assert node.state is AgentState.IDLE and orch.busy_turns == 0
         (event, data) = log_events(orch, "slowpoke")[-1]
         assert event == events.TURN_FAILED and data["error"] == "cancelled by the caller"
+        # subscribers (the daemon's `watch`) are told what the log says, not a bare ""
+        assert [t["error"] for t in told] == ["cancelled by the caller"]
         # messages reach it again, and the wake loop does not skip it
         await orch.run_turn("boss", "@send slowpoke hello there")
         gate.release.set()
