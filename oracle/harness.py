@@ -24,6 +24,7 @@ from faultfs import FaultFS, SimulatedCrash
 from oracle.checks import Memos, check_recovery, diff, expected, observe
 from oracle.errors import OracleViolation
 from oracle.faults import failing_fsync
+from oracle.kill import abandon
 from oracle.model import Model
 from oracle.workload import Driver, Step
 from substrat.checkpointer import CheckpointPolicy
@@ -230,12 +231,13 @@ class CrashHarness:
             image.arm(recovery_crash_at)
             self.fs = image
             try:
-                self._open()
-            except SimulatedCrash:
+                interrupted, _ = self._open()
+            except SimulatedCrash:  # open gave back its hold on the root
                 recovery_crashed = True
                 image = image.crash_image(recovery_mode, seed=seed)
-            else:
-                image.disarm()
+            else:  # the crash point lay beyond recovery: recover again on the same disk,
+                image.disarm()  # as the next start would after this process is killed
+                abandon(interrupted)
         self.fs = image
         self.orch, self.driver = self._open()
         with self.fs:
