@@ -121,16 +121,23 @@ class CrashHarness:
 
     def _open_here(self) -> Orchestrator:
         """Open a fresh orchestrator on the disk that is active now."""
-        return self.loop.run_until_complete(
-            Orchestrator.open(
-                self.root,
-                registry=self.make_registry(),
-                slots=self.slots,
-                clock=self._clock,
-                new_id=self._new_id,
-                checkpoints=self.checkpoints,
-            )
+        return self.loop.run_until_complete(self._opening())
+
+    def _opening(self) -> Coroutine[Any, Any, Orchestrator]:
+        return Orchestrator.open(
+            self.root,
+            registry=self.make_registry(),
+            slots=self.slots,
+            clock=self._clock,
+            new_id=self._new_id,
+            checkpoints=self.checkpoints,
         )
+
+    async def _restart(self) -> Orchestrator:
+        """The ``stop`` step (see oracle.workload.Driver): a clean stop, then a start."""
+        await self.orch.close()
+        self.orch = await self._opening()
+        return self.orch
 
     def recover(self, image: FaultFS) -> Orchestrator:
         """Open a fresh orchestrator on ``image`` (recovery runs; nothing is checked)."""
@@ -138,7 +145,9 @@ class CrashHarness:
 
     def _open(self) -> tuple[Orchestrator, Driver]:
         orch = self._orchestrator_on(self.fs)
-        return orch, Driver(orch, self.model, self.tokens, provider=self.provider)
+        return orch, Driver(
+            orch, self.model, self.tokens, provider=self.provider, restart=self._restart
+        )
 
     @property
     def counters(self) -> tuple[int, int]:

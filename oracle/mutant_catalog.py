@@ -358,33 +358,53 @@ CATALOG: tuple[Mutant, ...] = (
         "fingerprint: a log that grew after the summary (a turn, then a crash before any "
         "checkpoint) is taken as it was",
         "start_summary.py",
-        "            or fingerprint(st) != entry[2]  # its size: where the checkpoint ends (see build)\n",  # noqa: E501
+        "            or fingerprint(st) != entry[1]  # its size: where the checkpoint ends (see build)\n",  # noqa: E501
         "",
     ),
     Mutant(
-        "summary_entry_pending_unchecked",
-        "a start takes an agent from its start summary entry although a crash left a "
-        "pending entry beside its log (never replayed)",
-        "start_summary.py",
-        "            if os.access(pending, os.F_OK, dir_fd=fd, follow_symlinks=False):\n",
-        "            if False:  # planted: the pending entry is not looked at\n",
+        "summary_not_retired_at_start",
+        "a start leaves the start summary in place while it writes: a record it writes "
+        "before a crash is taken from the summary's copy by the next start (nothing "
+        "checks a record against the summary: only a clean stop's summary may exist)",
+        "recovery.py",
+        "            start_summary.retire(store.root)\n",
+        "            pass  # planted: the summary is not retired\n",
     ),
     Mutant(
-        "summary_known_pending_unchecked",
-        "a start takes an agent from its start summary entry, which knew a pending copy "
-        "already logged, without comparing that file's fingerprint: a later crash that "
-        "left a new entry in it is not replayed",
+        "summary_retired_without_fsync",
+        "a start removes the start summary without making the removal durable: a power "
+        "loss after the start's first writes brings it back over them",
         "start_summary.py",
-        "        elif fingerprint(os.lstat(pending, dir_fd=fd)) != known_pending:\n",
-        "        elif False:  # planted: the known pending copy is taken as it was\n",
+        "    try:\n        persistence.durable_unlink(path)\n    except OSError:\n",
+        "    try:\n        os.path.lexists(path) and os.unlink(path)  # planted: not fsynced\n"
+        "    except OSError:\n",
     ),
     Mutant(
-        "summary_record_unchecked",
-        "a start takes an agent's record from the start summary without comparing the "
-        "record's fingerprint: a record rewritten since is taken as it was",
-        "start_summary.py",
-        "        return entry[0] == fingerprint(st)\n",
-        "        return True  # planted: the record is taken on trust\n",
+        "summary_not_retired_by_repair",
+        "fsck --repair writes (a record quarantined, a log rewritten) with the start "
+        "summary still in place: a repair killed before its recovery leaves a summary "
+        "that no longer says what the agents' files hold",
+        "fsck_repair.py",
+        "    start_summary.retire(root)\n",
+        "    pass  # planted: the summary is not retired\n",
+    ),
+    Mutant(
+        "summary_written_while_open",
+        "a checkpoint of every log writes the start summary while the root stays open: "
+        "what the orchestrator writes after it, before a crash, is not what the summary "
+        "says (only a clean stop, after its last write, may write one)",
+        "orchestrator.py",
+        "        # no start summary here: only a clean stop writes one, after its last write\n",
+        "        if agent is None:  # planted: a summary while the root stays open\n"
+        "            self.checkpointer.summarize()\n",
+    ),
+    Mutant(
+        "summary_pending_replayed",
+        "a pending entry put by hand beside a log the start summary gave is replayed at "
+        "the agent's first use: the log gets an entry the state served does not have",
+        "eventlog.py",
+        "            if replay is not None and resume is not None and resume.summarized:\n",
+        "            if False:  # planted: replayed as after a crash\n",
     ),
     Mutant(
         "summary_entry_over_a_tail",

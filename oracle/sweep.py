@@ -69,7 +69,8 @@ deletes an agent's first segments (its base written first: see substrat.logbase)
 
 SUMMARY_CHECKPOINTS = CheckpointPolicy(every_entries=1000)
 """Checkpoints only when a step asks (or an eviction), no segment sealed: the start summary
-that a checkpoint of every log writes holds every agent (see substrat.start_summary)."""
+that a clean stop after a checkpoint of every log writes holds every agent (see
+substrat.start_summary)."""
 
 
 def _s(*parts: str) -> Step:
@@ -171,9 +172,10 @@ SCENARIOS: dict[str, Scenario] = {
                 _s("spawn", "ada", "cy"),
                 _s("send", "ada", "ada/bob"),
                 _s("pending"),
-                _s("checkpoint"),  # the summary holds every agent
-                _s("turn", "ada/bob"),  # bob's log grows past its entry
-                _s("checkpoint"),  # the store appended, a new summary
+                _s("checkpoint"),  # every log checkpointed: the summary can hold every agent
+                _s("stop"),  # a clean stop writes it, the start takes them and retires it
+                _s("turn", "ada/bob"),
+                _s("checkpoint"),
                 _s("send", "ada/cy", "user"),
                 _s("evict", "ada"),
             ),

@@ -11,6 +11,7 @@ turns the wake loop runs are tracked exactly like direct ones.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +37,9 @@ STEP_KINDS = (
     "user_inbox",
     "checkpoint",
 )
+ASKED_KINDS = ("stop",)
+"""Steps run only where a machine or a scenario asks for them, never drawn from STEP_KINDS:
+``stop``, a clean stop and a start (see Driver)."""
 MAX_WAKE_TURNS_PER_STEP = 12
 
 
@@ -48,7 +52,7 @@ class Step:
     b: str = ""
 
     def __post_init__(self) -> None:
-        assert self.kind in STEP_KINDS, self.kind
+        assert self.kind in STEP_KINDS or self.kind in ASKED_KINDS, self.kind
 
     def __str__(self) -> str:
         return " ".join(x for x in (self.kind, self.a, self.b) if x)
@@ -64,9 +68,13 @@ class Driver:
         tokens: itertools.count[int],
         *,
         provider: str = "scripted",
+        restart: Callable[[], Awaitable[Orchestrator]] | None = None,
     ) -> None:
         self.orch = orch
         self.provider = provider
+        self._restart = restart
+        """A clean stop and a start on the same disk (the ``stop`` step; not in
+        STEP_KINDS: only the machines and scenarios that ask for it run it)."""
         self.model = model
         self.tokens = tokens
         self._prompt_for: dict[str, str] = {}
@@ -160,6 +168,13 @@ class Driver:
             self.model.begin("checkpoint", agent_id=agent_id)
             await self.orch.checkpoint(agent_id)
             self.model.ack_noop()
+        elif kind == "stop":
+            # a clean stop writes the start summary, the start retires it before its
+            # first write (see substrat.start_summary)
+            if self._restart is None:
+                return
+            self.orch = await self._restart()
+            self.orch.subscribe(self._on_event)
         elif kind == "user_inbox":
             ids = [m.message_id for m in self.orch.user_inbox()]
             if not ids:

@@ -81,6 +81,8 @@ from substrat.segments import Segment, active_start, ensure_start, list_log, sib
 
 LOG_NAME = "events.jsonl"
 PENDING_NAME = "events.pending"
+PAST_THE_SUMMARY = "past_the_start_summary"
+"""``OpenReport.pending_discarded`` for a pending entry set aside (see Resume.summarized)."""
 MAX_ENTRY_BYTES = 1 << 20
 _RESERVED_KEYS = frozenset({"crc", "seq", "ts", "event", "data"})
 
@@ -108,6 +110,12 @@ class Resume:
 
     offset: int
     last_seq: int
+    summarized: bool = False
+    """Taken from a start summary (:mod:`substrat.start_summary`): nothing has written
+    the log's directory since the clean stop that wrote the summary, so a pending entry
+    found past ``last_seq`` at the first open was not left by substrat (a crash leaves
+    no summary) but put there by hand: it is set aside (``pending_discarded``), never
+    replayed into a log whose agent the summary gave without it."""
 
 
 @dataclass
@@ -275,6 +283,9 @@ class EventLog:
             report.end = scan.valid_end
             none_pending = PENDING_NAME not in names
             replay = None if none_pending else self._pending_to_replay(scan.seqs, floor, report)
+            if replay is not None and resume is not None and resume.summarized:
+                report.pending_discarded = PAST_THE_SUMMARY  # see Resume.summarized
+                replay = None
             if replay is not None:
                 persistence.write_all(fd, replay[1])
                 persistence.fsync_fd(fd, self.path)

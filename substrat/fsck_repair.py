@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from substrat import events, fsck_checkpoints, persistence
+from substrat import events, fsck_checkpoints, persistence, start_summary
 from substrat.errors import SubstratError
 from substrat.eventlog import LOG_NAME, PENDING_NAME, EventLog, decode_line
 from substrat.facts import names_turn, turn_ceiling
@@ -65,6 +65,9 @@ _MOVED_ASIDE = {
 def repair_root(root: Path, report: _Report, hold: RootHold) -> None:
     """Repair what ``report`` found (the lock is held exclusively, and ``hold``: no
     orchestrator has the root open); see substrat.fsck."""
+    # before the first write (see substrat.start_summary): the open below writes a
+    # new one when it closes
+    start_summary.retire(root)
     store = SessionStore(root)
     quarantine = root / QUARANTINE_DIR
     kinds = {f.kind for f in report.problems}
@@ -126,11 +129,15 @@ def repair_root(root: Path, report: _Report, hold: RootHold) -> None:
             agent_id = session_id
         lost = report.recovery.setdefault("lost_turns", [])
         lost.append({"agent_id": agent_id, **turn, "record_damaged": True})
+    moved = False
     for sid in report.recovery.get("unrecoverable", []):
         directory = store.session_dir(sid)
         if directory.exists():
             persistence.durable_mkdir(quarantine)
             persistence.durable_rename(directory, _free_name(quarantine, f"{sid}.session"))
+            moved = True
+    if moved:  # written after the summary the open's close wrote: summarised again
+        start_summary.write(root)
 
 
 async def _recover(root: Path, hold: RootHold) -> dict[str, Any]:

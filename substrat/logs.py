@@ -9,6 +9,7 @@ or where recovery left it): a log's history is not read again for a write.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
@@ -18,8 +19,18 @@ from typing import Any
 from substrat import paths, segments
 from substrat.agents import USER, AgentNode, AgentState
 from substrat.errors import OrchestratorClosedError
-from substrat.eventlog import LOG_NAME, Clock, EventLog, Resume, is_suspect, utc_now_iso
+from substrat.eventlog import (
+    LOG_NAME,
+    PAST_THE_SUMMARY,
+    Clock,
+    EventLog,
+    Resume,
+    is_suspect,
+    utc_now_iso,
+)
 from substrat.session import SessionStore, validate_session_id
+
+_log = logging.getLogger(__name__)
 
 MAX_OPEN_LOGS = 256
 USER_DIR = "user"
@@ -90,6 +101,12 @@ class LogPool:
             resume=resume,
             on_append=None if hook is None else lambda n: hook(endpoint, n),
         )
+        if log.report.pending_discarded == PAST_THE_SUMMARY:
+            _log.warning(
+                "%s: a pending entry put beside the log after the clean stop was set aside, "
+                "not replayed (the start served the agent from its start summary)",
+                log.path,
+            )
         self._open[endpoint] = log
         while len(self._open) > self._max_open:
             oldest_endpoint, oldest = self._open.popitem(last=False)

@@ -173,8 +173,8 @@ class Orchestrator(QueryMixin, CommitMixin, WakeMixin):
         self.checkpointer.poke()
         await self.checkpointer.drain()
         self.checkpointer.compact(endpoints)
-        if agent is None:  # every log: the start summary of what is now durable
-            self.checkpointer.summarize()
+        # no start summary here: only a clean stop writes one, after its last write
+        # (see substrat.start_summary)
         return self.checkpointer.stats.written - before
 
     def settled(self) -> Settled:
@@ -203,8 +203,10 @@ class Orchestrator(QueryMixin, CommitMixin, WakeMixin):
         await self.mux.suspend_all()
         await self.checkpointer.close()
         self.logs.close_all()
-        self.checkpointer.summarize()  # after the logs: what it fingerprints is final
         self.roots.close()
+        # the last write of this process (see substrat.start_summary): the next to
+        # write to the root retires it first
+        self.checkpointer.summarize()
         self.closed = True
         if self.hold is not None:
             self.hold.release()

@@ -167,6 +167,9 @@ def recover(store: SessionStore, logs: LogPool, roots: RootRegistry) -> Recovere
         report = RecoveryReport()
         summary, report.start_summary = start_summary.load(store.root)
         try:
+            # before the first write: while a summary exists nothing has written to
+            # the root since the clean stop that wrote it (see substrat.start_summary)
+            start_summary.retire(store.root)
             return _recover(store, logs, roots, report, summary)
         finally:
             if summary is not None:

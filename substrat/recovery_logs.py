@@ -265,14 +265,14 @@ def _from_summary(
         return None
     try:
         st, row = summary.log_holds(sid, entry, root.logs.path_text)
-        facts = facts_of(sid, entry[3])
+        facts = facts_of(sid, entry[2])
     except (OSError, ValueError, TypeError, IndexError):
         report.summary_passed_over.append(sid)
         return None
     report.checkpoints_used += 1
     report.summary_used += 1
     root.summarized.append(sid)
-    root.logs.remember(sid, Resume(st.st_size, row[0]))
+    root.logs.remember(sid, Resume(st.st_size, row[0], True))
     return facts
 
 

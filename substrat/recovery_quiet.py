@@ -5,12 +5,12 @@ Most agents of a root restarted after a clean stop are *quiet*: the start summar
 (nothing pending, kept, waiting, open or damaged), and whose record says neither
 ACTIVE nor TERMINATED. The scan of the records (:meth:`SessionStore.scan`) offers
 each agent to :meth:`QuietAgents.vouch` before it reads its record: one pass makes
-the three checks the summary asks of an agent's files (its record's ``stat``, its
-log's ``stat``, its pending file: :meth:`~substrat.start_summary.Summary.record_holds`
-and :meth:`~substrat.start_summary.Summary.log_holds`, the checks an agent the
-summary holds but is not quiet passes too) and notes where its log ends. An agent
-that fails any of them is read as always (and its entry is then passed over, as the
-report says).
+the one check the summary asks of an agent's files (its log's ``stat``:
+:meth:`~substrat.start_summary.Summary.log_holds`, the check an agent the summary
+holds but is not quiet passes too; its record and pending file are as the summary
+says, see :mod:`substrat.start_summary`) and notes where its log ends. An agent
+whose log does not hold is read as always (and its entry is then passed over, as
+the report says).
 
 Recovery's general passes (the reads, the orphans, the roll-forward plan) run over
 the other agents only; a quiet agent joins them in the tree (:func:`recovery._build_tree`,
@@ -60,19 +60,17 @@ class QuietAgents:
         if entry is None:
             return False
         try:
-            row = entry[3]
-            if entry[1][3] not in _QUIET_STATES or not quiet_row(row):
-                return False
-            if not summary.record_holds(sid, entry):
+            row = entry[2]
+            if entry[0][2] not in _QUIET_STATES or not quiet_row(row):
                 return False
             st, checkpoint = summary.log_holds(sid, entry, self._logs.path_text)
-            session = session_of(entry[1])
+            session = session_of(sid, entry[0])
         except (OSError, ValueError, TypeError, IndexError, KeyError):
             return False  # the general path checks it again and says what is wrong
         del summary.agents[sid]  # used: what it holds goes with it
         self.sessions[sid] = session
         self.rows[sid] = row
-        self._logs.remember(sid, Resume(st.st_size, checkpoint[0]))
+        self._logs.remember(sid, Resume(st.st_size, checkpoint[0], True))
         return True
 
     def __contains__(self, sid: object) -> bool:

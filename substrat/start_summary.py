@@ -15,38 +15,42 @@ the same way. It holds:
   start that finds the same store reads no line of it;
 * per agent whose log ends exactly where its newest checkpoint does (never
   sealed, the checkpoint's line checked as a start checks it, writable, no
-  pending entry to replay: a pending file whose entry is already in the log, as
-  an open log leaves it, is fingerprinted too), whose record parses and whose facts are small
+  pending entry to replay), whose record parses and whose facts are small
   (``MAX_FACTS_BYTES``; the user's inbox and a parent's spawn records stay in
-  the store): its record's fields as the record parsed and its fingerprint, its
-  log's fingerprint, and its
-  facts as a start uses them (without the last completed turn and
+  the store): its record's fields as the record parsed, its log's fingerprint,
+  and its facts as a start uses them (without the last completed turn and
   ``session.created``, which a start drops).
 
-**What a fingerprint trusts.** A fingerprint is ``(st_dev, st_ino, st_size,
-st_mtime_ns, st_ctime_ns)``. A start uses an agent's entry only if one
-``stat`` of its record and of its log give the fingerprints the entry holds,
-and its pending file is what the entry holds: nothing there (as
-:func:`os.path.lexists` says it: any entry of that name, a symlink pointing nowhere
-too), or the one already logged, whose ``lstat`` gives the fingerprint the entry
-holds; otherwise that agent is read as without a summary.
-Appending changes the size, and every write the mtime and ctime;
-``os.utime`` can set the mtime but not the ctime; a rename (every record write
-is one, :func:`~substrat.persistence.atomic_write`) or a copy changes the inode
-or the ctime. What goes unseen is a rewrite in place of the same size within
-one tick of the file system's clock (the ctime is the same), or a file system
-that reuses an inode and a ctime to the tick: substrat never rewrites a log or
-a record in place, and the root's lock keeps any other substrat process out.
-The store's fingerprint is checked the same way: any append or rewrite of the
-store makes the whole summary stale (then the store is read as always).
+**The summary is the authority of a clean stop, and is consumed at the next
+open.** Every substrat process that writes to a root retires the summary
+durably (:func:`retire`: unlinked, ``checkpoints/`` fsynced) before its first
+write: a start (:func:`substrat.recovery.recover`, which every
+:meth:`~substrat.orchestrator.Orchestrator.open` runs: the daemon, ``compact``,
+the offline commands, a library's open) and ``fsck --repair``
+(:func:`substrat.fsck_repair.repair_root`) before anything else; only a clean
+stop writes a new one, after its last write (and a repair, from the disk as it
+then is). So while a summary exists no substrat process has written to the
+root since the clean stop that wrote it, and what it holds of each agent's
+record and pending file is what is there: a start checks neither (a file call
+an agent each). A crash anywhere after the retirement leaves no summary, so
+the next start reads the store and the logs as always (a crash costs speed,
+never state). What a start still checks per agent is its log: one ``stat``
+gives the fingerprint the entry holds, ``(st_dev, st_ino, st_size,
+st_mtime_ns, st_ctime_ns)``, so a log appended to, cut or replaced by hand in a
+stopped root (or copied: a new inode) is read as without a summary. A record
+edited by hand in a stopped root is not looked at: the start serves the record
+the summary holds (``fsck`` says when they differ, and ``--repair`` builds the
+summary again from the records). A pending file put beside a log by hand is
+never replayed into a log whose agent the summary gave (see
+:attr:`substrat.eventlog.Resume.summarized`). The store's fingerprint is
+checked the same way: a store not the one summarised makes the whole summary
+stale (then the store is read as always).
 
 **Never a wrong state.** The file is checksummed (its first line holds the
 CRC-32 and length of the rest). A summary missing, torn, damaged, of another
 format or stale is not used (:func:`load` says why, the recovery report shows
-it as ``start_summary``); an agent whose entry does not hold is read as
-without a summary (``summary_passed_over``). A crash leaves the summary of the
-last clean stop, and since any store write changes the store's fingerprint,
-that summary is stale once anything was checkpointed after it.
+it as ``start_summary``); an agent whose log does not hold is read as without
+a summary (``summary_passed_over``).
 """
 
 from __future__ import annotations
@@ -82,7 +86,9 @@ from substrat.session import Session, SessionState
 from substrat.session.store import AGENTS_DIR, RECORD_NAME
 
 SUMMARY_NAME = "start.json"
-FORMAT = 1
+FORMAT = 2
+"""2: no record or pending fingerprint, and no session id in a record's fields (the
+summary is the authority of a clean stop: see the module docstring)."""
 MAX_FACTS_BYTES = 8 << 10
 """An agent whose checkpoint's facts are bigger is left to the store: decoding many
 large facts in one piece would raise a start's peak memory."""
@@ -150,48 +156,26 @@ class Summary:
 
     store: SummarizedStore
     agents: dict[str, list[Any]]
-    """Session id -> [record fingerprint, record fields, log fingerprint, facts, pending
-    file fingerprint or None]."""
+    """Session id -> [record fields (see :func:`session_of`), log fingerprint, facts]."""
     agents_dir: str = ""
     _fd: int | None = None
-    """A descriptor of ``agents/`` opened once (:meth:`close` closes it): the path each
-    of the three calls a start makes per agent walks is two names, not the root's."""
-
-    def exists(self, session_id: str, name: str) -> bool:
-        """Whether the agent's directory holds an entry ``name`` of any kind (a symlink
-        counts, whatever it points to), as :func:`os.path.lexists` says it: False for any
-        error too. Through the descriptor of ``agents/`` (see ``_fd``); an ``lstat`` of a missing
-        file, the usual answer here, costs a raised and caught exception (about a
-        microsecond an agent at a start)."""
-        fd = self._fd
-        if fd is None:
-            fd = self._fd = os.open(self.agents_dir, _DIR_FLAGS)
-        return os.access(f"{session_id}{os.sep}{name}", os.F_OK, dir_fd=fd, follow_symlinks=False)
+    """A descriptor of ``agents/`` opened once (:meth:`close` closes it): the path the
+    ``stat`` a start makes per agent walks is two names, not the root's."""
 
     def close(self) -> None:
         if self._fd is not None:
             fd, self._fd = self._fd, None
             os.close(fd)
 
-    def record_holds(self, session_id: str, entry: list[Any]) -> bool:
-        """Whether one ``stat`` of the agent's record gives the fingerprint its entry
-        holds (OSError if it cannot be had): the record is as the entry says."""
-        fd = self._fd
-        if fd is None:
-            fd = self._fd = os.open(self.agents_dir, _DIR_FLAGS)
-        st = os.stat(f"{session_id}{os.sep}{RECORD_NAME}", dir_fd=fd)
-        return entry[0] == fingerprint(st)
-
     def log_holds(
         self, session_id: str, entry: list[Any], log_path: Callable[[str], str]
     ) -> tuple[os.stat_result, list[Any]]:
-        """The ``stat`` of the agent's log and its newest checkpoint's row, if the log and
-        its pending file are as the entry says; ValueError (or OSError, TypeError,
-        IndexError) otherwise. One ``stat`` of the log gives the fingerprint the entry
-        holds (the log is as it was when the entry was derived from it and its newest
-        checkpoint: it ended where that checkpoint does), and its pending file is what
-        the entry holds (none, as ``os.path.lexists`` says it, or the copy already
-        logged, whose ``lstat`` gives the fingerprint the entry holds).
+        """The ``stat`` of the agent's log and its newest checkpoint's row, if the log is
+        as the entry says; ValueError (or OSError, TypeError, IndexError) otherwise. One
+        ``stat`` of the log gives the fingerprint the entry holds: the log is as it was
+        when the entry was derived from it and its newest checkpoint (it ended where
+        that checkpoint does). Its record and pending file are not looked at: nothing
+        has written them since (see the module docstring).
 
         ``log_path(session_id)``: the log's path, asked only while a failed append of
         this process waits to be taken back somewhere (:func:`is_suspect`)."""
@@ -203,46 +187,42 @@ class Summary:
         fd = self._fd
         if fd is None:
             fd = self._fd = os.open(self.agents_dir, _DIR_FLAGS)
-        # what self.exists does, inline: a call less for every agent at a start
         st = os.stat(f"{session_id}{os.sep}{LOG_NAME}", dir_fd=fd)
         if (
             type(row) is not list
             or len(row) < 9  # what a Checkpoint is built of (see SummarizedStore)
-            or fingerprint(st) != entry[2]  # its size: where the checkpoint ends (see build)
+            or fingerprint(st) != entry[1]  # its size: where the checkpoint ends (see build)
             or row[1] != 1  # the checkpoint's file_first
             or (any_suspect() and is_suspect(log_path(session_id)))
         ):
             raise ValueError("its log is not as the entry says")
-        known_pending = entry[4]
-        pending = f"{session_id}{os.sep}{PENDING_NAME}"
-        if known_pending is None:
-            # none may be there: lexists' answer (see exists), as _unsealed_to_the_end asks
-            if os.access(pending, os.F_OK, dir_fd=fd, follow_symlinks=False):
-                raise ValueError("a pending entry")
-        elif fingerprint(os.lstat(pending, dir_fd=fd)) != known_pending:
-            # the one already logged that the entry knew, unchanged
-            raise ValueError("a pending entry")
         return st, row
 
     def record(self, session_id: str, path: str) -> Session | None:
-        """The record at ``path`` (the agent's, in ``agents_dir``) if one ``stat`` of it
-        gives the fingerprint its entry holds; None otherwise (then it is read)."""
+        """The record the agent's entry holds (``path``, the record's, is not read: see
+        the module docstring) if one ``stat`` of its log gives the fingerprint the entry
+        holds (a log changed by hand: the agent's files are all read); None otherwise
+        (then the record is read). For the agents :mod:`substrat.recovery_quiet` does not
+        take whole (a few: the parents of many)."""
         entry = self.agents.get(session_id)
         if entry is None:
             return None
         try:
-            if not self.record_holds(session_id, entry):
+            fd = self._fd
+            if fd is None:
+                fd = self._fd = os.open(self.agents_dir, _DIR_FLAGS)
+            if fingerprint(os.stat(f"{session_id}{os.sep}{LOG_NAME}", dir_fd=fd)) != entry[1]:
                 return None
-            return session_of(entry[1])
+            return session_of(session_id, entry[0])
         except (OSError, ValueError, TypeError, KeyError, binascii.Error):
             return None  # the read says what is wrong
 
 
-def session_of(fields: list[Any]) -> Session:
+def session_of(session_id: str, fields: list[Any]) -> Session:
     """The record an entry holds (its fields as :func:`_agent` wrote them)."""
-    sid, provider, model, state, blob, state_seq, agent_id, extra = fields
+    provider, model, state, blob, state_seq, agent_id, extra = fields
     return Session(
-        sid,
+        session_id,
         provider,
         model,
         _STATES[state],
@@ -251,6 +231,20 @@ def session_of(fields: list[Any]) -> Session:
         agent_id,
         dict(extra) if extra else {},
     )
+
+
+def retire(root: str | os.PathLike[str]) -> None:
+    """Remove the summary durably (``checkpoints/`` fsynced, whether it was there or
+    not: an earlier removal whose fsync a crash cut short may not be durable yet).
+    Call it before a process's first write to the root (see the module docstring).
+    On a file system mounted read-only nothing can be written either: the summary
+    stays (OSError otherwise, and the caller must not write)."""
+    path = summary_path(root)
+    try:
+        persistence.durable_unlink(path)
+    except OSError:
+        if not persistence.on_read_only_fs(os.path.dirname(path)):
+            raise
 
 
 # -- writing ------------------------------------------------------------------------------
@@ -356,7 +350,7 @@ def _agent(directory: str, session_id: str, checkpoint: Checkpoint) -> list[Any]
     if at.file_first != 1:
         return None
     try:
-        pending = _logged_pending(os.path.join(directory, PENDING_NAME), at.seq)
+        _logged_pending(os.path.join(directory, PENDING_NAME), at.seq)
         text = checkpoint.facts
         if len(text) > MAX_FACTS_BYTES:
             return None
@@ -386,7 +380,6 @@ def _agent(directory: str, session_id: str, checkpoint: Checkpoint) -> list[Any]
         if all(not facts[key] for key in _QUIET_EMPTY):  # most agents: a short row
             facts = [facts[key] for key in _QUIET_KEPT]
         fields = [
-            session.session_id,
             session.provider,
             session.model,
             session.state.value,
@@ -395,21 +388,21 @@ def _agent(directory: str, session_id: str, checkpoint: Checkpoint) -> list[Any]
             session.agent_id,
             session.extra,
         ]
-        return [fingerprint(record_st), fields, fingerprint(log_st), facts, pending]
+        return [fields, fingerprint(log_st), facts]
     except (OSError, ValueError):
         return None  # CorruptRecordError is a ValueError too
 
 
-def _logged_pending(path: str, last_seq: int) -> Fingerprint | None:
-    """The fingerprint of the log's pending file, None if there is none; ValueError if it
-    holds an entry a start would replay or report (only one already in the log, as an
-    open log leaves it, or an empty one, opens the way a start without it would).
+def _logged_pending(path: str, last_seq: int) -> None:
+    """ValueError if the log's pending file holds an entry a start would replay or
+    report (only none, one already in the log, as an open log leaves it, or an empty
+    one, opens the way a start without it would).
 
     Read as :meth:`substrat.eventlog.EventLog` reads it at open: its first line."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
     except FileNotFoundError:
-        return None
+        return
     try:
         st = os.fstat(fd)
         raw = os.read(fd, st.st_size + 1)
@@ -422,7 +415,6 @@ def _logged_pending(path: str, last_seq: int) -> Fingerprint | None:
         entry = decode_line(line) if newline else "torn"
         if isinstance(entry, str) or entry["seq"] > last_seq:
             raise ValueError("a pending entry a start would replay or report")
-    return fingerprint(st)
 
 
 def write(root: str | os.PathLike[str]) -> bool:
@@ -516,6 +508,7 @@ __all__ = [
     "facts_of",
     "load",
     "quiet_row",
+    "retire",
     "session_of",
     "summary_path",
     "write",

@@ -36,6 +36,7 @@ from substrat.agents import USER
 from substrat.checkpointer import CheckpointPolicy
 from substrat.checkpoints import CHECKPOINTS_DIR
 from substrat.errors import AgentNotFoundError
+from substrat.eventlog import Resume
 from substrat.orchestrator import Orchestrator
 
 POLICY = CheckpointPolicy(every_entries=4)
@@ -62,7 +63,8 @@ async def _history(root: Path) -> None:
 
 
 async def _after_the_summary(root: Path) -> None:
-    """One agent's turn after the clean stop, then a kill: its entry is passed over."""
+    """One agent's turn after the clean stop, then a kill (the start retired the summary:
+    put back, its entry is passed over, as for a log appended to by hand)."""
     orch = await Orchestrator.open(root, checkpoints=CheckpointPolicy.off(), slots=1)
     await orch.run_turn("solo", "one more turn")
     abandon(orch)
@@ -71,8 +73,11 @@ async def _after_the_summary(root: Path) -> None:
 def build_root(tmp_path: Path) -> Path:
     root = tmp_path / "root"
     asyncio.run(_history(root))
-    assert Path(start_summary.summary_path(root)).exists()
+    summary = Path(start_summary.summary_path(root))
+    kept = summary.read_bytes()
     asyncio.run(_after_the_summary(root))
+    assert not summary.exists()  # that start retired it before its first write
+    summary.write_bytes(kept)  # the store is the same: solo's log alone is not as it says
     return root
 
 
@@ -109,12 +114,18 @@ def state(orch: Orchestrator, *, checkpoints: bool = True) -> dict[str, Any]:
             endpoint: [_plain(m) for m in orch.inboxes.inbox(endpoint).all()]
             for endpoint in sorted(orch.inboxes.endpoints())
         },
-        "ends": {e: _plain(orch.logs.end(e)) for e in [USER, *sessions]},
+        "ends": {e: _end(orch.logs.end(e)) for e in [USER, *sessions]},
     }
     if checkpoints:
         kept = orch.checkpointer._all_kept()  # every one built, as the eager start has them
         held["checkpoints"] = {e: _plain(kept[e]) for e in sorted(kept)}
     return held
+
+
+def _end(resume: Resume | None) -> tuple[int, int] | None:
+    """Where a log ends; not whether the summary gave it (``Resume.summarized``: a start
+    from the summary says so, one without it cannot)."""
+    return None if resume is None else (resume.offset, resume.last_seq)
 
 
 def _paths(orch: Orchestrator) -> list[str] | str:

@@ -8,28 +8,38 @@ agent. Then:
   gives exactly the state reading without it gives (the store removed);
 * the summary torn, a byte of it flipped, deleted, or stale (the store
   rewritten since): not used, the report says why, the state is the same;
-* after it was written, a log grew (a turn run, then a crash before any
-  checkpoint or clean stop), a pending entry was left by a crash, or a record
-  was rewritten: that agent's entry is passed over (reported), the state is
-  what the disk says (the turn counted, the pending entry replayed, the
-  record's new fields);
+* a start retires it before its first write, so a crash after that leaves
+  none: what it wrote (a record, a pending entry) is read, as without a
+  summary; a checkpoint of every log while the root is open writes none;
+* a log appended to under it (by hand, or a turn whose start's retirement
+  is undone here by putting the summary back): that agent's entry is passed
+  over (reported), the state is what the disk says (the turn counted);
+* a pending entry put by hand beside a log under it is set aside at the
+  agent's first use, never replayed; a record edited by hand under it is not
+  looked at (the summary is the authority of a clean stop);
 * ``fsck`` reports a damaged summary and ``--repair`` builds it again.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
+import pytest
+
+from oracle.harness import CrashHarness
 from oracle.kill import abandon, exit_without_close
-from substrat import fsck, start_summary
+from oracle.sweep import SUMMARY_CHECKPOINTS
+from oracle.workload import Step
+from substrat import fsck, fsck_repair, start_summary
 from substrat.checkpointer import CheckpointPolicy
 from substrat.checkpoints import CHECKPOINTS_DIR, encode_store, read_store, store_path
 from substrat.client import DaemonProcess
-from substrat.eventlog import PENDING_NAME, encode_entry, read_log
+from substrat.eventlog import PAST_THE_SUMMARY, PENDING_NAME, encode_entry, read_log
 from substrat.orchestrator import Orchestrator
 from substrat.session import SessionStore
 from tests.integration.test_checkpoints import agent_dirs, snapshot
@@ -121,17 +131,42 @@ def test_a_clean_restart_takes_every_agent_from_the_summary(tmp_path: Path) -> N
     assert snap == want
 
 
-def test_a_checkpoint_of_every_log_writes_a_summary_a_crash_then_uses(tmp_path: Path) -> None:
-    """``Orchestrator.checkpoint()`` of every log, the logs still open (their pending
-    copies beside them, already logged), then a crash: the summary holds them."""
+def test_a_checkpoint_of_every_log_while_open_writes_no_summary(tmp_path: Path) -> None:
+    """``Orchestrator.checkpoint()`` of every log, the logs still open, then a crash: no
+    summary (the orchestrator writes on after it); the start reads the store."""
     root = tmp_path / "root"
     run(checkpoint_then_crash(root))
     assert all((d / PENDING_NAME).exists() for d in agent_dirs(root).values())
+    assert not Path(start_summary.summary_path(root)).exists()
     want = without_checkpoints(root, tmp_path)
     snap, report, _ = reopen(root)
-    assert report.start_summary is None
-    assert report.summary_used == 2 and report.summary_passed_over == []
+    assert report.start_summary is None and report.summary_used == 0
+    assert report.checkpoints_used > 0  # the store's lines are read
     assert snap == want
+
+
+def test_a_start_retires_the_summary_before_its_first_write(tmp_path: Path) -> None:
+    """Opened from the summary, a record written (model changed), then a crash: the
+    summary is gone, so the next start reads the record, not the summary's copy."""
+    root = build_root(tmp_path)
+    path = Path(start_summary.summary_path(root))
+    a = agent_dirs(root)["a"].name
+
+    async def go() -> None:
+        orch = await Orchestrator.open(root, checkpoints=POLICY)
+        assert orch.recovery_report is not None and orch.recovery_report.summary_used == 3
+        assert not path.exists()  # retired before the open wrote anything
+        record = orch.store.load(a)
+        record.model = "written-after-the-start"
+        orch.store.save(record)
+        abandon(orch)
+
+    run(go())
+    assert not path.exists()
+    snap, report, orch = reopen(root)
+    assert report.start_summary is None and report.summary_used == 0
+    assert orch.sessions[a].model == "written-after-the-start"
+    assert snap == without_checkpoints(root, tmp_path)
 
 
 def test_a_torn_damaged_deleted_or_stale_summary_is_not_used(tmp_path: Path) -> None:
@@ -165,7 +200,7 @@ def test_a_torn_damaged_deleted_or_stale_summary_is_not_used(tmp_path: Path) -> 
     assert start_summary.STALE in str(report.start_summary)
     assert report.summary_used == 0 and report.checkpoints_used == 4
     assert snap == want
-    path.unlink()
+    assert not path.exists()  # each start retired the one it found, damaged or stale
     snap, report, _ = reopen(root)
     assert report.start_summary is None and report.summary_used == 0
     assert snap == want
@@ -176,12 +211,17 @@ def test_a_log_grown_after_the_summary_is_read_not_taken_from_it(tmp_path: Path)
     one the summary was written for, but lead's log is longer."""
     root = build_root(tmp_path)
     lead = agent_dirs(root)["lead"].name
+    path = Path(start_summary.summary_path(root))
+    kept = path.read_bytes()
     before, _, _ = reopen(root)
+    assert not path.exists()  # retired by that start
 
     a_turn_then_a_crash(root)
     # the unsynced pending copy of its last entry lost to a power loss (the appends were
-    # fsynced): only the log's own fingerprint shows it grew
+    # fsynced), and the summary put back (a log appended to under it, as by hand): only
+    # the log's own fingerprint shows it grew
     (agent_dirs(root)["lead"] / PENDING_NAME).unlink()
+    path.write_bytes(kept)
     want = without_checkpoints(root, tmp_path)
     snap, report, _ = reopen(root)
     assert report.start_summary is None
@@ -207,31 +247,69 @@ def test_a_summary_built_over_a_tail_leaves_that_agent_out(tmp_path: Path) -> No
     assert snap == want
 
 
-def test_a_pending_entry_after_the_summary_is_replayed(tmp_path: Path) -> None:
+def test_a_pending_entry_a_crash_left_after_the_start_is_replayed(tmp_path: Path) -> None:
+    """A start (which retires the summary), then a crash after an append's pending copy
+    was written, before the log's: no summary, the entry is replayed."""
     root = build_root(tmp_path)
+    reopen(root)
+    assert not Path(start_summary.summary_path(root)).exists()
     b = agent_dirs(root)["b"]
     last = dict(read_log(b / "events.jsonl").entries[-1])
     last.pop("crc", None)
-    # a crash after an append's pending copy was written, before the log's: replayed
     (b / PENDING_NAME).write_bytes(encode_entry({**last, "seq": last["seq"] + 1}))
     want = without_checkpoints(root, tmp_path)
     snap, report, _ = reopen(root)
     assert snap == want
-    assert b.name in report.summary_passed_over
+    assert report.summary_used == 0
     assert report.log_repairs[b.name]["pending_replayed"] is True
     assert read_log(b / "events.jsonl").entries[-1]["seq"] == last["seq"] + 1
 
 
-def test_a_record_rewritten_after_the_summary_is_read(tmp_path: Path) -> None:
+def test_a_pending_entry_put_by_hand_under_the_summary_is_never_replayed(
+    tmp_path: Path,
+) -> None:
+    """No substrat process leaves one while a summary exists (a crash leaves none): an
+    entry put beside a stopped root's log by hand is set aside at the agent's first
+    use, and the log goes on from where the summary says it ends."""
+    root = build_root(tmp_path)
+    b = agent_dirs(root)["b"]
+    want = without_checkpoints(root, tmp_path)
+    last = dict(read_log(b / "events.jsonl").entries[-1])
+    last.pop("crc", None)
+    planted = {**last, "seq": last["seq"] + 1, "data": {"planted": True}}
+    (b / PENDING_NAME).write_bytes(encode_entry(planted))
+
+    async def go() -> tuple[dict[str, Any], Any]:
+        orch = await Orchestrator.open(root, checkpoints=POLICY, slots=1)
+        snap, report = snapshot(orch), orch.recovery_report
+        await orch.run_turn("lead/b", "a turn of its own")
+        opened = orch.logs._open[b.name].report
+        await orch.close()
+        return snap, (report, opened)
+
+    snap, (report, opened) = run(go())
+    assert report.summary_used == 3 and report.summary_passed_over == []
+    assert snap == want  # the state the summary gave, not one with the planted entry
+    assert opened.pending_discarded == PAST_THE_SUMMARY and not opened.pending_replayed
+    entries = read_log(b / "events.jsonl").entries
+    assert [e["seq"] for e in entries] == list(range(1, len(entries) + 1))
+    assert all(e["data"] != {"planted": True} for e in entries)
+    assert len(entries) > last["seq"]  # the turn went on from where the summary said
+
+
+def test_a_record_edited_by_hand_under_the_summary_is_not_looked_at(tmp_path: Path) -> None:
+    """No substrat process writes a record while a summary exists: a start takes the
+    summary's copy (and says nothing of it: fsck does, see below)."""
     root = build_root(tmp_path)
     a = agent_dirs(root)["a"].name
     store = SessionStore(root)
     record = store.load(a)
-    record.model = "edited-after-the-summary"
+    model = record.model
+    record.model = "edited-by-hand"
     store.save(record)  # atomic_write: a new file
     _, report, orch = reopen(root)
     assert report.summary_used == 3  # its log is as the summary says
-    assert orch.sessions[a].model == "edited-after-the-summary"
+    assert orch.sessions[a].model == model
 
 
 def test_fsck_reports_a_damaged_summary_and_repair_builds_it_again(tmp_path: Path) -> None:
@@ -245,6 +323,25 @@ def test_fsck_reports_a_damaged_summary_and_repair_builds_it_again(tmp_path: Pat
     assert fsck.check(root).problems == []
     summary, why = start_summary.load(root)
     assert why is None and summary is not None and len(summary.agents) == 3
+
+
+def test_fsck_repair_retires_the_summary_before_it_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A record damaged in a stopped root: ``fsck --repair`` quarantines it, and is
+    killed before its recovery. No summary is left (it would hold the record)."""
+    root = build_root(tmp_path)
+    a = agent_dirs(root)["a"]
+    (a / "session.json").write_bytes(b"{not a record")
+
+    def killed(*_: Any) -> Any:
+        raise RuntimeError("killed before the repair's recovery")
+
+    monkeypatch.setattr(fsck_repair, "_recover", killed)
+    with pytest.raises(RuntimeError, match="killed"):
+        fsck.check(root, repair=True)
+    assert not (a / "session.json").exists()  # the repair wrote: quarantined it
+    assert not Path(start_summary.summary_path(root)).exists()
 
 
 def test_the_daemon_says_which_agents_came_from_the_summary_and_why_not(tmp_path: Path) -> None:
@@ -283,37 +380,20 @@ def test_the_daemon_says_which_agents_came_from_the_summary_and_why_not(tmp_path
     assert "checksum does not match" in warning and "fsck --repair" in warning
 
 
-def test_anything_named_pending_after_the_summary_sets_the_entry_aside(tmp_path: Path) -> None:
-    """The entry says no pending file was there: an empty one, or a symlink (even one
-    pointing nowhere), appearing since is seen as os.path.lexists sees it."""
-    root = build_root(tmp_path)
-    a, b = agent_dirs(root)["a"], agent_dirs(root)["b"]
-    (a / PENDING_NAME).write_bytes(b"")
-    (b / PENDING_NAME).symlink_to(tmp_path / "nowhere")
-    summary, _ = start_summary.load(root)
-    assert summary is not None
-    assert summary.exists(a.name, PENDING_NAME) and summary.exists(b.name, PENDING_NAME)
-    assert not summary.exists(agent_dirs(root)["lead"].name, PENDING_NAME)
-    summary.close()
-    _, report, _ = reopen(root)
-    assert sorted(report.summary_passed_over) == sorted([a.name, b.name])
-    assert report.summary_used == 1
-
-
-def test_a_pending_copy_the_entry_knew_rewritten_since_is_replayed(tmp_path: Path) -> None:
-    """The entry holds the fingerprint of a pending copy already logged (a crash after
-    ``Orchestrator.checkpoint()``); a later crash left a new entry in that file: replayed."""
-    root = tmp_path / "root"
-    run(checkpoint_then_crash(root))
-    a = agent_dirs(root)["a"]
-    summary, _ = start_summary.load(root)
-    assert summary is not None and summary.agents[a.name][4] is not None  # it knew one
-    summary.close()
-    last = dict(read_log(a / "events.jsonl").entries[-1])
-    last.pop("crc", None)
-    (a / PENDING_NAME).write_bytes(encode_entry({**last, "seq": last["seq"] + 1}))
-    want = without_checkpoints(root, tmp_path)
-    snap, report, _ = reopen(root)
-    assert report.summary_passed_over == [a.name]
-    assert report.log_repairs[a.name]["pending_replayed"] is True
-    assert snap == want
+def test_a_start_retires_the_summary_durably_before_it_writes() -> None:
+    """On a simulated disk: a clean stop writes the summary, the start retires it, a turn
+    writes; a power loss then (whatever was not fsynced lost) finds no summary."""
+    harness = CrashHarness(checkpoints=SUMMARY_CHECKPOINTS)
+    try:
+        for step in (Step("create_root", "ada"), Step("spawn", "ada", "bob"), Step("checkpoint")):
+            harness.run(step)
+        path = start_summary.summary_path(harness.root)
+        harness.run(Step("stop"))  # a clean stop writes it, the start takes both from it
+        assert harness.orch.recovery_report is not None
+        assert harness.orch.recovery_report.summary_used == 2  # ada and bob
+        harness.run(Step("turn", "ada/bob"))
+        image = harness.fs.crash_image("power")
+        with image:
+            assert not os.path.exists(path)
+    finally:
+        harness.close()

@@ -5,10 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from hypothesis.stateful import precondition, rule
 
-from oracle.machines import CrashRecoveryMachine
+from oracle.machines import CrashPlan, CrashRecoveryMachine, maybe_crash
 from oracle.shards import run_shard
 from oracle.sweep import DELETING_CHECKPOINTS, SMALL_CHECKPOINTS, SUMMARY_CHECKPOINTS
+from oracle.workload import Step
 from substrat.providers.registry import ProviderRegistry
 from tests.support.chat_server import ChatServer
 from tests.support.directive_chat import directive_responder, openai_registry
@@ -62,12 +64,18 @@ class LazyFSDeletingCrashMachine(DeletingCrashMachine):
 
 
 class SummaryCrashMachine(CrashRecoveryMachine):
-    """Checkpoints only when a rule asks (or an eviction), nothing sealed: a checkpoint of
-    every log writes a start summary that holds every agent (substrat.start_summary), so
-    crashes land inside its write and recoveries take agents from it, or pass them over
-    when their logs grew since."""
+    """Checkpoints only when a rule asks (or an eviction), nothing sealed, and clean
+    restarts: a clean stop writes a start summary that holds every agent checkpointed to
+    its end (substrat.start_summary), the start takes them from it and retires it before
+    its first write, so crashes land inside its write, its retirement and everything
+    after it."""
 
     checkpoints = SUMMARY_CHECKPOINTS
+
+    @precondition(lambda self: self._has_agents())
+    @rule(crash=maybe_crash)
+    def clean_restart(self, crash: CrashPlan | None) -> None:
+        self._step(Step("stop"), crash)
 
 
 SCRIPTED_SHARDS = 2
