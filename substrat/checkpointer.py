@@ -327,8 +327,9 @@ class Checkpointer:
 
     def summarize(self) -> None:
         """Write the start summary (:mod:`substrat.start_summary`) of the store as it is
-        now durable: at a clean shutdown (after :meth:`close` and every log's close), and
-        after a checkpoint of every log. Never while a checkpoint is being appended."""
+        now durable: at a clean shutdown only, as its last write (after :meth:`close` and
+        every log's close: the next process to write retires it first). Never while a
+        checkpoint is being appended."""
         if not (self.policy.enabled and self.policy.on_close) or self.store.broken is not None:
             return
         if self._pending or self._busy:
