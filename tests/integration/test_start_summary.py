@@ -297,6 +297,34 @@ def test_a_pending_entry_put_by_hand_under_the_summary_is_never_replayed(
     assert len(entries) > last["seq"]  # the turn went on from where the summary said
 
 
+def test_a_logged_pending_copy_back_under_the_summary_is_dropped_at_first_use(
+    tmp_path: Path,
+) -> None:
+    """A clean stop removes each pending copy without an fsync, then writes the summary:
+    a power loss may bring a copy back beside it, holding an entry its log has. The start
+    takes the agent from the summary; the log's first open finds the entry logged, drops
+    it, and its close removes the file."""
+    root = build_root(tmp_path)
+    b = agent_dirs(root)["b"]
+    last = read_log(b / "events.jsonl").entries[-1]
+    (b / PENDING_NAME).write_bytes(encode_entry({k: v for k, v in last.items() if k != "crc"}))
+    whole = (b / "events.jsonl").read_bytes()
+
+    async def go() -> Any:
+        orch = await Orchestrator.open(root, checkpoints=POLICY, slots=1)
+        report = orch.recovery_report
+        await orch.run_turn("lead/b", "a turn of its own")
+        opened = orch.logs._open[b.name].report
+        await orch.close()
+        return report, opened
+
+    report, opened = run(go())
+    assert report.summary_used == 3
+    assert opened.pending_discarded == "already_logged" and not opened.pending_replayed
+    assert (b / "events.jsonl").read_bytes().startswith(whole)
+    assert not (b / PENDING_NAME).exists()
+
+
 def test_a_record_edited_by_hand_under_the_summary_is_not_looked_at(tmp_path: Path) -> None:
     """No substrat process writes a record while a summary exists: a start takes the
     summary's copy (and says nothing of it: fsck does, see below)."""
