@@ -133,7 +133,7 @@ def inspect_summary(root: Path, add: Add) -> None:
     if why is None:
         return
     path = Path(start_summary.summary_path(root))
-    if start_summary.STALE in why:  # checkpoints written since: the usual, not damage
+    if start_summary.STALE in why:  # a copied or restored root: not damage
         add("start_summary_stale", path, NOTICE, f"{why}; the next start does without it")
         return
     add(

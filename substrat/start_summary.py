@@ -94,8 +94,9 @@ MAX_FACTS_BYTES = 8 << 10
 large facts in one piece would raise a start's peak memory."""
 
 STALE = "is stale"
-"""In :func:`load`'s reason for a summary older than the store (the usual after a crash, or
-checkpoints written since), not damaged."""
+"""In :func:`load`'s reason for a summary older than its store (the store changed outside
+substrat, or the root was copied or restored), not damaged. A crash leaves no summary: every
+start retires it before its first write."""
 
 SUMMARY_READ_BYTES = 16 << 20
 """What one read of the summary asks for: a summary of 10,000 agents (about 5 MB) is read
