@@ -128,3 +128,47 @@ def test_a_revision_that_predates_the_function_is_na_said_once(
         "'reply_header' from 'substrat.providers.scripted')"
     ]
     assert len(probes) == 1  # not run again in the next round
+
+
+def _constant_rates(monkeypatch: pytest.MonkeyPatch, origin: dict[str, float]) -> None:
+    from oracle import bench_origin
+
+    rates = {
+        "fuzz_cycles": 400.0,
+        "hypothesis_cycles": 240.0,
+        "lifecycle_examples": 40.0,
+        "lifecycle_on_disk": 10.0,
+        "lifecycle_engine_only": 200.0,
+    }
+    for name, rate in rates.items():
+        monkeypatch.setattr(bench_fuzz, name, lambda rate=rate: rate)
+    monkeypatch.setattr(bench_origin, "origin_rate", lambda _o, kind, *_a: origin[kind])
+
+
+def test_without_the_origin_its_rows_cite_the_constants_and_say_how_to_measure(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _constant_rates(monkeypatch, {})
+    rows = bench_fuzz.fuzz_rows(None, rounds=1)
+    cited = [r for r in rows if r.baseline_name.startswith("origin's")]
+    assert [r.baseline for r in cited] == [
+        bench_fuzz.ORIGIN_PERSISTENCE_FUZZER,
+        bench_fuzz.ORIGIN_LIFECYCLE_FUZZER,
+    ]
+    assert all("--origin PATH" in r.baseline_name for r in cited)
+    assert [r.met for r in cited] == [False, False]  # 240 < 340, 40 < 125
+
+
+def test_with_the_origin_its_rows_hold_the_measured_rates_and_judge_the_ratio(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # ours 240 cycles/s against the origin's 242: 0.992x, just under 340/342 (0.994x);
+    # ours 40 examples/s against 26: 1.54x, over 1.5x
+    _constant_rates(monkeypatch, {"crash": 242.0, "lifecycle": 26.0})
+    origin = Origin(tmp_path, sys.executable)
+    rows = bench_fuzz.fuzz_rows(None, rounds=2, origin=origin)
+    measured = [r for r in rows if r.baseline_name.startswith("origin's")]
+    assert [r.baseline for r in measured] == [242.0, 26.0]
+    assert all("this run" in r.baseline_name for r in measured)
+    assert [r.met for r in measured] == [False, True]
+    assert [r.target for r in measured] == [">= 0.99x (340/342)", ">= 1.5x"]
