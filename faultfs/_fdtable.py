@@ -52,6 +52,12 @@ def owner_ref(owner: Syscalls, fds: dict[int, Handle]) -> weakref.ref[Syscalls]:
 
 
 ACCMODE = os.O_RDONLY | os.O_WRONLY | os.O_RDWR
+_O_SYNC = getattr(os, "O_SYNC", 0)
+_O_DSYNC = getattr(os, "O_DSYNC", 0)
+_SYNC_BITS = _O_SYNC | _O_DSYNC
+# Linux's O_SYNC includes the O_DSYNC bit (O_SYNC = __O_SYNC | O_DSYNC): the whole value
+# names O_SYNC, the O_DSYNC bit alone names O_DSYNC.
+_SYNC_KIND = {_O_SYNC: "fsync", _SYNC_BITS: "fsync", _O_DSYNC: "fdatasync"}
 
 
 _STRERROR: dict[int, str] = {}
@@ -73,7 +79,19 @@ def oserror(code: int, path: str | None = None, path2: str | None = None) -> OSE
 class Handle:
     """An open file description: inode, offset and access mode."""
 
-    __slots__ = ("append", "fd", "ino", "is_dir", "lock", "path", "pos", "readable", "writable")
+    __slots__ = (
+        "append",
+        "fd",
+        "flags",
+        "ino",
+        "is_dir",
+        "lock",
+        "path",
+        "pos",
+        "readable",
+        "sync",
+        "writable",
+    )
 
     def __init__(self, fd: int, node: Inode, path: str, flags: int) -> None:
         acc = flags & ACCMODE
@@ -86,6 +104,10 @@ class Handle:
         self.writable = acc in (os.O_WRONLY, os.O_RDWR)
         self.append = bool(flags & os.O_APPEND)
         self.lock = 0
+        self.flags = flags  # fcntl F_GETFL reads the status flags back
+        # O_SYNC: each write is followed by an fsync before it returns; O_DSYNC by an
+        # fdatasync (POSIX synchronized I/O file / data integrity completion).
+        self.sync = _SYNC_KIND.get(flags & _SYNC_BITS, "") if flags & _SYNC_BITS else ""
 
 
 class FaultDirEntry:

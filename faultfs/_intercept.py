@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from types import BuiltinFunctionType
 from typing import TYPE_CHECKING, Any
 
-from faultfs import _cext, _escapes, _others, _processes, _threads
+from faultfs import _cext, _escapes, _fdcalls, _others, _processes, _threads
 from faultfs._fdtable import FAKE_FD_BASE, FD_OWNERS, fd_owner, oserror
 from faultfs._fileobj import open_file
 from faultfs._outside import outside
@@ -471,7 +471,7 @@ def _patches() -> list[tuple[object, str, object]]:
         # fork, child processes told a root, FIFOs: they would leave the simulated process.
         *_processes.patches(_stack, _route),
     ]
-    return patches
+    return patches + _fdcalls.patches(_stack, _route)
 
 
 _PATCHES = _patches()

@@ -40,6 +40,11 @@ class Profile:
     replace_flushes_data: bool
     # The torn shapes (TORN_SHAPES) a crash may leave of one unsynced write.
     torn_shapes: frozenset[str] = field(default=frozenset(TORN_SHAPES))
+    # sync(2) makes every file and directory durable before it returns (Linux waits
+    # for the writeback and the journals). Under LazyFS it does not: the kernel's
+    # sync sends a FUSE server no fsync (FUSE_SYNCFS only reaches servers that
+    # implement it, and LazyFS does not), so its cache keeps the unsynced data.
+    sync_persists: bool = True
 
     def __post_init__(self) -> None:
         unknown = set(self.torn_shapes) - set(TORN_SHAPES)
@@ -70,6 +75,7 @@ LAZYFS = Profile(
     meta_journal=False,
     replace_flushes_data=False,
     torn_shapes=frozenset(("parts",)),
+    sync_persists=False,
 )
 
 PROFILES: dict[str, Profile] = {p.name: p for p in (POSIX, EXT4_ORDERED, LAZYFS)}

@@ -305,6 +305,8 @@ class Syscalls:
             self.model.write(node, offset, bytes(view[:n]), self._now_ns())
             handle.pos = offset + n
             self._after(op)
+            if handle.sync:  # O_SYNC / O_DSYNC: durable before the write returns
+                self.fsync(fd, handle.sync)
             return n
 
     def pwrite(self, fd: int, data: Any, offset: int) -> int:
@@ -321,6 +323,8 @@ class Syscalls:
             op = self._before("write", handle.path, (f"off={offset}", f"len={n}"))
             self.model.write(node, offset, bytes(view[:n]), self._now_ns())
             self._after(op)
+            if handle.sync:
+                self.fsync(fd, handle.sync)
             return n
 
     def lseek(self, fd: int, pos: int, how: int) -> int:
