@@ -45,6 +45,7 @@ def crashed_copy(fs: FaultFS, phase: str, op: Op) -> FaultFS:
     twin.model = fs.model.clone()
     twin.acked = list(fs.acked)
     twin.ack_marks = list(fs.ack_marks)
+    twin.ack_buffered = list(fs.ack_buffered)
     twin.origin = fs.origin
     twin.watch_outside = fs.watch_outside
     twin.touches = fs.touches

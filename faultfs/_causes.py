@@ -118,11 +118,13 @@ class CrashPoint:
         op_inodes: dict[int, int],
         ack_marks: list[tuple[int, tuple[Frame, ...]]],
         verdict: Verdict,
+        ack_buffered: list[tuple[int, tuple[str, ...]]] | None = None,
     ) -> None:
         self.model = model
         self.trace = list(trace)
         self.op_inodes = op_inodes
         self.ack_marks = ack_marks
+        self.ack_buffered = ack_buffered or []
         self.verdict = verdict
         self.by_seq = {op.seq: op for op in self.trace if op.kind in CLOCKED_KINDS}
         units = [Unit(True, i, m.gseq, 0) for i, m in enumerate(model.meta_pending)]
@@ -342,6 +344,9 @@ class CrashPoint:
     def _state_itself(self, outcome: Outcome) -> list[Finding]:
         if self.model.dropped and self.verdict(process_image(self.model)) is None:
             return [self._dropped(entry) for entry in self.model.dropped]
+        buffered = self._buffered_at_ack()
+        if buffered:
+            return buffered
         # The state between two operations is the problem. Crashing after one
         # operation and before the next leave the same state: name it by the
         # last operation that completed.
@@ -358,6 +363,24 @@ class CrashPoint:
             return [Finding("in-place-rewrite", ("in-place-rewrite", last.site), steps, "")]
         step = _step("after", last)
         return [Finding("not-atomic", ("not-atomic", last.site), (step,), outcome.error)]
+
+    def _buffered_at_ack(self) -> list[Finding]:
+        """The acknowledgements made while a Python file object still held data that it
+        never wrote to the OS before the crash: the state the OS had cannot hold what was
+        acknowledged, and no durability step is to blame but the missing flush."""
+        findings = []
+        for index, paths in self.ack_buffered:
+            clock, frames = self.ack_marks[index]
+            for path in paths:
+                if any(
+                    op.kind == "write" and op.path == path and op.seq > clock for op in self.trace
+                ):
+                    continue  # the buffer reached the OS before the crash: not this
+                held = ("in a file object's buffer",)
+                step = Step("still buffered", "unflushed", path, held, frames)
+                key = ("buffered-ack", _site(frames), path)
+                findings.append(Finding("buffered-ack", key, (step, _ack_step(frames)), ""))
+        return findings
 
     def _dropped(self, entry: tuple[int, int, tuple[tuple[int, int, int, bytes], ...]]) -> Finding:
         ino, clock, ops = entry
@@ -407,6 +430,7 @@ def _anchor(steps: tuple[Step, ...]) -> str:
 
 STEP_ORDER = (
     "truncate",
+    "still buffered",
     "write",
     "failed fsync",
     "retried fsync",

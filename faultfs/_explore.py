@@ -375,7 +375,7 @@ def _crash_point(fs: FaultFS, check: Callable[[FaultFS, bool], Outcome | None]) 
     def verdict(model: Model) -> Outcome | None:
         return check(fs._spawn(model, "analysis", None, 0, "cause analysis"), True)
 
-    return CrashPoint(fs.model, fs.trace, fs.op_inodes, fs.ack_marks, verdict)
+    return CrashPoint(fs.model, fs.trace, fs.op_inodes, fs.ack_marks, verdict, fs.ack_buffered)
 
 
 def _check(image: FaultFS, recover_and_check: Check, off: frozenset[HealthCheck]) -> Outcome | None:

@@ -13,6 +13,7 @@ import io
 import os
 from typing import Any
 
+from faultfs._buffered import track
 from faultfs._fdtable import oserror
 from faultfs._syscalls import Syscalls
 
@@ -172,9 +173,13 @@ def open_file(
         else:
             buffer = io.BufferedWriter(raw, buffering)
         if binary:
+            if raw._writable:
+                track(fs, buffer)  # an acknowledgement asks what it holds (faultfs._buffered)
             return buffer
         text = io.TextIOWrapper(buffer, encoding, errors, newline, line_buffering)
         text.mode = mode  # type: ignore[misc]
+        if raw._writable:
+            track(fs, text)
         return text
     except BaseException:
         raw.close()

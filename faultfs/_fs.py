@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from faultfs import _capture, _escapes, _intercept, _realdisk
+from faultfs import _buffered, _capture, _escapes, _intercept, _realdisk
 from faultfs._images import (
     MODES,
     Fingerprint,
@@ -129,6 +129,8 @@ class FaultFS(Syscalls):
         self.acked: list[Any] = []
         # Where each acknowledgement happened: (model clock, issuing frames).
         self.ack_marks: list[tuple[int, tuple[Frame, ...]]] = []
+        # (index into ack_marks, files whose Python file object still held data then).
+        self.ack_buffered: list[tuple[int, tuple[str, ...]]] = []
         self.origin: ImageOrigin | None = None
         # What the health checks read: calls routed here, calls outside the root
         # (counted when refused, or when watch_outside is set), escapes stopped.
@@ -267,6 +269,9 @@ class FaultFS(Syscalls):
         self.acked.append(item)
         stack = call_stack(2)[0] if self._record_trace else ()
         self.ack_marks.append((self.model.clock, stack))
+        held = _buffered.unflushed(self) if self._record_trace else ()
+        if held:
+            self.ack_buffered.append((len(self.ack_marks) - 1, held))
 
     # ------------------------------------------------------------------ faults
 
@@ -341,6 +346,7 @@ class FaultFS(Syscalls):
             image._content = (model, model.clock, content)
         image.acked = list(self.acked)
         image.ack_marks = list(self.ack_marks)
+        image.ack_buffered = list(self.ack_buffered)
         image.watch_outside = self.watch_outside
         image._preopened = self._preopened
         if self.crash_point is not None:

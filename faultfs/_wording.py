@@ -192,6 +192,18 @@ def describe(kind: str, steps: tuple[Step, ...], note: str, where: Where) -> tup
                 f"over the old one instead; if it is a log, {log_fix}"
             )
         return summary, log_fix
+    if kind == "buffered-ack":
+        held = sorted({where.path(s.path) for s in by_role.get("still buffered", [])})
+        names = " and ".join(held) or "?"
+        summary = (
+            f"acknowledged at {at('acknowledged')} while data written to {names} was still in "
+            "the process's buffer (a Python file object that was never flushed): the process "
+            "never wrote it to the OS, so a crash loses it however the disk behaves"
+        )
+        return summary, (
+            "flush the file object (f.flush()) before acknowledging, and fsync it "
+            "(os.fsync(f.fileno())) too if the acknowledgement must survive a power loss"
+        )
     if kind == "lost-together":
         parts = ", ".join(f"{s.kind} {where.path(s.path)} at {where.site(s)}" for s in steps)
         summary = f"losing these unsynced operations together breaks recovery: {parts}"

@@ -10,6 +10,7 @@ import fcntl
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 
 import pytest
 
@@ -20,7 +21,7 @@ ROOT = "/faultfs-fdcalls"
 
 
 @pytest.fixture
-def fs() -> FaultFS:
+def fs() -> Iterator[FaultFS]:
     with FaultFS(ROOT) as fs:
         yield fs
 
