@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from faultfs import _cext, _escapes, _fdcalls, _others, _processes, _threads
 from faultfs._fdtable import FAKE_FD_BASE, FD_OWNERS, fd_owner, oserror
 from faultfs._fileobj import open_file
-from faultfs._outside import outside
+from faultfs._outside import outside, prime_tempdir
 from faultfs._syscalls import Syscalls
 from faultfs.errors import ConfigError, UnsupportedOperation
 
@@ -514,6 +514,7 @@ def activate(fs: FaultFS) -> None:
             raise ConfigError(f"FaultFS at {fs.root!r} is already active")
         if not _stack:
             _others.refuse_if_patched()
+            prime_tempdir()
         _guard_real_root(fs.root)
         if not _stack:
             # What exists now is frozen out of the collector, so collecting a

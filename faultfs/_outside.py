@@ -8,6 +8,7 @@ are never refused; a call that reads a root's real parent directories is let thr
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import tempfile
@@ -107,3 +108,17 @@ def _in_tempdir(p: str) -> bool:
     finding it writes probe files, which must not happen here)."""
     default = tempfile.tempdir
     return default is not None and os.path.dirname(p) == default.rstrip("/")
+
+
+def prime_tempdir() -> None:
+    """Let tempfile find its default directory now, on the real disk, before faultfs
+    intercepts anything.
+
+    Found inside a run under outside="refuse", its probe files are refused and
+    tempfile says only "No usable temporary directory found"; known, a mkstemp
+    in the run is refused with the fix above, which is what pytest runs (where
+    it is known already) say.
+    """
+    if tempfile.tempdir is None:
+        with contextlib.suppress(OSError):
+            tempfile.gettempdir()
