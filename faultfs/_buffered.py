@@ -29,32 +29,44 @@ if TYPE_CHECKING:
     from faultfs._syscalls import Syscalls
 
 _NEWLINES = frozenset(("", "\n", "\r", "\r\n"))  # a text object's newline setting, not data
+_PRUNE_AT = 64  # tracked objects before the dead and closed ones are first dropped
 
 
 def track(fs: Syscalls, obj: Any) -> None:
-    """Remember ``obj`` (a buffered object open for writing on ``fs``) until it is freed."""
-    objs = fs.__dict__.get("_buffered_objs")
-    if objs is None:
-        objs = fs.__dict__["_buffered_objs"] = weakref.WeakSet()
-    objs.add(obj)
+    """Remember ``obj`` (a buffered object open for writing on ``fs``) while it lives."""
+    refs = fs.__dict__.get("_buffered_objs")
+    if refs is None:
+        refs = fs.__dict__["_buffered_objs"] = []
+    count = len(refs)
+    if count >= _PRUNE_AT and not count & (count - 1):  # at 64, 128, ...: amortised
+        refs[:] = [r for r in refs if (o := r()) is not None and not o.closed]
+    refs.append(weakref.ref(obj))
 
 
 def _text_pending(text: Any) -> bool:
-    skip = (text.encoding, text.errors)
-    for ref in gc.get_referents(text):
+    refs = gc.get_referents(text)
+    strs = []
+    for ref in refs:
         kind = type(ref)
         if kind is list or kind is bytes:
             return True
-        if kind is str and ref not in _NEWLINES and not any(ref is s for s in skip):
-            return True
-    return False
+        if kind is str and ref not in _NEWLINES:
+            strs.append(ref)
+    if len(strs) < 2:  # the encoding and the errors setting are always there
+        return False
+    encoding, errors = text.encoding, text.errors
+    return any(ref is not encoding and ref is not errors for ref in strs)
 
 
 def _buffer_pending(buffer: Any) -> bool:
     raw = getattr(buffer, "raw", None)
     if raw is None or raw.closed:
         return False
-    return bool(buffer.tell() > raw.tell())
+    fs = getattr(raw, "_fs", None)
+    if fs is None:  # not faultfs's raw file
+        return bool(buffer.tell() > raw.tell())
+    handle = fs._fds.get(raw._fd)  # the raw file's offset, without another lseek
+    return handle is not None and bool(buffer.tell() > handle.pos)
 
 
 def _self_test() -> bool:
@@ -81,11 +93,14 @@ def holds_data(obj: Any) -> bool:
 
 def unflushed(fs: Syscalls) -> tuple[str, ...]:
     """The paths of ``fs``'s open file objects that hold unwritten data, in name order."""
-    objs = fs.__dict__.get("_buffered_objs")
-    if not objs:
+    refs = fs.__dict__.get("_buffered_objs")
+    if not refs:
         return ()
     paths: set[str] = set()
-    for obj in list(objs):
+    for ref in refs:
+        obj = ref()
+        if obj is None:
+            continue
         try:
             if holds_data(obj):
                 raw = obj.buffer.raw if isinstance(obj, io.TextIOWrapper) else obj.raw
