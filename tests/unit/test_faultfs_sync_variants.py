@@ -32,6 +32,14 @@ def _fsync_root(fs: FaultFS) -> None:
     os.close(d)
 
 
+def _write_sync_ack(fs: FaultFS) -> None:
+    fd = os.open(fs.path("f"), os.O_WRONLY | os.O_CREAT, 0o644)
+    os.write(fd, b"x" * 10)
+    os.close(fd)
+    os.sync()
+    fs.ack(1)
+
+
 @pytest.mark.parametrize("profile", LINUX_PROFILES)
 def test_os_sync_makes_data_and_entries_durable(profile: str) -> None:
     def workload(fs: FaultFS) -> None:
@@ -51,18 +59,11 @@ def test_os_sync_makes_data_and_entries_durable(profile: str) -> None:
 
 
 def test_a_crash_before_os_sync_returns_still_loses() -> None:
-    def workload(fs: FaultFS) -> None:
-        fd = os.open(fs.path("f"), os.O_WRONLY | os.O_CREAT, 0o644)
-        os.write(fd, b"x" * 10)
-        os.close(fd)
-        os.sync()
-        fs.ack(1)
-
     def check(img: FaultFS) -> None:  # wants the data even before the acknowledgement
         with open(img.path("f"), "rb") as f:
             assert f.read() == b"x" * 10
 
-    report = explore(workload, check, root=ROOT, modes="power")
+    report = explore(_write_sync_ack, check, root=ROOT, modes="power")
     assert ("before", "sync") in {(f.phase, f.op.kind) for f in report.failures}
     assert ("after", "sync") not in {(f.phase, f.op.kind) for f in report.failures}
 
@@ -70,14 +71,7 @@ def test_a_crash_before_os_sync_returns_still_loses() -> None:
 def test_os_sync_under_lazyfs_leaves_the_data_in_lazyfs_cache() -> None:
     """sync(2) sends a FUSE server no fsync: LazyFS keeps the data cached (docs/faultfs.md)."""
 
-    def workload(fs: FaultFS) -> None:
-        fd = os.open(fs.path("f"), os.O_WRONLY | os.O_CREAT, 0o644)
-        os.write(fd, b"x" * 10)
-        os.close(fd)
-        os.sync()
-        fs.ack(1)
-
-    report = explore(workload, _check_f, profile="lazyfs", root=ROOT, modes="power")
+    report = explore(_write_sync_ack, _check_f, profile="lazyfs", root=ROOT, modes="power")
     with pytest.raises(ExploreFailed, match="never fsynced before it was acknowledged"):
         report.assert_ok()
 
