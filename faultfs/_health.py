@@ -99,7 +99,11 @@ def check_boundaries(fs: FaultFS, who: str, off: frozenset[HealthCheck]) -> None
         f"{who} passed no boundary under the root {fs.root!r}: it created, wrote, synced, "
         "renamed or removed nothing there, so there was no crash point and nothing was tested.",
         "Point the code under test at the root: build its paths with fs.path('name') or pass it "
-        "fs.root as its data directory (relative paths and other directories are not the root).",
+        "fs.root as its data directory (relative paths and other directories are not the root). "
+        "If it already uses the root, it writes there around Python's os and io (a C extension "
+        "such as LMDB, HDF5 or gdbm, or another process), which faultfs cannot see: where the "
+        "root is a real directory, the check of what appeared there names the files "
+        "(docs/faultfs.md, 'Limits: what faultfs cannot see').",
     )
 
 

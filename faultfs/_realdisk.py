@@ -137,7 +137,12 @@ def unchanged(root: str) -> Iterator[None]:
     except BaseException as exc:
         what = changes(root, before)
         if what is not None:
-            raise EscapeError(message(root, what)) from exc
+            # The cause first: shown chained, the block's own error (no boundary passed,
+            # a check that read nothing) came first and gave advice that does not apply.
+            then = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise EscapeError(
+                f"{message(root, what)} The run then failed because of it: {then}"
+            ) from None
         raise
     check(root, before)
 
