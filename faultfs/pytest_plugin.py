@@ -48,7 +48,10 @@ _MARKER = "faultfs"
 _FIXTURE_OPTIONS = (
     *("profile", "outside", "block_size", "record_trace", "root", "suppress_health_check"),
 )
-_ACTIVE = pytest.StashKey[tuple[FaultFS, frozenset[HealthCheck]]]()
+# The fixture's FaultFS, its suppressed checks and the real tree under its root before the test.
+_ACTIVE = pytest.StashKey[tuple[FaultFS, frozenset[HealthCheck], _realdisk.State | None]]()
+# Set once the real directory's change has been reported, so teardown does not report it again.
+_REAL_DISK_REPORTED = pytest.StashKey[bool]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -66,22 +69,54 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
     __tracebackhide__ = True
     active = item.stash.get(_ACTIVE, None)
     uses_faultfs = active is not None or "faultfs_explore" in getattr(item, "fixturenames", ())
+    first: str | None = None
     try:
         result = yield
     except Exception as exc:
-        roots = (active[0].root,) if active is not None else ()
-        escape = diagnose(exc, roots) if uses_faultfs else None
-        if escape is not None:
-            raise escape from exc
-        if isinstance(exc, FaultFSError):
-            _drop_faultfs_frames(exc)  # the user's line that made the call is what matters
-        raise
+        first = _real_disk_first(item, active, f"{type(exc).__name__}: {exc}")
+        if first is None:
+            roots = (active[0].root,) if active is not None else ()
+            escape = diagnose(exc, roots) if uses_faultfs else None
+            if escape is not None:
+                raise escape from exc
+            if isinstance(exc, FaultFSError):
+                _drop_faultfs_frames(exc)  # the user's line that made the call is what matters
+            raise
+    else:
+        first = _real_disk_first(item, active, None)
+    if first is not None:
+        pytest.fail(first, pytrace=False)  # outside the except: the cause, then what followed
     if active is not None:
-        fs, off = active
+        fs, off, _ = active
         _health.check_escapes(fs)
         _fail_cleanly(_health.check_outside, fs, "the test", off)
         _fail_cleanly(_health.check_boundaries, fs, "the test", off)
     return result
+
+
+def _real_disk_first(
+    item: pytest.Item,
+    active: tuple[FaultFS, frozenset[HealthCheck], _realdisk.State | None] | None,
+    then: str | None,
+) -> str | None:
+    """What reached the real directory under the root, as the test's failure; None if nothing.
+
+    Writes made around Python's os and io (a C extension, another process)
+    explain whatever the test or a health check says next (no boundary passed,
+    a store that cannot read its own files), so they are said first, and the
+    test's own error after them.
+    """
+    if active is None:
+        return None
+    fs, _, before = active
+    what = _realdisk.changes(fs.root, before)
+    if what is None:
+        return None
+    item.stash[_REAL_DISK_REPORTED] = True
+    message = f"faultfs: {_realdisk.message(fs.root, what)}"
+    if then is not None:
+        message += f"\n\nThe test then failed with {then}"
+    return message
 
 
 def _drop_faultfs_frames(exc: BaseException) -> None:
@@ -166,11 +201,12 @@ def faultfs(request: pytest.FixtureRequest) -> Iterator[FaultFS]:
     options.setdefault("outside", "refuse")
     fs = FaultFS(root, **options)
     fs.watch_outside = True
-    request.node.stash[_ACTIVE] = (fs, off)
     before = _realdisk.state(root)
+    request.node.stash[_ACTIVE] = (fs, off, before)
     with fs:
         yield fs
-    _check_trap(root, before)
+    if not request.node.stash.get(_REAL_DISK_REPORTED, False):
+        _check_trap(root, before)
 
 
 @pytest.fixture

@@ -91,7 +91,7 @@ def test_swallowed_escapes_and_c_extension_writes_fail_the_test(tmp_path: Path) 
         "FAILED test_escapes.py::test_sqlite_in_the_fixture",
         "FAILED test_escapes.py::test_sqlite_in_explore",
         "FAILED test_escapes.py::test_mmap_in_the_fixture",
-        "ERROR test_escapes.py::test_subprocess_in_the_fixture",
+        "FAILED test_escapes.py::test_subprocess_in_the_fixture",  # found right after the call
         "FAILED test_escapes.py::test_subprocess_told_the_root",
     } <= lines, out
     assert "calls os.open through `_open`, bound before the FaultFS was activated" in out
