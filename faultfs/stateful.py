@@ -383,6 +383,9 @@ class CrashStateMachine(RuleBasedStateMachine):
         crashed = self.fs
         acked, inflight = list(self.acked), self.inflight
         image = crashed.crash_image(plan.mode, seed=plan.image)
+        # Killed, also when the crash came after the step: the dead run's buffered file
+        # objects, freed by recover(), must not flush into the trace the causes are read from.
+        crashed.crashed = True
         analysable = True
         try:
             if plan.recovery_at is not None:
@@ -516,7 +519,12 @@ class CrashStateMachine(RuleBasedStateMachine):
             return None if error is None else Outcome(error, "", None)
 
         point = CrashPoint(
-            crashed.model, crashed.trace, crashed.op_inodes, crashed.ack_marks, verdict
+            crashed.model,
+            crashed.trace,
+            crashed.op_inodes,
+            crashed.ack_marks,
+            verdict,
+            crashed.ack_buffered,  # an acknowledgement made before the flush is named so
         )
         try:
             return point.analyze(origin.choice, Outcome("", "", None))
