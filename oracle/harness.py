@@ -246,7 +246,8 @@ class CrashHarness:
                 image = image.crash_image(recovery_mode, seed=seed)
             else:  # the crash point lay beyond recovery: recover again on the same disk,
                 image.disarm()  # as the next start would after this process is killed
-                abandon(interrupted)
+                with image:  # its descriptors are the image's: closed there, not on the
+                    abandon(interrupted)  # real disk (no held interception outside a machine)
         self.fs = image
         self.orch, self.driver = self._open()
         with self.fs:
