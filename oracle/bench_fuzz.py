@@ -88,8 +88,10 @@ def fuzz_cycles(episodes: int = FUZZ_EPISODES, steps: int = FUZZ_STEPS, seed: in
     return cycles / (time.process_time() - started)
 
 
-def hypothesis_cycles(examples: int = HYPOTHESIS_EXAMPLES) -> float:
-    """The same, inside the Hypothesis state machine (engine, other rules and invariants)."""
+def hypothesis_cycles(examples: int = HYPOTHESIS_EXAMPLES, steps: int = FUZZ_STEPS) -> float:
+    """The same, inside the Hypothesis state machine (engine, other rules and invariants),
+    ``steps`` steps an example (the campaign's 30; :func:`hypothesis_cycles_50`: the
+    origin's shape)."""
     from oracle.harness import CrashHarness
     from oracle.machines import CrashRecoveryMachine
 
@@ -103,10 +105,19 @@ def hypothesis_cycles(examples: int = HYPOTHESIS_EXAMPLES) -> float:
     CrashHarness.crash_and_recover = counted  # type: ignore[method-assign]
     started = time.process_time()
     try:
-        run_seeded(CrashRecoveryMachine, examples, 30)
+        run_seeded(CrashRecoveryMachine, examples, steps)
     finally:
         CrashHarness.crash_and_recover = original  # type: ignore[method-assign]
     return count[0] / (time.process_time() - started)
+
+
+def hypothesis_cycles_50(examples: int = HYPOTHESIS_EXAMPLES) -> float:
+    """:func:`hypothesis_cycles` on the origin crash fuzzer's example shape, 50 steps
+    (a measurement, not the campaign's step count): longer examples share the engine's
+    per-example cost among more cycles, on both sides of the ratio."""
+    from oracle.bench_origin import ORIGIN_CRASH_STEPS
+
+    return hypothesis_cycles(examples, ORIGIN_CRASH_STEPS)
 
 
 def run_seeded(machine: Any, examples: int, steps: int, seed: int = BENCH_SEED) -> None:
@@ -349,10 +360,12 @@ def fuzz_rows(
         "life_engine": lifecycle_engine_only,
     }
     if origin is not None:
-        # Each right after ours: the same minute's load on both sides of the ratio.
+        # Each right after ours: the same minute's load on both sides of the ratio;
+        # ours at the origin's 50 steps too, so each shape has its same-run ratio.
+        measures = after(measures, "hyp", "hyp50", hypothesis_cycles_50)
         measures = after(
             measures,
-            "hyp",
+            "hyp50",
             "origin_crash",
             lambda: origin_rate(
                 origin, "crash", HYPOTHESIS_EXAMPLES, ORIGIN_CRASH_STEPS, BENCH_SEED
@@ -367,7 +380,10 @@ def fuzz_rows(
     seen: dict[str, list[float | None]] = {}
     rates = median_rounds({k: recorded(seen, k, f) for k, f in measures.items()}, rounds)
     if origin is not None:
-        print_round_ratios(seen, [("hyp", "origin_crash"), ("life", "origin_life")])
+        print_round_ratios(
+            seen,
+            [("hyp", "origin_crash"), ("hyp50", "origin_crash"), ("life", "origin_life")],
+        )
 
     def row(measure: str, figure: str, baseline_name: str, baseline: str | float, **kw: Any) -> Row:
         got = rates[figure]
@@ -412,14 +428,25 @@ def fuzz_rows(
     else:
         crash_origin, life_origin = rates["origin_crash"], rates["origin_life"]
         cited_crash = f"{ORIGIN_PERSISTENCE_FUZZER:.0f}"
+        versus_origin = f"origin's persistence-only crash fuzzer, {ORIGIN_CRASH_STEPS} steps"
+        hyp50 = rates["hyp50"]
+        assert hyp50 is not None, "hyp50 has no figure"
         origin_rows = [
             row(
                 inside,
                 "hyp",
-                f"origin's persistence-only crash fuzzer, this run (cited: {cited_crash})",
+                f"{versus_origin}, this run (cited: {cited_crash})",
                 "origin_crash",
                 target=">= 0.99x (340/342)",
                 met=None if crash_origin is None else hyp >= 340 / 342 * crash_origin[0],
+            ),
+            row(
+                f"the same at the origin's {ORIGIN_CRASH_STEPS} steps (a measurement only)",
+                "hyp50",
+                f"{versus_origin}, this run",
+                "origin_crash",
+                target=">= 0.99x",
+                met=None if crash_origin is None else hyp50[0] >= 340 / 342 * crash_origin[0],
             ),
             row(
                 lifecycle,
@@ -441,11 +468,11 @@ def fuzz_rows(
             target=">= 0.5x",
             met=hyp >= 0.5 * fuzz,
         ),
-        origin_rows[0],
+        *origin_rows[:-1],
         row(lifecycle, "life", f"same at {short}", "life_base"),
         row(lifecycle, "life", "the same on a real directory", "life_disk"),
         row(lifecycle, "life", "its rules with empty bodies: the engine alone", "life_engine"),
-        origin_rows[1],
+        origin_rows[-1],
     ]
 
 
