@@ -416,6 +416,31 @@ CATALOG: tuple[Mutant, ...] = (
         "        if line_mismatch(at, line) is not None:  # planted: the tail is not looked at\n",
     ),
     Mutant(
+        "lazy_node_forgets_children",
+        "a quiet agent's node built after the start (substrat.lazy) does not take the "
+        "children added under it while it was a row: the tree loses them below it",
+        "agents.py",
+        "        if kids is not None:\n",
+        "        if False:  # planted: the children added under the row are dropped\n",
+    ),
+    Mutant(
+        "lazy_turn_counter_from_nothing",
+        "a quiet agent's turn counter built after the start starts from zero, not from "
+        "its summary row: its next turn reuses a turn number its log already has",
+        "restore.py",
+        "    turns: int = row[1] + row[2]\n",
+        "    turns: int = 0  # planted: the row's turns are not counted\n",
+    ),
+    Mutant(
+        "lazy_iteration_skips_rows",
+        "iterating a lazily built map (the tree's nodes, the records, the counters) sees "
+        "only the values built so far: a listing after a start from the summary misses "
+        "the agents nothing has touched yet",
+        "lazy.py",
+        "    def values(self) -> dict_values[K, V]:\n        self.build_all()\n",
+        "    def values(self) -> dict_values[K, V]:\n        pass  # planted: rows not built\n",
+    ),
+    Mutant(
         "summary_quiet_kept_when_set_aside",
         "a start that sets every checkpoint aside (another log lost entries) keeps the quiet "
         "agents it took whole from the start summary, whose facts come from their "

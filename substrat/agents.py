@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from substrat.errors import AgentNotFoundError, AmbiguousAgentError, NameCollisionError
+from substrat.lazy import LazyDict
 
 USER = "user"
 """The user's endpoint id: it sends prompts and has an inbox like any agent."""
@@ -286,9 +287,62 @@ class AgentTree:
     """Live agents by id, with names unique among siblings (roots are siblings)."""
 
     def __init__(self) -> None:
-        self._nodes: dict[str, AgentNode] = {}
+        self._nodes: LazyDict[str, AgentNode] = LazyDict(build=self._build)
         self._roots: dict[str, str] = {}
         self._by_session: dict[str, str] = {}
+        self._kids: dict[str, dict[str, str]] = {}
+        """Agent id of a node not built yet -> its children (name -> id): the node's
+        ``children`` once it is built."""
+
+    def add_unbuilt(
+        self,
+        agent_id: str,
+        session_id: str,
+        name: str,
+        parent_id: str | None,
+        instructions: str,
+        record: list[Any],
+    ) -> None:
+        """An agent whose node is built when first asked for (see substrat.lazy), from a
+        start summary's record fields (provider and model first): as :meth:`add`
+        checks and indexes it (NameCollisionError as there, nothing added)."""
+        validate_name(name)
+        if agent_id in self._nodes:
+            raise ValueError(f"agent {agent_id} is already in the tree")
+        siblings = self._siblings_of(parent_id)
+        if name in siblings:
+            raise NameCollisionError(
+                f"an agent named {name!r} already exists here; pick another name"
+            )
+        siblings[name] = agent_id
+        self._nodes.add_source(agent_id, (session_id, name, parent_id, instructions, record))
+        self._by_session[session_id] = agent_id
+
+    def _build(self, agent_id: str, source: tuple[Any, ...]) -> AgentNode:
+        session_id, name, parent_id, instructions, record = source
+        # positional, as recovery builds every other node (AgentNode's fields, in order)
+        node = AgentNode(agent_id, session_id, name, parent_id, instructions, record[0], record[1])
+        kids = self._kids.pop(agent_id, None)
+        if kids is not None:
+            node.children = kids
+        return node
+
+    def unbuilt(self) -> int:
+        """How many nodes are not built yet (see :meth:`add_unbuilt`)."""
+        return self._nodes.unbuilt()
+
+    def built_ids(self) -> list[str]:
+        """The agents whose node is built (none is built by asking)."""
+        return self._nodes.built_keys()
+
+    def agent_of(self, session_id: str) -> str | None:
+        """The agent id of a live session, its node not built by asking."""
+        return self._by_session.get(session_id)
+
+    def session_of(self, agent_id: str) -> str:
+        """A live agent's session id, its node not built by asking."""
+        source = self._nodes.source(agent_id)
+        return source[0] if source is not None else self.get(agent_id).session_id
 
     def add(self, node: AgentNode) -> None:
         validate_name(node.name)
@@ -314,6 +368,11 @@ class AgentTree:
     def _siblings_of(self, parent_id: str | None) -> dict[str, str]:
         if parent_id is None:
             return self._roots
+        if self._nodes.is_source(parent_id):  # not built: a child is added below it
+            kids = self._kids.get(parent_id)
+            if kids is None:
+                kids = self._kids[parent_id] = {}
+            return kids
         return self.get(parent_id).children
 
     def name_taken(self, parent_id: str | None, name: str) -> bool:
@@ -355,7 +414,7 @@ class AgentTree:
             return self._nodes[ref]
         agent_id = self._by_path(ref)
         if agent_id is None:
-            matches = id_prefix_matches(ref, self._nodes)
+            matches = id_prefix_matches(ref, self._nodes.all_keys())
             if len(matches) > 1:
                 raise ambiguous(ref, {m: self.path(m) for m in matches})
             agent_id = matches[0] if matches else None
@@ -439,14 +498,24 @@ class AgentTree:
         return order
 
     def check(self) -> None:
-        """Assert the tree's invariants (no dangling parents, indexes in sync)."""
-        for node in self._nodes.values():
-            if node.parent_id is not None:
-                parent = self._nodes[node.parent_id]
-                assert parent.children.get(node.name) == node.agent_id
-            else:
-                assert self._roots.get(node.name) == node.agent_id
+        """Assert the tree's invariants (no dangling parents, indexes in sync), building
+        no node (one not built is as :meth:`add_unbuilt` indexed it)."""
+        nodes = self._nodes
+        for node in nodes.built_values():
+            assert self._siblings_of(node.parent_id).get(node.name) == node.agent_id
             for name, child_id in node.children.items():
-                assert self._nodes[child_id].parent_id == node.agent_id
-                assert self._nodes[child_id].name == name
-        assert len(self._by_session) == len(self._nodes)
+                assert self._parent_and_name(child_id) == (node.agent_id, name)
+        for name, root_id in self._roots.items():
+            assert self._parent_and_name(root_id) == (None, name)
+        for parent_id, kids in self._kids.items():
+            assert nodes.is_source(parent_id)
+            for name, child_id in kids.items():
+                assert self._parent_and_name(child_id) == (parent_id, name)
+        assert len(self._by_session) == len(nodes)
+
+    def _parent_and_name(self, agent_id: str) -> tuple[str | None, str]:
+        source = self._nodes.source(agent_id)
+        if source is not None:
+            return source[2], source[1]
+        node = self._nodes[agent_id]
+        return node.parent_id, node.name

@@ -62,6 +62,7 @@ from substrat.errors import NameCollisionError
 from substrat.facts import AgentFacts as AgentFacts
 from substrat.facts import collect_facts as collect_facts
 from substrat.facts import read_facts as read_facts
+from substrat.lazy import LazyDict
 from substrat.logread import describe_gaps
 from substrat.logs import LogPool
 from substrat.recovery_logs import THEN as THEN
@@ -124,6 +125,9 @@ class Recovered:
     summarized: list[str] = field(default_factory=list)
     """Endpoints whose facts came from the start summary: the checkpoint each was read
     from is its newest in ``checkpoints`` (built when first asked for)."""
+    unbuilt: dict[str, list[Any]] = field(default_factory=dict)
+    """Agent id -> the summary's row of each agent whose node ``tree`` builds when first
+    asked for (its counters are built from the row the same way: see restore.apply)."""
 
 
 def _rebuilt_record(facts: AgentFacts) -> Session | None:
@@ -291,10 +295,20 @@ def _recover(
     plan = rollforward.plan(tree, in_tree, facts, records, user_facts, held)
     names = {sid: str(data.get("name")) for sid, data in registry.roots.items()}
     report.unreadable = access.named(unreadable, names)
-    sessions = {sid: records[sid] for sid in built}
-    sessions.update(quiet.sessions)
+    # a quiet agent's record is built when first asked for (see substrat.lazy)
+    sessions = LazyDict(
+        {sid: records[sid] for sid in built}, quiet.fields, start_summary.session_of
+    )
     return Recovered(
-        report, tree, sessions, in_tree, plan, root.checkpoints, root.used, root.summarized
+        report,
+        tree,
+        sessions,
+        in_tree,
+        plan,
+        root.checkpoints,
+        root.used,
+        root.summarized,
+        quiet.unbuilt,
     )
 
 
@@ -439,14 +453,14 @@ def _build_tree(
             records[sid], f = quiet.demote(sid)
             facts[sid] = live[sid] = f
 
-    placed: dict[str, AgentNode] = {}  # session id -> its node, once in the tree
+    placed: dict[str, str] = {}  # session id -> its agent id, once in the tree
     pending: dict[str, dict[str, Any]] = {}
     for sid, f in live.items():
         assert f.created is not None
         pending[sid] = f.created
-    for sid, row in quiet.rows.items():
+    rows = quiet.rows
+    for sid, row in rows.items():
         pending[sid] = row[0]
-    sessions = quiet.sessions
     while pending:
         progressed = False
         for sid, created in sorted(pending.items()):
@@ -481,15 +495,44 @@ def _build_tree(
                     continue  # its parent is added first
                 report.detached.append(sid)
                 parent = None
-            session = sessions.get(sid) or records[sid]
-            placed[sid] = _add_node(tree, sid, created, session, parent, report)
+            if sid in rows:
+                placed[sid] = _add_quiet(tree, sid, created, quiet, parent, report)
+            else:
+                placed[sid] = _add_node(tree, sid, created, records[sid], parent, report)
             del pending[sid]
             progressed = True
         if not progressed:  # a parent cycle can only come from damage: detach one
             sid = sorted(pending)[0]
             report.detached.append(sid)
-            session = sessions.get(sid) or records[sid]
+            session = quiet.session(sid) if sid in rows else records[sid]
             placed[sid] = _add_node(tree, sid, pending.pop(sid), session, None, report)
+
+
+def _add_quiet(
+    tree: AgentTree,
+    sid: str,
+    created: dict[str, Any],
+    quiet: QuietAgents,
+    parent_id: str | None,
+    report: RecoveryReport,
+) -> str:
+    """A quiet agent's node, built when first asked for (see substrat.lazy): what
+    :func:`_add_node` builds of it, from its record's fields in the summary."""
+    get = created.get
+    agent_id = str(get("agent_id"))
+    try:  # the name is free (nearly always); a taken one is renamed as _add_node does
+        tree.add_unbuilt(
+            agent_id,
+            sid,
+            str(get("name")),
+            parent_id,
+            str(get("instructions", "")),
+            quiet.fields[sid],
+        )
+    except NameCollisionError:
+        return _add_node(tree, sid, created, quiet.session(sid), parent_id, report)
+    quiet.unbuilt[agent_id] = quiet.rows[sid]
+    return agent_id
 
 
 def _cascade_terminate(
@@ -510,12 +553,11 @@ def _add_node(
     sid: str,
     created: dict[str, Any],
     session: Session,
-    parent: AgentNode | None,
+    parent_id: str | None,
     report: RecoveryReport,
-) -> AgentNode:
+) -> str:
     get = created.get
     name = str(get("name"))
-    parent_id = None if parent is None else parent.agent_id
     # positional: built for every agent at a start (AgentNode's fields, in order)
     node = AgentNode(
         str(get("agent_id")),
@@ -535,7 +577,7 @@ def _add_node(
         node.name = f"{name}-{suffix}"
         report.detached.append(sid)
         tree.add(node)
-    return node
+    return node.agent_id
 
 
 def analyze(root: str | os.PathLike[str]) -> RecoveryPlan:

@@ -33,7 +33,7 @@ from substrat.eventlog import Resume
 from substrat.facts import AgentFacts
 from substrat.logs import LogPool
 from substrat.session import Session
-from substrat.start_summary import Summary, facts_of, quiet_row, session_of
+from substrat.start_summary import Summary, facts_of, quiet_row, session_fields, session_of
 
 _QUIET_STATES = frozenset({"created", "suspended"})
 """A record in any other state is read as always: an ACTIVE one is made SUSPENDED on
@@ -46,10 +46,13 @@ class QuietAgents:
     def __init__(self, summary: Summary | None, logs: LogPool) -> None:
         self._summary = summary
         self._logs = logs
-        self.sessions: dict[str, Session] = {}
-        """Session id -> record, for every quiet agent (built in the pass)."""
+        self.fields: dict[str, list[Any]] = {}
+        """Session id -> its record's fields as the entry holds them (the record is
+        built from them when first used: :func:`start_summary.session_of`)."""
         self.rows: dict[str, list[Any]] = {}
         """Session id -> the entry's facts row (see start_summary.quiet_row)."""
+        self.unbuilt: dict[str, list[Any]] = {}
+        """Agent id -> the row of each quiet agent added to the tree unbuilt."""
 
     def vouch(self, sid: str) -> bool:
         """Take the agent whole if its summary entry is quiet and holds (see the module
@@ -63,12 +66,14 @@ class QuietAgents:
             row = entry[2]
             if entry[0][2] not in _QUIET_STATES or not quiet_row(row):
                 return False
+            fields = entry[0]
+            if not session_fields(fields):
+                return False
             st, checkpoint = summary.log_holds(sid, entry, self._logs.path_text)
-            session = session_of(sid, entry[0])
         except (OSError, ValueError, TypeError, IndexError, KeyError):
             return False  # the general path checks it again and says what is wrong
         del summary.agents[sid]  # used: what it holds goes with it
-        self.sessions[sid] = session
+        self.fields[sid] = fields
         self.rows[sid] = row
         self._logs.remember(sid, Resume(st.st_size, checkpoint[0], True))
         return True
@@ -79,13 +84,17 @@ class QuietAgents:
     def __len__(self) -> int:
         return len(self.rows)
 
+    def session(self, sid: str) -> Session:
+        """The agent's record, built (what a start without the summary reads)."""
+        return session_of(sid, self.fields[sid])
+
     def created(self, sid: str) -> dict[str, Any]:
         created: dict[str, Any] = self.rows[sid][0]
         return created
 
     def demote(self, sid: str) -> tuple[Session, AgentFacts]:
         """The agent leaves the quiet ones: its record and its facts, built."""
-        return self.sessions.pop(sid), facts_of(sid, self.rows.pop(sid))
+        return session_of(sid, self.fields.pop(sid)), facts_of(sid, self.rows.pop(sid))
 
 
 class LiveFacts(dict[str, AgentFacts]):

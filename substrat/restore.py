@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from substrat import events
 from substrat.agents import USER, AgentNode, AgentState, AgentTree, InboxRegistry
+from substrat.lazy import LazyDict
 from substrat.logs import LogPool
 from substrat.recovery import Recovered, RecoveryReport
 from substrat.session import Session
@@ -47,13 +48,11 @@ class Host(Protocol):
 def apply(host: Host, recovered: Recovered) -> RecoveryReport:
     """Serve ``recovered`` from ``host`` and finish its roll-forward; returns the report."""
     report, plan = recovered.report, recovered.plan
-    host.tree = recovered.tree
-    host.sessions.update(recovered.sessions)
-    counters = recovered.facts.counters  # a quiet agent's facts are not built for them
-    turn_counts, last_complete_seq = host.turn_counts, host.last_complete_seq
-    for node in host.tree.nodes():
-        agent_id = node.agent_id
-        turn_counts[agent_id], last_complete_seq[agent_id] = counters(node.session_id)
+    host.tree = tree = recovered.tree
+    sessions = recovered.sessions  # a quiet agent's record built when first asked for
+    sessions.update(host.sessions)
+    host.sessions = sessions
+    _count(host, recovered)
     for spawn in plan.spawns:
         if host.materialize_child(spawn.spawn, host.tree.get(spawn.parent_id)) is not None:
             child = spawn.spawn["agent_id"]
@@ -68,7 +67,7 @@ def apply(host: Host, recovered: Recovered) -> RecoveryReport:
         if agent_id in host.tree:
             host.terminate_now(agent_id)
             report.reconciled.append(f"terminate:{agent_id}")
-    tree, inboxes, redelivered = host.tree, host.inboxes, report.redelivered
+    inboxes, redelivered = host.inboxes, report.redelivered
     for data in plan.pending:  # each a valid envelope's (see rollforward.plan)
         recipient = data["recipient"]
         if recipient == USER or recipient in tree:
@@ -103,8 +102,40 @@ def apply(host: Host, recovered: Recovered) -> RecoveryReport:
                 report.lost_turns.append({"agent_id": node.agent_id, **lost})
             node.lost_turn = lost or plan.notices.get(node.session_id)
     # every committed turn is applied now (or its agent is gone)
-    host.settled_turns.update(host.turn_counts)
+    turn_counts = host.turn_counts
+    settled = host.settled_turns
+    assert isinstance(turn_counts, LazyDict)
+    built = {a: v for a, v in settled.items() if not turn_counts.is_source(a)}
+    for agent_id in turn_counts.built_keys():
+        built[agent_id] = turn_counts[agent_id]
+    host.settled_turns = LazyDict(built, turn_counts.sources_copy(), _turns)
     report.agents = len(host.tree)
     report.roots = len(host.tree.roots())
     host.tree.check()
     return report
+
+
+def _turns(agent_id: str, row: list[Any]) -> int:
+    # as AgentFacts.turn_counter has it: highest_turn + damaged_after (see start_summary)
+    turns: int = row[1] + row[2]
+    return turns
+
+
+def _last_complete_seq(agent_id: str, row: list[Any]) -> int:
+    seq: int = row[4]
+    return seq
+
+
+def _count(host: Host, recovered: Recovered) -> None:
+    """Every agent's turn counter and last completed seq: an agent whose node is not
+    built (see :meth:`AgentTree.add_unbuilt`) has them from its summary row when first
+    asked for, as its facts have them (a quiet agent's are built of that row)."""
+    counters = recovered.facts.counters
+    tree = host.tree
+    rows = recovered.unbuilt
+    turn_counts: LazyDict[str, int] = LazyDict(host.turn_counts, dict(rows), _turns)
+    seqs: LazyDict[str, int] = LazyDict(host.last_complete_seq, dict(rows), _last_complete_seq)
+    for agent_id in tree.built_ids():
+        if agent_id not in rows:
+            turn_counts[agent_id], seqs[agent_id] = counters(tree.session_of(agent_id))
+    host.turn_counts, host.last_complete_seq = turn_counts, seqs

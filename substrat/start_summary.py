@@ -234,6 +234,22 @@ def session_of(session_id: str, fields: list[Any]) -> Session:
     )
 
 
+def session_fields(fields: Any) -> bool:
+    """Whether :func:`session_of` builds a record of these fields (an entry's, checksummed
+    with the file: written by :func:`_agent` from a record that parsed), checked without
+    building it: a quiet agent's record is built when first used (substrat.lazy)."""
+    return (
+        type(fields) is list
+        and len(fields) == 7
+        and fields[2] in _STATES
+        and type(fields[0]) is str
+        and type(fields[1]) is str
+        and type(fields[3]) is str
+        and type(fields[4]) is int
+        and (fields[6] is None or type(fields[6]) is dict)
+    )
+
+
 def retire(root: str | os.PathLike[str]) -> None:
     """Remove the summary durably (``checkpoints/`` fsynced, whether it was there or
     not: an earlier removal whose fsync a crash cut short may not be durable yet).

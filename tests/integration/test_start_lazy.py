@@ -10,7 +10,10 @@ compares everything an orchestrator holds of every agent between a start that ta
 them from the summary and one that reads the store's lines without it (the summary
 removed): every field of every tree node, record, inbox message and checkpoint (all of
 them built), the turn counters, settled turns, last completed seqs, and where each
-log ends. Without any checkpoint store the same holds but for the checkpoints.
+log ends. A quiet agent's node, record and counters are kept as its summary row and
+built when first asked for (:mod:`substrat.lazy`): the comparison builds them all
+(``test_start_lazy_queries`` asks each question of a start before anything is
+built). Without any checkpoint store the same holds but for the checkpoints.
 
 The comparison goes over each dataclass's fields as declared, so a field added later is
 compared too; :func:`test_the_comparison_sees_every_field` shows that changing any
@@ -37,6 +40,7 @@ from substrat.checkpointer import CheckpointPolicy
 from substrat.checkpoints import CHECKPOINTS_DIR
 from substrat.errors import AgentNotFoundError
 from substrat.eventlog import Resume
+from substrat.lazy import LazyDict
 from substrat.orchestrator import Orchestrator
 
 POLICY = CheckpointPolicy(every_entries=4)
@@ -162,6 +166,10 @@ def starts(tmp_path_factory: pytest.TempPathFactory) -> tuple[Orchestrator, ...]
     lazy, report = opened(root)
     assert report.start_summary is None
     assert report.summary_used == len(lazy.tree) - 1 and len(report.summary_passed_over) == 1
+    # a quiet agent's node, record and counters are its row until first asked for
+    assert lazy.tree.unbuilt() > 0
+    for held in (lazy.sessions, lazy.turn_counts, lazy.settled_turns, lazy.last_complete_seq):
+        assert isinstance(held, LazyDict) and held.unbuilt() > 0
     eager, report = opened(no_summary)
     assert report.summary_used == 0 and report.checkpoints_used == len(lazy.tree) + 1
     plain, report = opened(no_store)
