@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+from substrat.agents import AgentNode, AgentTree
+from substrat.errors import NameCollisionError
 from substrat.lazy import LazyDict
 
 
@@ -103,3 +105,22 @@ def test_add_source_refuses_a_built_key() -> None:
         d.add_source("a", 1)
     with pytest.raises(ValueError):
         LazyDict({"a": 1}, {"a": 2}, lambda key, source: source)
+
+
+def test_a_tree_node_built_late_has_the_children_added_under_its_row() -> None:
+    tree = AgentTree()
+    tree.add_unbuilt("p", "sp", "boss", None, "lead", ["prov", "model"])
+    tree.add_unbuilt("c", "sc", "child", "p", "work", ["prov", "model"])
+    tree.add(AgentNode("d", "sd", "other", "p", "", "prov", "model"))  # an eager child
+    tree.check()
+    assert tree.unbuilt() == 2 and len(tree) == 3 and tree.agent_of("sc") == "c"
+    assert tree.session_of("c") == "sc" and tree.unbuilt() == 2
+    assert tree.path("c") == "boss/child"  # builds c and its parent
+    parent = tree.get("p")
+    assert parent.children == {"child": "c", "other": "d"}
+    assert (parent.instructions, parent.provider, parent.model) == ("lead", "prov", "model")
+    assert tree.unbuilt() == 0
+    tree.check()
+    with pytest.raises(NameCollisionError):
+        tree.add_unbuilt("e", "se", "child", "p", "", ["prov", "model"])
+    assert [n.agent_id for n in tree.walk()] == ["p", "c", "d"]
