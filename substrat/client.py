@@ -124,6 +124,7 @@ class Client:
         Notifications that arrive meanwhile go to ``on_notification`` or are kept
         for :meth:`next_notification`.
         """
+        protocol.check_text(params)  # before anything is sent: the line could not be encoded
         request_id = next(self._ids)
         self._send(protocol.request(method, params, request_id))
         limit = self.timeout_s if timeout_s is None else timeout_s

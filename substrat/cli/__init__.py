@@ -9,6 +9,8 @@ after ``--timeout`` seconds of silence. Exit codes are listed in
 
 from __future__ import annotations
 
+import io
+import sys
 from pathlib import Path
 
 import click
@@ -34,6 +36,10 @@ def main(group_root: Path | None, group_json: bool) -> None:
     after its name (`substrat --json agent list`, `substrat agent list --json`),
     and -h for its help with examples.
     """
+    # Input that is not UTF-8 reaches the one check every request passes
+    # (protocol.check_text: one line, rc 2) whatever the locale says stdin is.
+    if isinstance(sys.stdin, io.TextIOWrapper) and sys.stdin.errors != "surrogateescape":
+        sys.stdin.reconfigure(errors="surrogateescape")
 
 
 for command in (daemon_group, agent_group, inbox, chat, log, watch, fsck, recover, compact, demo):

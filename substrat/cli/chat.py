@@ -178,11 +178,10 @@ class ChatSession:
                     continue
                 try:
                     check_prompt(line)
-                except BadInputError as exc:
+                    self.turn(line)
+                except BadInputError as exc:  # refused before it was sent: the chat goes on
                     if line.strip():  # a blank line is just skipped
                         self.say(f"[red]{esc(exc)}[/]", event="error", message=str(exc))
-                    continue
-                self.turn(line)
         finally:
             self.drop()
 

@@ -39,6 +39,7 @@ from substrat.errors import (
     SocketPathTooLongError,
     SubstratError,
 )
+from substrat.rpc import protocol
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -110,6 +111,7 @@ class Opts:
         )
 
     def call(self, method: str, params: dict[str, Any] | None = None, **kw: Any) -> Any:
+        protocol.check_text(params)  # bad input costs only itself: no daemon, no new root
         with self.connect() as conn:
             return conn.call(method, params, **kw)
 

@@ -136,6 +136,55 @@ def encode(message: dict[str, Any] | list[dict[str, Any]]) -> bytes:
     return text.encode("utf-8") + b"\n"
 
 
+def check_text(params: Any, outcome: str = "nothing was sent") -> None:
+    """Refuse ``params`` if any text in them cannot be sent as UTF-8.
+
+    Text read from a terminal, a file or argv that is not valid UTF-8 arrives
+    with each bad byte as a lone surrogate (``surrogateescape``); JSON can carry
+    one too (``"\\udcff"``). Neither can be logged, so the request is refused
+    whole, before it is sent (the client) or run (the server). Raises
+    :class:`errors.BadInputError` naming the field, the byte and its place,
+    then ``outcome``.
+    """
+    for where, text in _texts(params, ""):
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise errors.BadInputError(
+                f"invalid UTF-8 in {where}: {_place(text, exc.start)}; {outcome} "
+                "(convert it to UTF-8 first, e.g. with iconv)"
+            ) from None
+
+
+_FIELD_WORDS = {
+    "prompt": "the prompt",
+    "instructions": "the instructions",
+    "name": "the name",
+    "agent": "the agent name",
+}
+
+
+def _texts(value: Any, where: str) -> Iterator[tuple[str, str]]:
+    if isinstance(value, str):
+        yield where or "the text", value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _texts(key, "a parameter name")
+            yield from _texts(item, f"{where}.{key}" if where else _FIELD_WORDS.get(key, str(key)))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _texts(item, f"{where or 'params'}[{index}]")
+
+
+def _place(text: str, start: int) -> str:
+    code = ord(text[start])
+    # surrogateescape keeps an undecodable byte B as U+DC00+B (B >= 0x80)
+    what = f"byte 0x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"U+{code:04X}"
+    line = text.count("\n", 0, start) + 1
+    column = start - (text.rfind("\n", 0, start) + 1) + 1
+    return f"{what} at line {line}, column {column}"
+
+
 def response(request_id: RequestId, result: Any) -> dict[str, Any]:
     return {"jsonrpc": JSONRPC_VERSION, "id": request_id, "result": result}
 
@@ -221,6 +270,10 @@ def parse_message(message: Any) -> Parsed:
         return error_response(
             request_id, INVALID_REQUEST, "params must be an object or an array when present"
         )
+    try:  # a "\udcff" escape decodes to text that no log can hold
+        check_text(params, "the request was not run")
+    except errors.BadInputError as exc:
+        return error_response(request_id, INVALID_PARAMS, str(exc))
     return Request(method, params, request_id, is_notification=not has_id)
 
 
