@@ -157,6 +157,10 @@ class CompactReport:
     bytes_before: int
     bytes_after: int
     errors: list[str]
+    recovery: dict[str, Any] | None = None
+    """What the recovery compact ran first found, as a daemon start reports it
+    (``previous_shutdown``, ``report``, ``names``): set when the last daemon died or the
+    recovery did something; None when there was nothing to say."""
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -193,10 +197,15 @@ def compact(
         ) from None
     try:
         planned = plan(root)
-        stats = asyncio.run(_compact(root, policy))
+        stats, recovery = asyncio.run(_compact(root, policy))
+        # Recovered offline, as `substrat recover` marks it: the next daemon says so
+        # instead of reporting a crash whose report this command has already given.
+        held.mark_recovered("substrat compact")
         after = plan(root).stored_bytes
     finally:
         held.release()
+    notable = _notable(recovery["report"])
+    recovery["previous_shutdown"] = held.previous_shutdown
     skipped = [
         f"{where(item.endpoint)} compacted only as far as it reads: {item.unreadable}"
         for item in planned.logs
@@ -210,20 +219,34 @@ def compact(
         planned.stored_bytes,
         after,
         list(dict.fromkeys([*skipped, *stats["errors"]])),  # each said once
+        recovery if held.previous_shutdown == "unclean" or notable else None,
     )
+
+
+def _notable(report: dict[str, Any]) -> bool:
+    from substrat.daemon import NOTABLE_RECOVERY_KEYS  # what a daemon's start reports too
+
+    return any(report.get(key) for key in NOTABLE_RECOVERY_KEYS)
 
 
 def where(endpoint: str) -> str:
     return f"{USER_DIR}/{LOG_NAME}" if endpoint == USER_DIR else f"{AGENTS_DIR}/{endpoint}"
 
 
-async def _compact(root: Path, policy: CheckpointPolicy) -> dict[str, Any]:
+async def _compact(root: Path, policy: CheckpointPolicy) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The checkpointer's counts, and the recovery the open ran (its report, and agent id ->
+    path for naming the agents in it)."""
     from substrat.orchestrator import Orchestrator
 
     orch = await Orchestrator.open(root, checkpoints=policy)
+    report = orch.recovery_report
+    recovery = {
+        "report": report.to_dict() if report is not None else {},
+        "names": {node.agent_id: orch.tree.path(node.agent_id) for node in orch.tree.walk()},
+    }
     try:
         await orch.checkpoint()  # every log; the big active files are sealed after it
         await orch.checkpoint()  # and the segments just sealed are covered (and compacted)
     finally:
         await orch.close()
-    return orch.checkpointer.stats.to_dict()
+    return orch.checkpointer.stats.to_dict(), recovery

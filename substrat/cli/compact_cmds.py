@@ -67,6 +67,9 @@ def compact(opts: Opts, dry_run: bool, segment_bytes: int | None, policy: str) -
         emit_json(report.to_dict())
     else:
         out = opts.out
+        if report.recovery is not None:  # it ran the crash recovery: the report is its to give
+            for line in render.recovery_lines(report.recovery, report.recovery["names"]):
+                out.print(line)
         out.print(
             f"compact: {plural(report.checkpoints, 'checkpoint')} written, "
             f"{plural(report.sealed, 'segment')} sealed, {report.archived} archived, "
