@@ -65,6 +65,7 @@ from substrat.facts import read_facts as read_facts
 from substrat.lazy import LazyDict
 from substrat.logread import describe_gaps
 from substrat.logs import LogPool
+from substrat.lost_notice import lost_turn_notice as lost_turn_notice
 from substrat.recovery_logs import THEN as THEN
 from substrat.recovery_logs import RootStores, read_agent, read_user
 from substrat.recovery_quiet import LiveFacts, QuietAgents
@@ -85,25 +86,6 @@ if TYPE_CHECKING:
     from substrat.recovery_plan import RecoveryPlan
 
 RESUME_PROMPT = "Continue where you left off."
-_NOTICE_PROMPT_CHARS = 200
-
-
-def lost_turn_notice(lost: dict[str, Any]) -> str:
-    """The note prepended to an agent's first prompt after it lost a turn."""
-    prompt = str(lost.get("prompt", ""))
-    if len(prompt) > _NOTICE_PROMPT_CHARS:
-        prompt = prompt[:_NOTICE_PROMPT_CHARS] + "..."
-    if lost.get("record_damaged"):  # its end may be the damaged line: nothing is certain
-        return (
-            f"[substrat: the daemon restarted. Your turn {lost.get('turn_id')} (prompt: "
-            f"{prompt!r}) has no intact record of how it ended: a damaged log line follows its "
-            "start, so it may have completed and some of its tool calls may have taken "
-            "effect. Check before repeating them.]\n"
-        )
-    return (
-        f"[substrat: the daemon restarted. Your turn {lost.get('turn_id')} (prompt: {prompt!r}) "
-        "was lost in flight: none of its tool calls took effect.]\n"
-    )
 
 
 @dataclass

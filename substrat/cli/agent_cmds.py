@@ -189,7 +189,7 @@ def show(opts: Opts, agent: str) -> None:
         lost = info["lost_turn"]
         out.print(
             f"  [red]lost in a crash:[/] turn {esc(lost.get('turn_id'))} "
-            f"({esc(render.excerpt(lost.get('prompt', ''), 50))}); it is told at its next turn"
+            f"({esc(render.lost_prompt(lost, 50))}); it is told at its next turn"
         )
     if info.get("inbox"):
         out.print("[bold]inbox[/]")

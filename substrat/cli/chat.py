@@ -150,7 +150,7 @@ class ChatSession:
             )
 
     def _tell_lost(self, lost: dict[str, Any]) -> None:
-        prompt = render.excerpt(lost.get("prompt", ""), 50)
+        prompt = render.lost_prompt(lost, 50)
         self.say(
             f"[red]turn {esc(lost.get('turn_id'))} was lost in the crash[/] "
             f"[dim](prompt: {esc(prompt)})[/]; {esc(self.path)} is told at its next turn",

@@ -332,5 +332,5 @@ def _show_lost(opts: Opts, notice: dict[str, Any], agent_id: str) -> None:
         else:
             opts.out.print(
                 f"[red]turn {esc(lost.get('turn_id'))} was lost in the crash[/] "
-                f"(prompt: {esc(render.excerpt(lost.get('prompt', ''), 50))})"
+                f"(prompt: {esc(render.lost_prompt(lost, 50))})"
             )

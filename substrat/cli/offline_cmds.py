@@ -201,7 +201,7 @@ def _print_plan(opts: Opts, plan: dict[str, Any]) -> None:
             esc(f"{last.get('turn_id')}: {render.excerpt(last.get('prompt', ''), 40)}")
             if last
             else "-",
-            f"[red]{esc(lost.get('turn_id'))}: {esc(render.excerpt(lost.get('prompt', ''), 40))}[/]"
+            f"[red]{esc(lost.get('turn_id'))}: {esc(render.lost_prompt(lost, 40))}[/]"
             + (
                 " [dim](outcome unknown: a damaged line follows it)[/]"
                 if lost.get("record_damaged")

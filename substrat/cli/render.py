@@ -14,6 +14,7 @@ from rich.tree import Tree
 
 from substrat.agents import SHORT_ID_CHARS
 from substrat.cli.common import esc
+from substrat.lost_notice import user_prompt
 from substrat.session.model import is_session_id
 from substrat.words import plural, when
 
@@ -204,6 +205,12 @@ def endpoint(value: object, names: dict[str, str]) -> str:
     return names.get(text, text if text == "user" else short(text))
 
 
+def lost_prompt(lost: dict[str, Any], chars: int) -> str:
+    """A lost turn's prompt as its sender wrote it: without the notice of an earlier lost
+    turn that substrat put before it (two crashes in a row)."""
+    return excerpt(user_prompt(str(lost.get("prompt", ""))), chars)
+
+
 def messages_table(messages: list[dict[str, Any]], names: dict[str, str], width: int) -> Table:
     cols = [Col("FROM"), Col("KIND"), Col("ID", drop=1), Col("MESSAGE", cut=True, min_width=16)]
     rows = [
@@ -246,7 +253,7 @@ def recovery_lines(notice: dict[str, Any] | None, names: dict[str, str] | None =
         what = "outcome unknown" if lost.get("record_damaged") else "lost in flight"
         lines.append(
             f"[red]{what}:[/] {esc(who)} turn {esc(lost.get('turn_id'))} "
-            f"(prompt: {esc(excerpt(lost.get('prompt', ''), 40))})"
+            f"(prompt: {esc(lost_prompt(lost, 40))})"
             + (" [dim](a damaged line follows its start)[/]" if lost.get("record_damaged") else "")
         )
     for key, label in (
