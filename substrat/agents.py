@@ -51,8 +51,11 @@ def too_short_note(ref: str) -> str:
     return ""
 
 
-def ambiguous(ref: str, candidates: dict[str, str]) -> AmbiguousAgentError:
-    """The error for a prefix several agents' ids start with: ``{agent_id: path}``."""
+def ambiguous(ref: str, candidates: dict[str, str], why: str = "") -> AmbiguousAgentError:
+    """The error for a reference that names several agents: ``{agent_id: path}``.
+
+    ``why`` says how it names them; by default, as a prefix their ids start with.
+    """
     ids = sorted(candidates)
     # Show each id just long enough to tell it from the others.
     common = min(ids, key=len) if ids else ""
@@ -60,8 +63,9 @@ def ambiguous(ref: str, candidates: dict[str, str]) -> AmbiguousAgentError:
         common = common[:-1]
     width = max(SHORT_ID_CHARS, len(common) + 1)
     listed = ", ".join(f"{i[:width]} ({candidates[i]})" for i in ids)
+    message = why or f"id prefix {ref} is ambiguous: {len(ids)} agents match"
     return AmbiguousAgentError(
-        f"id prefix {ref} is ambiguous: {len(ids)} agents match ({listed}); give more characters"
+        f"{message} ({listed}); give more characters of the id"
     ).with_details(candidates=[{"agent_id": i, "path": candidates[i]} for i in ids])
 
 
@@ -413,12 +417,20 @@ class AgentTree:
         if ref in self._nodes:
             return self._nodes[ref]
         agent_id = self._by_path(ref)
-        if agent_id is None:
-            matches = id_prefix_matches(ref, self._nodes.all_keys())
-            if len(matches) > 1:
-                raise ambiguous(ref, {m: self.path(m) for m in matches})
-            agent_id = matches[0] if matches else None
-        return None if agent_id is None else self._nodes[agent_id]
+        matches = id_prefix_matches(ref, self._nodes.all_keys())
+        if agent_id is not None:
+            others = [m for m in matches if m != agent_id]
+            if others:  # a root named like the start of another agent's id: ask, never guess
+                raise ambiguous(
+                    ref,
+                    {m: self.path(m) for m in (agent_id, *others)},
+                    f"{ref} is both the name of agent {self.path(agent_id)} and the start of "
+                    f"another agent's id",
+                )
+            return self._nodes[agent_id]
+        if len(matches) > 1:
+            raise ambiguous(ref, {m: self.path(m) for m in matches})
+        return self._nodes[matches[0]] if matches else None
 
     def _by_path(self, ref: str) -> str | None:
         parts = [p for p in ref.split("/") if p]

@@ -99,7 +99,11 @@ class QueryMixin:
         dead = self.graveyard.all()
         by_path = [a for a in dead if self._terminated_path(a) == ref.strip("/")]
         if len(by_path) > 1:
-            raise ambiguous(ref, {a.agent_id: self._terminated_path(a) for a in by_path})
+            raise ambiguous(
+                ref,
+                {a.agent_id: self._terminated_path(a) for a in by_path},
+                f"{len(by_path)} terminated agents were named {ref.strip('/')}",
+            )
         if by_path:
             return by_path[0]
         matches = id_prefix_matches(ref, [a.agent_id for a in dead])

@@ -199,3 +199,29 @@ def test_tables_fit_80_columns_without_wrapping_or_cutting_names(root: Path) -> 
     assert len(rows) == 1 + len(paths), tree.stdout
     for name in ("coordinator", long_child, "cartographer", "slowpoke"):
         assert any(f" {name} " in f"{line} " for line in rows), (name, tree.stdout)
+
+
+def test_a_name_that_is_another_agents_id_prefix_is_refused_not_guessed(root: Path) -> None:
+    # `agent create ef01` beside an agent whose id starts with ef01: `send ef01` went to
+    # the new agent silently, whoever the user meant.
+    made = _root_with_look_alike_ids(root)
+    created = run(root, "agent", "create", "ef01")
+    assert created.returncode == 0, created.stderr
+    sent = run(root, "agent", "send", "ef01", "hi")
+    assert sent.returncode == 1
+    message = sent.stderr.strip()
+    assert "ef01 is both the name of agent ef01 and the start of another agent's id" in message
+    assert "ef011111 (scribe)" in message, message
+    full = as_json(run(root, "agent", "send", made["scribe"], "hi", "--json"))
+    assert full["agent_id"] == made["scribe"]  # the whole id still names one agent
+
+
+def test_two_terminated_agents_of_one_name_are_named_as_such(root: Path) -> None:
+    for _ in range(2):
+        assert run(root, "agent", "create", "lead").returncode == 0
+        assert run(root, "agent", "rm", "lead").returncode == 0
+    shown = run(root, "agent", "show", "lead")
+    assert shown.returncode == 1
+    message = shown.stderr.strip()
+    assert "2 terminated agents were named lead" in message, message
+    assert "id prefix" not in message, message
