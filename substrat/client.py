@@ -30,6 +30,7 @@ from substrat.errors import (
     DaemonError,
     DaemonNotRunningError,
     DaemonStartError,
+    DaemonStoppedUncleanlyError,
     RequestTimeoutError,
     RpcError,
 )
@@ -466,6 +467,14 @@ def stop_daemon(root: str | os.PathLike[str], *, timeout_s: float = STOP_TIMEOUT
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
     if _wait_until(lambda: not lock.is_held(root_path), timeout_s):
+        after = lock.read_info(root_path)
+        if after is not None and after.state == "running":
+            # It exited without the clean shutdown's last write: it died while stopping.
+            raise DaemonStoppedUncleanlyError(
+                f"the daemon (pid {pid}) exited without a clean shutdown; see "
+                f"{root_path / LOG_NAME} for why. Nothing acknowledged is lost: the next "
+                "start recovers the root (`substrat fsck` shows what it will do)"
+            )
         return pid
     raise DaemonError(
         f"the daemon (pid {pid}) did not stop within {timeout_s:g}s; see "

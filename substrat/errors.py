@@ -191,6 +191,10 @@ class DaemonNotRunningError(DaemonError):
     """No daemon answers on the root's socket; start one with `substrat daemon start`."""
 
 
+class DaemonStoppedUncleanlyError(DaemonError):
+    """The daemon exited while stopping without its clean shutdown; the next start recovers."""
+
+
 class DaemonStartError(DaemonError):
     """The daemon did not come up; its log (``<root>/daemon.log``) says why."""
 

@@ -21,7 +21,7 @@ from substrat.cli.common import (
     lazy_module,
     offline_command,
 )
-from substrat.errors import DaemonNotRunningError
+from substrat.errors import DaemonNotRunningError, DaemonStoppedUncleanlyError
 from substrat.rpc import lock
 from substrat.words import plural, when
 
@@ -139,7 +139,11 @@ def stop(opts: Opts, timeout_s: float) -> None:
 @_grace
 def restart(opts: Opts, timeout_s: float, heartbeat_s: float | None, grace_s: float | None) -> None:
     """Stop the daemon (if it runs) and start it again."""
-    old = client_mod.stop_daemon(opts.root, timeout_s=client_mod.STOP_TIMEOUT_S)
+    try:
+        old = client_mod.stop_daemon(opts.root, timeout_s=client_mod.STOP_TIMEOUT_S)
+    except DaemonStoppedUncleanlyError as died:
+        old = None
+        opts.err.print(f"warning: {esc(str(died))}")  # the start below recovers it
     extra = _daemon_args(heartbeat_s, grace_s)
     pid, _started = client_mod.start_daemon(opts.root, timeout_s=timeout_s, daemon_args=extra)
     if opts.json:

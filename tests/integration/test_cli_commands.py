@@ -258,3 +258,21 @@ def test_log_follow_after_a_crash_prints_only_what_completed_meanwhile(root: Pat
         follower.communicate(timeout=30)
     # "one" and "two" were left out by -n 1; the reconnection does not print them.
     assert [(e["prompt"], e["number"]) for e in seen] == [("three", 3), ("four", 4)]
+
+
+def test_stop_says_when_the_daemon_died_while_stopping(root: Path, tmp_path: Path) -> None:
+    # A root moved under a running daemon: its clean shutdown fails (the paths it
+    # writes are gone). `daemon stop` said "daemon stopped", rc 0.
+    assert run(root, "agent", "create", "lead").returncode == 0
+    moved = tmp_path / "moved"
+    root.rename(moved)
+    stopped = run(moved, "daemon", "stop")
+    assert stopped.returncode != 0, stopped.stdout
+    assert "exited without a clean shutdown" in stopped.stderr, stopped.stderr
+    assert "daemon stopped" not in stopped.stdout
+    info = lock.read_info(moved)
+    assert info is not None and info.state == "running"  # what the message reads
+    started = run(moved, "daemon", "start")  # the next start recovers, the agent is whole
+    assert started.returncode == 0, started.stderr
+    assert [a["name"] for a in as_json(run(moved, "agent", "list", "--json"))] == ["lead"]
+    assert run(moved, "daemon", "stop").returncode == 0
