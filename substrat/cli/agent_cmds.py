@@ -13,6 +13,7 @@ from substrat.cli.common import (
     daemon_command,
     emit_json,
     esc,
+    for_terminal,
     group_options,
     lazy_module,
 )
@@ -116,7 +117,7 @@ def send(opts: Opts, agent: str, prompt: str, no_stream: bool, wait: bool) -> No
             emit_json(result)
             return
         if not stream:
-            click.echo(result["response"], nl=not result["response"].endswith("\n"))
+            click.echo(for_terminal(result["response"]), nl=not result["response"].endswith("\n"))
         view.committed(result)
 
 

@@ -288,9 +288,34 @@ def _escape(text: str) -> str:
     return escape(text)
 
 
+# Control characters a terminal acts on (cursor moves, colours, window titles, clipboard
+# writes through OSC 52, a carriage return that overwrites the line), mapped to their
+# visible escapes. Newline and tab stay: they are how text is laid out.
+_CONTROLS = {
+    code: f"\\x{code:02x}"
+    for code in (*range(0x00, 0x20), *range(0x7F, 0xA0))
+    if chr(code) not in "\n\t"
+}
+
+
+def visible(text: str) -> str:
+    """``text`` with its control characters shown as ``\\x1b`` and the like, not obeyed.
+
+    A model's answer, a prompt or a log line is untrusted: printed raw to a
+    terminal, an escape sequence in it could recolour, hide or rewrite what the
+    user reads, or set their clipboard.
+    """
+    return text.translate(_CONTROLS)
+
+
+def for_terminal(text: str) -> str:
+    """``text`` made :func:`visible` when stdout is a terminal; raw into a pipe or a file."""
+    return visible(text) if sys.stdout.isatty() else text
+
+
 def esc(text: object) -> str:
-    """Escape text for rich markup."""
-    return _escape(str(text))
+    """Escape text for rich markup, its control characters made visible."""
+    return _escape(visible(str(text)))
 
 
 def lazy_module(name: str) -> ModuleType:

@@ -17,6 +17,7 @@ from substrat.cli.common import (
     Opts,
     emit_json,
     esc,
+    for_terminal,
     group_options,
     lazy_module,
     offline_command,
@@ -258,7 +259,7 @@ def logs(opts: Opts, lines: int, follow: bool) -> None:
         if opts.json:
             emit_json({"line": line})
         else:
-            click.echo(line)
+            click.echo(for_terminal(line))
 
     try:
         handle: BinaryIO = open(path, "rb")

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from substrat.cli.common import esc, group_json, group_root
+from substrat.cli.common import esc, for_terminal, group_json, group_root
 from substrat.errors import RpcError
 from substrat.prompts import MAX_PROMPT_CHARS, check_prompt
 from substrat.words import plural
@@ -145,7 +145,7 @@ class TurnView:
             if not text:
                 return
             self._stop_spinner()
-            click.echo(text, nl=False)
+            click.echo(for_terminal(text), nl=False)
             sys.stdout.flush()
             self.text_shown = True
             self._at_line_start = text.endswith("\n")
