@@ -10,8 +10,10 @@ after ``--timeout`` seconds of silence. Exit codes are listed in
 from __future__ import annotations
 
 import io
+import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -26,7 +28,30 @@ from substrat.cli.examples import add_examples
 from substrat.cli.offline_cmds import demo, fsck, recover
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Main(click.Group):
+    """The ``substrat`` group: usage errors come as JSON too when ``--json`` was given.
+
+    click reports a bad option or argument before any command runs, as plain
+    text; a script that asked for ``--json`` reads ``{"error": ...}`` on stderr
+    for every failure, this one included.
+    """
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        argv = list(kwargs.get("args") or (args[0] if args else None) or sys.argv[1:])
+        if "--json" not in argv[: argv.index("--") if "--" in argv else len(argv)]:
+            return super().main(*args, **kwargs)
+        try:
+            return super().main(*args, **{**kwargs, "standalone_mode": False})
+        except click.ClickException as exc:
+            body = {"type": type(exc).__name__, "message": exc.format_message()}
+            click.echo(json.dumps({"error": body}), err=True)
+            sys.exit(exc.exit_code)
+        except click.exceptions.Abort:
+            click.echo(json.dumps({"error": {"type": "Abort", "message": "aborted"}}), err=True)
+            sys.exit(1)
+
+
+@click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="substrat")
 @group_options
 def main(group_root: Path | None, group_json: bool) -> None:

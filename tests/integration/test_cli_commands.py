@@ -241,6 +241,21 @@ def test_bad_usage_exits_2(root: Path) -> None:
     assert run(root, "watch", "-e", "no.such.event").returncode == 2
 
 
+def test_usage_errors_are_json_with_json(root: Path) -> None:
+    # click reports them before any command runs: they came as plain text.
+    for args in (
+        ("agent", "create", "x", "--provider", "nosuch", "--json"),
+        ("--json", "agent", "list", "--bogus"),
+    ):
+        bad = run(root, *args)
+        assert bad.returncode == 2, bad.stderr
+        error = json.loads(bad.stderr)["error"]
+        assert error["type"] in ("BadParameter", "NoSuchOption") and error["message"], error
+    plain = run(root, "agent", "create", "x", "--provider", "nosuch")
+    assert plain.returncode == 2 and plain.stderr.startswith("Usage:"), plain.stderr
+    assert not (root / "agents").exists()  # refused before anything was made
+
+
 def test_log_follow_after_a_crash_prints_only_what_completed_meanwhile(root: Path) -> None:
     run(root, "daemon", "start", "--heartbeat-s", "0.2")
     run(root, "agent", "create", "lead")
