@@ -106,15 +106,17 @@ def recover(opts: Opts, dry_run: bool) -> None:
     rootdir.prepare_root(opts.root, create=False)
     import asyncio
 
-    data = asyncio.run(_recover_now(opts.root))
+    data, names = asyncio.run(_recover_now(opts.root))
     if opts.json:
         emit_json(data)
     else:
-        for line in render.recovery_lines({"report": data}):
+        for line in render.recovery_lines({"report": data}, names):
             opts.out.print(line)
 
 
-async def _recover_now(root: Path) -> dict[str, Any]:
+async def _recover_now(root: Path) -> tuple[dict[str, Any], dict[str, str]]:
+    """The recovery report, and each agent's path by id (its lines name agents as a
+    start's do)."""
     from substrat.orchestrator import Orchestrator
     from substrat.rpc.lock import RootLock
 
@@ -125,9 +127,10 @@ async def _recover_now(root: Path) -> dict[str, Any]:
     try:
         orch = await Orchestrator.open(root)
         report = orch.recovery_report
+        names = {a.agent_id: a.path for a in orch.agents(include_terminated=True)}
         await orch.close()
         held.mark_recovered("substrat recover")
-        return report.to_dict() if report is not None else {}
+        return (report.to_dict() if report is not None else {}), names
     finally:
         held.release()
 

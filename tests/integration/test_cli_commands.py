@@ -229,6 +229,20 @@ def test_fsck_and_recover_exit_codes(root: Path, tmp_path: Path) -> None:
     assert recovered["agents"] == 1
 
 
+def test_recover_names_the_agent_that_lost_a_turn_as_a_start_does(root: Path) -> None:
+    # `recover` printed the agent's id (7eaaa135) where `daemon start` prints its name.
+    run(root, "agent", "create", "slow", "--provider", "paced", "--model", "3000ms")
+    pending = spawn(root, "agent", "send", "slow", "doomed turn")
+    wait_busy(root)
+    kill_daemon(root)
+    pending.communicate(timeout=30)
+    recovered = run(root, "recover")
+    assert recovered.returncode == 0, recovered.stderr
+    assert "lost in flight: slow turn t1 (prompt: doomed turn)" in recovered.stdout, (
+        recovered.stdout
+    )
+
+
 def test_second_foreground_daemon_is_refused(root: Path) -> None:
     first = as_json(run(root, "daemon", "start", "--json"))
     second = run(root, "daemon", "start", "--foreground")
