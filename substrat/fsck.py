@@ -77,6 +77,10 @@ _LINE_DAMAGE = (
 )
 
 
+_RECOVERS_LATER = "it recovers at the next start"
+_RECOVERED_NOW = "this repair recovered it (the next start has nothing to recover)"
+
+
 @dataclass
 class Finding:
     """One thing fsck found: what, where (relative to the root), how bad, and the fix."""
@@ -189,6 +193,9 @@ def check(root: str | os.PathLike[str], *, repair: bool = False) -> FsckReport:
             repair_root(path, report, hold)
             if held is not None:  # recovery ran: the next daemon finds nothing to recover
                 held.mark_recovered("substrat fsck --repair")
+                for finding in report.findings:
+                    if finding.kind == "unclean_shutdown":
+                        finding.detail = finding.detail.replace(_RECOVERS_LATER, _RECOVERED_NOW)
             after = FsckReport(str(path), repair)
             _inspect(path, after)
             left = {(f.kind, f.path) for f in after.problems}
@@ -253,8 +260,7 @@ def _inspect(root: Path, report: FsckReport) -> None:
             "unclean_shutdown",
             root_lock.lock_path(root),
             NOTICE,
-            f"the last daemon (pid {info.pid}) did not shut down cleanly; "
-            "it recovers at the next start",
+            f"the last daemon (pid {info.pid}) did not shut down cleanly; {_RECOVERS_LATER}",
         )
 
     scan = store.scan(quarantine=False)

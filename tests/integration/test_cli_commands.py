@@ -223,6 +223,9 @@ def test_fsck_and_recover_exit_codes(root: Path, tmp_path: Path) -> None:
     assert {"stale_socket", "stale_pending", "unclean_shutdown"} <= kinds
     fixed = run(root, "fsck", "--repair")
     assert fixed.returncode == 1 and "repaired" in fixed.stdout
+    # what the repair did, not what the next start would have done
+    assert "this repair recovered it" in fixed.stdout, fixed.stdout
+    assert "recovers at the next start" not in fixed.stdout, fixed.stdout
     clean = run(root, "fsck")
     assert clean.returncode == 0 and "clean" in clean.stdout
     recovered = as_json(run(root, "recover", "--json"))
