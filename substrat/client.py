@@ -456,7 +456,18 @@ def stop_daemon(root: str | os.PathLike[str], *, timeout_s: float = STOP_TIMEOUT
     """
     root_path = Path(root).expanduser().absolute()
     if not lock.is_held(root_path):
-        return None
+        # daemon.lock removed by hand under a live daemon: it still holds the root
+        pid = unreachable_daemon(root_path)
+        if pid is None:
+            return None
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+        if _wait_until(lambda: root_holder(root_path) != pid, timeout_s):
+            return pid
+        raise DaemonError(
+            f"the daemon (pid {pid}) did not stop within {timeout_s:g}s; see "
+            f"{root_path / LOG_NAME}, or kill it (`kill -9 {pid}`; nothing acknowledged is lost)"
+        )
     info = lock.read_info(root_path)
     pid = info.pid if info is not None else None
     try:
@@ -480,6 +491,40 @@ def stop_daemon(root: str | os.PathLike[str], *, timeout_s: float = STOP_TIMEOUT
         f"the daemon (pid {pid}) did not stop within {timeout_s:g}s; see "
         f"{root_path / LOG_NAME}, or kill it (`kill -9 {pid}`; nothing acknowledged is lost)"
     )
+
+
+def root_holder(root: Path) -> int | None:
+    """The pid of the process that holds ``root`` open (:mod:`substrat.root_hold`: a flock
+    on the directory, which a daemon keeps when its ``daemon.lock`` or socket is removed by
+    hand), read from /proc/locks; None when nobody holds it, or without /proc."""
+    try:
+        st = os.stat(root)
+        with open("/proc/locks", encoding="ascii", errors="replace") as file:
+            text = file.read()
+    except OSError:
+        return None
+    want = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    for line in text.splitlines():
+        # "1: FLOCK  ADVISORY  WRITE 4242 fe:00:1234 0 EOF" (a waiter's line has "->")
+        parts = line.split()
+        if len(parts) > 5 and parts[1] == "FLOCK" and parts[5] == want and parts[4].isdigit():
+            return int(parts[4])
+    return None
+
+
+def unreachable_daemon(root: Path) -> int | None:
+    """The pid of a substrat daemon that holds ``root`` though its lock file says nothing of
+    it (the file removed by hand); None if there is none (or another kind of process, an
+    application or fsck, holds the root)."""
+    pid = root_holder(root)
+    if pid is None or pid == os.getpid():
+        return None
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as file:
+            args = file.read().split(b"\0")
+    except OSError:
+        return None
+    return pid if b"substrat.daemon" in args else None
 
 
 def connect_or_start(

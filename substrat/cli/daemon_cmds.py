@@ -24,6 +24,7 @@ from substrat.cli.common import (
 )
 from substrat.errors import DaemonNotRunningError, DaemonStoppedUncleanlyError
 from substrat.rpc import lock
+from substrat.rpc.transport import socket_path
 from substrat.words import plural, when
 
 if TYPE_CHECKING:
@@ -103,6 +104,34 @@ def start(
             opts.out.print(f"  {line}")
 
 
+def _say_unreachable(opts: Opts, only_pid: bool) -> None:
+    """A daemon that holds the root but does not answer: still starting (it binds its socket
+    after recovery), or its socket or lock file was removed by hand. Named, exit 3."""
+    info = lock.read_info(opts.root)
+    held = lock.is_held(opts.root)
+    pid = info.pid if held and info is not None else client_mod.unreachable_daemon(opts.root)
+    if pid is None:
+        return
+    sock = socket_path(opts.root)
+    if opts.json:
+        emit_json({"running": True, "answering": False, "pid": pid, "root": str(opts.root)})
+    elif only_pid:
+        click.echo(str(pid))
+    else:
+        gone = [f"{p.name}" for p in (sock, lock.lock_path(opts.root)) if not p.exists()]
+        why = f"its {' and '.join(gone)} {'is' if len(gone) == 1 else 'are'} gone" if gone else ""
+        opts.out.print(
+            f"[yellow]daemon pid {pid} holds the root but does not answer[/] on "
+            f"{esc(opts.root)}" + (f": {esc(why)}" if why else "")
+        )
+        opts.out.print(
+            "  it may still be starting (recovery runs before it answers); if its files were "
+            f"removed, `substrat daemon stop --root {esc(opts.root)}` stops it (SIGTERM) and the "
+            "next start makes them again"
+        )
+    sys.exit(EXIT_UNAVAILABLE)
+
+
 def _status(opts: Opts) -> dict[str, Any] | None:
     try:
         with client_mod.Client(opts.root, timeout_s=opts.timeout_s).connect() as conn:
@@ -173,6 +202,7 @@ def status(opts: Opts, only_pid: bool, timeout_s: float) -> None:
     opts.timeout_s = timeout_s
     answer = _status(opts)
     if answer is None:
+        _say_unreachable(opts, only_pid)
         info = lock.read_info(opts.root)
         last = (
             None

@@ -72,8 +72,7 @@ def test_bad_bytes_in_any_input_get_one_line_and_nothing_is_sent(root: Path) -> 
     assert turns_logged(root) == 0
 
 
-def test_a_new_root_is_not_made_for_bad_instructions(tmp_path: Path) -> None:
-    root = tmp_path / "new"
+def test_a_new_root_is_not_made_for_bad_instructions(root: Path) -> None:
     proc = run_bytes(root, b"agent", b"create", b"x", b"-i", b"instr\xff")
     assert proc.returncode == 2, proc.stderr
     assert b"invalid UTF-8 in the instructions: byte 0xff" in proc.stderr
