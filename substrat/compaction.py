@@ -48,6 +48,9 @@ class LogPlan:
     """Entries 1..this were deleted by an earlier ``delete`` compaction (0: none)."""
     unreadable: str | None = None
     """Why the log could not be read, and what to do (it is skipped, left as it is)."""
+    to_seal: bool = False
+    """The active file is at ``segment_bytes`` or over: compacting seals it into a segment,
+    checkpoints it and then archives it (the newest sealed segment is never deleted)."""
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -83,21 +86,30 @@ def _has_segments(log_path: Path) -> bool:
         return True  # its directory does not list: planned, and reported as unreadable
 
 
-def plan(root: str | os.PathLike[str], *, compaction: str = "archive") -> CompactPlan:
-    """What compacting ``root`` with ``compaction`` (``archive`` or ``delete``) would do
-    now, from the checkpoints there are.
+def plan(
+    root: str | os.PathLike[str],
+    *,
+    compaction: str = "archive",
+    segment_bytes: int | None = None,
+) -> CompactPlan:
+    """What compacting ``root`` with ``compaction`` (``archive`` or ``delete``) and
+    ``segment_bytes`` (default: the policy's) would do now, from the checkpoints there are.
 
-    Reads only. Segments a checkpoint does not cover yet (the active file, and
-    what follows the newest checkpoint) are left alone; ``compact`` checkpoints
-    every log first, so it may do more than this shows, never less.
+    Reads only. An active file at ``segment_bytes`` or over is to be sealed
+    (``to_seal``); other segments a checkpoint does not cover yet (what follows the
+    newest checkpoint) are left alone; ``compact`` checkpoints every log first, so
+    it may do more than this shows, never less.
     """
     _check_mode(compaction)
+    limit = segment_bytes or CheckpointPolicy().segment_bytes
     root = Path(root)
     store = read_store(root)
     out = CompactPlan([])
     for endpoint, log_path in _logs(root):
         try:
-            out.logs.append(_plan_log(store, endpoint, log_path, compaction))
+            item = _plan_log(store, endpoint, log_path, compaction)
+            item.to_seal = item.active_bytes >= limit
+            out.logs.append(item)
         except OSError as exc:  # one log's EACCES/EIO costs that log: skipped, reported
             item = LogPlan(endpoint, None, 0, 0, 0, 0, None)
             held = access.unreadable(endpoint, log_path.parent, exc, then=THEN)

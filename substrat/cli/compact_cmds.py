@@ -56,7 +56,7 @@ def compact(opts: Opts, dry_run: bool, segment_bytes: int | None, policy: str) -
     from substrat import compaction
 
     if dry_run:
-        planned = compaction.plan(opts.root, compaction=policy)
+        planned = compaction.plan(opts.root, compaction=policy, segment_bytes=segment_bytes)
         if opts.json:
             emit_json(planned.to_dict())
         else:
@@ -99,7 +99,8 @@ def _print_plan(opts: Opts, planned: object, policy: str) -> None:
     rows = []
     for item in planned.logs:
         who = item.name or ("user" if item.endpoint == "user" else render.short(item.endpoint))
-        would = [f"delete {len(item.to_delete)}"] if item.to_delete else []
+        would = ["seal the active file, archive it"] if item.to_seal else []
+        would += [f"delete {len(item.to_delete)}"] if item.to_delete else []
         would += [f"archive {len(item.to_archive)}"] if item.to_archive else []
         if item.deleted_through:
             would.append(f"(1-{item.deleted_through} deleted)")
@@ -123,7 +124,9 @@ def _print_plan(opts: Opts, planned: object, policy: str) -> None:
             out.print(f"[red]{esc(where)} cannot be read: {esc(item.unreadable)}[/]")
     total = sum(len(p.to_archive) for p in planned.logs)
     going = sum(len(p.to_delete) for p in planned.logs)
-    would = [f"{plural(going, 'segment')} to delete"] if going else []
+    sealing = sum(1 for p in planned.logs if p.to_seal and p.unreadable is None)
+    would = [f"{plural(sealing, 'active file')} to seal and archive"] if sealing else []
+    would += [f"{plural(going, 'segment')} to delete"] if going else []
     would += [f"{plural(total, 'segment')} to archive"] if total else []
     if not would:  # in the words of the policy asked about
         would = ["nothing to delete yet" if policy == "delete" else "nothing to archive yet"]
