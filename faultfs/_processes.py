@@ -102,13 +102,23 @@ def _texts(value: Any) -> Iterable[str]:
             yield from _texts(item)
 
 
+# Set by the shell that started the program, about its own directory: an inherited copy
+# tells the child nothing (the child runs in this process's real directory, not there).
+_SHELL_ONLY = ("PWD", "OLDPWD")
+
+
+def _inherited() -> dict[str, str]:
+    """The environment a child given ``env=None`` inherits, less what only the shell set."""
+    return {k: v for k, v in os.environ.items() if k not in _SHELL_ONLY}
+
+
 def _check_child(call: str, args: Any, cwd: Any = None, env: Any = None) -> None:
     """Refuse a child process that is told a path under an active root."""
     stack = _context.stack
     if not stack:
         return
     named = (("its arguments", args), ("its working directory", cwd))
-    for where, value in (*named, ("its environment", os.environ if env is None else env)):
+    for where, value in (*named, ("its environment", _inherited() if env is None else env)):
         for text in _texts(value):
             for fs in reversed(stack):
                 if _names_root(text, fs.root):

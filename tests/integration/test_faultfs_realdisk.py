@@ -225,3 +225,19 @@ def test_gdbm_opened_under_a_root_is_named() -> None:
     with fs:
         with pytest.raises(EscapeError, match=r"gdbm \(dbm\.gnu\.open"):
             gnu.open(fs.path("g"), "c")
+
+
+def test_a_shell_directory_under_the_root_does_not_refuse_children(
+    root: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # PWD and OLDPWD are the shell's: a test run started inside the root's real directory
+    # refused every child process, told the root or not.
+    monkeypatch.setenv("PWD", root)
+    monkeypatch.setenv("OLDPWD", os.path.join(root, "sub"))
+    fs = FaultFS(root)
+    with fs:
+        done = subprocess.run([sys.executable, "-c", "print('hi')"], capture_output=True)
+        assert done.stdout == b"hi\n" and not fs.escapes
+        monkeypatch.setenv("DATA_DIR", root)  # set by the code: the child is told the root
+        with pytest.raises(EscapeError, match="its environment name"):
+            subprocess.run([sys.executable, "-c", "print('hi')"], capture_output=True)
