@@ -179,6 +179,11 @@ class RootUnusableError(RootError):
     """The root is not a directory, or cannot be read or written (read-only, permissions)."""
 
 
+class NestedRootError(RootUnusableError):
+    """The path is inside another substrat root: a root there would be taken for that
+    root's damage (and moved by its ``fsck --repair``) or written into by it."""
+
+
 class RootPermissionError(RootError, PermissionError):
     """The root is owned by another user, or is an empty directory open to others."""
 

@@ -11,7 +11,8 @@ What it finds, by severity:
   JSON or UTF-8, NUL bytes, duplicate ``seq``), a pending entry that never
   reached its log, corrupt or missing ``session.json``, names under
   ``agents/`` that are not session ids, orphan sessions, unreconciled effects
-  of committed turns, unrecoverable sessions;
+  of committed turns, unrecoverable sessions, a substrat root made inside this
+  one (``nested_root``: reported, never moved; see ``fsck_rootfiles``);
 * ``leftover``: harmless debris of an unclean shutdown (a stale pending file,
   a temp file from an interrupted atomic write, a stale socket);
 * ``notice``: facts that need no repair (unknown event types written by a
@@ -52,11 +53,12 @@ from substrat.logread import DAMAGED_ARCHIVE, describe_gaps
 from substrat.logs import USER_DIR
 from substrat.registry import registry_path
 from substrat.root_hold import RootHold
-from substrat.rootdir import LEGACY_NAMES, MARKER_NAME
+from substrat.rootdir import LEGACY_NAMES
+from substrat.rootnest import MARKER_NAME, root_within
 from substrat.rpc import lock as root_lock
 from substrat.segments import START_NAME, is_segment_name, list_sealed
 from substrat.session import SessionState, SessionStore
-from substrat.session.store import AGENTS_DIR, QUARANTINE_DIR, RECORD_NAME
+from substrat.session.store import AGENTS_DIR, NESTED_ROOT, QUARANTINE_DIR, RECORD_NAME
 from substrat.words import plural
 
 EXIT_CLEAN = 0
@@ -247,7 +249,7 @@ def _inspect(root: Path, report: FsckReport) -> None:
                 "temp file of an interrupted write",
                 repair="remove it",
             )
-        elif name not in _ROOT_FILES:
+        elif name not in _ROOT_FILES and not root_within(entry):  # a root: reported below
             report.add("unexpected_file", entry, NOTICE, "not part of a substrat root; left alone")
     sock = root / "daemon.sock"
     if os.path.lexists(sock):
@@ -267,7 +269,9 @@ def _inspect(root: Path, report: FsckReport) -> None:
     good, _bad = store.list_dirs()
     report.sessions = len(good)
     for q in scan.quarantined:
-        if q.kind == "bad_name" or not (store.agents_dir / q.name).is_dir():
+        if q.kind == NESTED_ROOT:  # reported, never moved: its daemon may run in it
+            report.add("nested_root", store.agents_dir / q.name, DAMAGE, q.reason)
+        elif q.kind == "bad_name" or not (store.agents_dir / q.name).is_dir():
             report.add(
                 "bad_name",
                 store.agents_dir / q.name,
@@ -316,6 +320,7 @@ def _inspect(root: Path, report: FsckReport) -> None:
                 )
             elif name not in _SESSION_FILES and not is_segment_name(name):
                 report.add("unexpected_file", directory / name, NOTICE, "left alone")
+    fsck_rootfiles.inspect_nested_roots(root, report.add, good)
     fsck_rootfiles.inspect_user_log(root, report.add, lambda path: _inspect_log(path, report))
     fsck_rootfiles.inspect_registry(root, report.add, lambda path: _inspect_log(path, report))
     fsck_checkpoints.inspect(root, report.add)

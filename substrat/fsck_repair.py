@@ -26,6 +26,7 @@ from substrat.logs import USER_DIR
 from substrat.registry import registry_path
 from substrat.restore import OUTCOME_UNKNOWN
 from substrat.root_hold import RootHold
+from substrat.rootnest import root_within
 from substrat.segments import (
     GZIP_LEVEL,
     Segment,
@@ -77,20 +78,14 @@ def repair_root(root: Path, report: _Report, hold: RootHold) -> None:
             persistence.durable_unlink(target)
             finding.repaired = True
         elif finding.kind == "bad_name" and os.path.lexists(target):
-            persistence.durable_mkdir(quarantine)
-            persistence.durable_rename(target, _free_name(quarantine, f"bad-name.{target.name}"))
-            finding.repaired = True
+            finding.repaired = _set_aside(root, target, f"bad-name.{target.name}")
         elif finding.kind == "damaged_start" and finding.repair and _not_a_file(target):
             # the log's open below writes it again from the segments' names
-            persistence.durable_mkdir(quarantine)
-            name = f"{target.parent.name}.{target.name}"
-            persistence.durable_rename(target, _free_name(quarantine, name))
+            _set_aside(root, target, f"{target.parent.name}.{target.name}")
         elif finding.kind in _MOVED_ASIDE and os.path.lexists(target):
             # recovery builds each again: the registry and the user's inbox from the
             # agents' logs, the checkpoint store from every log it reads
-            persistence.durable_mkdir(quarantine)
-            name = _MOVED_ASIDE[finding.kind]
-            persistence.durable_rename(target, _free_name(quarantine, name))
+            _set_aside(root, target, _MOVED_ASIDE[finding.kind])
     if "corrupt_record" in kinds:
         store.scan(quarantine=True)
     logs = [store.log_path(sid) for sid in store.list_dirs()[0]]
@@ -133,9 +128,7 @@ def repair_root(root: Path, report: _Report, hold: RootHold) -> None:
     for sid in report.recovery.get("unrecoverable", []):
         directory = store.session_dir(sid)
         if directory.exists():
-            persistence.durable_mkdir(quarantine)
-            persistence.durable_rename(directory, _free_name(quarantine, f"{sid}.session"))
-            moved = True
+            moved = _set_aside(root, directory, f"{sid}.session") or moved
     if moved:  # written after the summary the open's close wrote: summarised again
         start_summary.write(root)
 
@@ -262,6 +255,25 @@ def _close_in_doubt(log_path: Path, turn: dict[str, Any]) -> None:
 
 def _not_a_file(path: Path) -> bool:
     return os.path.lexists(path) and not path.is_file()
+
+
+def _set_aside(root: Path, target: Path, name: str) -> bool:
+    """Move ``target`` to ``quarantine/`` as ``name`` (False: left where it is).
+
+    Never a substrat root made inside this one, nor anything in one, nor into a
+    ``quarantine/`` that is one (fsck reports each as ``nested_root``): its daemon may be
+    running in it, and its user would find it gone."""
+    quarantine = root / QUARANTINE_DIR
+    current = target
+    while current != root and root in current.parents:
+        if root_within(current):
+            return False
+        current = current.parent
+    if root_within(quarantine):
+        return False
+    persistence.durable_mkdir(quarantine)
+    persistence.durable_rename(target, _free_name(quarantine, name))
+    return True
 
 
 def _free_name(directory: Path, stem: str) -> Path:

@@ -23,6 +23,8 @@ from substrat.checkpoints import store_path
 from substrat.eventlog import LOG_NAME
 from substrat.logs import USER_DIR
 from substrat.registry import registry_path
+from substrat.rootnest import MARKER_NAME, NESTED_ROOT_ADVICE, root_within
+from substrat.session.store import AGENTS_DIR, QUARANTINE_DIR
 
 Add = Callable[..., None]
 """``report.add(kind, path, severity, detail, *, count=1, repair=None)`` of substrat.fsck."""
@@ -124,3 +126,30 @@ def inspect_checkpoint_store(root: Path, add: Add) -> None:
             f"{item.error}: the daemon writes no checkpoint (every start reads every log "
             f"in full, no segment is compacted); {item.what_to_do}",
         )
+
+
+def inspect_nested_roots(root: Path, add: Add, sessions: list[str]) -> None:
+    """Report each substrat root made inside this one (``nested_root``: damage, never
+    repaired): a directory at the top level (``user/``, ``quarantine/`` or any other),
+    in ``quarantine/`` (moved there by an older fsck), or a session's directory under
+    ``agents/`` holding the marker (a name that is not a session's is reported from the
+    scan). fsck --repair and the start leave each where it is: its daemon may run in it."""
+    names = sorted(os.listdir(root))
+    found = [(root / n, root_within(root / n)) for n in names if n != AGENTS_DIR]
+    quarantine = root / QUARANTINE_DIR
+    if quarantine.is_dir() and not root_within(quarantine):
+        found += [(quarantine / n, root_within(quarantine / n)) for n in os.listdir(quarantine)]
+    agents = root / AGENTS_DIR
+    found.append((agents, root_within(agents)))
+    found += [
+        (agents / sid, f"it holds {MARKER_NAME}")
+        for sid in sessions
+        if os.path.lexists(agents / sid / MARKER_NAME)
+    ]
+    for path, why in found:
+        if why is None:
+            continue
+        detail = f"a substrat root inside this one: {why}; {NESTED_ROOT_ADVICE}"
+        if path == root / USER_DIR:
+            detail += f" (then put this root's inbox, its {LOG_NAME}, back in a new {USER_DIR}/)"
+        add("nested_root", path, DAMAGE, detail)

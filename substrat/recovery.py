@@ -197,10 +197,10 @@ def _recover(
         # session's record is its state (whether a parent is dead, a spawn undone)
         records[sid] = Session(sid, provider="", model="", state=SessionState.TERMINATED)
     directories = set(records) | set(scan.missing_records) | set(scan.unreadable)
-    directories |= {q.name for q in scan.quarantined if q.kind != "bad_name"}
+    directories |= {q.name for q in scan.quarantined if q.is_session}
     candidates = [sid for sid, s in records.items() if s.state is not SessionState.TERMINATED]
     candidates += scan.missing_records
-    candidates += [q.name for q in scan.quarantined if q.kind != "bad_name"]
+    candidates += [q.name for q in scan.quarantined if q.is_session]
 
     facts, user_facts, failed = _read_endpoints(root, sorted(set(candidates)), records, report)
     doubt = _checkpoints_in_doubt(report)

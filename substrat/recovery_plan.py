@@ -95,7 +95,7 @@ def analyze(root: str | os.PathLike[str], *, then: str = "restart the daemon") -
     directories = sorted(
         set(records)
         | set(scan.missing_records)
-        | {q.name for q in scan.quarantined if q.kind != "bad_name"}
+        | {q.name for q in scan.quarantined if q.is_session}
     )
     read_only = persistence.on_read_only_fs(root)
     checkpoints = read_store(root)

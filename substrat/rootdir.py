@@ -36,11 +36,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from substrat import __version__, access, paths, persistence
-from substrat.errors import NotARootError, RootPermissionError, RootUnusableError
+from substrat.errors import (
+    NestedRootError,
+    NotARootError,
+    RootPermissionError,
+    RootUnusableError,
+)
+from substrat.rootnest import MARKER_NAME as MARKER_NAME
+from substrat.rootnest import enclosing_root
 from substrat.rpc import lock
 from substrat.rpc.transport import SOCKET_NAME
 
-MARKER_NAME = "substrat-root.json"
 MARKER_FORMAT = "substrat-root"
 MARKER_VERSION = 1
 """The newest root format this code reads and writes."""
@@ -207,7 +213,13 @@ def _substrat_evidence(path: Path, names: list[str]) -> str | None:
         return _EMPTY_AGENTS
     # One session directory is evidence enough (fsck reports the odd names
     # beside it); a project's own agents/ directory holds none.
-    return "a session directory" if any(_is_session_id(n) for n in sessions) else None
+    # A root made inside one (with a session id's name) is not a session: the directory
+    # holding it is not taken for a root from before the marker (a root made above another).
+    found = any(
+        _is_session_id(n) and not os.path.lexists(path / AGENTS_DIR / n / MARKER_NAME)
+        for n in sessions
+    )
+    return "a session directory" if found else None
 
 
 def _is_session_id(name: str) -> bool:
@@ -258,6 +270,21 @@ def _no_root_message(info: RootInfo) -> str:
     )
 
 
+def _check_new(info: RootInfo) -> None:
+    """Refuse, writing nothing, to make a root inside another one."""
+    if not (info.state in (RootState.MISSING, RootState.EMPTY) or info.unproven):
+        return
+    outer = enclosing_root(info.path)
+    if outer is None:
+        return
+    inside = Path(os.path.realpath(info.path)).relative_to(outer).parts[0]
+    raise NestedRootError(
+        f"cannot make a substrat root at {info.path}: it is inside the substrat root {outer} "
+        f"(under its {inside}/), whose fsck would take it for damage and move it, or whose "
+        f"daemon would write into it; pick a path outside {outer}"
+    )
+
+
 def require_root(root: str | os.PathLike[str]) -> RootInfo:
     """The root at ``root``, for a command that only reads: nothing is created or written.
 
@@ -278,6 +305,7 @@ def refuse_foreign(root: str | os.PathLike[str]) -> RootInfo:
     if info.state is RootState.FOREIGN:
         raise NotARootError(_no_root_message(info))
     _check_version(info)
+    _check_new(info)
     return info
 
 
@@ -324,6 +352,7 @@ def prepare_root(root: str | os.PathLike[str], *, create: bool = True) -> Path:
     if info.state is RootState.FOREIGN or (not create and not info.is_root):
         raise NotARootError(_no_root_message(info))
     _check_version(info)
+    _check_new(info)
     if info.state is RootState.MISSING:
         try:
             persistence.durable_mkdir(path)

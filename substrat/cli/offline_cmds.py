@@ -226,7 +226,10 @@ def _print_plan(opts: Opts, plan: dict[str, Any]) -> None:
         count = plural(len(plan["user_pending"]), "message")
         out.print(f"user inbox: {count} to redeliver")
     for q in plan.get("quarantined", []):
-        out.print(f"[yellow]to quarantine:[/] {esc(q['name'])} ({esc(q['reason'])})")
+        if q.get("kind") == "nested_root":  # another root: never moved
+            out.print(f"[yellow]left in place:[/] agents/{esc(q['name'])} ({esc(q['reason'])})")
+        else:
+            out.print(f"[yellow]to quarantine:[/] {esc(q['name'])} ({esc(q['reason'])})")
     for sid in plan.get("roots_to_register", []):
         out.print(f"root to register: {render.short(sid)}")
     for line in render.problem_lines(plan):
@@ -273,6 +276,7 @@ def _demo(opts: Opts, keep: bool, own_root: bool) -> None:
                 f"daemon there); {opts.root} is not empty. Pick another path, or leave out "
                 "--root for a temporary one"
             )
+        rootdir.refuse_foreign(opts.root)  # not inside another root, not too long a path
         keep = True
     result = run_demo(opts.root if own_root else None, say=say, keep=keep)
     if opts.json:

@@ -293,6 +293,8 @@ def quarantine_line(item: dict[str, Any]) -> str:
     """What happened to a record or directory recovery could not load (markup): moved to
     quarantine/, or, a directory whose name is not a session's, left where it is."""
     name, reason = esc(item.get("name")), esc(item.get("reason"))
+    if item.get("kind") == "nested_root":  # another root: never moved (session.store)
+        return f"[yellow]left in place:[/] agents/{name} ({reason})"
     if item.get("moved_to"):
         return (
             f"[yellow]quarantined:[/] {name}'s record, moved to {esc(item['moved_to'])} ({reason})"

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from substrat import paths, persistence
 from substrat.errors import CorruptRecordError, SessionNotFoundError
+from substrat.rootnest import NESTED_ROOT_ADVICE, root_within
 from substrat.session.model import Session, SessionState, is_session_id, validate_session_id
 
 AGENTS_DIR = "agents"
@@ -45,6 +46,17 @@ class Quarantined:
     reason: str
     kind: str
     moved_to: str | None = None
+
+    @property
+    def is_session(self) -> bool:
+        """A session's directory (its record is the trouble), not a name that is none."""
+        return self.kind not in NOT_SESSIONS
+
+
+NESTED_ROOT = "nested_root"
+"""A name under ``agents/`` that is another substrat root (:func:`substrat.rootnest.root_within`):
+reported and left where it is, never moved (its daemon may be running in it)."""
+NOT_SESSIONS = frozenset({"bad_name", NESTED_ROOT})
 
 
 @dataclass
@@ -230,9 +242,7 @@ class SessionStore:
         good, bad = self.list_dirs()
         marked = self.marked_terminated() if trust_markers else set()
         for name in bad:
-            result.quarantined.append(
-                Quarantined(name, "directory name is not a session id; ignored", "bad_name")
-            )
+            result.quarantined.append(self._bad_name(name))
         agents_dir = os.fspath(self.agents_dir)
         for session_id in good:
             if session_id in marked:
@@ -283,6 +293,13 @@ class SessionStore:
                     result.sessions.remove(session)
                     result.unreadable[session.session_id] = exc
         return result
+
+    def _bad_name(self, name: str) -> Quarantined:
+        why = root_within(self.agents_dir / name)
+        if why is None:
+            return Quarantined(name, "directory name is not a session id; ignored", "bad_name")
+        reason = f"a substrat root inside this one: {why}; {NESTED_ROOT_ADVICE}"
+        return Quarantined(name, reason, NESTED_ROOT)
 
     def _quarantine(self, session_id: str, reason: str, kind: str, move: bool) -> Quarantined:
         if not move:
