@@ -51,6 +51,11 @@ MARKER_FORMAT = "substrat-root"
 MARKER_VERSION = 1
 """The newest root format this code reads and writes."""
 MAX_MARKER_BYTES = 4096
+MAX_ROOT_PATH_CHARS = lock.MAX_SOCKET_FIELD_CHARS - len(os.sep + SOCKET_NAME)
+"""The longest root path, as the lock file records it (``lock.record_chars``: a non-ASCII
+character counts as its JSON escape): the running daemon's record names its socket
+(``<root>/daemon.sock``) in at most ``lock.MAX_LOCK_BYTES``. A longer path is refused before
+anything is created (an older version made the root, then failed writing the record)."""
 DAEMON_LOG_NAME = "daemon.log"
 _LISTED_MAX = 5
 
@@ -285,6 +290,20 @@ def _check_new(info: RootInfo) -> None:
     )
 
 
+def _check_length(info: RootInfo) -> None:
+    chars = lock.record_chars(info.path)
+    if chars <= MAX_ROOT_PATH_CHARS:
+        return
+    fix = "use a shorter --root"
+    if info.is_root:  # a root an older version half-made (or a moved one)
+        fix = "move the directory to a shorter path (`mv`; nothing in it is lost)"
+    raise RootUnusableError(
+        f"cannot use {info.path} as a substrat root: its path is {chars} characters long (as "
+        f"the lock file records it), over the limit of {MAX_ROOT_PATH_CHARS} (the daemon's "
+        f"lock record holds it in {lock.MAX_LOCK_BYTES} bytes); {fix}"
+    )
+
+
 def require_root(root: str | os.PathLike[str]) -> RootInfo:
     """The root at ``root``, for a command that only reads: nothing is created or written.
 
@@ -296,6 +315,7 @@ def require_root(root: str | os.PathLike[str]) -> RootInfo:
     if not info.is_root:
         raise NotARootError(_no_root_message(info))
     _check_version(info)
+    _check_length(info)
     return info
 
 
@@ -305,6 +325,7 @@ def refuse_foreign(root: str | os.PathLike[str]) -> RootInfo:
     if info.state is RootState.FOREIGN:
         raise NotARootError(_no_root_message(info))
     _check_version(info)
+    _check_length(info)
     _check_new(info)
     return info
 
@@ -352,6 +373,7 @@ def prepare_root(root: str | os.PathLike[str], *, create: bool = True) -> Path:
     if info.state is RootState.FOREIGN or (not create and not info.is_root):
         raise NotARootError(_no_root_message(info))
     _check_version(info)
+    _check_length(info)
     _check_new(info)
     if info.state is RootState.MISSING:
         try:

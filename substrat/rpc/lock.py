@@ -30,8 +30,23 @@ from substrat.errors import RootLockedError
 
 LOCK_NAME = "daemon.lock"
 MAX_LOCK_BYTES = 4096
+_LONGEST_RECORD = {  # the running daemon's record (the longest) with an empty socket path
+    "pid": 2**31 - 1,
+    "started_at": "2026-01-01T00:00:00.000000+00:00",
+    "state": "running",
+    "socket": "",
+}
+MAX_SOCKET_FIELD_CHARS = MAX_LOCK_BYTES - len(json.dumps(_LONGEST_RECORD, sort_keys=True)) - 1
+"""Room left in a lock record for its socket path, as JSON escapes it (:func:`record_chars`);
+``substrat.rootdir`` refuses a root whose path would not fit."""
 LOCK_RETRY_S = 0.3
 """How long a starting daemon retries: a status probe may hold the lock for a moment."""
+
+
+def record_chars(path: str | os.PathLike[str]) -> int:
+    """How many characters ``path`` takes in a lock record (a non-ASCII one, or a byte
+    that is not UTF-8, takes its JSON escape: 6 or 12)."""
+    return len(json.dumps(os.fspath(path))) - 2
 
 
 def lock_path(root: str | os.PathLike[str]) -> Path:

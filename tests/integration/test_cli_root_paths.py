@@ -1,0 +1,112 @@
+"""A root path that cannot work, and a root made by a command that is not asked to make
+one, through the real CLI (docs/daemon.md, "Which directory is a root").
+
+A root path too long for the daemon's lock record is refused before anything is made,
+and a root an older version half-made there gets one line saying what to do; a command
+that makes a new root says so (``created a new root at PATH``), and ``agent create``
+checks its arguments before it makes one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from substrat.rootdir import MAX_ROOT_PATH_CHARS
+from substrat.rpc import lock
+from tests.support.cli import stop_or_kill
+
+SUBSTRAT = shutil.which("substrat") or ""
+pytestmark = pytest.mark.skipif(not SUBSTRAT, reason="the substrat console script is not installed")
+_TOUCHED: list[Path] = []
+
+
+@pytest.fixture(autouse=True)
+def _no_daemon_left_behind() -> Iterator[None]:
+    yield
+    while _TOUCHED:
+        with contextlib.suppress(OSError):
+            stop_or_kill(_TOUCHED.pop())
+
+
+def run(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    _TOUCHED.append(root)
+    env = {**os.environ, "COLUMNS": "200"}
+    env.pop("SUBSTRAT_NO_AUTOSTART", None)
+    env.pop("SUBSTRAT_HOME", None)
+    return subprocess.run(
+        [SUBSTRAT, *args, "--root", str(root)], capture_output=True, text=True, timeout=60, env=env
+    )
+
+
+def one_line(proc: subprocess.CompletedProcess[str]) -> str:
+    assert "Traceback" not in proc.stderr, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    return lines[0]
+
+
+def long_path(base: Path, chars: int, last: str = "e") -> Path:
+    """A path under ``base`` that takes ``chars`` characters in the lock record (a
+    non-ASCII ``last`` counts as its JSON escape, 6), in components of at most 201."""
+    path = str(base)
+    while chars - len(path) > 256:
+        path += "/" + "d" * 200
+    width = len(json.dumps(last)) - 2
+    left = chars - len(path) - 1 - width
+    assert 0 <= left <= 200
+    return Path(path + "/" + "e" * left + last)
+
+
+CREATING = [("agent", "create", "lead"), ("daemon", "start"), ("daemon", "restart")]
+
+
+@pytest.mark.parametrize("last", ["e", "é"])
+def test_a_root_path_over_the_limit_is_refused_before_anything_is_made(
+    tmp_path: Path, last: str
+) -> None:
+    path = long_path(tmp_path / "deep", MAX_ROOT_PATH_CHARS + 1, last)
+    assert lock.record_chars(path) == MAX_ROOT_PATH_CHARS + 1
+    for args in CREATING:
+        line = one_line(refused := run(path, *args))
+        assert refused.returncode == 2, args
+        assert f"its path is {MAX_ROOT_PATH_CHARS + 1} characters long" in line
+        assert f"over the limit of {MAX_ROOT_PATH_CHARS}" in line and "use a shorter --root" in line
+        assert not (tmp_path / "deep").exists(), args  # nothing was made
+
+
+@pytest.mark.parametrize("last", ["e", "é"])
+def test_a_root_path_at_the_limit_works(tmp_path: Path, last: str) -> None:
+    path = long_path(tmp_path / "deep", MAX_ROOT_PATH_CHARS, last)
+    created = run(path, "agent", "create", "lead")
+    assert created.returncode == 0, created.stderr
+    sent = run(path, "agent", "send", "lead", "hello")
+    assert sent.returncode == 0, sent.stderr
+    info = lock.read_info(path)
+    assert info is not None and info.state == "running" and info.socket is not None
+    assert run(path, "daemon", "stop").returncode == 0
+    assert run(path, "fsck").returncode == 0
+
+
+def test_a_root_an_older_version_half_made_at_a_long_path_says_what_to_do(
+    tmp_path: Path,
+) -> None:
+    path = long_path(tmp_path / "deep", MAX_ROOT_PATH_CHARS + 30)
+    path.mkdir(parents=True, mode=0o700)
+    # what an older version left: the marker, then an empty lock file (its record failed)
+    (path / "substrat-root.json").write_text('{"format": "substrat-root", "version": 1}\n')
+    (path / "daemon.lock").touch()
+    before = sorted(os.listdir(path))
+    for args in [("agent", "list"), *CREATING, ("fsck",), ("daemon", "status")]:
+        line = one_line(refused := run(path, *args))
+        assert refused.returncode == 2, args
+        assert f"over the limit of {MAX_ROOT_PATH_CHARS}" in line, args
+        assert "move the directory to a shorter path (`mv`; nothing in it is lost)" in line
+        assert sorted(os.listdir(path)) == before and not lock.is_held(path)
