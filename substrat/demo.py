@@ -86,6 +86,11 @@ class PacedProvider:
     def models(self) -> list[str]:
         return [DEFAULT_PACE, "5ms", "100ms"]
 
+    def check_model(self, model: str) -> None:
+        """A malformed pause is refused before the agent is made (and, on a new root, by
+        ``agent create`` before the root is)."""
+        pace_seconds(model)
+
     async def create(
         self, model: str, system_prompt: str, context: AgentContext
     ) -> ProviderSession:

@@ -18,7 +18,7 @@ from substrat.cli.common import (
     lazy_module,
 )
 from substrat.cli.turns import PromptCommand, TurnView, read_prompt
-from substrat.errors import DaemonError
+from substrat.errors import BadInputError, DaemonError
 from substrat.words import plural, when
 
 if TYPE_CHECKING:
@@ -59,6 +59,7 @@ def agent_group(group_root: Path | None, group_json: bool) -> None:
 @click.option("--model", default=None, help="Model (default: the provider's).")
 def create(opts: Opts, name: str, instructions: str, provider: str, model: str | None) -> None:
     """Create a root agent called NAME."""
+    _check_create(opts, name, provider, model)
     info = opts.call(
         "agent.create",
         {"name": name, "instructions": instructions, "provider": provider, "model": model},
@@ -70,6 +71,34 @@ def create(opts: Opts, name: str, instructions: str, provider: str, model: str |
             f"created [bold]{esc(info['path'])}[/] ({info['agent_id']}) "
             f"with {esc(info['provider'])}/{esc(info['model'])}"
         )
+
+
+def _check_create(opts: Opts, name: str, provider: str, model: str | None) -> None:
+    """Refuse, before a daemon is started or a root made, what the daemon would refuse.
+
+    The name always (BadInputError, exit 2: nothing sent); on a new root also the model,
+    asked of the provider as the new daemon would ask it (it starts from this shell, with
+    this environment; an existing root's daemon has its own, so it alone judges there).
+    """
+    from substrat.agents import validate_name
+
+    try:
+        validate_name(name)
+    except ValueError as exc:
+        raise BadInputError(f"{exc}; nothing was created") from None
+    if not opts.new_root:
+        return
+    from substrat.daemon import build_registry
+    from substrat.providers.base import new_agent_model
+
+    try:
+        backend = build_registry().get(provider)
+    except Exception:  # the daemon fails to build it too, and says why in its words
+        return
+    try:
+        new_agent_model(backend, model)
+    except ValueError as exc:
+        raise BadInputError(f"{exc}; no root was made at {opts.root}") from None
 
 
 @agent_group.command("send", cls=PromptCommand)

@@ -83,16 +83,31 @@ def start(
     heartbeat_s: float | None,
     grace_s: float | None,
 ) -> None:
-    """Start the daemon (in the background unless --foreground)."""
+    """Start the daemon (in the background unless --foreground).
+
+    On a path that holds no root (a new or empty directory) it makes one, and says so.
+    """
     extra = _daemon_args(heartbeat_s, grace_s)
     if foreground:
-        from substrat import daemon
+        from substrat import daemon, rootdir
 
+        if opts.new_root:  # made here, not in the daemon's log: a mistyped path shows
+            rootdir.prepare_root(opts.root)
+            _created(opts)
         sys.exit(daemon.main(["--root", str(opts.root), *extra]))
     pid, started = client_mod.start_daemon(opts.root, timeout_s=timeout_s, daemon_args=extra)
+    _created(opts)
     status = _status(opts)
     if opts.json:
-        emit_json({"pid": pid, "started": started, "root": str(opts.root), "status": status})
+        emit_json(
+            {
+                "pid": pid,
+                "started": started,
+                "created": opts.new_root,
+                "root": str(opts.root),
+                "status": status,
+            }
+        )
         return
     verb = "started" if started else "already running"
     opts.out.print(f"daemon {verb} [bold](pid {pid})[/] on {esc(opts.root)}")
@@ -132,6 +147,13 @@ def _say_unreachable(opts: Opts, only_pid: bool) -> None:
     sys.exit(EXIT_UNAVAILABLE)
 
 
+def _created(opts: Opts) -> None:
+    """Say on stderr that this command made a new root (as ``agent create`` says it): a
+    mistyped path would otherwise become an empty root without a word."""
+    if opts.new_root and not opts.json:
+        opts.err.print(f"substrat: created a new root at {esc(opts.root)}")
+
+
 def _status(opts: Opts) -> dict[str, Any] | None:
     try:
         with client_mod.Client(opts.root, timeout_s=opts.timeout_s).connect() as conn:
@@ -168,7 +190,8 @@ def stop(opts: Opts, timeout_s: float) -> None:
 @_heartbeat
 @_grace
 def restart(opts: Opts, timeout_s: float, heartbeat_s: float | None, grace_s: float | None) -> None:
-    """Stop the daemon (if it runs) and start it again."""
+    """Stop the daemon (if it runs) and start it again (on a path that holds no root, it
+    makes one, and says so)."""
     try:
         old = client_mod.stop_daemon(opts.root, timeout_s=client_mod.STOP_TIMEOUT_S)
     except DaemonStoppedUncleanlyError as died:
@@ -176,8 +199,11 @@ def restart(opts: Opts, timeout_s: float, heartbeat_s: float | None, grace_s: fl
         opts.err.print(f"warning: {esc(str(died))}")  # the start below recovers it
     extra = _daemon_args(heartbeat_s, grace_s)
     pid, _started = client_mod.start_daemon(opts.root, timeout_s=timeout_s, daemon_args=extra)
+    _created(opts)
     if opts.json:
-        emit_json({"stopped": old, "pid": pid, "root": str(opts.root)})
+        emit_json({"stopped": old, "pid": pid, "created": opts.new_root, "root": str(opts.root)})
+    elif opts.new_root:
+        opts.out.print(f"daemon started [bold](pid {pid})[/] on {esc(opts.root)}: a new root")
     else:
         before = f"stopped pid {old}, " if old is not None else ""
         opts.out.print(f"daemon restarted: {before}running as [bold]pid {pid}[/]")

@@ -112,7 +112,9 @@ def test_provider_choices_are_listed_and_checked(root: Path) -> None:
     wrong = run(root, "agent", "create", "lead", "--provider", "opena1")
     assert wrong.returncode == 2
     assert "'opena1' is not one of" in wrong.stderr and "'openai'" in wrong.stderr
-    # A model the scripted provider would show but never use is refused, not ignored.
+    # A model the scripted provider would show but never use is refused, not ignored: by
+    # the daemon of an existing root (on a new one, before it is made: test_cli_root_paths).
+    assert run(root, "daemon", "start").returncode == 0
     ignored = run(root, "agent", "create", "lead", "--model", "gpt-4o")
     assert ignored.returncode == 1
     assert "the scripted provider has one model, 'directives'" in ignored.stderr

@@ -110,3 +110,68 @@ def test_a_root_an_older_version_half_made_at_a_long_path_says_what_to_do(
         assert f"over the limit of {MAX_ROOT_PATH_CHARS}" in line, args
         assert "move the directory to a shorter path (`mv`; nothing in it is lost)" in line
         assert sorted(os.listdir(path)) == before and not lock.is_held(path)
+
+
+def test_daemon_start_and_restart_say_when_they_made_a_new_root(tmp_path: Path) -> None:
+    typo = tmp_path / "typo"
+    started = run(typo, "daemon", "start")
+    assert started.returncode == 0, started.stderr
+    assert f"substrat: created a new root at {typo}" in started.stderr
+    again = run(typo, "daemon", "start")
+    assert again.returncode == 0 and "created" not in again.stderr
+    restarted = run(typo, "daemon", "restart", "--json")
+    assert json.loads(restarted.stdout)["created"] is False
+    other = tmp_path / "other"
+    made = run(other, "daemon", "restart")
+    assert made.returncode == 0, made.stderr
+    assert f"substrat: created a new root at {other}" in made.stderr and "a new root" in made.stdout
+    as_json = run(tmp_path / "third", "daemon", "start", "--json")
+    assert json.loads(as_json.stdout)["created"] is True and not as_json.stderr
+    fourth = tmp_path / "fourth"
+    _TOUCHED.append(fourth)
+    env = {**os.environ}
+    env.pop("SUBSTRAT_HOME", None)
+    foreground = subprocess.Popen(
+        [SUBSTRAT, "daemon", "start", "--foreground", "--root", str(fourth)],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    assert foreground.stderr is not None
+    try:
+        first = foreground.stderr.readline()  # before the daemon's own log lines
+        while "ready: listening" not in foreground.stderr.readline():
+            assert foreground.poll() is None, "the daemon exited"
+        stop_or_kill(fourth)
+        foreground.communicate(timeout=60)
+    finally:
+        if foreground.poll() is None:
+            foreground.kill()
+            foreground.communicate()
+    assert first.strip() == f"substrat: created a new root at {fourth}"
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (("bad name",), "invalid agent name 'bad name'"),
+        (("user",), "'user' is reserved"),
+        (("x", "--model", "zz"), "the scripted provider has one model"),
+        (("x", "--provider", "paced", "--model", "soon"), "paced model 'soon' must be a pause"),
+    ],
+)
+def test_agent_create_checks_its_arguments_before_it_makes_a_root(
+    tmp_path: Path, args: tuple[str, ...], expected: str
+) -> None:
+    path = tmp_path / "new"
+    line = one_line(refused := run(path, "agent", "create", *args))
+    assert refused.returncode == 2 and expected in line
+    assert not path.exists()  # no root, no daemon
+
+
+def test_agent_create_checks_the_name_on_a_root_too(tmp_path: Path) -> None:
+    path = tmp_path / "root"
+    assert run(path, "daemon", "start").returncode == 0
+    line = one_line(refused := run(path, "agent", "create", "bad name"))
+    assert refused.returncode == 2 and "invalid agent name 'bad name'" in line
+    assert "nothing was created" in line
