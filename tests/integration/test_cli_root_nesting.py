@@ -9,7 +9,6 @@ version is reported by the outer root's fsck and start, and never moved, even by
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
@@ -21,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from substrat.rpc import lock
-from tests.support.cli import stop_or_kill
+from tests.support.cli import stop_all, stop_or_kill
 
 SUBSTRAT = shutil.which("substrat") or ""
 pytestmark = pytest.mark.skipif(not SUBSTRAT, reason="the substrat console script is not installed")
@@ -40,9 +39,7 @@ _TOUCHED: list[Path] = []
 @pytest.fixture(autouse=True)
 def _no_daemon_left_behind() -> Iterator[None]:
     yield
-    while _TOUCHED:
-        with contextlib.suppress(OSError):
-            stop_or_kill(_TOUCHED.pop())
+    stop_all(_TOUCHED)
 
 
 def run(root: Path, *args: str, timeout_s: float = 60) -> subprocess.CompletedProcess[str]:

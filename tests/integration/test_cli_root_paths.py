@@ -9,7 +9,6 @@ checks its arguments before it makes one.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
@@ -21,7 +20,7 @@ import pytest
 
 from substrat.rootdir import MAX_ROOT_PATH_CHARS
 from substrat.rpc import lock
-from tests.support.cli import stop_or_kill
+from tests.support.cli import stop_all, stop_or_kill
 
 SUBSTRAT = shutil.which("substrat") or ""
 pytestmark = pytest.mark.skipif(not SUBSTRAT, reason="the substrat console script is not installed")
@@ -31,9 +30,7 @@ _TOUCHED: list[Path] = []
 @pytest.fixture(autouse=True)
 def _no_daemon_left_behind() -> Iterator[None]:
     yield
-    while _TOUCHED:
-        with contextlib.suppress(OSError):
-            stop_or_kill(_TOUCHED.pop())
+    stop_all(_TOUCHED)
 
 
 def run(root: Path, *args: str) -> subprocess.CompletedProcess[str]:

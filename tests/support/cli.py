@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -143,6 +144,14 @@ def stop_or_kill(root: Path) -> None:
         info = lock.read_info(root)
         if info is not None and info.pid is not None and lock.is_held(root):
             os.kill(info.pid, signal.SIGKILL)
+
+
+def stop_all(roots: list[Path]) -> None:
+    """Leave no daemon behind on any of ``roots`` (a test's list of the roots it ran
+    commands on, emptied), whatever the test or the code under test did."""
+    while roots:
+        with contextlib.suppress(OSError):
+            stop_or_kill(roots.pop())
 
 
 def cli_root(tmp_path: Path) -> Iterator[Path]:
