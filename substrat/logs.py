@@ -28,6 +28,7 @@ from substrat.eventlog import (
     is_suspect,
     utc_now_iso,
 )
+from substrat.lazy import LazyDict
 from substrat.session import SessionStore, validate_session_id
 
 _log = logging.getLogger(__name__)
@@ -50,7 +51,9 @@ class LogPool:
         self._clock = clock
         self._max_open = max_open
         self._open: OrderedDict[str, EventLog] = OrderedDict()
-        self._ends: dict[str, Resume] = {}
+        self._ends: LazyDict[str, Resume] = LazyDict(build=_summarized_end)
+        """Endpoint -> where its closed log ends; a log the start summary gave is kept as
+        (offset, last seq) until asked for (see :meth:`remember_summarized`)."""
         self.on_append: Callable[[str, int], None] | None = None
         self.closed = False
         """Set by :meth:`close_all`, the orchestrator's last: nothing is written after it."""
@@ -118,6 +121,12 @@ class LogPool:
         assert endpoint not in self._open, endpoint
         self._ends[endpoint] = resume
 
+    def remember_summarized(self, endpoint: str, offset: int, last_seq: int) -> None:
+        """As :meth:`remember` of ``Resume(offset, last_seq, summarized=True)``, built
+        when first asked for (a start from the summary gives thousands nobody opens)."""
+        assert endpoint not in self._open, endpoint
+        self._ends.add_source(endpoint, (offset, last_seq))
+
     def end(self, endpoint: str) -> Resume | None:
         """Where the log is known to end (open or closed), if the pool knows."""
         log = self._open.get(endpoint)
@@ -127,7 +136,7 @@ class LogPool:
 
     def known(self) -> list[str]:
         """Every endpoint whose end the pool knows (open, or read since)."""
-        return sorted(set(self._ends) | set(self._open))
+        return sorted({*self._ends.all_keys(), *self._open})
 
     def roll(self, endpoint: str) -> segments.Segment | None:
         """Seal the endpoint's active file into a segment (see :mod:`substrat.segments`).
@@ -191,3 +200,7 @@ class AgentLog:
 
     def log(self, event: str, data: Mapping[str, Any] | None = None) -> int:
         return self._logs.get(self._node.session_id).log(event, data)
+
+
+def _summarized_end(endpoint: str, source: tuple[int, int]) -> Resume:
+    return Resume(source[0], source[1], True)

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from substrat.eventlog import Resume
 from substrat.facts import AgentFacts
 from substrat.logs import LogPool
 from substrat.session import Session
@@ -75,7 +74,7 @@ class QuietAgents:
         del summary.agents[sid]  # used: what it holds goes with it
         self.fields[sid] = fields
         self.rows[sid] = row
-        self._logs.remember(sid, Resume(st.st_size, checkpoint[0], True))
+        self._logs.remember_summarized(sid, st.st_size, checkpoint[0])
         return True
 
     def __contains__(self, sid: object) -> bool:
