@@ -311,15 +311,22 @@ class AgentTree:
         start summary's record fields (provider and model first): as :meth:`add`
         checks and indexes it (NameCollisionError as there, nothing added)."""
         validate_name(name)
-        if agent_id in self._nodes:
+        nodes = self._nodes
+        if agent_id in nodes:
             raise ValueError(f"agent {agent_id} is already in the tree")
-        siblings = self._siblings_of(parent_id)
+        # _siblings_of, inline: called for most agents of a start from the summary
+        if parent_id is None:
+            siblings = self._roots
+        elif parent_id in self._kids or nodes.is_source(parent_id):
+            siblings = self._kids.setdefault(parent_id, {})
+        else:
+            siblings = self.get(parent_id).children
         if name in siblings:
             raise NameCollisionError(
                 f"an agent named {name!r} already exists here; pick another name"
             )
         siblings[name] = agent_id
-        self._nodes.add_source(agent_id, (session_id, name, parent_id, instructions, record))
+        nodes.add_source(agent_id, (session_id, name, parent_id, instructions, record))
         self._by_session[session_id] = agent_id
 
     def _build(self, agent_id: str, source: tuple[Any, ...]) -> AgentNode:
@@ -513,10 +520,17 @@ class AgentTree:
         """Assert the tree's invariants (no dangling parents, indexes in sync), building
         no node (one not built is as :meth:`add_unbuilt` indexed it)."""
         nodes = self._nodes
+        sources = nodes.sources()
         for node in nodes.built_values():
-            assert self._siblings_of(node.parent_id).get(node.name) == node.agent_id
+            agent_id = node.agent_id
+            assert self._siblings_of(node.parent_id).get(node.name) == agent_id
             for name, child_id in node.children.items():
-                assert self._parent_and_name(child_id) == (node.agent_id, name)
+                source = sources.get(child_id)  # inline: most children are rows at a start
+                if source is None:
+                    child = nodes[child_id]
+                    assert child.parent_id == agent_id and child.name == name
+                else:
+                    assert source[2] == agent_id and source[1] == name
         for name, root_id in self._roots.items():
             assert self._parent_and_name(root_id) == (None, name)
         for parent_id, kids in self._kids.items():

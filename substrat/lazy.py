@@ -41,9 +41,9 @@ class LazyDict(dict[K, V]):
         super().__init__(built)
         self._sources: dict[K, Any] = {} if sources is None else sources
         self._build = build
-        for key in self._sources:
-            if dict.__contains__(self, key):
-                raise ValueError(f"{key!r} is both built and a source")
+        # the views compare in C, over the smaller side (the built part, at a start)
+        if dict.__len__(self) and not self._sources.keys().isdisjoint(dict.keys(self)):
+            raise ValueError("a key is both built and a source")
 
     # -- one value -------------------------------------------------------------
 
@@ -118,6 +118,10 @@ class LazyDict(dict[K, V]):
     def sources_copy(self) -> dict[K, Any]:
         """Key -> source, of every value not built yet."""
         return dict(self._sources)
+
+    def sources(self) -> dict[K, Any]:
+        """Key -> source, of every value not built yet: the map itself, to read only."""
+        return self._sources
 
     def source(self, key: K) -> Any:
         """What ``key``'s value will be built of (None: built, or no such key)."""
