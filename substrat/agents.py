@@ -461,6 +461,10 @@ class AgentTree:
             node = None if node.parent_id is None else self._nodes[node.parent_id]
         return "/".join(reversed(names))
 
+    def root_count(self) -> int:
+        """How many live agents have no parent (no node built)."""
+        return len(self._roots)
+
     def roots(self) -> list[AgentNode]:
         return [self._nodes[i] for _, i in sorted(self._roots.items())]
 

@@ -133,7 +133,10 @@ class Daemon:
 
     def status(self) -> dict[str, Any]:
         orch = getattr(self, "orch", None)
-        agents = orch.agents() if orch is not None else []
+        # counted, not listed: a listing builds every agent's view (and after a start
+        # from the summary every agent's node, see substrat.lazy); the heartbeat asks too
+        agents = len(orch.tree) if orch is not None else 0
+        roots = orch.tree.root_count() if orch is not None else 0
         # what the start found and still stands until a restart: each entry says what to do
         report = orch.recovery_report if orch is not None else None
         held = report.to_dict() if report is not None else {}
@@ -143,9 +146,9 @@ class Daemon:
             "root": str(self.root),
             "socket": str(socket_path(self.root)),
             "started_at": self.started_at,
-            "uptime_s": round(time.monotonic() - self._started_mono, 3),
-            "agents": len(agents),
-            "roots": sum(1 for a in agents if a.parent_id is None),
+            "uptime_s": self.uptime_s(),
+            "agents": agents,
+            "roots": roots,
             "busy_turns": orch.busy_turns if orch is not None else 0,
             "rpc_turns": self.server.active_turns,
             "connections": len(self.server.connections),
@@ -162,6 +165,9 @@ class Daemon:
             "checkpoints": _checkpoint_health(orch),
             "stopping": self._stop.is_set(),
         }
+
+    def uptime_s(self) -> float:
+        return round(time.monotonic() - self._started_mono, 3)
 
     def recovery_notice(self) -> dict[str, Any] | None:
         return self._notice

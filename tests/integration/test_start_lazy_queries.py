@@ -28,6 +28,7 @@ import pytest
 from oracle.kill import exit_without_close
 from substrat import compaction, fsck, start_summary
 from substrat.agents import USER
+from substrat.daemon import Daemon, DaemonConfig
 from substrat.lazy import LazyDict
 from substrat.orchestrator import Orchestrator
 from tests.integration.test_start_lazy import (
@@ -98,16 +99,23 @@ def _agents(orch: Orchestrator) -> Any:
 
 
 def _status_counts(orch: Orchestrator) -> Any:
-    agents = orch.agents()  # as the daemon's status counts them
-    return {
-        "agents": len(agents),
-        "roots": sum(1 for a in agents if a.parent_id is None),
-        "busy_turns": orch.busy_turns,
-        "tree": len(orch.tree),
-        "sessions": len(orch.sessions),
-        "turn_counts": len(orch.turn_counts),
-        "report_agents": orch.recovery_report.agents if orch.recovery_report else None,
-    }
+    """The daemon's status (what ping and the heartbeat ask: counted, nothing built)."""
+    daemon = Daemon(DaemonConfig(root=orch.root))
+    daemon.orch = orch
+    unbuilt = orch.tree.unbuilt()
+    status = daemon.status()
+    assert orch.tree.unbuilt() == unbuilt  # nothing built to count
+    counts = {key: status[key] for key in ("agents", "roots", "busy_turns", "checkpoints")}
+    counts.update(
+        tree=len(orch.tree),
+        sessions=len(orch.sessions),
+        turn_counts=len(orch.turn_counts),
+        report_agents=orch.recovery_report.agents if orch.recovery_report else None,
+    )
+    agents = orch.agents()  # the listing the counts stand for
+    assert status["agents"] == len(agents)
+    assert status["roots"] == sum(1 for a in agents if a.parent_id is None)
+    return counts
 
 
 def _tree(orch: Orchestrator) -> Any:
