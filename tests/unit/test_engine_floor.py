@@ -52,11 +52,15 @@ def test_initial_rules_rules_and_invariants_keep_their_arguments() -> None:
         def holds(self) -> None:
             pass
 
-    assert shape(engine_only(Three)) == shape(Three) == {
-        "start": (INITIAL_RULE, ("first",)),
-        "step": (RULE, ("flag", "value")),
-        "holds": (INVARIANT, ()),
-    }
+    assert (
+        shape(engine_only(Three))
+        == shape(Three)
+        == {
+            "start": (INITIAL_RULE, ("first",)),
+            "step": (RULE, ("flag", "value")),
+            "holds": (INVARIANT, ()),
+        }
+    )
 
 
 def test_the_bodies_are_empty_and_the_engine_still_runs_them() -> None:

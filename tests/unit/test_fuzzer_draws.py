@@ -95,7 +95,6 @@ def test_the_rules_draws_read_the_choices_their_strategies_read(count: int) -> N
     _same_choices(before, after)
 
 
-
 def test_a_quiet_draw_reads_the_same_choices_and_shows_nothing_when_notes_print() -> None:
     items = [f"agent-{i}" for i in range(5)]
     shown: list[object] = []
