@@ -23,6 +23,7 @@ import pytest
 from oracle.daemon_driver import Served, served_differences
 from oracle.losses import lost_between
 from oracle.powerloss import MIN_ACKS_PER_CYCLE, lazyfs_unavailable_reason, run_campaign
+from substrat import recovery
 from substrat.agents import USER
 
 REPO = Path(__file__).resolve().parents[2]
@@ -63,14 +64,27 @@ def _drop_completed_turns(planted: list[tuple[int, int]]) -> Callable[[Path], No
     """Plant a loss: cut every completed turn out of the busiest live agent's log (once).
 
     A terminated agent's turns are not served any more, so cutting them would
-    lose nothing the check could see: only logs without ``agent.terminated`` count.
+    lose nothing the check could see: only agents that recovery keeps alive
+    count. Not only those whose log says ``agent.terminated``: a cascade the cut
+    stopped short, or a committed ``@terminate``, ends an agent at recovery with
+    nothing in its own log (seen once under load: seven turns cut, no loss to
+    report). The read-only recovery plan says which agents stay.
     ``planted`` gets (the cycle, 1-based, the number of lines cut).
     """
     cycles: list[Path] = []
 
     def plant(state_dir: Path) -> None:
         cycles.append(state_dir)
-        texts = [(p, p.read_text()) for p in (state_dir / "agents").glob("*/events.jsonl")]
+        staying = {
+            a.session_id
+            for a in recovery.analyze(state_dir).agents
+            if a.status == "live" or a.status.startswith("record")
+        }
+        texts = [
+            (p, p.read_text())
+            for p in (state_dir / "agents").glob("*/events.jsonl")
+            if p.parent.name in staying
+        ]
         logs = sorted(
             (text.count('"event":"turn.complete"'), str(p))
             for p, text in texts
