@@ -125,7 +125,6 @@ class Client:
         Notifications that arrive meanwhile go to ``on_notification`` or are kept
         for :meth:`next_notification`.
         """
-        protocol.check_text(params)  # before anything is sent: the line could not be encoded
         request_id = next(self._ids)
         self._send(protocol.request(method, params, request_id))
         limit = self.timeout_s if timeout_s is None else timeout_s
@@ -182,9 +181,14 @@ class Client:
         return self._sock
 
     def _send(self, message: dict[str, Any]) -> None:
+        try:
+            line = protocol.encode(message)
+        except UnicodeEncodeError:  # text that is not UTF-8: say which, where; nothing sent
+            protocol.check_text(message.get("params"))
+            raise
         sock = self._require_socket()
         try:
-            sock.sendall(protocol.encode(message))
+            sock.sendall(line)
         except (BrokenPipeError, ConnectionResetError):
             self._take_last_words(sock)
             raise self._died(str(message.get("method"))) from None

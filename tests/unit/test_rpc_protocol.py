@@ -200,3 +200,17 @@ def test_exceptions_map_to_codes(exc: BaseException, code: int) -> None:
     assert got == code
     assert data["type"] == type(exc).__name__
     assert message
+
+
+def test_a_lone_surrogate_escape_is_refused_and_a_pair_is_not() -> None:
+    lone = b'{"jsonrpc":"2.0","id":1,"method":"m","params":{"prompt":"a\\uDCFF"}}'
+    [refused], _ = parse_line(lone)
+    assert isinstance(refused, dict)
+    assert refused["error"]["code"] == protocol.INVALID_PARAMS
+    assert (
+        "invalid UTF-8 in the prompt: byte 0xff at line 1, column 2"
+        in (refused["error"]["message"])
+    )
+    pair = b'{"jsonrpc":"2.0","id":2,"method":"m","params":{"prompt":"\\ud83d\\ude00"}}'
+    [request], _ = parse_line(pair)
+    assert isinstance(request, protocol.Request) and request.params == {"prompt": "\U0001f600"}
