@@ -17,11 +17,11 @@ from substrat.errors import (
     ProviderError,
 )
 from substrat.orchestrator import Orchestrator
-from substrat.providers.base import AgentContext, TurnRecord
+from substrat.providers.base import AgentContext
 from substrat.providers.fake import FakeProvider
-from substrat.providers.scripted import ScriptedProvider, ScriptedSession
+from substrat.providers.scripted import ScriptedProvider
 from substrat.session import SessionState, SessionStore
-from tests.support.orch_api import Gate, log_events, registry, run
+from tests.support.orch_api import Gate, log_events, registry, run, slow_suspend_provider
 
 # -- eviction and restarts -----------------------------------------------------------------
 
@@ -210,18 +210,8 @@ def test_a_turn_survives_its_log_being_closed_by_the_open_log_bound(root: Path) 
 def test_a_slow_suspend_survives_its_log_being_closed_meanwhile(root: Path) -> None:
     gate = Gate()
 
-    class SlowSuspend(ScriptedSession):
-        async def suspend(self) -> bytes:
-            gate.entered.set()
-            await gate.release.wait()
-            return await super().suspend()
-
-    class SlowSuspendProvider(ScriptedProvider):
-        async def create(self, model: str, system_prompt: str, context: AgentContext) -> Any:
-            return SlowSuspend(context, [], None)
-
     async def go() -> None:
-        orch = await Orchestrator.open(root, registry=registry(slow=SlowSuspendProvider()))
+        orch = await Orchestrator.open(root, registry=registry(slow=slow_suspend_provider(gate)))
         orch.logs._max_open = 2
         await orch.create_root("boss")
         await orch.run_turn("boss", "@spawn a\n@spawn b\n@spawn c")
@@ -272,23 +262,10 @@ def test_concurrent_creates_of_one_name_leave_exactly_one_agent(root: Path) -> N
 def test_a_turn_on_an_agent_being_evicted_waits_for_the_eviction(root: Path) -> None:
     gate = Gate()
 
-    class SlowSuspend(ScriptedSession):
-        async def suspend(self) -> bytes:
-            gate.entered.set()
-            await gate.release.wait()
-            return await super().suspend()
-
-    class SlowSuspendProvider(ScriptedProvider):
-        async def create(self, model: str, system_prompt: str, context: AgentContext) -> Any:
-            return SlowSuspend(context, [], None)
-
-        async def restore(self, blob: bytes, history: list[TurnRecord], **kw: Any) -> Any:
-            restored = await super().restore(blob, history, **kw)
-            assert isinstance(restored, ScriptedSession)
-            return SlowSuspend(kw["context"], restored.turns, None)
-
     async def go() -> None:
-        orch = await Orchestrator.open(root, slots=1, registry=registry(slow=SlowSuspendProvider()))
+        orch = await Orchestrator.open(
+            root, slots=1, registry=registry(slow=slow_suspend_provider(gate, restorable=True))
+        )
         await orch.create_root("first", provider="slow")
         await orch.run_turn("first", "one")
         second = asyncio.create_task(orch.create_root("second", provider="slow"))
@@ -308,18 +285,8 @@ def test_a_turn_on_an_agent_being_evicted_waits_for_the_eviction(root: Path) -> 
 def test_a_root_terminated_while_its_slot_is_made_does_not_keep_the_slot(root: Path) -> None:
     gate = Gate()
 
-    class SlowSuspend(ScriptedSession):
-        async def suspend(self) -> bytes:
-            gate.entered.set()
-            await gate.release.wait()
-            return await super().suspend()
-
-    class SlowSuspendProvider(ScriptedProvider):
-        async def create(self, model: str, system_prompt: str, context: AgentContext) -> Any:
-            return SlowSuspend(context, [], None)
-
     async def go() -> None:
-        reg = registry(slow=SlowSuspendProvider())
+        reg = registry(slow=slow_suspend_provider(gate))
         orch = await Orchestrator.open(root, slots=1, registry=reg)
         await orch.create_root("first", provider="slow")
         creating = asyncio.create_task(orch.create_root("second", provider="slow"))

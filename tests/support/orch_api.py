@@ -10,7 +10,7 @@ from substrat.eventlog import read_log
 from substrat.orchestrator import Orchestrator
 from substrat.providers.base import AgentContext, TurnRecord
 from substrat.providers.registry import ProviderRegistry
-from substrat.providers.scripted import ScriptedProvider, parse_directives
+from substrat.providers.scripted import ScriptedProvider, ScriptedSession, parse_directives
 from substrat.session import SessionState, SessionStore
 
 T = TypeVar("T")
@@ -54,3 +54,29 @@ class Gate:
         for index, (tool, args) in enumerate(parse_directives(prompt)):
             lines.append(await ctx.call_tool(tool, args, f"g{len(turns)}c{index}"))
         return "\n".join(lines)
+
+
+def slow_suspend_provider(gate: Gate, *, restorable: bool = False) -> ScriptedProvider:
+    """A scripted provider whose sessions' suspend says it started, then waits for ``gate``.
+
+    ``restorable``: a session restored from its blob suspends as slowly.
+    """
+
+    class SlowSuspend(ScriptedSession):
+        async def suspend(self) -> bytes:
+            gate.entered.set()
+            await gate.release.wait()
+            return await super().suspend()
+
+    class SlowSuspendProvider(ScriptedProvider):
+        async def create(self, model: str, system_prompt: str, context: AgentContext) -> Any:
+            return SlowSuspend(context, [], None)
+
+        async def restore(self, blob: bytes, history: list[TurnRecord], **kw: Any) -> Any:
+            restored = await super().restore(blob, history, **kw)
+            if not restorable:
+                return restored
+            assert isinstance(restored, ScriptedSession)
+            return SlowSuspend(kw["context"], restored.turns, None)
+
+    return SlowSuspendProvider()
