@@ -31,6 +31,7 @@ from substrat.errors import (
     DaemonNotRunningError,
     DaemonStartError,
     DaemonStoppedUncleanlyError,
+    DaemonUnreachableError,
     RequestTimeoutError,
     RpcError,
 )
@@ -81,6 +82,7 @@ class Client:
         try:
             self._sock = connect(self.socket_path, timeout_s)
         except (FileNotFoundError, ConnectionRefusedError) as exc:
+            check_socket(self.root)
             raise DaemonNotRunningError(
                 f"no daemon is running for root {self.root} ({exc.strerror}); start one with "
                 f"`substrat daemon start --root {self.root}`"
@@ -284,6 +286,22 @@ def _result_of(message: dict[str, Any]) -> Any:
     return message.get("result")
 
 
+def check_socket(root: Path) -> None:
+    """Raise DaemonUnreachableError at once when a live daemon serves on ``root`` but its
+    socket was removed by hand (its lock file too, maybe): it will never answer, and
+    waiting for it (as for a daemon still recovering) would only end at the time limit."""
+    info = lock.socket_gone(root)
+    pid = info.pid if info is not None else None
+    also = ""
+    if info is None and not lock.lock_path(root).exists():
+        pid, also = unreachable_daemon(root), f" (and its lock file {lock.LOCK_NAME})"
+    if pid is not None:
+        raise DaemonUnreachableError(
+            f"daemon pid {pid} is running but its socket {socket_path(root)} is gone{also}; "
+            f"`substrat daemon restart --root {root}`"
+        )
+
+
 def _wait_until(condition: Callable[[], bool], timeout_s: float) -> bool:
     deadline = time.monotonic() + timeout_s
     while True:
@@ -420,6 +438,7 @@ def start_daemon(
     answer = ping(root_path)
     if answer is not None:
         return int(answer["pid"]), False
+    check_socket(root_path)
     if lock.is_held(root_path):
         # A daemon is starting (recovery can take a while) or stopping: wait for it.
         answer = _wait_for_ping(root_path, timeout_s, None)
@@ -440,6 +459,10 @@ def _wait_for_ping(
             return answer
         if proc is not None and proc.poll() is not None:
             return None
+        if proc is None:  # another's daemon: it gave up the root, or will never answer
+            check_socket(root)
+            if not lock.is_held(root):
+                return None
         time.sleep(_POLL_S)
     return None
 

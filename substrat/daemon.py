@@ -232,6 +232,14 @@ class Daemon:
         path = socket_path(self.root)
         sock = bind_private(path)
         listener = await asyncio.start_unix_server(self.server.handle, sock=sock)
+        # serving now: a client that finds no socket from here on knows it was removed
+        lock.write(
+            pid=self.pid,
+            started_at=self.started_at,
+            state="running",
+            socket=str(path),
+            socket_ino=os.stat(path).st_ino,
+        )
         tasks = [asyncio.create_task(self._heartbeat_loop())]
         if self.config.wake:
             tasks.append(asyncio.create_task(self._wake_loop()))
@@ -251,11 +259,12 @@ class Daemon:
             with contextlib.suppress(Exception):
                 await listener.wait_closed()
             await self.orch.close()
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
         lock.write(
             pid=self.pid, started_at=self.started_at, state="stopped", stopped_at=utc_now_iso()
         )
+        # after "stopped": until then a missing socket would read as one removed by hand
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
         log.info("stopped cleanly: sessions suspended")
         return EXIT_OK
 

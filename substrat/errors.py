@@ -196,6 +196,11 @@ class DaemonNotRunningError(DaemonError):
     """No daemon answers on the root's socket; start one with `substrat daemon start`."""
 
 
+class DaemonUnreachableError(DaemonNotRunningError):
+    """A live daemon serves the root but its socket (or lock file) was removed by hand: it
+    will never answer there. `substrat daemon restart` makes them again."""
+
+
 class DaemonStoppedUncleanlyError(DaemonError):
     """The daemon exited while stopping without its clean shutdown; the next start recovers."""
 

@@ -139,10 +139,14 @@ def _say_unreachable(opts: Opts, only_pid: bool) -> None:
             f"[yellow]daemon pid {pid} holds the root but does not answer[/] on "
             f"{esc(opts.root)}" + (f": {esc(why)}" if why else "")
         )
+        if lock.socket_gone(opts.root) is not None:
+            why = "  it serves, but will never answer there; "
+        else:
+            why = "  it may still be starting (recovery runs before it answers); if its files "
+            why += "were removed, "
         opts.out.print(
-            "  it may still be starting (recovery runs before it answers); if its files were "
-            f"removed, `substrat daemon stop --root {esc(opts.root)}` stops it (SIGTERM) and the "
-            "next start makes them again"
+            f"{why}`substrat daemon restart --root {esc(opts.root)}` stops it (SIGTERM) and "
+            "starts one that makes them again"
         )
     sys.exit(EXIT_UNAVAILABLE)
 

@@ -4,7 +4,12 @@
 life; the kernel drops it when the process dies, however it dies. The file's
 content names the holder and doubles as the clean-shutdown marker::
 
-    {"pid": 4242, "started_at": "...", "state": "running", "socket": "..."}
+    {"pid": 4242, "started_at": "...", "state": "running", "socket": "...", "socket_ino": 77}
+
+``socket_ino`` is written once the daemon has bound its socket (after recovery): a
+client that finds no socket can then tell a daemon still recovering (no ``socket_ino``:
+wait for it) from one whose socket was removed by hand (``socket_ino`` set, and the
+socket gone or another file: it will never answer there).
 
 A daemon rewrites ``state`` to ``"stopped"`` as the last step of a clean
 shutdown. A new daemon that finds ``"running"`` in a file it could lock knows
@@ -27,6 +32,7 @@ from typing import Any
 
 from substrat import persistence
 from substrat.errors import RootLockedError
+from substrat.rpc.transport import socket_path
 
 LOCK_NAME = "daemon.lock"
 MAX_LOCK_BYTES = 4096
@@ -35,6 +41,7 @@ _LONGEST_RECORD = {  # the running daemon's record (the longest) with an empty s
     "started_at": "2026-01-01T00:00:00.000000+00:00",
     "state": "running",
     "socket": "",
+    "socket_ino": 2**64 - 1,
 }
 MAX_SOCKET_FIELD_CHARS = MAX_LOCK_BYTES - len(json.dumps(_LONGEST_RECORD, sort_keys=True)) - 1
 """Room left in a lock record for its socket path, as JSON escapes it (:func:`record_chars`);
@@ -62,6 +69,8 @@ class LockInfo:
     state: str
     socket: str | None = None
     stopped_at: str | None = None
+    socket_ino: int | None = None
+    """The inode of the socket the daemon serves on; None while it recovers (not bound yet)."""
     recovered_by: str | None = None
     """Set when the root was recovered offline (``substrat recover``, ``fsck --repair``)
     after its daemon died: the next daemon has nothing left to recover."""
@@ -75,13 +84,13 @@ class LockInfo:
             return cls(None, None, "unknown")
         if not isinstance(body, dict):
             return cls(None, None, "unknown")
-        pid = body.get("pid")
         return cls(
-            pid=pid if isinstance(pid, int) and not isinstance(pid, bool) else None,
+            pid=_opt_int(body.get("pid")),
             started_at=_opt_str(body.get("started_at")),
             state=str(body.get("state") or "unknown"),
             socket=_opt_str(body.get("socket")),
             stopped_at=_opt_str(body.get("stopped_at")),
+            socket_ino=_opt_int(body.get("socket_ino")),
             recovered_by=_opt_str(body.get("recovered_by")),
         )
 
@@ -93,6 +102,10 @@ class LockInfo:
 
 def _opt_str(value: Any) -> str | None:
     return value if isinstance(value, str) else None
+
+
+def _opt_int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def read_info(root: str | os.PathLike[str]) -> LockInfo | None:
@@ -120,6 +133,23 @@ def is_held(root: str | os.PathLike[str]) -> bool:
     finally:
         os.close(fd)  # closing drops our probe lock, if we got it
     return False
+
+
+def socket_gone(root: str | os.PathLike[str]) -> LockInfo | None:
+    """The lock record of a live daemon that serves (it bound its socket) but whose socket
+    is gone or is another file now (removed by hand): it will never answer there. None
+    when no daemon holds the root, when it is still recovering (not bound yet; wait for
+    it), or when its socket is there."""
+    info = read_info(root)
+    if info is None or info.state != "running" or info.socket_ino is None:
+        return None
+    try:
+        now: int | None = os.stat(socket_path(root)).st_ino
+    except FileNotFoundError:
+        now = None
+    if now == info.socket_ino or not is_held(root):
+        return None
+    return info
 
 
 class RootLock:

@@ -54,9 +54,9 @@ def long_path(base: Path, chars: int, last: str = "e") -> Path:
     """A path under ``base`` that takes ``chars`` characters in the lock record (a
     non-ASCII ``last`` counts as its JSON escape, 6), in components of at most 201."""
     path = str(base)
-    while chars - len(path) > 256:
-        path += "/" + "d" * 200
     width = len(json.dumps(last)) - 2
+    while chars - len(path) - 1 - width > 200:
+        path += "/" + "d" * 200
     left = chars - len(path) - 1 - width
     assert 0 <= left <= 200
     return Path(path + "/" + "e" * left + last)
