@@ -13,6 +13,8 @@ import itertools
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from itertools import repeat
+from operator import itemgetter
 from typing import Any
 
 from substrat.errors import AgentNotFoundError, AmbiguousAgentError, NameCollisionError
@@ -27,6 +29,11 @@ MAX_NAME_CHARS = 64
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 MESSAGE_KINDS = frozenset({"request", "reply", "notification", "broadcast", "result", "error"})
+_STRINGS = ("message_id", "sender", "recipient", "payload", "timestamp")
+_STR: set[type] = {str}
+_DICT: set[type] = {dict}
+_STR_OR_NONE: set[type] = {str, type(None)}
+_DICT_OR_NONE: set[type] = {dict, type(None)}
 
 
 MIN_ID_PREFIX_CHARS = 4
@@ -146,12 +153,31 @@ class MessageEnvelope:
             isinstance(get("message_id"), str)
             and isinstance(get("sender"), str)
             and isinstance(get("recipient"), str)
+            and isinstance(get("kind"), str)  # an unhashable one is no kind either
             and get("kind") in MESSAGE_KINDS
             and isinstance(get("payload"), str)
             and isinstance(get("timestamp"), str)
             and (reply_to is None or isinstance(reply_to, str))
             and isinstance(get("metadata") or {}, dict)
         )
+
+    @staticmethod
+    def all_valid(messages: list[Any]) -> bool:
+        """``all(map(MessageEnvelope.is_valid, messages))``, a field at a time over all of
+        them (a restart checks each of the user's thousands of unread messages): only what
+        this cannot vouch for at once (not a plain type) is asked of :meth:`is_valid`."""
+        try:
+            if (
+                set(map(type, messages)) <= _DICT
+                and all(set(map(type, map(itemgetter(k), messages))) <= _STR for k in _STRINGS)
+                and set(map(itemgetter("kind"), messages)) <= MESSAGE_KINDS
+                and set(map(type, map(dict.get, messages, repeat("reply_to")))) <= _STR_OR_NONE
+                and set(map(type, map(dict.get, messages, repeat("metadata")))) <= _DICT_OR_NONE
+            ):
+                return True
+        except (KeyError, TypeError):  # a field missing, or a kind that is no string
+            pass
+        return all(map(MessageEnvelope.is_valid, messages))
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> MessageEnvelope:

@@ -131,7 +131,8 @@ class Stored:
                 os.close(fd)
         except OSError as exc:
             raise ValueError(f"its store cannot be read back: {exc}") from None
-        entry = decode_line(line, len(line) - 1) if line.endswith(b"\n") else "torn_tail"
+        torn = not line.endswith(b"\n")
+        entry = "torn_tail" if torn else decode_line(line, len(line) - 1, one_string=True)
         if isinstance(entry, str):
             raise ValueError(f"its line in the store no longer reads ({entry})")
         again = Checkpoint.from_data(entry.get("data"))

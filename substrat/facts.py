@@ -18,6 +18,7 @@ damage, they never repeat.
 
 from __future__ import annotations
 
+import operator
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -457,7 +458,7 @@ class AgentFacts:
             )
         except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
             raise ValueError(f"not the facts of a log: {exc!r}") from None
-        if facts.enqueued and not all(MessageEnvelope.is_valid(m) for m in facts.enqueued.values()):
+        if facts.enqueued and not MessageEnvelope.all_valid(list(facts.enqueued.values())):
             raise ValueError("a pending message is not a message envelope")
         if facts.children:
             facts.committed = [{"spawns": list(facts.children.values())}]
@@ -476,7 +477,11 @@ def _map(value: Any, convert: Callable[[Any], _V]) -> dict[str, _V]:
 
 
 def _keyed(messages: Any) -> dict[str, dict[str, Any]]:
-    return {str(m["message_id"]): m for m in messages}
+    # the user's thousands of unread messages at a restart: no Python loop
+    return dict(zip(map(str, map(_MESSAGE_ID, messages)), messages, strict=True))
+
+
+_MESSAGE_ID = operator.itemgetter("message_id")
 
 
 def _kept_entry(value: Any) -> list[Any]:

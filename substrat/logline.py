@@ -37,11 +37,15 @@ def encode_entry(body: Mapping[str, Any]) -> bytes:
     return b'{"crc":"%08x",' % crc + payload[1:] + b"\n"
 
 
-def decode_line(line: bytes, end: int | None = None) -> Entry | str:
+def decode_line(line: bytes, end: int | None = None, *, one_string: bool = False) -> Entry | str:
     """Decode one line (without its newline): the entry, or the kind of damage.
 
     ``end``: the line is ``line[:end]`` (its newline left where it was read, not cut
-    off with a copy: a checkpoint of a large inbox is megabytes)."""
+    off with a copy: a checkpoint of a large inbox is megabytes). ``one_string``: the
+    line is a few members and one long string (a checkpoint's line in its store: its
+    facts are JSON text), which orjson decodes with no peak beyond the string, so a big
+    one is decoded by orjson too; its entry is the same but for a ``crc`` member the
+    line would repeat (none that substrat writes does)."""
     size = len(line) if end is None else end
     if line.startswith(CRC_PREFIX) and size > BODY_START and line[CRC_HEX_END:BODY_START] == b'",':
         try:
@@ -55,6 +59,11 @@ def decode_line(line: bytes, end: int | None = None) -> Entry | str:
             try:
                 if len(rest) + 1 < BIG_TEXT_BYTES:
                     entry = orjson.loads(b"{" + rest)
+                elif one_string:  # read in place, its crc member too: no copy of the line
+                    # (the user's inbox of 9,900 messages: 4.6 ms, not the 18 below)
+                    entry = orjson.loads(memoryview(line)[:size])
+                    if isinstance(entry, dict):
+                        del entry["crc"]
                 else:  # a big line (a checkpoint of a large inbox) without orjson's peak,
                     # its text decoded once from the line (each copy is megabytes of pages)
                     entry = loads("{" + str(rest, "utf-8"), big=0)
