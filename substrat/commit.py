@@ -29,6 +29,7 @@ from substrat.agents import (
 from substrat.errors import AgentError, DurabilityError, OutcomeUnknownError
 from substrat.eventlog import Clock
 from substrat.logs import LogPool
+from substrat.oserrors import advice
 from substrat.session import Session, SessionStore
 from substrat.tools import TurnEffects
 
@@ -64,22 +65,43 @@ class TurnResult:
 
 
 @contextmanager
-def after_commit(what: str) -> Iterator[None]:
-    """Steps after an operation's commit point: an I/O failure there cannot undo it.
+def after_commit(
+    what: str, remedy: str = "restart the daemon: recovery finishes what is missing"
+) -> Iterator[None]:
+    """Steps after an operation's commit point: no failure there can undo it.
 
     The operation happened (its commit record is durable), but memory no longer
     matches the disk, so the caller gets :class:`OutcomeUnknownError` (undecided
-    until a restart, whose recovery finishes the steps), never a plain failure.
+    until the steps are finished; ``details["committed"]`` says it happened),
+    never a plain failure. Any exception counts, not only a failed fsync: a
+    directory a read-only mount refuses, a log no descriptor is left to open.
     """
     try:
         yield
-    except OutcomeUnknownError:
+    except OutcomeUnknownError as exc:
+        exc.with_details(committed=True)
         raise
-    except DurabilityError as exc:
+    except Exception as exc:  # the error's answer adds what fixes it (oserrors.advice)
         raise OutcomeUnknownError(
-            f"{what}, but a later step failed ({exc}); restart the daemon: recovery "
-            "finishes what is missing"
-        ) from exc
+            f"{what}, but a later step failed ({exc}); {remedy}"
+        ).with_details(committed=True) from exc
+
+
+_NEEDS_RESTART_KEPT = 20
+
+
+@dataclass
+class Unapplied:
+    """A committed turn whose effects could not all be applied in this daemon yet."""
+
+    node: AgentNode
+    number: int
+    turn_id: str
+    effects: dict[str, Any]
+    error: str
+
+    def to_dict(self, path: str) -> dict[str, Any]:
+        return {"agent": path, "turn_id": self.turn_id, "error": self.error}
 
 
 class CommitMixin:
@@ -94,8 +116,16 @@ class CommitMixin:
     settled_turns: dict[str, int]
     clock: Clock
     new_id: Callable[[], str]
+    unapplied: dict[str, Unapplied]
+    needs_restart: list[dict[str, str]]
+    """Operations that committed but whose later steps failed, which only a restart's
+    recovery finishes (``daemon status`` lists the last few)."""
+    """Agent id -> its committed turn whose effects failed to apply (see
+    :meth:`apply_committed`); retried by :meth:`roll_forward`."""
 
     if TYPE_CHECKING:
+
+        def _settle(self, node: AgentNode, number: int) -> None: ...
 
         def emit(self, kind: str, payload: dict[str, Any]) -> None: ...
 
@@ -143,6 +173,75 @@ class CommitMixin:
         self.settled_turns[node.agent_id] = 0
         self.emit("agent.created", self._info(node).to_dict())
         return node
+
+    @contextmanager
+    def after_commit(self, what: str) -> Iterator[None]:
+        """:func:`after_commit`, remembering the failure in :attr:`needs_restart`."""
+        try:
+            with after_commit(what):
+                yield
+        except OutcomeUnknownError as exc:
+            cause = exc.__cause__ or exc
+            hint = advice(cause)
+            del self.needs_restart[: -_NEEDS_RESTART_KEPT + 1]
+            self.needs_restart.append(
+                {"what": what, "error": str(cause) + (f"; {hint}" if hint else "")}
+            )
+            raise
+
+    def apply_committed(
+        self, node: AgentNode, number: int, turn_id: str, effects: dict[str, Any]
+    ) -> None:
+        """Apply a committed turn's effects; a failure leaves them to :meth:`roll_forward`.
+
+        The turn happened, so the caller gets :class:`OutcomeUnknownError` with
+        ``committed``; until the effects are applied the agent takes no turn (its
+        log says more happened than memory shows) and ``daemon status`` lists it.
+        """
+        path = self.tree.path(node.agent_id)
+        try:
+            with after_commit(
+                f"turn {turn_id} of {path} committed",
+                "the daemon applies it again before the agent's next turn and lists it in "
+                "`substrat daemon status` until then (a restart's recovery applies it too)",
+            ):
+                self.apply_effects(node, effects)
+        except OutcomeUnknownError as exc:
+            cause = exc.__cause__ or exc
+            hint = advice(cause)
+            error = f"applying its effects failed ({cause})" + (f"; {hint}" if hint else "")
+            self.unapplied[node.agent_id] = Unapplied(node, number, turn_id, effects, error)
+            if node.state is AgentState.BUSY:  # the turn is over, its effects are not
+                node.state = AgentState.WAITING if node.waiting_on else AgentState.IDLE
+            exc.with_details(agent=path, turn_id=turn_id)
+            raise
+
+    def roll_forward(self) -> list[str]:
+        """Apply again each committed turn's effects that failed to apply, as recovery
+        would (every step checks before it writes); returns the agent ids still left."""
+        for agent_id, item in list(self.unapplied.items()):
+            if agent_id not in self.tree:  # terminated since: recovery skips it too
+                del self.unapplied[agent_id]
+                continue
+            try:
+                self.apply_effects(item.node, item.effects)
+            except Exception as exc:
+                hint = advice(exc)
+                item.error = f"applying its effects failed ({exc})" + (f"; {hint}" if hint else "")
+                continue
+            del self.unapplied[agent_id]
+            self._settle(item.node, item.number)
+        return list(self.unapplied)
+
+    def check_applied(self, node: AgentNode) -> None:
+        """Refuse a turn of an agent whose last committed turn is not applied yet."""
+        if node.agent_id in self.unapplied and node.agent_id in self.roll_forward():
+            item = self.unapplied[node.agent_id]
+            raise DurabilityError(
+                f"agent {self.tree.path(node.agent_id)}'s turn {item.turn_id} committed but "
+                f"is not applied yet: {item.error}; nothing of this turn was run, retry once "
+                "that is fixed (or restart the daemon: recovery applies it)"
+            ).with_details(agent=self.tree.path(node.agent_id), turn_id=item.turn_id)
 
     def _stage_commit(self, node: AgentNode, effects: TurnEffects, response: str) -> dict[str, Any]:
         """Add replies to consumed requests; returns the effects for ``turn.complete``."""

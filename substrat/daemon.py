@@ -163,6 +163,10 @@ class Daemon:
             "registry_problem": held.get("registry_problem"),
             "start_summary_unused": summary_unused(held),
             "checkpoints": _checkpoint_health(orch),
+            # the running daemon's memory is behind its log here (docs/daemon.md)
+            "unapplied": _unapplied(orch),
+            "needs_restart": list(orch.needs_restart) if orch is not None else [],
+            "last_io_error": self.server.last_io_error,
             "stopping": self._stop.is_set(),
         }
 
@@ -229,6 +233,7 @@ class Daemon:
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self.request_stop, signal.Signals(signum).name)
         unsubscribe = self.orch.subscribe(self._on_event)
+        self.server.agent_count = lambda: len(self.orch.tree)
         path = socket_path(self.root)
         sock = bind_private(path)
         listener = await asyncio.start_unix_server(self.server.handle, sock=sock)
@@ -339,7 +344,14 @@ class Daemon:
         """Run agents with pending messages, one turn at a time, until none are left."""
         backoff = 0.0
         while not self._stop.is_set():
-            await self._wake.wait()
+            if self.orch.unapplied:
+                # a committed turn's effects failed to apply: try again now and then, as a
+                # restart's recovery would, until the disk takes them
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), WAKE_BACKOFF_MAX_S)
+                self.orch.roll_forward()
+            else:
+                await self._wake.wait()
             self._wake.clear()
             while not self._stop.is_set():
                 failures = self._failures_seen
@@ -507,6 +519,14 @@ def _checkpoint_health(orch: Orchestrator | None) -> dict[str, Any] | None:
         "last_error": stats.errors[-1] if stats.errors else None,
         "store_out_of_use": broken,
     }
+
+
+def _unapplied(orch: Orchestrator | None) -> list[dict[str, Any]]:
+    """The committed turns whose effects the daemon has not applied yet (see
+    ``CommitMixin.apply_committed``): their agents take no turn until they are."""
+    if orch is None:
+        return []
+    return [item.to_dict(orch.tree.path(a)) for a, item in orch.unapplied.items() if a in orch.tree]
 
 
 if __name__ == "__main__":

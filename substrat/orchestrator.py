@@ -38,7 +38,7 @@ from substrat.agents import (
 )
 from substrat.checkpointer import DEFAULT_POLICY, Checkpointer, CheckpointPolicy
 from substrat.checkpoints import Settled
-from substrat.commit import CommitMixin, TurnResult, after_commit
+from substrat.commit import CommitMixin, TurnResult, Unapplied
 from substrat.conversation import conversation_from_log
 from substrat.errors import (
     AgentBusyError,
@@ -104,6 +104,8 @@ class Orchestrator(QueryMixin, CommitMixin, WakeMixin):
         """Agent id -> the turn up to which all its turns' effects are applied (a turn
         whose effects failed to apply holds it back until a restart rolls them forward)."""
         self.last_complete_seq: dict[str, int] = {}
+        self.unapplied: dict[str, Unapplied] = {}
+        self.needs_restart: list[dict[str, str]] = []
         self.hold: RootHold | None = None
         """The hold this orchestrator took on its root (None: its opener holds it)."""
         self.checkpointer = Checkpointer(
@@ -303,16 +305,17 @@ class Orchestrator(QueryMixin, CommitMixin, WakeMixin):
         self.tree.add(node)
         self.turn_counts[node.agent_id] = 0
         self.settled_turns[node.agent_id] = 0
-        with after_commit(f"agent {name} was created"):
+        with self.after_commit(f"agent {name} was created"):
             # after the commit point: a registered root is one whose creation is durable
             self.roots.register(root_entry(node))
             await self.mux.admit(node, live)
-            if node.state is AgentState.TERMINATED:
-                # terminated while a slot was made for it: a dead agent must not hold a slot
-                self.mux.discard(node)
-                stop_later(live)
-                raise AgentError(f"agent {name} was terminated while it was being created")
-            self.store.transition(session, SessionState.ACTIVE)
+            if node.state is not AgentState.TERMINATED:
+                self.store.transition(session, SessionState.ACTIVE)
+        if node.state is AgentState.TERMINATED:
+            # terminated while a slot was made for it: a dead agent must not hold a slot
+            self.mux.discard(node)
+            stop_later(live)
+            raise AgentError(f"agent {name} was terminated while it was being created")
         self.emit("agent.created", self._info(node).to_dict())
         self.checkpointer.poke()
         return self._info(node)
@@ -431,6 +434,7 @@ class Orchestrator(QueryMixin, CommitMixin, WakeMixin):
             raise AgentBusyError(f"agent {path} is running a turn; retry when idle").with_details(
                 agent=path
             )
+        self.check_applied(node)
         self.scheduler.claim(node.session_id)
         previous_state = node.state
         node.state = AgentState.BUSY
@@ -496,8 +500,7 @@ class Orchestrator(QueryMixin, CommitMixin, WakeMixin):
         self.last_complete_seq[node.agent_id] = outcome.complete_seq
         node.lost_turn = None
         committed = effects.to_dict()
-        with after_commit(f"turn {effects.turn_id} of {node.name} committed"):
-            self.apply_effects(node, committed)
+        self.apply_committed(node, number, effects.turn_id, committed)
         self._settle(node, number)
         result = TurnResult(
             agent_id=node.agent_id,
@@ -545,7 +548,7 @@ class Orchestrator(QueryMixin, CommitMixin, WakeMixin):
         self.logs.get(top.session_id).log(
             events.AGENT_TERMINATED, {"agent_id": top.agent_id, "cascade": descendants}
         )
-        with after_commit(f"agent {top.name} was terminated"):
+        with self.after_commit(f"agent {top.name} was terminated"):
             for node in order:
                 if node is not top:
                     self.logs.get(node.session_id).log(

@@ -284,6 +284,22 @@ def status(opts: Opts, only_pid: bool, timeout_s: float) -> None:
     failing = answer.get("checkpoints")
     if failing:  # nothing is lost by it, but starts read more of the logs until it is fixed
         out.print(f"  [yellow]{esc(checkpoint_trouble(failing))}[/]")
+    for item in answer.get("unapplied") or []:  # memory behind the log: retried, and said
+        out.print(
+            f"  [yellow]{esc(item['agent'])}: turn {esc(item['turn_id'])} committed but not "
+            f"applied yet ({esc(item['error'])}); the daemon retries it, a restart applies it[/]"
+        )
+    for item in answer.get("needs_restart") or []:
+        out.print(
+            f"  [yellow]{esc(item['what'])}, but a later step failed ({esc(item['error'])}); "
+            "restart the daemon: recovery finishes it[/]"
+        )
+    io_error = answer.get("last_io_error")
+    if io_error:
+        out.print(
+            f"  last I/O failure: {esc(io_error['method'])} at {esc(io_error['time'])}: "
+            f"{esc(io_error['message'])}"
+        )
     notice = answer.get("last_recovery")
     if notice:
         with client_mod.Client(opts.root, timeout_s=opts.timeout_s).connect() as conn:

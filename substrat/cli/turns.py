@@ -26,6 +26,7 @@ import click
 from substrat.cli.common import esc, for_terminal, group_json, group_root
 from substrat.errors import RpcError
 from substrat.prompts import MAX_PROMPT_CHARS, check_prompt
+from substrat.rpc.protocol import OUTCOME_UNKNOWN
 from substrat.words import plural
 
 if TYPE_CHECKING:
@@ -192,6 +193,19 @@ class TurnView:
         if not (self.text_shown or self.turn_id):
             return
         what = "the text above is not" if self.text_shown else "none of it is"
+        if isinstance(exc, RpcError) and exc.code == OUTCOME_UNKNOWN:
+            data = exc.data if isinstance(exc.data, dict) else {}
+            if data.get("committed"):  # it happened; a step after its commit point failed
+                self.err.print(
+                    f"[yellow]✓ committed, not fully applied:[/] {esc(self.agent)}'s turn is "
+                    "part of its conversation (do not send it again); see the error below"
+                )
+            else:
+                self.err.print(
+                    f"[yellow]? undecided:[/] whether this turn is part of {esc(self.agent)}'s "
+                    "conversation is unknown until a restart settles it (`substrat log` then tells)"
+                )
+            return
         if isinstance(exc, RpcError):  # the daemon answered: the turn failed, for sure
             self.err.print(
                 f"[bold red]✗ not committed:[/] {what} part of {esc(self.agent)}'s conversation"

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from substrat import errors
+from substrat import errors, oserrors
 
 JSONRPC_VERSION = "2.0"
 
@@ -102,8 +102,17 @@ class RequestError(Exception):
         self.data = data
 
 
-def error_for_exception(exc: BaseException) -> tuple[int, str, dict[str, Any]]:
-    """The (code, message, data) that reports ``exc`` to a client."""
+def error_for_exception(
+    exc: BaseException, *, agents: int | None = None
+) -> tuple[int, str, dict[str, Any]]:
+    """The (code, message, data) that reports ``exc`` to a client.
+
+    An I/O failure gets one line of what fixes it (``oserrors.advice``; ``agents``
+    sizes the descriptor budget). A plain OSError (a directory a read-only mount
+    refuses, a log no descriptor is left to open) reaches here only from before
+    an operation's commit point (after it, ``commit.after_commit`` makes it
+    undecided), so the operation did not happen: ``-32011``, not a bug's ``-32603``.
+    """
     if isinstance(exc, RequestError):
         return exc.code, exc.message, dict(exc.data or {})
     data: dict[str, Any] = {"type": type(exc).__name__}
@@ -112,8 +121,20 @@ def error_for_exception(exc: BaseException) -> tuple[int, str, dict[str, Any]]:
     message = str(exc) or type(exc).__name__
     for kind, code in _EXCEPTION_CODES:
         if isinstance(exc, kind):
+            if code in (DURABILITY_FAILED, OUTCOME_UNKNOWN):
+                message = _with_advice(message, exc, agents)
             return code, message, data
+    if isinstance(exc, OSError) and exc.errno is not None:
+        message = f"{message}; nothing of it was done"
+        return DURABILITY_FAILED, _with_advice(message, exc, agents), data
     return INTERNAL_ERROR, f"internal error: {message}", data
+
+
+def _with_advice(message: str, exc: BaseException, agents: int | None) -> str:
+    hint = oserrors.advice(exc, agents=agents)
+    if hint is None or hint in message:
+        return message
+    return f"{message}. {hint[0].upper()}{hint[1:]}"
 
 
 @dataclass(frozen=True)

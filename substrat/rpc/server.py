@@ -27,6 +27,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from substrat.eventlog import utc_now_iso
 from substrat.rpc import protocol
 from substrat.rpc.protocol import Request, RequestError
 from substrat.rpc.transport import peer_credentials
@@ -236,6 +237,10 @@ class RpcServer:
         self.active_turns = 0
         self.stopping = False
         self.refused_connections = 0
+        self.agent_count: Callable[[], int] | None = None
+        """How many agents the daemon serves (for the descriptor budget in advice)."""
+        self.last_io_error: dict[str, Any] | None = None
+        """The last request an I/O failure answered (``daemon status`` shows it)."""
         self._ids = itertools.count(1)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._handlers: set[asyncio.Task[Any]] = set()
@@ -404,9 +409,20 @@ class RpcServer:
             )
             raise
         except Exception as exc:
-            code, message, data = protocol.error_for_exception(exc)
+            agents = self.agent_count() if self.agent_count is not None else None
+            code, message, data = protocol.error_for_exception(exc, agents=agents)
             if code == protocol.INTERNAL_ERROR:
                 log.exception("method %s failed", req.method)
+            elif code in (protocol.DURABILITY_FAILED, protocol.OUTCOME_UNKNOWN):
+                # the host's trouble (a full disk, a read-only remount, a limit): one line
+                # an operator can grep, and the last one in `daemon status`
+                log.error("%s failed (%d): %s", req.method, code, message)
+                self.last_io_error = {
+                    "method": req.method,
+                    "code": code,
+                    "message": message,
+                    "time": utc_now_iso(),
+                }
             return (
                 None
                 if req.is_notification

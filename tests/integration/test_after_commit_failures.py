@@ -1,0 +1,66 @@
+"""Steps after a commit point that fail (an injected OSError at the seam: a read-only
+remount or a full disk cannot be made in a test): the operation is reported committed
+and undecided (``OutcomeUnknownError`` with ``committed``), never as a plain failure,
+and the orchestrator lists what only a restart finishes (``needs_restart``)."""
+
+from __future__ import annotations
+
+import errno
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from substrat.errors import OutcomeUnknownError
+from substrat.orchestrator import Orchestrator
+from substrat.rpc import protocol
+from tests.support.orch_api import registry, run
+
+
+def _erofs(*_: Any, **__: Any) -> None:
+    raise OSError(errno.EROFS, "Read-only file system", "roots/events.jsonl")
+
+
+def test_a_root_created_but_not_registered_is_committed_and_needs_a_restart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def go() -> None:
+        orch = await Orchestrator.open(tmp_path / "root", registry=registry())
+        monkeypatch.setattr(orch.roots, "register", _erofs)
+        with pytest.raises(OutcomeUnknownError) as failed:
+            await orch.create_root("lead")
+        assert failed.value.details["committed"] is True
+        code, message, _ = protocol.error_for_exception(failed.value)
+        assert code == protocol.OUTCOME_UNKNOWN
+        assert "remount it read-write" in message
+        assert [n["what"] for n in orch.needs_restart] == ["agent lead was created"]
+        assert "read-only" in orch.needs_restart[0]["error"]
+        monkeypatch.undo()
+        await orch.close()
+        # the log has it: the next open serves it
+        again = await Orchestrator.open(tmp_path / "root", registry=registry())
+        assert [a.name for a in again.agents()] == ["lead"]
+        await again.close()
+
+    run(go())
+
+
+def test_a_cascade_cut_after_its_commit_is_committed_and_needs_a_restart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def go() -> None:
+        orch = await Orchestrator.open(tmp_path / "root", registry=registry())
+        await orch.create_root("lead")
+        await orch.run_turn("lead", "@spawn kid help")
+        monkeypatch.setattr(orch.store, "transition", _erofs)
+        with pytest.raises(OutcomeUnknownError) as failed:
+            await orch.terminate("lead", cascade=True)
+        assert failed.value.details["committed"] is True
+        assert [n["what"] for n in orch.needs_restart] == ["agent lead was terminated"]
+        monkeypatch.undo()
+        await orch.close()
+        again = await Orchestrator.open(tmp_path / "root", registry=registry())
+        assert again.agents() == []  # recovery finished the cascade
+        await again.close()
+
+    run(go())

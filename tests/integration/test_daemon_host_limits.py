@@ -1,0 +1,153 @@
+"""A real daemon meeting the host's limits while it serves (docs/daemon.md, "Host limits").
+
+The descriptor limit is the one a test can impose on a running daemon for real
+(``prlimit`` on its pid, no mount needed): its next ``open`` fails with EMFILE,
+the files it has open keep working. That is the case of a committed turn whose
+child cannot be created: the commit record is written to a log already open,
+the child's session directory and log need new descriptors.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from substrat.client import Client, DaemonProcess
+from substrat.errors import RpcError
+from substrat.rpc import protocol
+from tests.support.cli import cli_root, run
+
+
+@pytest.fixture
+def daemon(tmp_path: Path) -> Iterator[DaemonProcess]:
+    # --no-wake: the test drives every turn (the roll-forward retried by the agent's next
+    # turn, not by the wake loop's timer)
+    process = DaemonProcess(tmp_path / "root", daemon_args=["--no-wake"])
+    process.start(timeout_s=30)
+    yield process
+    process.kill()
+
+
+def _starve(pid: int, spare: int = 0) -> tuple[int, int]:
+    """Set ``pid``'s descriptor limit so that its open after the next ``spare`` ones
+    fails (a CLI's connection takes one); returns the old limit."""
+    old = resource.prlimit(pid, resource.RLIMIT_NOFILE)
+    used = {int(name) for name in os.listdir(f"/proc/{pid}/fd")}
+    free = (n for n in range(len(used) + spare + 1) if n not in used)
+    limit = [next(free) for _ in range(spare + 1)][-1]
+    resource.prlimit(pid, resource.RLIMIT_NOFILE, (limit, old[1]))
+    return old
+
+
+def _turns(client: Client, agent: str) -> list[dict[str, Any]]:
+    turns: list[dict[str, Any]] = client.call("agent.history", {"agent": agent})["turns"]
+    return turns
+
+
+def test_a_committed_turn_whose_child_cannot_be_created_is_reported_committed(
+    daemon: DaemonProcess, tmp_path: Path
+) -> None:
+    """Finding o18c-1: the turn commits, creating its child fails (EMFILE); the answer is
+    -32015 with ``committed``, never -32603, and the daemon rolls the child forward once
+    descriptors are back, without a restart and without a second spawn."""
+    root = tmp_path / "root"
+    with Client(root, timeout_s=30) as client:
+        client.call("agent.create", {"name": "lead"})
+        old = _starve(daemon.pid)
+        try:
+            with pytest.raises(RpcError) as failed:
+                client.call("agent.send", {"agent": "lead", "prompt": "@spawn kid do it"})
+            assert failed.value.code == protocol.OUTCOME_UNKNOWN, failed.value.message
+            assert failed.value.data["committed"] is True
+            assert failed.value.data["turn_id"] == "t1"
+            assert "committed" in failed.value.message
+            assert "ulimit -n" in failed.value.message  # what fixes it, with the budget
+            status = client.call("daemon.status")
+            assert [(u["agent"], u["turn_id"]) for u in status["unapplied"]] == [("lead", "t1")]
+            assert status["last_io_error"]["code"] == protocol.OUTCOME_UNKNOWN
+            # memory is behind the log: the agent takes no turn until it catches up
+            with pytest.raises(RpcError) as refused:
+                client.call("agent.send", {"agent": "lead", "prompt": "next"})
+            assert refused.value.code == protocol.DURABILITY_FAILED
+            assert "not applied yet" in refused.value.message
+        finally:
+            resource.prlimit(daemon.pid, resource.RLIMIT_NOFILE, old)
+        # the turn is in the log, once: a user told "committed" does not send it again
+        assert [t["turn_id"] for t in _turns(client, "lead")] == ["t1"]
+        result = client.call("agent.send", {"agent": "lead", "prompt": "next"})
+        assert result["turn_id"] == "t2"  # the refused turn took no number
+        tree = client.call("agent.tree")
+        assert [c["agent"]["path"] for c in tree[0]["children"]] == ["lead/kid"]
+        status = client.call("daemon.status")
+        assert status["unapplied"] == []
+        client.call("daemon.shutdown")
+    assert daemon.proc is not None and daemon.proc.wait(timeout=30) == 0
+    lines = (root / "daemon.log").read_text().splitlines()
+    assert any("agent.send failed (-32015)" in line for line in lines)
+    assert not any("internal error" in line for line in lines)
+    # a restart finds nothing left to roll forward: the child was made once, by the retry
+    daemon.start(timeout_s=30)
+    with Client(root, timeout_s=30) as client:
+        assert client.call("daemon.status")["last_recovery"] is None
+        tree = client.call("agent.tree")
+        assert [c["agent"]["path"] for c in tree[0]["children"]] == ["lead/kid"]
+
+
+def test_an_agent_create_out_of_descriptors_is_refused_with_what_fixes_it(
+    daemon: DaemonProcess, tmp_path: Path
+) -> None:
+    """Finding o18c-5: EMFILE before a commit point is -32011 (it did not happen), with the
+    descriptor budget to raise ``ulimit -n`` to; one line in daemon.log, the last one in
+    ``daemon status``; the same create works once descriptors are back."""
+    root = tmp_path / "root"
+    with Client(root, timeout_s=30) as client:
+        client.call("agent.create", {"name": "one"})
+        old = _starve(daemon.pid)
+        try:
+            with pytest.raises(RpcError) as failed:
+                client.call("agent.create", {"name": "two"})
+        finally:
+            resource.prlimit(daemon.pid, resource.RLIMIT_NOFILE, old)
+        assert failed.value.code == protocol.DURABILITY_FAILED, failed.value.message
+        assert "raise `ulimit -n`" in failed.value.message
+        assert "1 agent: about 34" in failed.value.message
+        assert [a["name"] for a in client.call("agent.list")] == ["one"]
+        status = client.call("daemon.status")
+        assert status["last_io_error"]["method"] == "agent.create"
+        assert "Too many open files" in status["last_io_error"]["message"]
+        assert client.call("agent.create", {"name": "two"})["name"] == "two"
+    lines = (root / "daemon.log").read_text().splitlines()
+    refused = [line for line in lines if "agent.create failed (-32011)" in line]
+    assert len(refused) == 1 and "ulimit -n" in refused[0]
+    assert not any("Traceback" in line for line in lines)
+
+
+@pytest.fixture
+def cli_home(tmp_path: Path) -> Iterator[Path]:
+    yield from cli_root(tmp_path)
+
+
+def test_the_cli_says_committed_not_not_committed_when_a_later_step_fails(
+    cli_home: Path,
+) -> None:
+    """Findings o18c-1 and -7: no "✗ not committed" before an undecided error; a turn that
+    committed says so, and that it must not be sent again."""
+    assert run(cli_home, "agent", "create", "lead").returncode == 0
+    pid = int(run(cli_home, "daemon", "status", "--pid").stdout)
+    old = _starve(pid, spare=1)
+    try:
+        sent = run(cli_home, "agent", "send", "lead", "@spawn kid do it")
+    finally:
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, old)
+    assert sent.returncode != 0
+    assert "not committed" not in sent.stderr, sent.stderr
+    assert "✓ committed, not fully applied" in sent.stderr
+    assert "do not send it again" in sent.stderr
+    status = run(cli_home, "daemon", "status")
+    assert "lead: turn t1 committed but not applied yet" in status.stdout, status.stdout
+    assert "last I/O failure: agent.send" in status.stdout
