@@ -15,6 +15,8 @@ import os
 from dataclasses import dataclass, replace
 from typing import Any
 
+from substrat.oserrors import advice, is_host_limit, os_error_of
+
 _PERMISSION = (errno.EACCES, errno.EPERM)
 _FILE_ENDINGS = (".json", ".jsonl", ".gz", ".start", ".base", ".pending")
 """An agent's files (the advice names their directory); anything else is a directory."""
@@ -49,9 +51,15 @@ def unreadable(
 ) -> Unreadable:
     """The report of an agent whose ``path`` failed with ``exc``; ``then`` is the next step
     (for example "restart the daemon")."""
+    # a DurabilityError (an atomic write that failed) carries no errno: its cause does
+    exc = os_error_of(exc) or exc
     where = os.fspath(exc.filename) if exc.filename else os.fspath(path)
     directory = os.path.dirname(where) if where.endswith(_FILE_ENDINGS) else where
-    if exc.errno in _PERMISSION:
+    if is_host_limit(exc):
+        # nothing of the agent is damaged: the host refused a write (space, quota, a
+        # limit, a read-only mount), and fixing the host brings the agent back whole
+        todo = f"{advice(exc, agents=None)}, then {then}"
+    elif exc.errno in _PERMISSION:
         uid = os.geteuid()
         todo = (
             f"give uid {uid} (the daemon's user) read and write access to {directory} and "
@@ -63,8 +71,6 @@ def unreadable(
             f"the disk failed to read or write {where}: check the device (dmesg, SMART), "
             f"copy {directory} somewhere safe, then {then}"
         )
-    elif exc.errno == errno.EROFS:
-        todo = f"{where} is on a read-only file system: remount it read-write, then {then}"
     else:
         todo = f"fix {where} ({describe(exc)}), then {then}"
     return Unreadable(session_id, where, describe(exc), todo + "; nothing of it was changed")

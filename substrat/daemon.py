@@ -46,6 +46,7 @@ from substrat import __version__, start_summary
 from substrat.checkpointer import CheckpointPolicy
 from substrat.errors import AgentBusyError, RootError, RootLockedError, SubstratError
 from substrat.eventlog import utc_now_iso
+from substrat.oserrors import advice
 from substrat.root_hold import RootHold
 from substrat.rootdir import check_user_log, prepare_root, user_log_failure
 from substrat.rpc.lock import RootLock
@@ -128,6 +129,8 @@ class Daemon:
         self._wake = asyncio.Event()
         self._stop_reason = ""
         self._failures_seen = 0
+        self.served = False
+        """Whether it got as far as serving (a failure after that is not a start's)."""
 
     # -- what the RPC methods see ----------------------------------------------
 
@@ -250,6 +253,7 @@ class Daemon:
             tasks.append(asyncio.create_task(self._wake_loop()))
             self._wake.set()  # messages redelivered by recovery may be waiting
         log.info("ready: listening on %s", path)
+        self.served = True
         try:
             await self._stop.wait()
         finally:
@@ -475,20 +479,33 @@ def main(argv: list[str] | None = None) -> int:
         config = parse_args(argv)
     except SystemExit as exc:
         return int(exc.code) if isinstance(exc.code, int) else EXIT_USAGE
+    daemon: Daemon | None = None
     try:
         config.root = prepare_root(config.root)
         check_user_log(config.root)
-        return asyncio.run(Daemon(config).run())
+        daemon = Daemon(config)
+        return asyncio.run(daemon.run())
     except RootLockedError as exc:
         log.error("%s", exc)
         return EXIT_LOCKED
     except RootError as exc:
         log.error("cannot start: %s", exc)
         return EXIT_USAGE
-    except SubstratError as exc:
-        log.error("cannot start: %s", exc)
-        return EXIT_FAILED
-    except OSError as exc:
+    except (SubstratError, OSError) as exc:
+        if daemon is not None and daemon.served:
+            # it served, then its stop failed (a full disk refusing a session's blob):
+            # not a start's failure, and nothing acknowledged is lost
+            hint = advice(exc)
+            log.error(
+                "stopped without a clean shutdown: %s%s; the next start recovers the root, "
+                "nothing acknowledged is lost",
+                exc,
+                f" ({hint})" if hint else "",
+            )
+            return EXIT_FAILED
+        if isinstance(exc, SubstratError):
+            log.error("cannot start: %s", exc)
+            return EXIT_FAILED
         why = user_log_failure(config.root, exc)  # EIO on the inbox: no check foresees it
         if why is None:
             log.exception("daemon failed")

@@ -14,10 +14,12 @@ from substrat.words import plural
 
 FDS_PER_AGENT = 2
 """Descriptors the daemon keeps open per live agent: its event log and that log's
-pending copy (docs/daemon.md, "File descriptors")."""
-FDS_BASE = 32
-"""Descriptors a daemon holds whatever its agents: the socket, daemon.log, the
-lock, the root registry, the user's log, a few connections."""
+pending copy (docs/daemon.md, "Host limits"; measured: 11 with one client and no
+agent, 73 with 30 agents)."""
+FDS_BASE = 16 + 64
+"""Descriptors a daemon holds whatever its agents: about 16 of its own (the socket,
+daemon.log, the lock, the root registry, the user's log) plus one per client
+connection, up to the default 64 (``--max-connections``)."""
 
 
 def os_error_of(exc: BaseException | None) -> OSError | None:
@@ -59,8 +61,9 @@ def advice(exc: BaseException | None, *, agents: int | None = None) -> str | Non
         if agents is not None:
             need = f" ({plural(agents, 'agent')}: about {fd_budget(agents)})"
         return (
-            f"{which} open-file limit is reached: raise `ulimit -n` and restart the daemon; "
-            f"it keeps about {FDS_PER_AGENT} files open per live agent{need}"
+            f"{which} open-file limit is reached: raise `ulimit -n` where the daemon starts; "
+            f"it keeps about {FDS_PER_AGENT} files open per live agent and 1 per "
+            f"connection{need}"
         )
     if code == errno.EIO:
         return "the disk failed a read or write: check the device (dmesg, SMART)"

@@ -31,7 +31,9 @@ from substrat.terminated import Graveyard, TerminatedAgent, read_instructions
 from substrat.words import when
 
 if TYPE_CHECKING:
+    from substrat.access import Unreadable
     from substrat.multiplexer import Multiplexer
+    from substrat.recovery_report import RecoveryReport
 
 LIST_HINT = "`substrat agent list --all` shows every agent"
 
@@ -73,6 +75,7 @@ class QueryMixin:
 
     tree: AgentTree
     inboxes: InboxRegistry
+    recovery_report: RecoveryReport | None
     logs: LogPool
     graveyard: Graveyard
     mux: Multiplexer
@@ -112,11 +115,28 @@ class QueryMixin:
         return self.graveyard.get(matches[0]) if matches else None
 
     def _not_found(self, ref: str) -> AgentNotFoundError:
+        held = self._held_back(ref)
+        if held is not None:  # not gone: its files could not be used at the start
+            return AgentNotFoundError(
+                f"agent {ref} is held back since the daemon started ({held.error}): "
+                f"{held.what_to_do}"
+            ).with_details(held=held.to_dict())
         known = self.tree.paths() + [self._terminated_path(a) for a in self.graveyard.all()]
         suggestion = did_you_mean(ref, known)  # "; did you mean X?", or ""
         joint = " " if suggestion else "; "
         short = too_short_note(ref)
         return AgentNotFoundError(f"no agent {ref}{short}{suggestion}{joint}{LIST_HINT}")
+
+    def _held_back(self, ref: str) -> Unreadable | None:
+        """The agent the start held back (see substrat.access) that ``ref`` names: by its
+        name (a root's, which the registry knows) or its session id (or a prefix)."""
+        report = self.recovery_report
+        if report is None or not ref:
+            return None
+        for item in report.unreadable:
+            if ref.strip("/") == item.name or (len(ref) >= 4 and item.session_id.startswith(ref)):
+                return item
+        return None
 
     def _terminated_path(self, agent: TerminatedAgent | None) -> str:
         assert agent is not None

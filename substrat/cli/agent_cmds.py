@@ -174,6 +174,14 @@ def list_agents(opts: Opts, show_all: bool, quiet: bool) -> None:
         opts.out.print("no agents yet: [bold]substrat agent create NAME[/]")
     else:
         opts.out.print(render.agents_table(agents, opts.out.width))
+    if show_all and not (quiet or opts.json):
+        # agents the start could not use are not gone: say so where every agent is listed
+        for item in opts.call("daemon.status").get("unreadable") or []:
+            who = item.get("name") or render.short(item["session_id"])
+            opts.out.print(
+                f"[yellow]held back: {esc(who)} (session {render.short(item['session_id'])}): "
+                f"{esc(item['error'])}; {esc(item['what_to_do'])}[/]"
+            )
 
 
 @agent_group.command("tree")

@@ -115,7 +115,7 @@ def test_an_agent_create_out_of_descriptors_is_refused_with_what_fixes_it(
             resource.prlimit(daemon.pid, resource.RLIMIT_NOFILE, old)
         assert failed.value.code == protocol.DURABILITY_FAILED, failed.value.message
         assert "raise `ulimit -n`" in failed.value.message
-        assert "1 agent: about 34" in failed.value.message
+        assert "1 agent: about 82" in failed.value.message
         assert [a["name"] for a in client.call("agent.list")] == ["one"]
         status = client.call("daemon.status")
         assert status["last_io_error"]["method"] == "agent.create"
@@ -151,3 +151,23 @@ def test_the_cli_says_committed_not_not_committed_when_a_later_step_fails(
     status = run(cli_home, "daemon", "status")
     assert "lead: turn t1 committed but not applied yet" in status.stdout, status.stdout
     assert "last I/O failure: agent.send" in status.stdout
+
+
+def test_a_stop_the_host_refuses_is_not_logged_as_a_failed_start(
+    daemon: DaemonProcess, tmp_path: Path
+) -> None:
+    """Finding o18c-7: a stop whose session save fails (no descriptor left, as a full disk
+    refuses it) says so in daemon.log, not "cannot start"."""
+    root = tmp_path / "root"
+    with Client(root, timeout_s=30) as client:
+        client.call("agent.create", {"name": "a"})
+        client.call("agent.send", {"agent": "a", "prompt": "hi"})
+        old = resource.prlimit(daemon.pid, resource.RLIMIT_NOFILE)
+        # no open at all can succeed (the connections the stop closes free some)
+        resource.prlimit(daemon.pid, resource.RLIMIT_NOFILE, (3, old[1]))
+        client.call("daemon.shutdown")
+    assert daemon.proc is not None and daemon.proc.wait(timeout=30) == 1
+    lines = (root / "daemon.log").read_text().splitlines()
+    assert not any("cannot start" in line for line in lines), lines
+    (stopped,) = [line for line in lines if "stopped without a clean shutdown" in line]
+    assert "nothing acknowledged is lost" in stopped and "ulimit -n" in stopped
