@@ -46,7 +46,7 @@ from substrat import __version__, start_summary
 from substrat.checkpointer import CheckpointPolicy
 from substrat.errors import AgentBusyError, RootError, RootLockedError, SubstratError
 from substrat.eventlog import utc_now_iso
-from substrat.oserrors import advice
+from substrat.oserrors import advice, is_host_limit
 from substrat.root_hold import RootHold
 from substrat.rootdir import check_user_log, prepare_root, user_log_failure
 from substrat.rpc.lock import RootLock
@@ -233,6 +233,7 @@ class Daemon:
 
     async def _serve(self, lock: RootLock) -> int:
         loop = asyncio.get_running_loop()
+        loop.set_exception_handler(_loop_error)
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self.request_stop, signal.Signals(signum).name)
         unsubscribe = self.orch.subscribe(self._on_event)
@@ -536,6 +537,27 @@ def _checkpoint_health(orch: Orchestrator | None) -> dict[str, Any] | None:
         "last_error": stats.errors[-1] if stats.errors else None,
         "store_out_of_use": broken,
     }
+
+
+LOOP_ERROR_EVERY_S = 10.0
+"""The same host-limit error of the event loop is logged once in this long (asyncio's
+accept retries every second, several accepts at a time)."""
+_LAST_LOOP_ERROR: dict[str, float] = {}
+
+
+def _loop_error(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """asyncio's own failures: a host limit (no descriptor left to accept a connection
+    with) is one line saying what fixes it, not a traceback a second."""
+    exc = context.get("exception")
+    if is_host_limit(exc):
+        line = f"{context.get('message', 'event loop')}: {exc} ({advice(exc)})"
+        now = time.monotonic()
+        if _LAST_LOOP_ERROR.get(line, -LOOP_ERROR_EVERY_S) + LOOP_ERROR_EVERY_S <= now:
+            _LAST_LOOP_ERROR.clear()  # one line kept: the errors come from a few places
+            _LAST_LOOP_ERROR[line] = now
+            log.error("%s", line)
+        return
+    loop.default_exception_handler(context)
 
 
 def _unapplied(orch: Orchestrator | None) -> list[dict[str, Any]]:

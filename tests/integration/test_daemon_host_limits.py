@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import os
 import resource
+import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -171,3 +173,31 @@ def test_a_stop_the_host_refuses_is_not_logged_as_a_failed_start(
     assert not any("cannot start" in line for line in lines), lines
     (stopped,) = [line for line in lines if "stopped without a clean shutdown" in line]
     assert "nothing acknowledged is lost" in stopped and "ulimit -n" in stopped
+
+
+def test_a_connection_refused_for_lack_of_descriptors_is_one_line_not_tracebacks(
+    daemon: DaemonProcess, tmp_path: Path
+) -> None:
+    root = tmp_path / "root"
+    old = resource.prlimit(daemon.pid, resource.RLIMIT_NOFILE)
+    resource.prlimit(daemon.pid, resource.RLIMIT_NOFILE, (3, old[1]))
+    try:
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.connect(str(root / "daemon.sock"))  # queued; its accept fails (EMFILE)
+            _wait_for_line(root / "daemon.log", "out of system resource")
+    finally:
+        resource.prlimit(daemon.pid, resource.RLIMIT_NOFILE, old)
+    with Client(root, timeout_s=30) as client:
+        assert client.call("ping")["pong"] is True  # accepts again, nothing to restart
+    lines = (root / "daemon.log").read_text().splitlines()
+    refused = [line for line in lines if "out of system resource" in line]
+    assert len(refused) == 1 and "raise `ulimit -n`" in refused[0], refused
+    assert not any("Traceback" in line for line in lines)
+
+
+def _wait_for_line(path: Path, text: str) -> None:
+    for _ in range(300):
+        if text in path.read_text():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"no {text!r} in {path}")
