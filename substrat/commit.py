@@ -117,11 +117,11 @@ class CommitMixin:
     clock: Clock
     new_id: Callable[[], str]
     unapplied: dict[str, Unapplied]
+    """Agent id -> its committed turn whose effects failed to apply (see
+    :meth:`apply_committed`); retried by :meth:`roll_forward`."""
     needs_restart: list[dict[str, str]]
     """Operations that committed but whose later steps failed, which only a restart's
     recovery finishes (``daemon status`` lists the last few)."""
-    """Agent id -> its committed turn whose effects failed to apply (see
-    :meth:`apply_committed`); retried by :meth:`roll_forward`."""
 
     if TYPE_CHECKING:
 
@@ -183,10 +183,11 @@ class CommitMixin:
         except OutcomeUnknownError as exc:
             cause = exc.__cause__ or exc
             hint = advice(cause)
+            entry = {"what": what, "error": str(cause) + (f"; {hint}" if hint else "")}
+            # a roll-forward retried every few seconds fails the same way each time
+            self.needs_restart[:] = [e for e in self.needs_restart if e["what"] != what]
             del self.needs_restart[: -_NEEDS_RESTART_KEPT + 1]
-            self.needs_restart.append(
-                {"what": what, "error": str(cause) + (f"; {hint}" if hint else "")}
-            )
+            self.needs_restart.append(entry)
             raise
 
     def apply_committed(
