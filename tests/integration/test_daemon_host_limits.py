@@ -14,6 +14,7 @@ import resource
 import socket
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -35,15 +36,21 @@ def daemon(tmp_path: Path) -> Iterator[DaemonProcess]:
     process.kill()
 
 
-def _starve(pid: int, spare: int = 0) -> tuple[int, int]:
-    """Set ``pid``'s descriptor limit so that its open after the next ``spare`` ones
-    fails (a CLI's connection takes one); returns the old limit."""
+@contextmanager
+def starved(pid: int, spare: int = 0, *, limit: int | None = None) -> Iterator[None]:
+    """Within: ``pid``'s open after the next ``spare`` ones fails with EMFILE (a CLI's
+    connection takes one); the files it has open keep working. Its limit is put back
+    on the way out. ``limit``: that limit instead (3: no open at all succeeds)."""
     old = resource.prlimit(pid, resource.RLIMIT_NOFILE)
-    used = {int(name) for name in os.listdir(f"/proc/{pid}/fd")}
-    free = (n for n in range(len(used) + spare + 1) if n not in used)
-    limit = [next(free) for _ in range(spare + 1)][-1]
+    if limit is None:
+        used = {int(name) for name in os.listdir(f"/proc/{pid}/fd")}
+        free = (n for n in range(len(used) + spare + 1) if n not in used)
+        limit = [next(free) for _ in range(spare + 1)][-1]
     resource.prlimit(pid, resource.RLIMIT_NOFILE, (limit, old[1]))
-    return old
+    try:
+        yield
+    finally:
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, old)
 
 
 def _turns(client: Client, agent: str) -> list[dict[str, Any]]:
@@ -60,13 +67,13 @@ def test_a_committed_turn_whose_child_cannot_be_created_is_reported_committed(
     root = tmp_path / "root"
     with Client(root, timeout_s=30) as client:
         client.call("agent.create", {"name": "lead"})
-        old = _starve(daemon.pid)
-        try:
+        with starved(daemon.pid):
             with pytest.raises(RpcError) as failed:
                 client.call("agent.send", {"agent": "lead", "prompt": "@spawn kid do it"})
             assert failed.value.code == protocol.OUTCOME_UNKNOWN, failed.value.message
-            assert failed.value.data["committed"] is True
-            assert failed.value.data["turn_id"] == "t1"
+            data = failed.value.data
+            assert isinstance(data, dict) and data["committed"] is True
+            assert data["turn_id"] == "t1"
             assert "committed" in failed.value.message
             assert "ulimit -n" in failed.value.message  # what fixes it, with the budget
             status = client.call("daemon.status")
@@ -77,8 +84,6 @@ def test_a_committed_turn_whose_child_cannot_be_created_is_reported_committed(
                 client.call("agent.send", {"agent": "lead", "prompt": "next"})
             assert refused.value.code == protocol.DURABILITY_FAILED
             assert "not applied yet" in refused.value.message
-        finally:
-            resource.prlimit(daemon.pid, resource.RLIMIT_NOFILE, old)
         # the turn is in the log, once: a user told "committed" does not send it again
         assert [t["turn_id"] for t in _turns(client, "lead")] == ["t1"]
         result = client.call("agent.send", {"agent": "lead", "prompt": "next"})
@@ -109,12 +114,8 @@ def test_an_agent_create_out_of_descriptors_is_refused_with_what_fixes_it(
     root = tmp_path / "root"
     with Client(root, timeout_s=30) as client:
         client.call("agent.create", {"name": "one"})
-        old = _starve(daemon.pid)
-        try:
-            with pytest.raises(RpcError) as failed:
-                client.call("agent.create", {"name": "two"})
-        finally:
-            resource.prlimit(daemon.pid, resource.RLIMIT_NOFILE, old)
+        with starved(daemon.pid), pytest.raises(RpcError) as failed:
+            client.call("agent.create", {"name": "two"})
         assert failed.value.code == protocol.DURABILITY_FAILED, failed.value.message
         assert "raise `ulimit -n`" in failed.value.message
         assert "1 agent: about 82" in failed.value.message
@@ -141,11 +142,8 @@ def test_the_cli_says_committed_not_not_committed_when_a_later_step_fails(
     committed says so, and that it must not be sent again."""
     assert run(cli_home, "agent", "create", "lead").returncode == 0
     pid = int(run(cli_home, "daemon", "status", "--pid").stdout)
-    old = _starve(pid, spare=1)
-    try:
+    with starved(pid, spare=1):
         sent = run(cli_home, "agent", "send", "lead", "@spawn kid do it")
-    finally:
-        resource.prlimit(pid, resource.RLIMIT_NOFILE, old)
     assert sent.returncode != 0
     assert "not committed" not in sent.stderr, sent.stderr
     assert "✓ committed, not fully applied" in sent.stderr
@@ -179,14 +177,9 @@ def test_a_connection_refused_for_lack_of_descriptors_is_one_line_not_tracebacks
     daemon: DaemonProcess, tmp_path: Path
 ) -> None:
     root = tmp_path / "root"
-    old = resource.prlimit(daemon.pid, resource.RLIMIT_NOFILE)
-    resource.prlimit(daemon.pid, resource.RLIMIT_NOFILE, (3, old[1]))
-    try:
-        with socket.socket(socket.AF_UNIX) as sock:
-            sock.connect(str(root / "daemon.sock"))  # queued; its accept fails (EMFILE)
-            _wait_for_line(root / "daemon.log", "out of system resource")
-    finally:
-        resource.prlimit(daemon.pid, resource.RLIMIT_NOFILE, old)
+    with starved(daemon.pid, limit=3), socket.socket(socket.AF_UNIX) as sock:
+        sock.connect(str(root / "daemon.sock"))  # queued; its accept fails (EMFILE)
+        _wait_for_line(root / "daemon.log", "out of system resource")
     with Client(root, timeout_s=30) as client:
         assert client.call("ping")["pong"] is True  # accepts again, nothing to restart
     lines = (root / "daemon.log").read_text().splitlines()

@@ -13,11 +13,10 @@ import asyncio
 import errno
 import os
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from substrat import access, checkpoints, start_summary
+from substrat import access
 from substrat.checkpoints import CHECKPOINTS_DIR
 from substrat.errors import AgentNotFoundError, DurabilityError
 from substrat.orchestrator import Orchestrator
@@ -42,16 +41,7 @@ def test_an_agent_held_back_by_a_descriptor_limit_is_named_not_unknown(
     root = tmp_path / "root"
     sessions = asyncio.run(roots.three_roots(root))
     assert (root / CHECKPOINTS_DIR).is_dir()
-    os.unlink(start_summary.summary_path(root))  # so the start opens beta's log
-    broken = str(root / "agents" / sessions["beta"] / "events.jsonl")
-    real_os_open = os.open
-
-    def failing_os_open(path: Any, *args: Any, **kwargs: Any) -> int:
-        if str(path) == broken:
-            raise OSError(errno.EMFILE, os.strerror(errno.EMFILE), str(path))
-        return real_os_open(path, *args, **kwargs)
-
-    monkeypatch.setattr(checkpoints.os, "open", failing_os_open)
+    roots.fail_checkpoint_open(monkeypatch, root, sessions["beta"], errno.EMFILE)
 
     async def reopen() -> None:
         orch = await Orchestrator.open(root)

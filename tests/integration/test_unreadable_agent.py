@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from substrat import checkpoints, logread, start_summary
+from substrat import logread, start_summary
 from substrat.checkpoints import CHECKPOINTS_DIR
 from substrat.client import Client, stop_daemon
 from substrat.orchestrator import Orchestrator
@@ -192,17 +192,8 @@ def test_eio_on_one_log_holds_that_agent_back(
         monkeypatch.setattr(logread, "open", failing_open, raising=False)
     else:  # a log its checkpoint covers to the end: a start reads only the line it names
         assert (root / CHECKPOINTS_DIR).is_dir()
-        # without the start summary, which would take beta from it after a stat of its
-        # log, not an open (docs/orchestrator.md: the error is met at the log's next open)
-        os.unlink(start_summary.summary_path(root))
-        real_os_open = os.open
-
-        def failing_os_open(path: Any, *args: Any, **kwargs: Any) -> int:
-            if str(path) == broken:
-                raise OSError(errno.EIO, os.strerror(errno.EIO), str(path))
-            return real_os_open(path, *args, **kwargs)
-
-        monkeypatch.setattr(checkpoints.os, "open", failing_os_open)
+        # (docs/orchestrator.md: the error is met at the log's next open)
+        roots.fail_checkpoint_open(monkeypatch, root, sessions["beta"], errno.EIO)
 
     async def reopen() -> None:
         orch = await Orchestrator.open(root)

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import pytest
+
+from substrat import checkpoints, start_summary
 from substrat.orchestrator import Orchestrator
 
 CLI = [sys.executable, "-c", "import sys; from substrat.cli import main; sys.exit(main())"]
@@ -39,3 +44,21 @@ def cli(
     return subprocess.run(
         [*CLI, *args, *flags], capture_output=True, text=True, timeout=120, preexec_fn=preexec
     )
+
+
+def fail_checkpoint_open(
+    monkeypatch: pytest.MonkeyPatch, root: Path, session_id: str, code: int
+) -> None:
+    """Make the start's open of ``session_id``'s log fail with ``code``: the seam a start
+    reads a log its checkpoint covers through (``os.open`` in substrat.checkpoints),
+    without the start summary, which would take the agent from it after a stat."""
+    os.unlink(start_summary.summary_path(root))
+    broken = str(root / "agents" / session_id / "events.jsonl")
+    real_os_open = os.open
+
+    def failing_os_open(path: Any, *args: Any, **kwargs: Any) -> int:
+        if str(path) == broken:
+            raise OSError(code, os.strerror(code), str(path))
+        return real_os_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(checkpoints.os, "open", failing_os_open)
