@@ -53,28 +53,28 @@ CATALOG: tuple[Mutant, ...] = (
         "atomic_write_no_dir_fsync",
         "atomic_write never fsyncs the directory after the rename",
         "persistence.py",
-        "    os.replace(tmp, target)\n    fsync_dir(target.parent)\n",
+        "    os.replace(tmp, target)\n    fsync_dir(_parent(target))\n",
         "    os.replace(tmp, target)\n",
     ),
     Mutant(
         "create_no_dir_fsync",
         "durable_create never fsyncs the directory that holds the new entry",
         "persistence.py",
-        "_FILE_MODE))\n    fsync_dir(Path(path).parent)\n",
+        "_FILE_MODE))\n    fsync_dir(_parent(path))\n",
         "_FILE_MODE))\n",
     ),
     Mutant(
         "mkdir_no_dir_fsync",
         "durable_mkdir creates directories without fsyncing their parents",
         "persistence.py",
-        "                raise\n        fsync_dir(level.parent)\n    return bool(missing)\n",
+        "                raise\n        fsync_dir(os.path.dirname(level))\n    return bool(missing)\n",
         "                raise\n    return bool(missing)\n",
     ),
     Mutant(
         "unlink_no_dir_fsync",
         "durable_unlink removes the file without fsyncing its directory",
         "persistence.py",
-        "        return False\n    fsync_dir(Path(path).parent)\n    return True\n",
+        "        return False\n    fsync_dir(_parent(path))\n    return True\n",
         "        return False\n    return True\n",
     ),
     Mutant(
@@ -91,14 +91,14 @@ CATALOG: tuple[Mutant, ...] = (
         "ancestor, so a directory below one left by a failed call is acknowledged but lost",
         "persistence.py",
         "    _make_ancestors_durable(probe, base)\n",
-        "    if not missing:\n        fsync_dir(probe.parent)  # planted: the target alone\n",
+        "    if not missing:\n        fsync_dir(os.path.dirname(probe))  # planted: the target alone\n",
     ),
     Mutant(
         "unlink_missing_not_fsynced",
         "durable_unlink of a file that is already gone returns without fsyncing the "
         "directory, so a retry after a failed fsync acknowledges a removal that is not durable",
         "persistence.py",
-        "        if os.path.isdir(Path(path).parent):\n            fsync_dir(Path(path).parent)\n"
+        "        if os.path.isdir(_parent(path)):\n            fsync_dir(_parent(path))\n"
         "        return False\n",
         "        return False\n",
     ),
@@ -106,14 +106,15 @@ CATALOG: tuple[Mutant, ...] = (
         "rename_no_dst_dir_fsync",
         "durable_rename never fsyncs the destination directory",
         "persistence.py",
-        "    os.replace(src, dst)\n    fsync_dir(Path(dst).parent)\n",
+        "    os.replace(src, dst)\n    fsync_dir(_parent(dst))\n",
         "    os.replace(src, dst)\n",
     ),
     Mutant(
         "rename_no_src_dir_fsync",
         "durable_rename across directories never fsyncs the source directory",
         "persistence.py",
-        "    if Path(src).parent != Path(dst).parent:\n        fsync_dir(Path(src).parent)\n",
+        "    if Path(_parent(src)) != Path(_parent(dst)):  # the same directory however spelt\n"
+        "        fsync_dir(_parent(src))\n",
         "",
     ),
     Mutant(
@@ -230,8 +231,10 @@ CATALOG: tuple[Mutant, ...] = (
         "SessionStore.save skips durable_mkdir when the session directory is visible, so a "
         "save retried after a failed one writes into a directory that is not durable",
         "session/store.py",
-        "        if not os.path.exists(record):\n",
-        "        if not os.path.isdir(self.session_dir(session.session_id)):\n",
+        "        if session_id not in self._written and not os.path.exists(record):\n",
+        "        if session_id not in self._written and not os.path.isdir(\n"
+        "            self.session_dir(session_id)\n"
+        "        ):\n",
     ),
     Mutant(
         "active_left_active",
@@ -272,7 +275,7 @@ CATALOG: tuple[Mutant, ...] = (
         "create_root_acks_before_logging",
         "create_root returns (acknowledges) before agent.created is logged",
         "orchestrator.py",
-        "        self._log_creation(node, parent_session_id=None)\n",
+        "        self._log_creation(node, parent_session_id=None, fresh=fresh)\n",
         '        __import__("asyncio").get_running_loop().call_soon(\n'
         "            self._log_creation, node, None\n"
         "        )  # planted: logged after the caller has its answer\n",

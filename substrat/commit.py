@@ -133,8 +133,11 @@ class CommitMixin:
 
         def terminate_now(self, agent_id: str) -> list[str]: ...
 
-    def _log_creation(self, node: AgentNode, parent_session_id: str | None) -> None:
-        log = self.logs.get(node.session_id)
+    def _log_creation(
+        self, node: AgentNode, parent_session_id: str | None, *, fresh: bool = False
+    ) -> None:
+        # fresh: the session's directory was created just now and holds its record alone
+        log = self.logs.get(node.session_id, fresh=fresh)
         log.log(
             events.SESSION_CREATED,
             {"provider": node.provider, "model": node.model, "system_prompt": node.instructions},
@@ -163,11 +166,12 @@ class CommitMixin:
             model=spawn["model"],
         )
         session = self.sessions.get(node.session_id)
+        fresh = False
         if session is None:
             session = Session(node.session_id, node.provider, node.model, agent_id=node.agent_id)
-            self.store.save(session)
+            fresh = self.store.save(session)
             self.sessions[node.session_id] = session
-        self._log_creation(node, parent_session_id=parent.session_id)
+        self._log_creation(node, parent_session_id=parent.session_id, fresh=fresh)
         self.tree.add(node)
         self.turn_counts[node.agent_id] = 0
         self.settled_turns[node.agent_id] = 0

@@ -24,12 +24,14 @@ from substrat.eventlog import (
     PAST_THE_SUMMARY,
     Clock,
     EventLog,
+    Listed,
     Resume,
     is_suspect,
     utc_now_iso,
 )
 from substrat.lazy import LazyDict
 from substrat.session import SessionStore, validate_session_id
+from substrat.session.store import RECORD_NAME
 
 _log = logging.getLogger(__name__)
 
@@ -78,7 +80,13 @@ class LogPool:
                 "have it open): open the root again with Orchestrator.open"
             )
 
-    def get(self, endpoint: str) -> EventLog:
+    def get(self, endpoint: str, *, fresh: bool = False) -> EventLog:
+        """The endpoint's open log, opened (and repaired) if it is not open.
+
+        ``fresh``: the caller created the session's directory just now and it holds the
+        session record alone, so the log is created without listing the directory or
+        scanning a file known to be empty (the same durable create, fewer reads).
+        """
         if self.closed:  # every write of a closed orchestrator would race the next opener's
             self.check_open()
         log = self._open.get(endpoint)
@@ -97,12 +105,16 @@ class LogPool:
         else:
             context = {"session_id": endpoint}
         hook = self.on_append
+        listed = None
+        if fresh and stale is None and resume is None and endpoint != USER:
+            listed, resume = _FRESH_LISTING, Resume(0, 0)
         log = EventLog(
             self.path(endpoint),
             context,
             clock=self._clock,
             resume=resume,
             on_append=None if hook is None else lambda n: hook(endpoint, n),
+            listed=listed,
         )
         if log.report.pending_discarded == PAST_THE_SUMMARY:
             _log.warning(
@@ -200,6 +212,11 @@ class AgentLog:
 
     def log(self, event: str, data: Mapping[str, Any] | None = None) -> int:
         return self._logs.get(self._node.session_id).log(event, data)
+
+
+_FRESH_LISTING: Listed = ([], 1, frozenset({RECORD_NAME}))
+"""What a listing of a session directory created just now shows: its record alone (no
+sealed segment, no start record, no pending entry, no log yet)."""
 
 
 def _summarized_end(endpoint: str, source: tuple[int, int]) -> Resume:

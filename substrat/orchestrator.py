@@ -299,9 +299,9 @@ class Orchestrator(QueryMixin, CommitMixin, WakeMixin):
             stop_later(live)
             raise NameCollisionError(f"a root agent named {name!r} exists; pick another name")
         session = Session(node.session_id, provider, model, agent_id=node.agent_id)
-        self.store.save(session)
+        fresh = self.store.save(session)
         self.sessions[node.session_id] = session
-        self._log_creation(node, parent_session_id=None)
+        self._log_creation(node, parent_session_id=None, fresh=fresh)
         self.tree.add(node)
         self.turn_counts[node.agent_id] = 0
         self.settled_turns[node.agent_id] = 0

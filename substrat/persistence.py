@@ -103,8 +103,9 @@ def atomic_write(path: str | os.PathLike[str], data: bytes) -> None:
 
 
 def _atomic_write(path: str | os.PathLike[str], data: bytes) -> None:
-    target = Path(path)
-    tmp = target.with_name(target.name + TMP_SUFFIX)
+    # strings, not Paths: every record and checkpoint write comes through here
+    target = _file_text(path)
+    tmp = target + TMP_SUFFIX
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, _FILE_MODE)
     try:
         write_all(fd, data)
@@ -112,7 +113,24 @@ def _atomic_write(path: str | os.PathLike[str], data: bytes) -> None:
     finally:
         os.close(fd)
     os.replace(tmp, target)
-    fsync_dir(target.parent)
+    fsync_dir(_parent(target))
+
+
+def _file_text(path: str | os.PathLike[str]) -> str:
+    """``path`` as text, with the trailing separators a Path would drop."""
+    text = os.fspath(path)
+    stripped = text.rstrip(os.sep)
+    return stripped if stripped else text[:1]
+
+
+def _parent(path: str | os.PathLike[str]) -> str:
+    """``Path(path).parent`` as text, built without a Path (see :func:`_file_text`)."""
+    return os.path.dirname(_file_text(path)) or "."
+
+
+def _within(path: str, base: str) -> bool:
+    """Whether normalised absolute ``path`` is ``base`` or below it (``is_relative_to``)."""
+    return path == base or path.startswith(base if base.endswith(os.sep) else base + os.sep)
 
 
 def durable_mkdir(
@@ -135,17 +153,20 @@ def durable_mkdir(
     fsynced again, so a store that made its root durable once pays one fsync per
     level below the root.
     """
-    target = Path(os.path.abspath(path))
-    base = None if durable_base is None else Path(os.path.abspath(durable_base))
-    assert base is None or target.is_relative_to(base), f"{base} is not above {target}"
-    missing: list[Path] = []
+    # normalised absolute text (what Path(os.path.abspath(...)) holds), no Paths built:
+    # every new session directory comes through here
+    target = os.path.abspath(path)
+    base = None if durable_base is None else os.path.abspath(durable_base)
+    assert base is None or _within(target, base), f"{base} is not above {target}"
+    missing: list[str] = []
     probe = target
     while not os.path.isdir(probe):
         missing.append(probe)
-        if probe.parent == probe:
+        parent = os.path.dirname(probe)
+        if parent == probe:
             break
-        probe = probe.parent
-    assert base is None or probe.is_relative_to(base), f"durable_base {base} does not exist"
+        probe = parent
+    assert base is None or _within(probe, base), f"durable_base {base} does not exist"
     _make_ancestors_durable(probe, base)
     for level in reversed(missing):
         try:
@@ -153,11 +174,11 @@ def durable_mkdir(
         except FileExistsError:
             if not os.path.isdir(level):
                 raise
-        fsync_dir(level.parent)
+        fsync_dir(os.path.dirname(level))
     return bool(missing)
 
 
-def _make_ancestors_durable(existing: Path, base: Path | None) -> None:
+def _make_ancestors_durable(existing: str, base: str | None) -> None:
     """Make the entry of the visible directory ``existing`` and of each ancestor durable.
 
     fsyncs each parent from the file system's root (or from ``base``) down to
@@ -169,11 +190,11 @@ def _make_ancestors_durable(existing: Path, base: Path | None) -> None:
     0711, say) is skipped: we cannot fsync it, and it holds no entry a call of
     ours made, since creating one there fails at that very fsync.
     """
-    chain: list[Path] = []
+    chain: list[str] = []
     level = existing
     while level != base and not _is_fs_root(level):
-        chain.append(level.parent)
-        level = level.parent
+        level = os.path.dirname(level)
+        chain.append(level)
     for parent in reversed(chain):
         try:
             fsync_dir(parent)
@@ -181,17 +202,18 @@ def _make_ancestors_durable(existing: Path, base: Path | None) -> None:
             continue
 
 
-def _is_fs_root(level: Path) -> bool:
+def _is_fs_root(level: str) -> bool:
     """True if ``level`` is the root of its file system, so its entry is no one's to sync.
 
     That is ``/``, a mount point (its parent is on another device), or a level
     whose parent cannot be looked up: then nothing above it is visible to us
     (a file system simulator mounted there, or a search permission we lack).
     """
-    if level.parent == level:
+    parent = os.path.dirname(level)
+    if parent == level:
         return True
     try:
-        return os.stat(level.parent).st_dev != os.stat(level).st_dev
+        return os.stat(parent).st_dev != os.stat(level).st_dev
     except OSError:
         return True
 
@@ -203,7 +225,7 @@ def durable_create(path: str | os.PathLike[str]) -> None:
     its entry (with the inode it names) is what the directory fsync commits.
     """
     os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, _FILE_MODE))
-    fsync_dir(Path(path).parent)
+    fsync_dir(_parent(path))
 
 
 def durable_unlink(path: str | os.PathLike[str], *, missing_ok: bool = True) -> bool:
@@ -215,19 +237,19 @@ def durable_unlink(path: str | os.PathLike[str], *, missing_ok: bool = True) -> 
             raise
         # Gone already, maybe by an earlier attempt whose fsync failed: make the
         # removal durable before saying so.
-        if os.path.isdir(Path(path).parent):
-            fsync_dir(Path(path).parent)
+        if os.path.isdir(_parent(path)):
+            fsync_dir(_parent(path))
         return False
-    fsync_dir(Path(path).parent)
+    fsync_dir(_parent(path))
     return True
 
 
 def durable_rename(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
     """Rename ``src`` to ``dst`` and make both directories' entries durable."""
     os.replace(src, dst)
-    fsync_dir(Path(dst).parent)
-    if Path(src).parent != Path(dst).parent:
-        fsync_dir(Path(src).parent)
+    fsync_dir(_parent(dst))
+    if Path(_parent(src)) != Path(_parent(dst)):  # the same directory however spelt
+        fsync_dir(_parent(src))
 
 
 def on_read_only_fs(path: str | os.PathLike[str]) -> bool:

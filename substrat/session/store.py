@@ -83,6 +83,8 @@ class SessionStore:
         self.terminated_dir = paths.under(root, TERMINATED_DIR)
         # Directories whose entries, and all above them, this store made durable.
         self._durable_dirs: set[Path] = set()
+        # Sessions whose record this store wrote (see save): no stat before the next write.
+        self._written: set[str] = set()
         self._agents_text = os.fspath(self.agents_dir)
 
     def _path(self, session_id: str, name: str) -> Path:
@@ -135,19 +137,27 @@ class SessionStore:
         self._durable_dirs.add(path.parent)
         return created
 
-    def save(self, session: Session) -> None:
+    def save(self, session: Session) -> bool:
         """Write the record atomically; the directory is created durably if needed.
 
         A session's first record goes through :meth:`create_dir` even when the
         directory is visible: a call that failed or was killed before its fsync
         may have left it in the page cache only. Once a record is visible, the
         save that wrote it had made the directory durable first (records are
-        written by this method alone), so later saves skip that step.
+        written by this method alone), so later saves skip that step. True if this call
+        created the directory: it then holds the record alone (a new session's log is
+        opened without listing it, see ``LogPool.get``).
         """
-        record = self.record_path(session.session_id)
-        if not os.path.exists(record):
-            self.create_dir(session.session_id)
+        session_id = session.session_id
+        record = self.record_path(session_id)
+        created = False
+        # A record this store wrote is visible unless the store moved it (quarantine
+        # forgets it): its directory was made durable then, so no stat is needed.
+        if session_id not in self._written and not os.path.exists(record):
+            created = self.make_dir(self.session_dir(session_id))
         persistence.atomic_write(record, session.to_record())
+        self._written.add(session_id)
+        return created
 
     def transition(self, session: Session, target: SessionState) -> None:
         """Change state and persist; the in-memory state changes only if the write did."""
@@ -314,6 +324,7 @@ class SessionStore:
         persistence.atomic_write(
             self.quarantine_dir / f"{stem}.{index}.reason.json", reason_blob.encode()
         )
+        self._written.discard(session_id)
         persistence.durable_rename(self.record_path(session_id), target)
         return Quarantined(session_id, reason, kind, str(target))
 
