@@ -257,6 +257,7 @@ class EventLog:
                 size = os.stat(self.path).st_size if fd is None else os.fstat(fd).st_size
                 if resume.offset <= size:
                     start, floor = resume.offset, max(floor, resume.last_seq)
+            unscanned = start == size and fd is not None  # size: this descriptor's fstat
             if start == size:
                 # Nothing after the known-good position (a log reopened where it was
                 # left): what a scan of no bytes finds, without reading nothing.
@@ -272,7 +273,8 @@ class EventLog:
                 os.close(fd)
             raise
         try:
-            size = os.fstat(fd).st_size
+            if not unscanned:  # else nothing ran since the fstat above: the size it gave
+                size = os.fstat(fd).st_size
             if size > scan.valid_end:
                 # Not fsynced: the cut bytes were never acknowledged, so a crash that
                 # brings them back loses nothing (the next open cuts them again), and
