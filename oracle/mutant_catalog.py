@@ -67,7 +67,9 @@ CATALOG: tuple[Mutant, ...] = (
         "mkdir_no_dir_fsync",
         "durable_mkdir creates directories without fsyncing their parents",
         "persistence.py",
-        "                raise\n        fsync_dir(os.path.dirname(level))\n    return bool(missing)\n",
+        "                raise\n"
+        "        fsync_dir(os.path.dirname(level))\n"
+        "    return bool(missing)\n",
         "                raise\n    return bool(missing)\n",
     ),
     Mutant(
@@ -91,7 +93,8 @@ CATALOG: tuple[Mutant, ...] = (
         "ancestor, so a directory below one left by a failed call is acknowledged but lost",
         "persistence.py",
         "    _make_ancestors_durable(probe, base)\n",
-        "    if not missing:\n        fsync_dir(os.path.dirname(probe))  # planted: the target alone\n",
+        "    if not missing:\n"
+        "        fsync_dir(os.path.dirname(probe))  # planted: the target alone\n",
     ),
     Mutant(
         "unlink_missing_not_fsynced",
