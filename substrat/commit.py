@@ -119,6 +119,8 @@ class CommitMixin:
     unapplied: dict[str, Unapplied]
     """Agent id -> its committed turn whose effects failed to apply (see
     :meth:`apply_committed`); retried by :meth:`roll_forward`."""
+    on_unapplied: Callable[[], None] | None
+    """Called when a turn's effects failed to apply (the daemon wakes its retry loop)."""
     needs_restart: list[dict[str, str]]
     """Operations that committed but whose later steps failed, which only a restart's
     recovery finishes (``daemon status`` lists the last few)."""
@@ -216,6 +218,8 @@ class CommitMixin:
             hint = advice(cause)
             error = f"applying its effects failed ({cause})" + (f"; {hint}" if hint else "")
             self.unapplied[node.agent_id] = Unapplied(node, number, turn_id, effects, error)
+            if self.on_unapplied is not None:
+                self.on_unapplied()
             if node.state is AgentState.BUSY:  # the turn is over, its effects are not
                 node.state = AgentState.WAITING if node.waiting_on else AgentState.IDLE
             exc.with_details(agent=path, turn_id=turn_id)

@@ -238,6 +238,7 @@ class Daemon:
             loop.add_signal_handler(signum, self.request_stop, signal.Signals(signum).name)
         unsubscribe = self.orch.subscribe(self._on_event)
         self.server.agent_count = lambda: len(self.orch.tree)
+        self.orch.on_unapplied = self._wake.set  # the wake loop retries it (_wake_loop)
         path = socket_path(self.root)
         sock = bind_private(path)
         listener = await asyncio.start_unix_server(self.server.handle, sock=sock)

@@ -105,6 +105,7 @@ class Orchestrator(QueryMixin, CommitMixin, WakeMixin):
         whose effects failed to apply holds it back until a restart rolls them forward)."""
         self.last_complete_seq: dict[str, int] = {}
         self.unapplied: dict[str, Unapplied] = {}
+        self.on_unapplied: Callable[[], None] | None = None
         self.needs_restart: list[dict[str, str]] = []
         self.hold: RootHold | None = None
         """The hold this orchestrator took on its root (None: its opener holds it)."""

@@ -194,3 +194,28 @@ def _wait_for_line(path: Path, text: str) -> None:
             return
         time.sleep(0.1)
     raise AssertionError(f"no {text!r} in {path}")
+
+
+def test_the_wake_loop_rolls_a_committed_turn_forward_without_another_turn(
+    tmp_path: Path,
+) -> None:
+    """The roll-forward does not wait for the agent's next turn: the wake loop applies it
+    again every few seconds, as a restart's recovery would, until the host takes it."""
+    root = tmp_path / "root"
+    process = DaemonProcess(root)
+    process.start(timeout_s=30)
+    try:
+        with Client(root, timeout_s=30) as client:
+            client.call("agent.create", {"name": "lead"})
+            with starved(process.pid), pytest.raises(RpcError) as failed:
+                client.call("agent.send", {"agent": "lead", "prompt": "@spawn kid do it"})
+            assert failed.value.code == protocol.OUTCOME_UNKNOWN
+            for _ in range(600):
+                if client.call("daemon.status")["unapplied"] == []:
+                    break
+                time.sleep(0.1)
+            tree = client.call("agent.tree")
+            assert [c["agent"]["path"] for c in tree[0]["children"]] == ["lead/kid"]
+            assert [t["turn_id"] for t in _turns(client, "lead")] == ["t1"]
+    finally:
+        process.kill()

@@ -125,6 +125,13 @@ def test_one_unreadable_agent_costs_only_itself(
         report = status["last_recovery"]["report"]
         assert {item["session_id"] for item in report["unreadable"]} == set(held_sids)
         assert "held back" in (root / "daemon.log").read_text()
+        # not "no agent": every command that asks for it says it is held, and why
+        listed = roots.cli(root, "agent", "list", "--all", as_json=False, preexec=unprivileged())
+        assert f"held back: {agent}" in listed.stdout, listed.stdout + listed.stderr
+        asked = cli(root, "log", agent)
+        assert asked.returncode != 0
+        assert f"agent {agent} is held back since the daemon started" in asked.stderr
+        assert "chmod" in asked.stderr
         assert cli(root, "daemon", "stop").returncode == 0
 
         # 2. fsck reports it with what to do; --repair leaves it exactly as it was

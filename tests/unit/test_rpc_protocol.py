@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 from typing import Any
 
 import pytest
@@ -214,3 +216,39 @@ def test_a_lone_surrogate_escape_is_refused_and_a_pair_is_not() -> None:
     pair = b'{"jsonrpc":"2.0","id":2,"method":"m","params":{"prompt":"\\ud83d\\ude00"}}'
     [request], _ = parse_line(pair)
     assert isinstance(request, protocol.Request) and request.params == {"prompt": "\U0001f600"}
+
+
+def _failed_append(code: int) -> errors.DurabilityError:
+    try:
+        raise errors.DurabilityError("append of entry 12 to x/events.jsonl failed") from OSError(
+            code, os.strerror(code)
+        )
+    except errors.DurabilityError as exc:
+        return exc
+
+
+@pytest.mark.parametrize(
+    ("exc", "code", "advice"),
+    [
+        (_failed_append(errno.ENOSPC), protocol.DURABILITY_FAILED, "free space"),
+        (_failed_append(errno.EDQUOT), protocol.DURABILITY_FAILED, "quota is exceeded"),
+        (_failed_append(errno.EFBIG), protocol.DURABILITY_FAILED, "raise `ulimit -f`"),
+        (OSError(errno.EROFS, "Read-only file system"), protocol.DURABILITY_FAILED, "remount"),
+        (
+            PermissionError(errno.EACCES, "Permission denied", "x"),
+            protocol.DURABILITY_FAILED,
+            "access",
+        ),
+        (OSError(errno.EMFILE, "Too many open files"), protocol.DURABILITY_FAILED, "ulimit -n"),
+        (OSError(errno.ENFILE, "Too many open files"), protocol.DURABILITY_FAILED, "system's"),
+    ],
+)
+def test_io_failures_are_not_internal_errors_and_say_what_fixes_them(
+    exc: BaseException, code: int, advice: str
+) -> None:
+    """Finding o18c-5/7: an I/O failure is -32011 (a plain OSError reaches the answer only
+    from before a commit point), never -32603, and its message ends with the remedy."""
+    got, message, _ = protocol.error_for_exception(exc, agents=3)
+    assert got == code
+    assert "internal error" not in message
+    assert advice in message, message
