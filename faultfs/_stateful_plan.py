@@ -210,3 +210,45 @@ def raised_at(exc: BaseException) -> str:
             found = f" (at {display_path(code.co_filename, os.getcwd())}:{tb.tb_lineno})"
         tb = tb.tb_next
     return found
+
+
+# The user's @initialize rules, held back until the profile is drawn.
+_HELD = "_faultfs_held_initializers"
+
+
+def draw_profile_first(machine: CrashStateMachine) -> None:
+    """Make ``use_profile`` the first step Hypothesis draws, before the user's @initialize rules.
+
+    Hypothesis picks among the initialize rules not run yet; an initialize rule that ran before
+    the profile draw would write under the first profile, and use_profile would have to throw
+    its writes away (it starts the run again from setup()'s state).
+    """
+    waiting = getattr(machine, "_initialize_rules_to_run", None)
+    if len(type(machine).profiles) < 2 or not isinstance(waiting, list):
+        return
+    first = [r for r in waiting if getattr(r.function, "__name__", "") == "use_profile"]
+    if first:
+        setattr(machine, _HELD, [r for r in waiting if r not in first])
+        waiting[:] = first
+
+
+def release_initializers(machine: CrashStateMachine) -> None:
+    """The profile is drawn: the user's @initialize rules may run now."""
+    held = machine.__dict__.pop(_HELD, None)
+    waiting = getattr(machine, "_initialize_rules_to_run", None)
+    if held and isinstance(waiting, list):
+        waiting.extend(held)
+
+
+def reporting() -> bool:
+    """Whether this failure will be shown: outside Hypothesis, or its final replay.
+
+    Cause analysis re-runs recovery once per unsynced operation; while
+    Hypothesis is still shrinking, nobody reads the message.
+    """
+    try:
+        from hypothesis.control import current_build_context
+
+        return bool(current_build_context().is_final)
+    except Exception:  # no build context: called directly, always shown
+        return True

@@ -280,8 +280,12 @@ class CrashStateMachine(RuleBasedStateMachine):
             self.setup()
         self._check_outside(self.fs, "setup()")
         self.fs.sync_all()
+        # setup()'s files, all durable: a drawn profile starts the run again from them.
+        self._setup_model = self.fs.model.clone() if len(cls.profiles) > 1 else None
+        _plan.draw_profile_first(self)
         self._recover_on(self.fs)
         self._check_outside(self.fs, "recover()")
+        self._started_clock = self.fs.model.clock
 
     # ---------------------------------------------------------------- hooks
 
@@ -409,7 +413,7 @@ class CrashStateMachine(RuleBasedStateMachine):
             message = (
                 f"after a {what} (profile {image.profile}, image: {detail}) and recovery: {error}"
             )
-            if analysable and _reporting():
+            if analysable and _plan.reporting():
                 message += _causes_text(self._analyse(crashed, image, acked, inflight), crashed)
         finally:
             self.inflight = None
@@ -532,20 +536,6 @@ class CrashStateMachine(RuleBasedStateMachine):
             self.fs, self.acked, self.inflight = failing, acked, inflight
 
 
-def _reporting() -> bool:
-    """Whether this failure will be shown: outside Hypothesis, or its final replay.
-
-    Cause analysis re-runs recovery once per unsynced operation; while
-    Hypothesis is still shrinking, nobody reads the message.
-    """
-    try:
-        from hypothesis.control import current_build_context
-
-        return bool(current_build_context().is_final)
-    except Exception:  # no build context: called directly, always shown
-        return True
-
-
 def _causes_text(findings: list[Finding], crashed: FaultFS) -> str:
     where = Where(crashed.root, os.getcwd())
     text = ""
@@ -557,10 +547,30 @@ def _causes_text(findings: list[Finding], crashed: FaultFS) -> str:
 
 def use_profile(self: CrashStateMachine, profile: str) -> None:
     """The file-system profile of this run (drawn once, before any other step)."""
-    # Switching is sound only with nothing pending: whatever ran before the
-    # draw (setup, the first recovery) becomes durable first.
-    self.fs.sync_all()
-    self.fs.model.profile = get_profile(profile)
+    _plan.release_initializers(self)
+    if profile == self.fs.profile:
+        return  # __init__ ran under this profile already
+    if self._setup_model is None or self.fs.model.clock != self._started_clock:
+        raise ConfigError(
+            f"{type(self).__name__}: the simulated disk changed between the first recover() and "
+            "the profile draw (in __init__ after super().__init__(), or in an invariant): "
+            "create starting files in setup(), and change them in rules"
+        )
+    # The first recover() ran under the first profile, and what it wrote is not
+    # durable there; under the drawn profile it would become durable otherwise
+    # (lazyfs keeps a create at once, posix needs the directory fsync). Making it
+    # durable here would pass a store that never syncs what it creates on open.
+    # So the run starts again, exactly: setup()'s durable files, recover() under
+    # the drawn profile.
+    self._retire_run(self.fs)
+    disk = FaultFS(type(self).root, profile, type(self).outside, block_size=type(self).block_size)
+    disk.watch_outside = True
+    disk.model = self._setup_model.clone()
+    disk.model.profile = get_profile(profile)
+    self.fs, self.acked, self.inflight = disk, [], None
+    self._recover_on(disk)
+    self._check_outside(disk, "recover()")
+    self._started_clock = disk.model.clock
 
 
 def _step_function(
