@@ -18,6 +18,7 @@ if _unsupported_reason() is None:
     from faultfs._trace import Frame, Op
     from faultfs.errors import (
         ConfigError,
+        CrashSwallowed,
         EscapeError,
         FailedHealthCheck,
         FaultFSError,
@@ -39,6 +40,7 @@ __all__ = [
     "PROFILES",
     "Cause",
     "ConfigError",
+    "CrashSwallowed",
     "EscapeError",
     "ExploreReport",
     "FailedHealthCheck",

@@ -30,7 +30,7 @@ from faultfs._model import Model
 from faultfs._profiles import get_profile
 from faultfs._report import END, END_SITE, ExploreReport, Failure, Workload
 from faultfs._trace import Frame, Op, is_user_file
-from faultfs.errors import ConfigError, EscapeError, SimulatedCrash
+from faultfs.errors import ConfigError, CrashSwallowed, EscapeError, SimulatedCrash
 
 DEFAULT_ROOT = "/faultfs-explore"
 DEFAULT_IMAGES_PER_MODE = 16
@@ -317,7 +317,7 @@ def _run(fs: FaultFS, workload: Workload) -> None:
     try:
         with fs:
             workload(fs)
-    except EscapeError:
+    except (EscapeError, CrashSwallowed):
         raise
     except BaseException as exc:  # the crash, or the workload's own error
         escape = diagnose(exc, (fs.root,))

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from faultfs import _buffered, _capture, _escapes, _intercept, _realdisk
+from faultfs import _buffered, _capture, _escapes, _intercept, _realdisk, _swallowed
 from faultfs._images import (
     MODES,
     Fingerprint,
@@ -265,7 +265,13 @@ class FaultFS(Syscalls):
         return self._crash_at is not None
 
     def ack(self, item: Any) -> None:
-        """Record that the program acknowledged ``item``; images carry the list along."""
+        """Record that the program acknowledged ``item``; images carry the list along.
+
+        After a crash the process is dead: CrashSwallowed (the code under test caught
+        SimulatedCrash and went on).
+        """
+        if self.crashed:
+            raise _swallowed.refuse_ack(self, f"the acknowledgement {item!r}")
         self.acked.append(item)
         stack = call_stack(2)[0] if self._record_trace else ()
         self.ack_marks.append((self.model.clock, stack))

@@ -11,6 +11,7 @@ import enum
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
+from faultfs import _swallowed
 from faultfs.errors import ConfigError, EscapeError, FailedHealthCheck, NondeterministicWorkload
 
 if TYPE_CHECKING:
@@ -66,6 +67,7 @@ def check_escapes(fs: FaultFS) -> None:
     """Raise the first escape (a real call under the root) ``fs`` recorded, even if swallowed."""
     if fs.escapes:
         raise EscapeError(fs.escapes[0])
+    _swallowed.check(fs)  # an acknowledgement after the crash, refused and swallowed
 
 
 def check_outside(

@@ -82,6 +82,10 @@ class Syscalls:
         self.crashed = False
         self.crash_point: tuple[int, str, Op] | None = None
         self.io_after_crash = 0
+        # Where the dead process first did I/O (file:line), and why a run must stop (see
+        # faultfs._swallowed): code that swallowed SimulatedCrash went on and acknowledged.
+        self.first_io_after_crash: tuple[str, str] | None = None
+        self.crash_swallowed: str | None = None
         self._crash_at: int | None = None
         # Boundaries still to capture (absolute, descending; see FaultFS.capture_at), and
         # the next boundary where the counter stops at all: a capture or the armed crash.
@@ -103,7 +107,10 @@ class Syscalls:
         """
         if self.crashed:
             self.io_after_crash += 1
-            raise IOAfterCrash(what if path is None else f"{what}({path!r})")
+            call = what if path is None else f"{what}({path!r})"
+            if self.first_io_after_crash is None:
+                self.first_io_after_crash = (call, call_stack(2)[1])
+            raise IOAfterCrash(call)
 
     def _before(self, kind: str, path: str, args: tuple[object, ...]) -> Op:
         if self._record_trace:

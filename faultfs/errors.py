@@ -45,6 +45,16 @@ class FaultFSError(Exception):
     """Base class of faultfs's usage errors."""
 
 
+class CrashSwallowed(FaultFSError):
+    """The code under test caught SimulatedCrash and went on to acknowledge something.
+
+    After the crash the simulated process is dead: its I/O is refused and its
+    acknowledgements do not count. A bare ``except:`` or ``except BaseException:``
+    catches SimulatedCrash anyway; re-raise what you do not own there. The
+    message names the crash point and where the dead process went on.
+    """
+
+
 class ConfigError(FaultFSError, ValueError):
     """A FaultFS or explore argument is invalid; the message names the accepted values."""
 

@@ -67,6 +67,7 @@ from faultfs import (
     _check_posix,  # noqa: F401  (first: on Windows it says why faultfs cannot run)
     _health,
     _realdisk,
+    _swallowed,
 )
 from faultfs import _stateful_plan as _plan
 from faultfs._causes import CrashPoint, Finding, Outcome
@@ -79,6 +80,7 @@ from faultfs._profiles import get_profile
 from faultfs._wording import Where, describe
 from faultfs.errors import (
     ConfigError,
+    CrashSwallowed,
     EscapeError,
     FailedHealthCheck,
     OutsideRootError,
@@ -333,8 +335,8 @@ class CrashStateMachine(RuleBasedStateMachine):
 
     def ack(self, effect: Any) -> None:
         """Record that the store acknowledged ``effect``: it must survive any crash."""
+        self.fs.ack(effect)  # first: after a crash it refuses (CrashSwallowed)
         self.acked.append(effect)
-        self.fs.ack(effect)
         _plan.tally(type(self)).acks += 1
 
     @contextlib.contextmanager
@@ -369,6 +371,8 @@ class CrashStateMachine(RuleBasedStateMachine):
             crashed_inside = True
         finally:
             disk.disarm()
+        _swallowed.check(disk)  # it acknowledged after the crash, and swallowed the refusal too
+        crashed_inside = crashed_inside or disk.crashed  # the step swallowed the crash
         passed = disk.boundaries - before
         self._learn(function.__name__, passed)
         self._check_outside(disk, f"{function.__name__}()")
@@ -500,7 +504,7 @@ class CrashStateMachine(RuleBasedStateMachine):
             with image:
                 self.check()
             self._check_outside(image, "recover() or the check")
-        except (OutsideRootError, FailedHealthCheck, EscapeError, ConfigError):
+        except (OutsideRootError, FailedHealthCheck, EscapeError, ConfigError, CrashSwallowed):
             raise  # the test's own mistake, not a failed recovery: shown as it is
         except AssertionError as exc:
             return str(exc) or "AssertionError"
