@@ -6,8 +6,8 @@ root that is not on the real disk they fail with their own ENOENT, and under a
 real root they write the real disk unseen (found afterwards by
 :mod:`faultfs._realdisk`). As sqlite3.connect is (:func:`faultfs._escapes.blind_spots`),
 their open is refused with :class:`EscapeError` saying so, while a FaultFS is
-active and when their module is already loaded (patched at activation: no
-per-call cost; an import hook would see a later import but cost every call).
+active (patched at activation when their module is loaded, or as it finishes
+loading during the run: :mod:`faultfs._late_imports`; no per-call cost).
 """
 
 from __future__ import annotations

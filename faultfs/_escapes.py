@@ -362,9 +362,10 @@ def blind_spots(
     Without them they fail with their own bare error ("unable to open
     database file" under a simulated root, EBADF for a simulated descriptor),
     or under a real root work unseen on the real disk. Patched like the os
-    functions, only while a FaultFS is active and only in modules already
-    loaded (an audit hook would see every import, but would cost every
-    audited event of the process, each simulated operation's included).
+    functions, only while a FaultFS is active, in modules loaded at activation
+    or as they finish loading during the run (faultfs._late_imports; an audit
+    hook would cost every audited event of the process, each simulated
+    operation's included).
     """
     patches: list[tuple[Any, str, Any]] = []
     sqlite = sys.modules.get("sqlite3")

@@ -143,6 +143,8 @@ class FaultFS(Syscalls):
         # (None: not looked for yet), and their state at the latest activation.
         self._preopened: dict[int, str] | None = None
         self._preopened_marks: dict[int, tuple[int, int, int, int] | None] = {}
+        # A plain FaultFS's real tree under the root at its activation (see _realdisk.note_tree).
+        self._real_tree: _realdisk.State | None = None
         # What capture_at keeps, and whom it tells.
         self._captured: list[FaultFS] = []
         self._on_capture: Callable[[FaultFS], None] | None = None
@@ -171,6 +173,7 @@ class FaultFS(Syscalls):
 
     def __enter__(self) -> FaultFS:
         _realdisk.note_preopened(self)
+        _realdisk.note_tree(self)
         _intercept.activate(self)
         return self
 
@@ -187,6 +190,7 @@ class FaultFS(Syscalls):
         finally:
             _intercept.deactivate(self)
         _realdisk.check_preopened(self)
+        _realdisk.check_tree(self)
 
     def note_outside(self, what: str) -> None:
         """Count a call on a path outside the root (kept for the outside_root health check)."""

@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from types import BuiltinFunctionType
 from typing import TYPE_CHECKING, Any
 
-from faultfs import _cext, _escapes, _fdcalls, _others, _processes, _threads
+from faultfs import _cext, _escapes, _fdcalls, _late_imports, _others, _processes, _threads
 from faultfs._fdtable import FAKE_FD_BASE, FD_OWNERS, fd_owner, oserror
 from faultfs._fileobj import open_file
 from faultfs._outside import outside, prime_tempdir
@@ -527,11 +527,24 @@ def activate(fs: FaultFS) -> None:
                 _saved.append((module, name, getattr(module, name)))
                 setattr(module, name, replacement)
             _others.guard(_saved)
-            blind = _escapes.blind_spots(owner_of, _simulated_fd) + _cext.blind_libraries(owner_of)
-            for module, name, replacement in blind:
-                _saved.append((module, name, getattr(module, name)))
-                setattr(module, name, replacement)
+            _patch_blind_spots()
+            _late_imports.install(_patched_late)
         _stack.append(fs)
+
+
+def _patch_blind_spots() -> None:
+    """Patch the C stores (sqlite3, mmap, _cext's) loaded and not patched yet."""
+    blind = _escapes.blind_spots(owner_of, _simulated_fd) + _cext.blind_libraries(owner_of)
+    for module, name, replacement in blind:
+        _saved.append((module, name, getattr(module, name)))
+        setattr(module, name, replacement)
+
+
+def _patched_late() -> None:
+    """A C store finished loading while a FaultFS is active (faultfs._late_imports)."""
+    with _install_lock:
+        if _stack:
+            _patch_blind_spots()
 
 
 def deactivate(fs: FaultFS) -> None:
@@ -540,6 +553,7 @@ def deactivate(fs: FaultFS) -> None:
             raise ConfigError(f"FaultFS at {fs.root!r} is not active")
         _stack.remove(fs)
         if not _stack:
+            _late_imports.uninstall()
             while _saved:
                 module, name, original = _saved.pop()
                 setattr(module, name, original)

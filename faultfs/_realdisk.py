@@ -225,3 +225,26 @@ def check_preopened(fs: FaultFS) -> None:
         )
         fs.escapes.append(text)
         raise EscapeError(text)
+
+
+# ------------------------------------------------- a plain FaultFS's own real-tree check
+
+
+def note_tree(fs: FaultFS) -> None:
+    """Before a plain ``fs`` is activated: the real tree under its root (None if it is not
+    on the real disk). explore, the fixtures and CrashStateMachine (``watch_outside``) keep
+    their own comparison around the whole run instead of one per activation."""
+    fs._real_tree = None if fs.watch_outside else state(fs.root)
+
+
+def check_tree(fs: FaultFS) -> None:
+    """After a plain ``fs`` was deactivated: EscapeError if its root's real tree changed
+    (C code or another process wrote there around Python's os and io)."""
+    before, fs._real_tree = fs._real_tree, None
+    if before is None:
+        return
+    what = changes(fs.root, before)
+    if what is not None:
+        text = message(fs.root, what)
+        fs.escapes.append(text)
+        raise EscapeError(text)
