@@ -156,6 +156,14 @@ class FaultFS(Syscalls):
         return self.model.profile.name
 
     def __repr__(self) -> str:
+        origin = self.origin
+        if origin is not None:
+            # A crash image: which one says more than its root (reports show paths under
+            # the root relative to it) or the boundaries its check passed.
+            dead = ", crashed" if self.crashed else ""
+            return (
+                f"<FaultFS crash image {origin.key} ({origin.detail}) profile={self.profile}{dead}>"
+            )
         state = "crashed" if self.crashed else f"{self.boundaries} boundaries"
         return f"<FaultFS root={self.root!r} profile={self.profile} {state}>"
 

@@ -83,13 +83,19 @@ def check_outside(
         if machine
         else ("fs.path('name'), or pass fs.root", "pass outside='passthrough'")
     )  # fmt: skip
+    also = (
+        f"If it must also read or write real files, {passthrough}."
+        if fs.outside == "refuse"
+        else "outside='passthrough' is set already: if that real I/O is meant, only the "
+        "suppression below is left to do."
+    )
     raise fail(
         HealthCheck.outside_root,
         f"{who} made {fs.outside_calls} call(s) on paths outside the root {fs.root!r}; they "
         f"{verb}, so that I/O was never crash-tested:\n{examples}",
         f"Build every path the code under test uses from the root ({where} to the code as "
         f"its directory; a library's temporary files too: tempfile's default directory "
-        f"is outside the root). If it must also read or write real files, {passthrough}.",
+        f"is outside the root). {also}",
     )
 
 

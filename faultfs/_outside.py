@@ -89,7 +89,7 @@ def outside(stack: list[FaultFS], given: Any, p: str, relative: bool) -> None:
             if relative
             else "build the path from the root (fs.path(...))"
         )
-        if _in_tempdir(p):
+        if _in_tempdir(p) and _called_by_tempfile():
             fix = (
                 "give the code a temporary directory under the root: this is tempfile's "
                 "default directory, on the real disk (pass the library its temp-dir argument, "
@@ -108,6 +108,18 @@ def _in_tempdir(p: str) -> bool:
     finding it writes probe files, which must not happen here)."""
     default = tempfile.tempdir
     return default is not None and os.path.dirname(p) == default.rstrip("/")
+
+
+def _called_by_tempfile() -> bool:
+    """Whether the tempfile module made the refused call (mkstemp, NamedTemporaryFile...):
+    a name the code picked itself is only in the same directory."""
+    frame: FrameType | None = sys._getframe(1)
+    own = tempfile.__file__
+    while frame is not None:
+        if frame.f_code.co_filename == own:
+            return True
+        frame = frame.f_back
+    return False
 
 
 def prime_tempdir() -> None:

@@ -23,6 +23,8 @@ bound before activation fails the test with EscapeError naming it.
 
 from __future__ import annotations
 
+import difflib
+import inspect
 import itertools
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -42,7 +44,7 @@ from faultfs._fs import FaultFS
 from faultfs._health import HealthCheck
 from faultfs._report import ExploreReport
 from faultfs._trace import in_faultfs
-from faultfs.errors import FailedHealthCheck, FaultFSError
+from faultfs.errors import ConfigError, FailedHealthCheck, FaultFSError
 
 _MARKER = "faultfs"
 _FIXTURE_OPTIONS = (
@@ -228,6 +230,7 @@ def faultfs_explore(request: pytest.FixtureRequest) -> Callable[..., ExploreRepo
         expect_failures: bool = False,
         **kwargs: Any,
     ) -> ExploreReport:
+        _check_explore_arguments(kwargs)
         kwargs.setdefault(
             "root", options.get("root") or _trap_root(tmp_path / f"explore-{next(calls)}")
         )
@@ -241,3 +244,21 @@ def faultfs_explore(request: pytest.FixtureRequest) -> Callable[..., ExploreRepo
         return report
 
     return run
+
+
+def _check_explore_arguments(kwargs: dict[str, Any]) -> None:
+    """An argument explore() does not take is a ConfigError saying which one was meant."""
+    accepted = [
+        name
+        for name in inspect.signature(explore).parameters
+        if name not in ("workload", "recover_and_check")
+    ] + ["expect_failures"]
+    for name, value in kwargs.items():
+        if name in accepted:
+            continue
+        close = difflib.get_close_matches(name, accepted, n=1)
+        meant = f"did you mean {close[0]}={value!r}? " if close else ""
+        raise ConfigError(
+            f"faultfs_explore() takes no argument {name!r}; {meant}"
+            f"It takes workload, recover_and_check and {', '.join(sorted(accepted))}"
+        )
