@@ -276,3 +276,19 @@ def line_of(marker: str) -> int:
     ]
     assert len(found) == 1, f"marker {marker!r} found on lines {found}"
     return found[0]
+
+
+def machine_settings(max_examples: int, **extra: Any) -> Any:
+    """Hypothesis settings for a CrashStateMachine run in a unit test: no explain phase
+    (it replays each failing crash step many times), no database, no deadline."""
+    from hypothesis import HealthCheck, Phase, settings
+
+    return settings(
+        phases=(Phase.generate, Phase.shrink),
+        max_examples=max_examples,
+        stateful_step_count=5,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow],
+        **extra,
+    )

@@ -12,21 +12,15 @@ import os
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, Phase, seed, settings
+from hypothesis import seed
 from hypothesis import strategies as st
 from hypothesis.stateful import run_state_machine_as_test
 
 from faultfs.errors import RecoveryCheckFailed
 from faultfs.stateful import CrashStateMachine, initialize, rule
+from tests.support.faultfs_classic import fsync_dir, machine_settings
 
-RUN = settings(
-    phases=(Phase.generate, Phase.shrink),
-    max_examples=200,
-    stateful_step_count=5,
-    deadline=None,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
+RUN = machine_settings(200)
 
 
 class LineStore:
@@ -37,9 +31,7 @@ class LineStore:
         if not os.path.exists(self.path):
             open(self.path, "ab").close()
             if dir_sync:
-                fd = os.open(root, os.O_RDONLY)
-                os.fsync(fd)
-                os.close(fd)
+                fsync_dir(root)
         with open(self.path, "rb") as handle:
             self.items = [line for line in handle.read().split(b"\n") if line]
 
@@ -110,7 +102,5 @@ def test_the_users_initialize_rules_run_after_the_profile_draw() -> None:
             with self.acknowledging(item):
                 self.store.add(item)
 
-    run_state_machine_as_test(
-        WithInitialize, settings=settings(RUN, max_examples=20, derandomize=True)
-    )
+    run_state_machine_as_test(WithInitialize, settings=machine_settings(20, derandomize=True))
     assert seen == {"posix", "ext4-ordered", "lazyfs"}

@@ -13,13 +13,12 @@ import os
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck as HypothesisHealthCheck
-from hypothesis import Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import run_state_machine_as_test
 
 from faultfs import CrashSwallowed, FaultFS, HealthCheck, explore
 from faultfs.stateful import Crash, CrashStateMachine, rule
+from tests.support.faultfs_classic import fsync_dir, machine_settings
 
 FIX = "Re-raise what you do not own there (`except BaseException: ...; raise`)"
 
@@ -33,9 +32,7 @@ def save(path: str, value: int, dir_sync: bool = True) -> None:
         os.fsync(handle.fileno())
     os.replace(tmp, path)
     if dir_sync:
-        fd = os.open(os.path.dirname(path), os.O_RDONLY)
-        os.fsync(fd)
-        os.close(fd)
+        fsync_dir(os.path.dirname(path))
 
 
 def swallowing_save(path: str, value: int, dir_sync: bool = True) -> None:
@@ -159,14 +156,7 @@ def test_the_machine_stops_at_the_ack_after_a_swallowed_crash() -> None:
 
 
 def test_hypothesis_reports_the_swallowed_crash_not_a_lost_value() -> None:
-    fast = settings(
-        phases=(Phase.generate, Phase.shrink),
-        max_examples=50,
-        stateful_step_count=5,
-        deadline=None,
-        database=None,
-        derandomize=True,
-        suppress_health_check=[HypothesisHealthCheck.too_slow],
-    )
     with pytest.raises(CrashSwallowed, match="after the simulated crash at boundary"):
-        run_state_machine_as_test(SwallowingMachine, settings=fast)
+        run_state_machine_as_test(
+            SwallowingMachine, settings=machine_settings(50, derandomize=True)
+        )
