@@ -447,6 +447,24 @@ CATALOG: tuple[Mutant, ...] = (
         "    def values(self) -> dict_values[K, V]:\n        pass  # planted: rows not built\n",
     ),
     Mutant(
+        "envelope_batch_check_skips_a_field",
+        "the check of many pending messages at once (a checkpoint's, at a start) does not "
+        "look at their timestamps: a message whose timestamp is no string is taken as an "
+        "envelope this version can deliver",
+        "agents.py",
+        '_STRINGS = ("message_id", "sender", "recipient", "payload", "timestamp")\n',
+        '_STRINGS = ("message_id", "sender", "recipient", "payload")  # planted\n',
+    ),
+    Mutant(
+        "big_line_decoded_as_one_string",
+        "every big log line is decoded by orjson as if it were one long string (a "
+        "checkpoint's line in its store): a line of many values peaks at many times its "
+        "size, as the daemon's peak memory did before the standard parser read big texts",
+        "logline.py",
+        "                elif one_string:  # read in place",
+        "                elif True:  # planted: read in place",
+    ),
+    Mutant(
         "summary_quiet_kept_when_set_aside",
         "a start that sets every checkpoint aside (another log lost entries) keeps the quiet "
         "agents it took whole from the start summary, whose facts come from their "
