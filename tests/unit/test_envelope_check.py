@@ -15,6 +15,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from substrat.agents import MESSAGE_KINDS, MessageEnvelope
+from substrat.facts import AgentFacts
 
 FIELDS = ("message_id", "sender", "recipient", "kind", "payload", "timestamp")
 JSON = st.recursive(
@@ -74,3 +75,14 @@ def test_a_batch_of_good_messages_is_valid_and_one_bad_field_is_not() -> None:
         spoiled = [*batch[:20], {**batch[20], key: bad}, *batch[21:]]
         assert not MessageEnvelope.all_valid(spoiled), key
         assert not MessageEnvelope.is_valid(spoiled[20]), key
+
+
+def test_a_logged_message_whose_kind_cannot_be_hashed_is_unreadable_not_an_error() -> None:
+    """A checksummed ``message.enqueued`` whose kind is a list: ``is_valid`` raised
+    TypeError on it, out of the read of the log (a start stopped there); it is counted
+    as an unreadable message, as any other kind this version cannot deliver."""
+    facts = AgentFacts("s")
+    data = {**good(), "kind": ["result"]}
+    facts.add({"seq": 1, "event": "message.enqueued", "data": data})
+    assert not facts.enqueued
+    assert facts.damage == {"unreadable_message": 1}
