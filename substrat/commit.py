@@ -99,6 +99,10 @@ class Unapplied:
     turn_id: str
     effects: dict[str, Any]
     error: str
+    done: set[str] = field(default_factory=set)
+    """The steps already applied (``spawn:<agent id>``, ``message:<message id>``):
+    between two tries a child may be terminated or a message read, and applying
+    those steps again would bring the child back or deliver the message twice."""
 
     def to_dict(self, path: str) -> dict[str, Any]:
         return {"agent": path, "turn_id": self.turn_id, "error": self.error}
@@ -206,18 +210,19 @@ class CommitMixin:
         log says more happened than memory shows) and ``daemon status`` lists it.
         """
         path = self.tree.path(node.agent_id)
+        done: set[str] = set()
         try:
             with after_commit(
                 f"turn {turn_id} of {path} committed",
                 "the daemon applies it again before the agent's next turn and lists it in "
                 "`substrat daemon status` until then (a restart's recovery applies it too)",
             ):
-                self.apply_effects(node, effects)
+                self.apply_effects(node, effects, done)
         except OutcomeUnknownError as exc:
             cause = exc.__cause__ or exc
             hint = advice(cause)
             error = f"applying its effects failed ({cause})" + (f"; {hint}" if hint else "")
-            self.unapplied[node.agent_id] = Unapplied(node, number, turn_id, effects, error)
+            self.unapplied[node.agent_id] = Unapplied(node, number, turn_id, effects, error, done)
             if self.on_unapplied is not None:
                 self.on_unapplied()
             if node.state is AgentState.BUSY:  # the turn is over, its effects are not
@@ -233,7 +238,7 @@ class CommitMixin:
                 del self.unapplied[agent_id]
                 continue
             try:
-                self.apply_effects(item.node, item.effects)
+                self.apply_effects(item.node, item.effects, item.done)
             except Exception as exc:
                 hint = advice(exc)
                 item.error = f"applying its effects failed ({exc})" + (f"; {hint}" if hint else "")
@@ -274,13 +279,28 @@ class CommitMixin:
                 )
         return {"effects": effects.to_dict()}
 
-    def apply_effects(self, node: AgentNode, effects: dict[str, Any]) -> None:
-        """Apply a committed turn's effects; each step is a no-op if already done."""
+    def apply_effects(
+        self, node: AgentNode, effects: dict[str, Any], done: set[str] | None = None
+    ) -> None:
+        """Apply a committed turn's effects; each step is a no-op if already done.
+
+        ``done`` collects the spawns and messages applied, and those in it are
+        skipped: a running daemon that tries again later must not bring back a
+        child terminated meanwhile nor enqueue again a message already read
+        (recovery, which runs before anything else, passes none).
+        """
+        done = set() if done is None else done
         for spawn in effects.get("spawns", []):
-            self.materialize_child(spawn, node)
+            key = f"spawn:{spawn['agent_id']}"
+            if key not in done:
+                self.materialize_child(spawn, node)
+                done.add(key)
         for data in effects.get("messages", []):
             if MessageEnvelope.is_valid(data):
-                self.enqueue(MessageEnvelope.from_dict(data))
+                key = f"message:{data['message_id']}"
+                if key not in done:
+                    self.enqueue(MessageEnvelope.from_dict(data))
+                    done.add(key)
         delivered = list(effects.get("delivered", []))
         if delivered:
             inbox = self.inboxes.inbox(node.agent_id)

@@ -64,3 +64,69 @@ def test_a_cascade_cut_after_its_commit_is_committed_and_needs_a_restart(
         await again.close()
 
     run(go())
+
+
+def _fail_on_call(calls_before_failing: int, real: Any) -> Any:
+    """``real``, except that its call number ``calls_before_failing + 1`` raises EMFILE."""
+    count = 0
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        nonlocal count
+        count += 1
+        if count == calls_before_failing + 1:
+            raise OSError(errno.EMFILE, "Too many open files")
+        return real(*args, **kwargs)
+
+    return call
+
+
+def test_a_retried_turn_does_not_bring_back_a_child_terminated_meanwhile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def go() -> None:
+        orch = await Orchestrator.open(tmp_path / "root", registry=registry())
+        await orch.create_root("lead")
+        # the second child's session record fails: the first child exists, the turn is committed
+        monkeypatch.setattr(orch.store, "save", _fail_on_call(1, orch.store.save))
+        with pytest.raises(OutcomeUnknownError):
+            await orch.run_turn("lead", "@spawn kid1 a\n@spawn kid2 b")
+        monkeypatch.undo()
+        assert sorted(a.name for a in orch.agents()) == ["kid1", "lead"]
+        await orch.terminate("lead/kid1")  # the user ends it before the retry
+        assert orch.roll_forward() == []
+        assert sorted(a.name for a in orch.agents()) == ["kid2", "lead"]
+        await orch.close()
+        again = await Orchestrator.open(tmp_path / "root", registry=registry())
+        assert sorted(a.name for a in again.agents()) == ["kid2", "lead"]
+        await again.close()
+
+    run(go())
+
+
+def test_a_retried_turn_does_not_deliver_a_message_already_read_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def go() -> None:
+        orch = await Orchestrator.open(tmp_path / "root", registry=registry())
+        await orch.create_root("lead")
+        await orch.create_root("other")
+        # the message to the user is enqueued, the one to "other" is not
+        monkeypatch.setattr(orch, "enqueue", _fail_on_call(1, orch.enqueue))
+        with pytest.raises(OutcomeUnknownError):
+            await orch.run_turn("lead", "@send user hello\n@send other hi")
+        monkeypatch.undo()
+        first = await orch.collect_user_inbox()
+        assert [m.payload for m in first] == ["hello"]
+        assert orch.roll_forward() == []
+        assert await orch.collect_user_inbox() == []  # "hello" is not delivered twice
+        assert [m.payload for m in orch.inboxes.inbox(orch.tree.find("other").agent_id).all()] == [
+            "hi"
+        ]
+        await orch.close()
+        again = await Orchestrator.open(tmp_path / "root", registry=registry())
+        assert await again.collect_user_inbox() == []
+        other = again.tree.find("other").agent_id
+        assert [m.payload for m in again.inboxes.inbox(other).all()] == ["hi"]
+        await again.close()
+
+    run(go())
