@@ -216,6 +216,9 @@ def compact(
         after = plan(root).stored_bytes
     finally:
         held.release()
+    from substrat.daemon import as_reported
+
+    recovery["report"] = as_reported(recovery["report"], held.previous_shutdown)
     notable = _notable(recovery["report"])
     recovery["previous_shutdown"] = held.previous_shutdown
     skipped = [

@@ -84,6 +84,18 @@ NOTABLE_RECOVERY_KEYS = (
     "creations_rebuilt",
 )
 """A report with any of these is published even after a clean shutdown."""
+
+
+def as_reported(data: dict[str, Any], previous_shutdown: str) -> dict[str, Any]:
+    """A recovery report as a start tells it: only a crash redelivers. After a clean stop
+    (or a crash an offline recovery has reported already), a message still pending was
+    simply waiting: it is listed under ``waiting``, not ``redelivered``, which would
+    read as a crash's."""
+    if previous_shutdown == "unclean" or not data.get("redelivered"):
+        return data
+    return {**data, "redelivered": [], "waiting": data["redelivered"]}
+
+
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -301,7 +313,7 @@ class Daemon:
 
     def _record_recovery(self) -> None:
         report = self.orch.recovery_report
-        data: dict[str, Any] = report.to_dict() if report is not None else {}
+        data = as_reported(report.to_dict() if report is not None else {}, self.previous_shutdown)
         log.info("recovery: %s", summarize_recovery(data))
         for lost in data.get("lost_roots") or []:
             log.error("lost root agent: %s", lost["what_to_do"])

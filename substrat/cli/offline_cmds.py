@@ -117,6 +117,7 @@ def recover(opts: Opts, dry_run: bool) -> None:
 async def _recover_now(root: Path) -> tuple[dict[str, Any], dict[str, str]]:
     """The recovery report, and each agent's path by id (its lines name agents as a
     start's do)."""
+    from substrat.daemon import as_reported
     from substrat.orchestrator import Orchestrator
     from substrat.rpc.lock import RootLock
 
@@ -130,7 +131,8 @@ async def _recover_now(root: Path) -> tuple[dict[str, Any], dict[str, str]]:
         names = {a.agent_id: a.path for a in orch.agents(include_terminated=True)}
         await orch.close()
         held.mark_recovered("substrat recover")
-        return (report.to_dict() if report is not None else {}), names
+        data = as_reported(report.to_dict() if report is not None else {}, held.previous_shutdown)
+        return data, names
     finally:
         held.release()
 
