@@ -14,17 +14,19 @@ says what that would do without changing anything.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from substrat import access
+from substrat import access, events
 from substrat.checkpointer import CheckpointPolicy
 from substrat.checkpoints import StoreRead, read_store, verify
 from substrat.errors import FsckError, RootLockedError
 from substrat.eventlog import LOG_NAME
 from substrat.logbase import BaseUnreadable, deletable, read_base
+from substrat.logread import DamageReport, iter_log
 from substrat.logs import USER_DIR
 from substrat.segments import list_sealed, stored_bytes
 from substrat.session.store import AGENTS_DIR
@@ -51,6 +53,10 @@ class LogPlan:
     to_seal: bool = False
     """The active file is at ``segment_bytes`` or over: compacting seals it into a segment,
     checkpoints it and then archives it (the newest sealed segment is never deleted)."""
+    path: str | None = None
+    """The agent's path of names (``lead/kid``, a terminated agent's as it was), as other
+    commands name agents; ``user`` for the user's log; None when no ``agent.created``
+    of it is read."""
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -105,9 +111,10 @@ def plan(
     root = Path(root)
     store = read_store(root)
     out = CompactPlan([])
+    created: dict[str, dict[str, Any]] = {}
     for endpoint, log_path in _logs(root):
         try:
-            item = _plan_log(store, endpoint, log_path, compaction)
+            item, created[endpoint] = _plan_log(store, endpoint, log_path, compaction)
             item.to_seal = item.active_bytes >= limit
             out.logs.append(item)
         except OSError as exc:  # one log's EACCES/EIO costs that log: skipped, reported
@@ -116,29 +123,52 @@ def plan(
             todo = held.what_to_do.removesuffix("; nothing of it was changed")
             item.unreadable = f"{held.error} on {held.path}: {todo}"
             out.logs.append(item)
+    for item in out.logs:
+        item.path = USER_DIR if item.endpoint == USER_DIR else _path(item.endpoint, created)
     return out
+
+
+def _path(endpoint: str, created: dict[str, dict[str, Any]]) -> str | None:
+    """``lead/kid`` from each log's ``agent.created`` (its parent's session, up to a root);
+    ``?`` stands for a parent whose log says nothing of it."""
+    data = created.get(endpoint)
+    if not data:
+        return None
+    names, seen = [str(data.get("name"))], {endpoint}
+    parent = data.get("parent_session_id")
+    while parent:
+        above = created.get(str(parent))
+        if not above or str(parent) in seen:
+            names.append("?")
+            break
+        seen.add(str(parent))
+        names.append(str(above.get("name")))
+        parent = above.get("parent_session_id")
+    return "/".join(reversed(names))
 
 
 THEN = "run `substrat compact` again"
 
 
-def _plan_log(store: StoreRead, endpoint: str, log_path: Path, compaction: str) -> LogPlan:
+def _plan_log(
+    store: StoreRead, endpoint: str, log_path: Path, compaction: str
+) -> tuple[LogPlan, dict[str, Any]]:
+    """The log's plan, and its ``agent.created`` (empty if none is read)."""
     holding = [c for c in store.latest(endpoint) if verify(c, log_path) is None]
     sealed = list_sealed(log_path)
     try:
         active = os.stat(log_path).st_size
     except FileNotFoundError:
         active = 0
-    name = None
+    created: dict[str, Any] = {}
     if holding:
-        try:
+        with contextlib.suppress(ValueError):
             created = holding[0].load_facts().created or {}
-        except ValueError:
-            created = {}
-        name = created.get("name")
+    if not created and endpoint != USER_DIR:  # no checkpoint holds: the log says
+        created = _created(log_path)
     item = LogPlan(
         endpoint,
-        name,
+        created.get("name"),
         active,
         sum(1 for s in sealed if not s.archived),
         sum(1 for s in sealed if s.archived),
@@ -157,7 +187,24 @@ def _plan_log(store: StoreRead, endpoint: str, log_path: Path, compaction: str) 
             continue
         if not segment.archived and holding and segment.last <= holding[0].at.seq:
             item.to_archive.append(segment.name)
-    return item
+    return item, created
+
+
+def _created(log_path: Path) -> dict[str, Any]:
+    """A log's ``agent.created``: from its base when it has one (the ``delete`` policy
+    removed the lines before it), else from its first lines; empty if neither says."""
+    try:
+        base = read_base(log_path)
+        facts = None if base is None else base.checkpoint.load_facts()
+    except ValueError:  # BaseUnreadable too: the log's own lines may still say
+        facts = None
+    if facts is not None and facts.created:
+        return facts.created
+    for entry in iter_log(log_path, DamageReport()):
+        if entry.get("event") == events.AGENT_CREATED:
+            data = entry.get("data")
+            return data if isinstance(data, dict) else {}
+    return {}
 
 
 @dataclass

@@ -98,7 +98,7 @@ def _print_plan(opts: Opts, planned: object, policy: str) -> None:
     ]
     rows = []
     for item in planned.logs:
-        who = item.name or ("user" if item.endpoint == "user" else render.short(item.endpoint))
+        who = item.path or render.short(item.endpoint)  # as other commands name agents
         would = ["seal the active file, archive it"] if item.to_seal else []
         would += [f"delete {len(item.to_delete)}"] if item.to_delete else []
         would += [f"archive {len(item.to_archive)}"] if item.to_archive else []
