@@ -237,10 +237,12 @@ def compact(
     compaction: str = "archive",
 ) -> CompactReport:
     """Compact a stopped root now (see the module docstring). FsckError if a daemon runs."""
+    from substrat.rootdir import check_inbox_not_a_root
     from substrat.rpc.lock import RootLock
 
     _check_mode(compaction)
     root = Path(root)
+    check_inbox_not_a_root(root, "compact")
     base = CheckpointPolicy()
     policy = CheckpointPolicy(
         compaction=compaction,

@@ -43,7 +43,7 @@ from substrat.errors import (
     RootUnusableError,
 )
 from substrat.rootnest import MARKER_NAME as MARKER_NAME
-from substrat.rootnest import enclosing_root
+from substrat.rootnest import enclosing_root, root_within
 from substrat.rpc import lock
 from substrat.rpc.transport import SOCKET_NAME
 
@@ -407,6 +407,7 @@ def check_user_log(root: Path) -> None:
     path = root / "user" / "events.jsonl"
     if not os.path.lexists(path) and not os.path.lexists(path.parent):
         return  # a new root: the first message creates it
+    check_inbox_not_a_root(root)
     why = None
     if os.path.lexists(path.parent) and not path.parent.is_dir():
         why = f"{path.parent} is not a directory"
@@ -426,6 +427,22 @@ def check_user_log(root: Path) -> None:
                 f"(permission denied); give uid {uid} access (`chown -R {uid} {path.parent} "
                 f"&& chmod -R u+rwX {path.parent}`), then start the daemon again"
             )
+
+
+def check_inbox_not_a_root(root: Path, doing: str = "serve") -> None:
+    """Refuse (RootUnusableError, with how to move it out) a root whose ``user/`` is a
+    substrat root of its own, made there by an older version: this root's inbox would be
+    written into it (its segments sealed and archived there), a live root's directory."""
+    where = root / "user"
+    nested = root_within(where)
+    if nested is not None:
+        raise RootUnusableError(
+            f"cannot {doing} {root}: its user/ is a substrat root of its own ({nested}), made "
+            "there by an older version; this root's inbox would be written into it. Move it "
+            f"out by hand: `substrat daemon stop --root {where}`, `mv {where} DEST`, then "
+            f"move this root's inbox files back (`mkdir -m 700 {where}` and `mv DEST/events.* "
+            f"{where}/`, if there are any), then run this again"
+        )
 
 
 def user_log_failure(root: Path, exc: OSError) -> str | None:

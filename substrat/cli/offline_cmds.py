@@ -104,6 +104,7 @@ def recover(opts: Opts, dry_run: bool) -> None:
             _print_plan(opts, plan)
         return
     rootdir.prepare_root(opts.root, create=False)
+    rootdir.check_inbox_not_a_root(opts.root, "recover")
     import asyncio
 
     data, names = asyncio.run(_recover_now(opts.root))

@@ -4,7 +4,9 @@ A new root is never made inside an existing one (under its ``agents/``, ``user/`
 ``quarantine/`` or anywhere else): the outer root's fsck would take it for damage and
 move it, or its daemon would write its inbox into it. A root made there by an older
 version is reported by the outer root's fsck and start, and never moved, even by
-``fsck --repair``, even while its own daemon runs in it.
+``fsck --repair``, even while its own daemon runs in it; one at ``user/``, where the
+outer daemon would write its inbox, keeps the outer daemon from starting until it is
+moved out.
 """
 
 from __future__ import annotations
@@ -175,6 +177,22 @@ def test_the_outer_root_reports_a_nested_root_and_never_moves_it(tmp_path: Path)
             assert {path: mine(outer, path) for path in [*nested, held]} == {
                 path: mine(outer, path, before[path]) for path in before
             }  # never moved, never changed
+        # The root at user/ is where the outer daemon would write its inbox: it refuses to
+        # serve, saying how to move it out, before anything is written there.
+        at_user = outer / "user"
+        for args in (("daemon", "start"), ("agent", "list"), ("compact",), ("recover",)):
+            refused = run(outer, *args)
+            assert refused.returncode == 2, (args, refused.stdout, refused.stderr)
+            said = " ".join(refused.stderr.split())
+            doing = {"compact": "compact", "recover": "recover"}.get(args[0], "serve")
+            assert f"cannot {doing} {outer}: its user/ is a substrat root of its own" in said
+            assert f"`substrat daemon stop --root {at_user}`, `mv {at_user} DEST`" in said
+        assert mine(outer, at_user) == mine(outer, at_user, before[at_user])
+        assert not lock.is_held(outer)
+        moved = tmp_path / "moved-out"  # as the message says
+        assert run(at_user, "daemon", "stop").returncode == 0
+        os.rename(at_user, moved)
+        nested[1] = moved
         started = run(outer, "daemon", "start")
         assert started.returncode == 0, started.stderr
         for name in ("mywork", "held"):
@@ -184,7 +202,7 @@ def test_the_outer_root_reports_a_nested_root_and_never_moves_it(tmp_path: Path)
         stop_or_kill(outer)
     finally:
         holder.release()
-    for path in nested:  # each still there, its daemon still serving it
+    for path in nested:  # each still there, its daemon still serving it (or again)
         sent = run(path, "agent", "send", "x", "more work")
         assert sent.returncode == 0, (path, sent.stderr)
         assert lock.is_held(path)
