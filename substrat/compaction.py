@@ -25,7 +25,7 @@ from substrat.checkpointer import CheckpointPolicy
 from substrat.checkpoints import StoreRead, read_store, verify
 from substrat.errors import FsckError, RootLockedError
 from substrat.eventlog import LOG_NAME
-from substrat.logbase import BaseUnreadable, deletable, read_base
+from substrat.logbase import BaseUnreadable, LogBase, deletable, read_base
 from substrat.logread import DamageReport, iter_log
 from substrat.logs import USER_DIR
 from substrat.segments import list_sealed, stored_bytes
@@ -160,12 +160,16 @@ def _plan_log(
         active = os.stat(log_path).st_size
     except FileNotFoundError:
         active = 0
+    try:
+        base = read_base(log_path)
+    except BaseUnreadable:
+        base = None
     created: dict[str, Any] = {}
     if holding:
         with contextlib.suppress(ValueError):
             created = holding[0].load_facts().created or {}
     if not created and endpoint != USER_DIR:  # no checkpoint holds: the log says
-        created = _created(log_path)
+        created = _created(log_path, base)
     item = LogPlan(
         endpoint,
         created.get("name"),
@@ -175,10 +179,6 @@ def _plan_log(
         stored_bytes(log_path),
         holding[0].at.seq if holding else None,
     )
-    try:
-        base = read_base(log_path)
-    except BaseUnreadable:
-        base = None
     item.deleted_through = 0 if base is None else base.deleted_through
     going = deletable(sealed, holding[0]) if holding and compaction == "delete" else []
     item.to_delete = [s.name for s in going]
@@ -190,13 +190,12 @@ def _plan_log(
     return item, created
 
 
-def _created(log_path: Path) -> dict[str, Any]:
+def _created(log_path: Path, base: LogBase | None) -> dict[str, Any]:
     """A log's ``agent.created``: from its base when it has one (the ``delete`` policy
     removed the lines before it), else from its first lines; empty if neither says."""
     try:
-        base = read_base(log_path)
         facts = None if base is None else base.checkpoint.load_facts()
-    except ValueError:  # BaseUnreadable too: the log's own lines may still say
+    except ValueError:  # the log's own lines may still say
         facts = None
     if facts is not None and facts.created:
         return facts.created
