@@ -37,10 +37,23 @@ def conversation_from_log(path: Path) -> list[TurnRecord]:
 def conversation_and_gaps(path: Path) -> tuple[list[TurnRecord], list[tuple[int, int]]]:
     """:func:`conversation_from_log`, and the ``seq`` ranges of entries missing from the
     log (segments or lines removed: lost, so readers can say turns may be missing)."""
+    turns, gaps, _ = history_of_log(path)
+    return turns, gaps
+
+
+def history_of_log(path: Path) -> tuple[list[TurnRecord], list[tuple[int, int]], int]:
+    """:func:`conversation_and_gaps`, and through which entry the compaction policy
+    deleted the log (0: none; :func:`~substrat.logbase.deleted_through`), from one
+    listing of its directory and one read of its base."""
     listed = list_log(path)
     base = log_base(path, listed)
     read = read_log(path, sealed=listed[0])
-    return conversation_with_base(base, read.entries), read.damage.gaps()
+    deleted = 0
+    if base is not None:  # a base written before a deletion that did not happen: none
+        sealed, names = listed
+        first = sealed[0].first if sealed else active_start(path, sealed, names)
+        deleted = base.deleted_through if first > 1 else 0
+    return conversation_with_base(base, read.entries), read.damage.gaps(), deleted
 
 
 def log_base(

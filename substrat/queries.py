@@ -23,7 +23,7 @@ from substrat.agents import (
     id_prefix_matches,
     too_short_note,
 )
-from substrat.conversation import conversation_and_gaps, conversation_from_log
+from substrat.conversation import conversation_from_log, history_of_log
 from substrat.errors import AgentNotFoundError, AgentTerminatedError
 from substrat.logs import LogPool
 from substrat.providers.base import TurnRecord
@@ -238,9 +238,10 @@ class QueryMixin:
         """The agent's conversation, rebuilt from its log (completed turns only)."""
         return conversation_from_log(self.logs.path(self.lookup(agent).session_id))
 
-    def history_and_gaps(self, agent: str) -> tuple[list[TurnRecord], list[tuple[int, int]]]:
-        """:meth:`history`, and the ranges of log entries it is missing (lost to damage)."""
-        return conversation_and_gaps(self.logs.path(self.lookup(agent).session_id))
+    def history_and_gaps(self, agent: str) -> tuple[list[TurnRecord], list[tuple[int, int]], int]:
+        """:meth:`history`, the ranges of log entries it is missing (lost to damage), and
+        through which entry the compaction policy deleted the log (0: none)."""
+        return history_of_log(self.logs.path(self.lookup(agent).session_id))
 
     def describe_endpoint(self, endpoint: str) -> str:
         if endpoint == USER:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol
 
-from substrat.logbase import deleted_through
 from substrat.prompts import MAX_PROMPT_CHARS, check_prompt
 from substrat.rpc import protocol
 from substrat.rpc.protocol import EVENT_NAMES, RequestError
@@ -115,7 +114,7 @@ def build_methods(daemon: DaemonView) -> MethodTable:
     async def history(call: Call) -> dict[str, Any]:
         p = call.params
         info = daemon.orch.lookup(p["agent"])
-        turns, gaps = daemon.orch.history_and_gaps(info.agent_id)
+        turns, gaps, deleted = daemon.orch.history_and_gaps(info.agent_id)
         limit = p["limit"]
         if limit < 0 or limit > MAX_HISTORY_TURNS:
             raise RequestError(
@@ -127,7 +126,7 @@ def build_methods(daemon: DaemonView) -> MethodTable:
             "total": len(turns),
             # entries 1..this of its log were deleted by the compaction policy (their
             # turns are still in ``turns``, kept in the log's base): 0 if none were
-            "deleted_through": deleted_through(daemon.orch.logs.path(info.session_id)),
+            "deleted_through": deleted,
             # seq ranges of entries missing from its log (segments or lines removed by
             # hand or by a failing disk): lost, and any turn they held with them
             "missing": [list(gap) for gap in gaps],
