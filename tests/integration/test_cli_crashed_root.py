@@ -8,6 +8,10 @@
 * After two crashes in a row the report shows the user's prompt, not the notice
   substrat put before it, and the agent's next prompt lists both lost turns in
   one notice instead of wrapping the first notice in the second.
+* A message still pending after a CLEAN stop (one the user has not collected) is
+  not "redelivered": every start puts the pending messages back into their inboxes,
+  but only after a crash is that a redelivery worth a report (outside review of
+  session 17, item 2).
 """
 
 from __future__ import annotations
@@ -96,3 +100,43 @@ def test_two_crashes_in_a_row_show_the_users_prompts_and_one_flat_notice(root: P
         "(the daemon restarted after each): none of their tool calls took effect.]\n"
         "where were we?"
     )
+
+
+def message_for_the_user(root: Path) -> str:
+    assert run(root, "agent", "create", "lead").returncode == 0
+    sent = run(root, "agent", "send", "lead", "done\n@send user the report is ready")
+    assert sent.returncode == 0, sent.stderr
+    (message,) = as_json(run(root, "inbox", "--json"))["messages"]
+    return str(message["message_id"])
+
+
+def test_a_clean_restart_does_not_report_a_waiting_message_as_redelivered(root: Path) -> None:
+    message_id = message_for_the_user(root)
+    assert run(root, "daemon", "stop").returncode == 0
+    started = run(root, "daemon", "start")
+    assert started.returncode == 0, started.stderr
+    assert "redelivered" not in started.stdout + started.stderr
+    status = as_json(run(root, "daemon", "status", "--json"))
+    assert status["previous_shutdown"] == "clean" and status["last_recovery"] is None
+    assert [m["message_id"] for m in as_json(run(root, "inbox", "--json"))["messages"]] == [
+        message_id
+    ]  # still there, once
+
+    assert run(root, "daemon", "stop").returncode == 0
+    for args in (["recover"], ["compact"]):  # offline recoveries say the same
+        offline = run(root, *args)
+        assert offline.returncode == 0, (args, offline.stderr)
+        assert "redelivered" not in offline.stdout, args
+    recovered = as_json(run(root, "recover", "--json"))
+    assert recovered["redelivered"] == [] and recovered["waiting"] == [message_id]
+
+
+def test_a_crash_still_reports_the_message_redelivered(root: Path) -> None:
+    message_id = message_for_the_user(root)
+    kill_daemon(root)  # SIGKILL: the message was never collected
+    started = run(root, "daemon", "start")
+    assert started.returncode == 0, started.stderr
+    assert "messages redelivered: 1" in started.stdout
+    status = as_json(run(root, "daemon", "status", "--json"))
+    assert status["previous_shutdown"] == "unclean"
+    assert status["last_recovery"]["report"]["redelivered"] == [message_id]
