@@ -143,6 +143,10 @@ def socket_gone(root: str | os.PathLike[str]) -> LockInfo | None:
     info = read_info(root)
     if info is None or info.state != "running" or info.socket_ino is None:
         return None
+    if info.pid is None or not _alive(info.pid):
+        # a dead daemon's record, read while the next one starts (it holds the lock and
+        # has not written its own yet): that one is recovering, not unreachable
+        return None
     try:
         now: int | None = os.stat(socket_path(root)).st_ino
     except FileNotFoundError:
@@ -150,6 +154,24 @@ def socket_gone(root: str | os.PathLike[str]) -> LockInfo | None:
     if now == info.socket_ino or not is_held(root):
         return None
     return info
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie does not: a daemon killed under a parent that does
+    not reap it, as a container's first process may not, stays one)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as file:
+            return file.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except FileNotFoundError:  # gone since, or no /proc (then taken as running)
+        return not os.path.isdir("/proc/self")
+    except (OSError, IndexError):
+        return True
 
 
 class RootLock:

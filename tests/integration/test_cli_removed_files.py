@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from substrat.client import Client
+from substrat.errors import DaemonNotRunningError, DaemonUnreachableError
 from substrat.rootdir import prepare_root
 from substrat.rpc import lock
 from substrat.rpc.transport import socket_path
@@ -155,6 +157,26 @@ def test_a_command_waits_for_a_daemon_still_recovering(root: Path) -> None:
         os.kill(daemon.pid, signal.SIGCONT)
         daemon.terminate()
         daemon.wait(timeout=30)
+
+
+def test_a_dead_daemons_record_is_not_taken_for_a_lost_socket(root: Path) -> None:
+    # The next daemon holds the lock and has not written its own record yet: the record
+    # still says "running" with the dead one's socket_ino. That one is starting.
+    pid = as_json(run(root, "daemon", "start", "--json"))["pid"]
+    os.kill(pid, signal.SIGKILL)
+    while lock.is_held(root):
+        time.sleep(0.01)
+    socket_path(root).unlink()
+    starting = lock.RootLock.acquire(root)
+    try:
+        info = lock.read_info(root)
+        assert info is not None and info.pid == pid and info.socket_ino is not None
+        assert lock.socket_gone(root) is None
+        with pytest.raises(DaemonNotRunningError) as raised:
+            Client(root).connect()
+        assert not isinstance(raised.value, DaemonUnreachableError)
+    finally:
+        starting.release()
 
 
 def as_json_any(text: str) -> object:
