@@ -35,7 +35,7 @@ from substrat.errors import (
     RequestTimeoutError,
     RpcError,
 )
-from substrat.rootdir import DAEMON_LOG_NAME, check_user_log, prepare_root
+from substrat.rootdir import DAEMON_LOG_NAME, check_serving, prepare_root
 from substrat.rpc import lock, protocol
 from substrat.rpc.transport import connect, socket_path
 
@@ -355,11 +355,12 @@ class DaemonProcess:
 
     def start(self, timeout_s: float = START_TIMEOUT_S) -> DaemonProcess:
         """Spawn the daemon and return once it answers ``ping`` (DaemonStartError if not)."""
-        check_user_log(prepare_root(self.root))  # one line saying what to fix, not a log tail
+        check_serving(prepare_root(self.root))  # one line saying what to fix, not a log tail
         # -P: the working directory is not put on sys.path, so a directory named like one
         # of our packages there (a clone's parent holds ``substrat/``) is not what runs.
         command = [sys.executable, "-P", "-m", "substrat.daemon", "--root", str(self.root)]
         with open(self.log_path, "ab") as out:
+            since = out.tell()  # what this start writes: an older traceback is not its cause
             self.proc = subprocess.Popen(
                 command + self.daemon_args,
                 stdin=subprocess.DEVNULL,
@@ -378,7 +379,7 @@ class DaemonProcess:
                 state = f"exited with status {code}"
             raise DaemonStartError(
                 f"the daemon for {self.root} {state}. Last lines of {self.log_path}:\n"
-                f"{_tail(self.log_path)}"
+                f"{_tail(self.log_path, since)}"
             )
         return self
 
@@ -467,9 +468,12 @@ def _wait_for_ping(
     return None
 
 
-def _tail(path: Path, lines: int = 20) -> str:
+def _tail(path: Path, since: int = 0, lines: int = 20) -> str:
+    """The last ``lines`` lines of ``path`` written from offset ``since`` on."""
     try:
-        text = path.read_text(errors="replace")
+        with open(path, "rb") as handle:
+            handle.seek(since)
+            text = handle.read().decode(errors="replace")
     except OSError:
         return "(no log)"
     return "\n".join(text.splitlines()[-lines:]) or "(empty log)"

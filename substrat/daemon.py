@@ -48,7 +48,7 @@ from substrat.errors import AgentBusyError, RootError, RootLockedError, Substrat
 from substrat.eventlog import utc_now_iso
 from substrat.oserrors import advice, is_host_limit
 from substrat.root_hold import RootHold
-from substrat.rootdir import check_user_log, prepare_root, user_log_failure
+from substrat.rootdir import check_serving, prepare_root, user_log_failure
 from substrat.rpc.lock import RootLock
 from substrat.rpc.methods import build_methods
 from substrat.rpc.server import Limits, RpcServer
@@ -496,7 +496,7 @@ def main(argv: list[str] | None = None) -> int:
     daemon: Daemon | None = None
     try:
         config.root = prepare_root(config.root)
-        check_user_log(config.root)
+        check_serving(config.root)
         daemon = Daemon(config)
         return asyncio.run(daemon.run())
     except RootLockedError as exc:

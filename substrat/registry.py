@@ -141,11 +141,14 @@ def read_registry(root: str | os.PathLike[str]) -> RegistryRead:
 
 
 def _mode(path: Path) -> int | None:
-    """``path``'s own mode (not a symlink's target); None if it is not there, or if
-    looking fails (as :func:`os.path.lexists` has it)."""
+    """``path``'s own mode (not a symlink's target); None if it is not there.
+
+    Any other failure (EACCES on a ``roots/`` at mode 000, EIO) raises: taking it
+    for "not there" would let recovery try to create the log, and die of it.
+    """
     try:
         return os.lstat(path).st_mode
-    except (OSError, ValueError):
+    except FileNotFoundError:
         return None
 
 

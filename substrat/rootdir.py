@@ -399,6 +399,22 @@ def prepare_root(root: str | os.PathLike[str], *, create: bool = True) -> Path:
     return path
 
 
+def check_serving(root: Path) -> None:
+    """Refuse, with one line saying what to do (RootUnusableError), a root whose daemon
+    could not start: its user's inbox (:func:`check_user_log`) or its ``agents/``
+    cannot be used. One agent's files cost that agent (it is held back); ``agents/``
+    holds every agent, and recovery must list it."""
+    check_user_log(root)
+    agents = root / "agents"
+    if os.path.isdir(agents) and not os.access(agents, os.R_OK | os.W_OK | os.X_OK):
+        uid = os.geteuid()
+        raise RootUnusableError(
+            f"cannot serve {root}: {agents} cannot be read and written (permission denied); "
+            f"give uid {uid} access (`chown -R {uid} {agents} && chmod -R u+rwX {agents}`), "
+            "then start the daemon again"
+        )
+
+
 def check_user_log(root: Path) -> None:
     """Refuse to serve a root whose user's inbox (``user/events.jsonl``) cannot be used:
     RootUnusableError with what to do. Unlike one agent's files, which cost that agent
@@ -445,14 +461,38 @@ def check_inbox_not_a_root(root: Path, doing: str = "serve") -> None:
         )
 
 
+_HOST_ERRNOS = frozenset(
+    {
+        errno.EACCES,
+        errno.EPERM,
+        errno.EROFS,
+        errno.EIO,
+        errno.ENOSPC,
+        errno.EDQUOT,
+        errno.EFBIG,
+        errno.EMFILE,
+        errno.ENFILE,
+        errno.ENOTDIR,
+        errno.EISDIR,
+    }
+)
+"""What the host does to a root (modes, mounts, disks, limits), not a fault of the code."""
+
+
 def user_log_failure(root: Path, exc: OSError) -> str | None:
     """What to say of ``exc`` if it came from the user's inbox (``user/``: an EIO that
-    :func:`check_user_log` could not foresee), else None."""
+    :func:`check_user_log` could not foresee), or from another of the root's own files
+    (``agents/`` at mode 000), in one line with what to do; else None (a traceback)."""
+    where = os.fspath(exc.filename) if exc.filename is not None else ""
     inbox = root / "user"
-    if exc.filename is None or not os.fspath(exc.filename).startswith(f"{inbox}{os.sep}"):
+    if where.startswith(f"{inbox}{os.sep}"):
+        item = access.unreadable("user", where, exc, then="start the daemon again")
+        return f"cannot serve {root}: the user's inbox failed: {item.error}; {item.what_to_do}"
+    if exc.errno not in _HOST_ERRNOS or not where.startswith(f"{root}{os.sep}"):
         return None
-    item = access.unreadable("user", exc.filename, exc, then="start the daemon again")
-    return f"cannot serve {root}: the user's inbox failed: {item.error}; {item.what_to_do}"
+    # Not one agent's file (that agent would have been held back): the root's own.
+    item = access.unreadable("", where, exc, then="start the daemon again")
+    return f"cannot serve {root}: {where} failed: {item.error}; {item.what_to_do}"
 
 
 def _check_owner_and_access(path: Path) -> int:
