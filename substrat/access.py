@@ -18,7 +18,7 @@ from typing import Any
 from substrat.oserrors import advice, is_host_limit, os_error_of
 
 _PERMISSION = (errno.EACCES, errno.EPERM)
-_FILE_ENDINGS = (".json", ".jsonl", ".gz", ".start", ".base", ".pending")
+_FILE_ENDINGS = (".json", ".jsonl", ".gz", ".start", ".base", ".pending", ".lock", ".tmp")
 """An agent's files (the advice names their directory); anything else is a directory."""
 
 
@@ -54,6 +54,20 @@ def unreadable(
     # a DurabilityError (an atomic write that failed) carries no errno: its cause does
     exc = os_error_of(exc) or exc
     where = os.fspath(exc.filename) if exc.filename else os.fspath(path)
+    todo = advice(exc, where, then=then)
+    return Unreadable(session_id, where, describe(exc), todo + "; nothing of it was changed")
+
+
+def failed(exc: OSError, *, then: str) -> str:
+    """``PATH: Permission denied (EACCES); <what to do>, then <then>``: one line."""
+    where = os.fspath(exc.filename) if exc.filename is not None else ""
+    if not where:
+        return f"{describe(exc)}; fix the cause, then {then}"
+    return f"{where}: {describe(exc)}; {advice(exc, where, then=then)}"
+
+
+def advice(exc: OSError, where: str, *, then: str) -> str:
+    """What to do about ``exc`` met on ``where`` (a file or a directory), then ``then``."""
     directory = os.path.dirname(where) if where.endswith(_FILE_ENDINGS) else where
     if is_host_limit(exc):
         # nothing of the agent is damaged: the host refused a write (space, quota, a
@@ -73,7 +87,7 @@ def unreadable(
         )
     else:
         todo = f"fix {where} ({describe(exc)}), then {then}"
-    return Unreadable(session_id, where, describe(exc), todo + "; nothing of it was changed")
+    return todo
 
 
 def history_gone(

@@ -33,9 +33,10 @@ from substrat.errors import (
     DaemonStoppedUncleanlyError,
     DaemonUnreachableError,
     RequestTimeoutError,
+    RootPermissionError,
     RpcError,
 )
-from substrat.rootdir import DAEMON_LOG_NAME, check_serving, prepare_root
+from substrat.rootdir import DAEMON_LOG_NAME, check_serving, prepare_root, user_name
 from substrat.rpc import lock, protocol
 from substrat.rpc.transport import connect, socket_path
 
@@ -253,8 +254,11 @@ class Client:
                 raise self._died(what)
             self._buffer += data
 
-    def _died(self, what: str) -> DaemonDiedError:
+    def _died(self, what: str) -> DaemonDiedError | RootPermissionError:
         self.close()
+        refused = self._refused()
+        if refused is not None:
+            return refused
         info = lock.read_info(self.root)
         pid = f" (pid {info.pid})" if info is not None and info.pid is not None else ""
         # Give the kernel a moment to release a dead daemon's lock.
@@ -272,6 +276,21 @@ class Client:
             f"{cause} before answering {what}; the request may or may not have been applied. "
             f"Run `substrat daemon start --root {self.root}` to recover, then check with "
             "`substrat agent list` / `substrat log`."
+        )
+
+    def _refused(self) -> RootPermissionError | None:
+        """Why the daemon hung up at once, if its peer-uid check refused us: its socket is
+        another user's (the refusal line it sends may be lost to the hang-up)."""
+        try:
+            owner = os.stat(self.socket_path).st_uid
+        except OSError:
+            return None
+        if owner == os.getuid():
+            return None
+        return RootPermissionError(
+            f"the daemon at {self.socket_path} runs as uid {owner}{user_name(owner)} and "
+            f"refuses other users (you are uid {os.getuid()}); it read no request: run the "
+            f"command as uid {owner}, or use a root of your own (--root or SUBSTRAT_HOME)"
         )
 
 

@@ -186,7 +186,7 @@ def check(root: str | os.PathLike[str], *, repair: bool = False) -> FsckReport:
         raise FsckError(f"{exc}; fsck checks a root nothing has open") from None
     except OSError as exc:
         release()
-        raise FsckError(f"I/O error while checking {path}: {exc}") from exc
+        raise FsckError(f"cannot check {path}: {access.failed(exc, then='run it again')}") from exc
     try:
         report = FsckReport(str(path), repair)
         _inspect(path, report)
@@ -205,7 +205,7 @@ def check(root: str | os.PathLike[str], *, repair: bool = False) -> FsckReport:
                 finding.repaired = (finding.kind, finding.path) not in left
         return report
     except OSError as exc:
-        raise FsckError(f"I/O error while checking {path}: {exc}") from exc
+        raise FsckError(f"cannot check {path}: {access.failed(exc, then='run it again')}") from exc
     finally:
         hold.release()
         release()

@@ -145,9 +145,17 @@ def _unusable(path: Path, exc: OSError, doing: str) -> RootUnusableError:
         errno.ENOSPC: "no space left on the device",
         errno.EDQUOT: "the disk quota is exceeded",
     }.get(exc.errno or 0, exc.strerror or str(exc))
+    fix = "use --root or SUBSTRAT_HOME to pick a directory you can write"
+    if exc.errno == errno.EROFS and os.path.isdir(path):
+        # a root already there (a new one can go elsewhere): its data is on this mount
+        fix = (
+            "remount its file system read-write (`substrat recover --dry-run` and "
+            "`substrat fsck` read it as it is)"
+        )
+    elif exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        fix = f"free space on its file system (or {fix})"
     return RootUnusableError(
-        f"cannot use {path} as a substrat root: {doing} failed: {reason}; "
-        "use --root or SUBSTRAT_HOME to pick a directory you can write"
+        f"cannot use {path} as a substrat root: {doing} failed: {reason}; {fix}"
     )
 
 
@@ -314,9 +322,38 @@ def require_root(root: str | os.PathLike[str]) -> RootInfo:
     info = inspect(root)
     if not info.is_root:
         raise NotARootError(_no_root_message(info))
+    owner = os.stat(info.path).st_uid
+    if owner != os.getuid():
+        # its files are private to that user, and its daemon answers no other
+        raise _foreign(info.path, owner)
     _check_version(info)
     _check_length(info)
     return info
+
+
+def user_name(uid: int) -> str:
+    """`` (name)`` of a uid, for a message; empty if it has none."""
+    try:
+        import pwd
+
+        return f" ({pwd.getpwuid(uid).pw_name})"
+    except (KeyError, ImportError):
+        return ""
+
+
+def _foreign(path: Path, owner: int, *, is_root: bool = True) -> RootPermissionError:
+    """Another user's root (or directory): its daemon refuses every other user."""
+    name = user_name(owner)
+    if not is_root:
+        return RootPermissionError(
+            f"{path} belongs to uid {owner}{name}, not to you (uid {os.getuid()}); "
+            "use a root of your own (--root or SUBSTRAT_HOME)"
+        )
+    return RootPermissionError(
+        f"root {path} belongs to uid {owner}{name}, not to you (uid {os.getuid()}): only "
+        "that user can use it (its daemon runs as that user and refuses others); run the "
+        f"command as uid {owner}, or use a root of your own (--root or SUBSTRAT_HOME)"
+    )
 
 
 def refuse_foreign(root: str | os.PathLike[str]) -> RootInfo:
@@ -380,7 +417,7 @@ def prepare_root(root: str | os.PathLike[str], *, create: bool = True) -> Path:
             persistence.durable_mkdir(path)
         except OSError as exc:
             raise _unusable(path, exc, "creating it") from None
-    mode = _check_owner_and_access(path)
+    mode = _check_owner_and_access(path, is_root=info.is_root)
     if (info.state is RootState.EMPTY or info.unproven) and mode & 0o077:
         what = "is empty" if info.state is RootState.EMPTY else "holds only an empty agents/"
         raise RootPermissionError(
@@ -495,13 +532,10 @@ def user_log_failure(root: Path, exc: OSError) -> str | None:
     return f"cannot serve {root}: {where} failed: {item.error}; {item.what_to_do}"
 
 
-def _check_owner_and_access(path: Path) -> int:
+def _check_owner_and_access(path: Path, *, is_root: bool) -> int:
     info = os.stat(path)
     if info.st_uid != os.getuid():
-        raise RootPermissionError(
-            f"root {path} belongs to uid {info.st_uid}, not to you (uid {os.getuid()}); "
-            "use a root of your own (--root or SUBSTRAT_HOME)"
-        )
+        raise _foreign(path, info.st_uid, is_root=is_root)
     if not os.access(path, os.R_OK | os.W_OK | os.X_OK):
         # access() also says no for a read-only mount (EROFS) and an immutable
         # directory (EPERM); tell the first apart, without writing anything.

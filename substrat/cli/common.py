@@ -35,6 +35,7 @@ from substrat.errors import (
     FsckError,
     RootError,
     RootLockedError,
+    RootUnusableError,
     RpcError,
     SocketPathTooLongError,
     SubstratError,
@@ -261,6 +262,14 @@ def guarded(opts: Opts, func: Callable[..., Any], **kwargs: Any) -> Any:
         fail(opts, exc, EXIT_UNAVAILABLE)
     except SubstratError as exc:
         fail(opts, exc, EXIT_FAILED)
+    except (ConnectionError, TimeoutError) as exc:  # the socket, not the root's files
+        fail(opts, DaemonError(f"talking to the daemon failed: {exc}"), EXIT_UNAVAILABLE)
+    except OSError as exc:
+        # A root the host made unusable midway (modes, a read-only mount, a full disk, a
+        # failing device) that no check foresaw: one line with what to do, not a traceback.
+        from substrat import access
+
+        fail(opts, RootUnusableError(access.failed(exc, then="run the command again")), EXIT_USAGE)
     except KeyboardInterrupt:
         sys.exit(130)
 

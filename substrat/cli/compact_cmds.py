@@ -62,6 +62,9 @@ def compact(opts: Opts, dry_run: bool, segment_bytes: int | None, policy: str) -
         else:
             _print_plan(opts, planned, policy)
         sys.exit(1 if any(item.unreadable for item in planned.logs) else 0)
+    from substrat import rootdir
+
+    rootdir.prepare_root(opts.root, create=False)  # writable? (one line if not, as fsck --repair)
     report = compaction.compact(opts.root, segment_bytes=segment_bytes, compaction=policy)
     if opts.json:
         emit_json(report.to_dict())

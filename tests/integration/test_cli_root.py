@@ -248,6 +248,8 @@ UNUSABLE_COMMANDS = [
     ("agent", "create", "other"),
     ("agent", "list"),
     ("fsck", "--repair"),
+    ("compact",),
+    ("recover",),
     DAEMON,
 ]
 
@@ -297,6 +299,8 @@ def test_a_root_on_a_read_only_file_system(tmpfs: Path) -> None:
         assert time.monotonic() < deadline, remount.stderr
         time.sleep(0.1)
     _check_unusable(root, "read-only file system")
+    # the data is on that mount: remounting is the fix, not another directory
+    _check_unusable(root, "remount its file system read-write")
     # Reading a read-only root (a snapshot, a backup mount) works, and blames no agent:
     # the whole root is read-only, once, not every agent "Permission denied".
     reading = run(root, "recover", "--dry-run")

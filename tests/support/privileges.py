@@ -58,3 +58,55 @@ def why_not_available() -> str | None:
     if "PermissionError" not in probe.stderr:
         return f"the probe failed for another reason: {probe.stderr.strip()[-200:]}"
     return None
+
+
+OTHER_UID = 65534
+"""``nobody``: the other user of the tests that need one."""
+
+
+def as_other_user(uid: int = OTHER_UID) -> tuple[list[str], dict[str, str]] | str:
+    """``(argv prefix, env)`` running ``python`` as ``uid`` with this checkout importable, or
+    why that cannot be done here (for a skip reason).
+
+    ``setpriv`` switches the uid; this interpreter may live where ``uid`` cannot read it
+    (pyenv under a mode-0700 /root), so the first interpreter of the same Python version
+    that ``uid`` can run is used, given this checkout and this environment's packages on
+    ``PYTHONPATH`` (both must be readable by ``uid``).
+    """
+    import shutil
+    import site
+
+    if os.geteuid() != 0:
+        return "acting as another uid needs root"
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        return "setpriv (util-linux) is missing"
+    checkout = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([checkout, *site.getsitepackages()]))
+    env.pop("PYTHONHOME", None)
+    switch = [setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    why = "no interpreter"
+    for python in (sys.executable, f"/usr/bin/python{version}", "/usr/bin/python3"):
+        # it must be able to start itself again (the CLI spawns the daemon with it)
+        probe_code = (
+            "import subprocess, sys, substrat.cli, orjson; "
+            "subprocess.run([sys.executable, '-c', ''], check=True); "
+            "print(sys.version_info[:2])"
+        )
+        try:
+            probe = subprocess.run(
+                [*switch, python, "-c", probe_code],
+                env=env,
+                cwd="/",
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            why = f"{python}: {exc}"
+            continue
+        if probe.returncode == 0 and probe.stdout.strip() == str(sys.version_info[:2]):
+            return [*switch, python], env
+        why = f"{python}: {(probe.stderr or probe.stdout).strip()[-200:]}"
+    return f"no Python {version} that uid {uid} can run with this checkout ({why})"
