@@ -300,7 +300,7 @@ class Orchestrator(QueryMixin, CommitMixin, WakeMixin):
             stop_later(live)
             raise NameCollisionError(f"a root agent named {name!r} exists; pick another name")
         session = Session(node.session_id, provider, model, agent_id=node.agent_id)
-        fresh = self.store.save(session)
+        fresh = self.store.save_new(session)
         self.sessions[node.session_id] = session
         self._log_creation(node, parent_session_id=None, fresh=fresh)
         self.tree.add(node)

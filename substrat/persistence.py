@@ -106,14 +106,27 @@ def _atomic_write(path: str | os.PathLike[str], data: bytes) -> None:
     # strings, not Paths: every record and checkpoint write comes through here
     target = _file_text(path)
     tmp = target + TMP_SUFFIX
+    try:
+        _write_temp(tmp, data)
+    except OSError:
+        # Refused (a full disk): the temp file was never acknowledged and nothing names
+        # it, so it goes, rather than stay for fsck to report (a crash may still leave it).
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    os.replace(tmp, target)
+    fsync_dir(_parent(target))
+
+
+def _write_temp(tmp: str, data: bytes) -> None:
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, _FILE_MODE)
     try:
         write_all(fd, data)
         fsync_fd(fd, tmp)
     finally:
         os.close(fd)
-    os.replace(tmp, target)
-    fsync_dir(_parent(target))
 
 
 def _file_text(path: str | os.PathLike[str]) -> str:

@@ -9,6 +9,7 @@ agent from it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Callable
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from substrat import paths, persistence
-from substrat.errors import CorruptRecordError, SessionNotFoundError
+from substrat.errors import CorruptRecordError, DurabilityError, SessionNotFoundError
 from substrat.rootnest import NESTED_ROOT_ADVICE, root_within
 from substrat.session.model import Session, SessionState, is_session_id, validate_session_id
 
@@ -158,6 +159,18 @@ class SessionStore:
         persistence.atomic_write(record, session.to_record())
         self._written.add(session_id)
         return created
+
+    def save_new(self, session: Session) -> bool:
+        """:meth:`save` the first record of a new session; if it is refused (a full disk),
+        take its directory back: it holds nothing acknowledged, and left there fsck
+        would take it for a creation a crash cut short. Only an empty directory goes
+        (a crash may still leave one, as before)."""
+        try:
+            return self.save(session)
+        except DurabilityError:
+            with contextlib.suppress(OSError):
+                os.rmdir(self.session_dir(session.session_id))
+            raise
 
     def transition(self, session: Session, target: SessionState) -> None:
         """Change state and persist; the in-memory state changes only if the write did."""

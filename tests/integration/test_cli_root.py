@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from substrat.rpc import lock
+from tests.support import mounts
 from tests.support.cli import stop_or_kill
 
 SUBSTRAT = shutil.which("substrat") or ""
@@ -267,22 +268,8 @@ def _check_unusable(root: Path, expected: str, prefix: tuple[str, ...] = ()) -> 
 
 @pytest.fixture
 def tmpfs(tmp_path: Path) -> Iterator[Path]:
-    mount_point = tmp_path / "mnt"
-    mount_point.mkdir()
-    made = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=4m,mode=0700", "tmpfs", str(mount_point)],
-        capture_output=True,
-        text=True,
-    )
-    if made.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs to make read-only (needs CAP_SYS_ADMIN): {made.stderr}")
-    try:
+    with mounts.tmpfs(tmp_path / "mnt", "4m", "to make read-only") as mount_point:
         yield mount_point
-    finally:
-        for _ in range(50):
-            if subprocess.run(["umount", str(mount_point)], capture_output=True).returncode == 0:
-                break
-            time.sleep(0.1)
 
 
 def test_a_root_on_a_read_only_file_system(tmpfs: Path) -> None:
