@@ -36,7 +36,7 @@ from substrat.errors import (
     RootPermissionError,
     RpcError,
 )
-from substrat.rootdir import DAEMON_LOG_NAME, check_serving, prepare_root, user_name
+from substrat.rootdir import DAEMON_LOG_NAME, check_serving, foreign_daemon, prepare_root
 from substrat.rpc import lock, protocol
 from substrat.rpc.transport import connect, socket_path
 
@@ -47,6 +47,8 @@ STOP_TIMEOUT_S = 30.0
 MAX_MESSAGE_BYTES = 256 << 20
 LOG_NAME = DAEMON_LOG_NAME
 _POLL_S = 0.01
+SILENCE_CHECK_S = 20.0
+"""How often a call given ``on_silence`` calls it while the daemon says nothing."""
 """How often a start or stop looks again (a ping or a lock probe: tens of microseconds
 each); every start, stop and restart waits half of it on average."""
 
@@ -122,17 +124,19 @@ class Client:
         *,
         timeout_s: float | None = None,
         on_notification: NotificationHandler | None = None,
+        on_silence: Callable[[float], None] | None = None,
     ) -> Any:
         """Send one request and return its result; raise RpcError on an error answer.
 
         Notifications that arrive meanwhile go to ``on_notification`` or are kept
-        for :meth:`next_notification`.
+        for :meth:`next_notification`. ``on_silence(seconds)`` is called every
+        SILENCE_CHECK_S the daemon says nothing (it may raise to give up sooner).
         """
         request_id = next(self._ids)
         self._send(protocol.request(method, params, request_id))
         limit = self.timeout_s if timeout_s is None else timeout_s
         while True:
-            message = self._receive(limit, method)
+            message = self._receive(limit, method, on_silence)
             if "method" in message and "id" not in message:
                 self._on_notification(message, on_notification)
                 continue
@@ -216,9 +220,12 @@ class Client:
             if isinstance(message, dict) and "method" in message and "id" not in message:
                 self._on_notification(message, None)
 
-    def _receive(self, timeout_s: float, what: str) -> dict[str, Any]:
+    def _receive(
+        self, timeout_s: float, what: str, on_silence: Callable[[float], None] | None = None
+    ) -> dict[str, Any]:
         sock = self._require_socket()
-        deadline = time.monotonic() + timeout_s
+        heard = time.monotonic()
+        deadline = heard + timeout_s
         while True:
             newline = self._buffer.find(b"\n")
             if newline >= 0:
@@ -243,10 +250,12 @@ class Client:
                     f"no answer to {what} from the daemon within {timeout_s:g}s; it may be "
                     f"stuck (see {self.root / LOG_NAME}) or the turn may be slow (--timeout)"
                 )
-            sock.settimeout(remaining)
+            sock.settimeout(min(remaining, SILENCE_CHECK_S) if on_silence else remaining)
             try:
                 data = sock.recv(1 << 16)
             except TimeoutError:
+                if on_silence is not None:
+                    on_silence(time.monotonic() - heard)
                 continue
             except (ConnectionResetError, BrokenPipeError):
                 data = b""
@@ -256,7 +265,7 @@ class Client:
 
     def _died(self, what: str) -> DaemonDiedError | RootPermissionError:
         self.close()
-        refused = self._refused()
+        refused = foreign_daemon(self.socket_path)
         if refused is not None:
             return refused
         info = lock.read_info(self.root)
@@ -276,21 +285,6 @@ class Client:
             f"{cause} before answering {what}; the request may or may not have been applied. "
             f"Run `substrat daemon start --root {self.root}` to recover, then check with "
             "`substrat agent list` / `substrat log`."
-        )
-
-    def _refused(self) -> RootPermissionError | None:
-        """Why the daemon hung up at once, if its peer-uid check refused us: its socket is
-        another user's (the refusal line it sends may be lost to the hang-up)."""
-        try:
-            owner = os.stat(self.socket_path).st_uid
-        except OSError:
-            return None
-        if owner == os.getuid():
-            return None
-        return RootPermissionError(
-            f"the daemon at {self.socket_path} runs as uid {owner}{user_name(owner)} and "
-            f"refuses other users (you are uid {os.getuid()}); it read no request: run the "
-            f"command as uid {owner}, or use a root of your own (--root or SUBSTRAT_HOME)"
         )
 
 

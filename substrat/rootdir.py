@@ -341,6 +341,22 @@ def user_name(uid: int) -> str:
         return ""
 
 
+def foreign_daemon(socket: Path) -> RootPermissionError | None:
+    """Why a daemon hung up at once, if its peer-uid check refused us: its socket is
+    another user's (the refusal line it sends may be lost to the hang-up)."""
+    try:
+        owner = os.stat(socket).st_uid
+    except OSError:
+        return None
+    if owner == os.getuid():
+        return None
+    return RootPermissionError(
+        f"the daemon at {socket} runs as uid {owner}{user_name(owner)} and refuses other "
+        f"users (you are uid {os.getuid()}); it read no request: run the command as uid "
+        f"{owner}, or use a root of your own (--root or SUBSTRAT_HOME)"
+    )
+
+
 def _foreign(path: Path, owner: int, *, is_root: bool = True) -> RootPermissionError:
     """Another user's root (or directory): its daemon refuses every other user."""
     name = user_name(owner)

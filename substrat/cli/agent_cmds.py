@@ -133,6 +133,7 @@ def send(opts: Opts, agent: str, prompt: str, no_stream: bool, wait: bool) -> No
                     "wait": wait,
                 },
                 on_notification=view.on_notification if stream else None,
+                on_silence=opts.frozen_check(),
             )
         except DaemonError as exc:
             if not opts.json:

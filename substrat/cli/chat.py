@@ -260,7 +260,10 @@ class ChatSession:
         try:
             with view:
                 result = self.conn.call(
-                    "agent.send", params, on_notification=view.on_notification if stream else None
+                    "agent.send",
+                    params,
+                    on_notification=view.on_notification if stream else None,
+                    on_silence=opts.frozen_check(),
                 )
                 if opts.json:
                     emit_json({"event": "turn", **result})

@@ -33,6 +33,7 @@ from substrat.errors import (
     BadInputError,
     DaemonError,
     FsckError,
+    RequestTimeoutError,
     RootError,
     RootLockedError,
     RootUnusableError,
@@ -51,6 +52,8 @@ EXIT_USAGE = 2
 EXIT_UNAVAILABLE = 3
 
 F = TypeVar("F", bound=Callable[..., Any])
+PING_S = 5.0
+"""How long a daemon silent during a turn has to answer a ping (:meth:`Opts.frozen_check`)."""
 
 
 @dataclass
@@ -110,6 +113,27 @@ class Opts:
             on_start=started,
             create=bool(self.creates_root),
         )
+
+    def frozen_check(self) -> Callable[[float], None]:
+        """``on_silence`` for a call allowed a long silence (a turn waits up to 600 s): the
+        daemon is pinged on a second connection; one that answers is busy, one that does
+        not (SIGSTOP, a hung event loop) is given up on now, as other commands would."""
+
+        def check(silent_s: float) -> None:
+            if client_mod.ping(self.root, timeout_s=PING_S) is not None:
+                return
+            from substrat.rpc import lock
+
+            info = lock.read_info(self.root)
+            pid = f" (pid {info.pid})" if info is not None and info.pid is not None else ""
+            raise RequestTimeoutError(
+                f"the daemon{pid} has said nothing for {silent_s:.0f}s and does not answer a "
+                f"ping either: it is stopped (SIGSTOP? `kill -CONT`) or stuck (see "
+                f"{self.root / client_mod.LOG_NAME}); the request may or may not have been "
+                "applied: check with `substrat log` once it answers"
+            )
+
+        return check
 
     def call(self, method: str, params: dict[str, Any] | None = None, **kw: Any) -> Any:
         protocol.check_text(params)  # bad input costs only itself: no daemon, no new root
