@@ -25,6 +25,7 @@ orphan, as before.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import stat
@@ -32,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from substrat import events, paths, persistence
+from substrat import access, events, paths, persistence
 from substrat.agents import AgentNode
 from substrat.errors import RootRegistryError
 from substrat.eventlog import (
@@ -50,6 +51,7 @@ from substrat.session import SessionStore
 
 REGISTRY_DIR = "roots"
 FIELDS = ("session_id", "agent_id", "name", "provider", "model")
+_HOST_ERRNOS = (errno.EACCES, errno.EPERM, errno.EIO, errno.EROFS)
 _QUARANTINED_SESSION = re.compile(r"([0-9a-f]{32})\.session\.[0-9]+")
 
 
@@ -160,6 +162,7 @@ class RootRegistry:
         self._clock = clock
         self._log: EventLog | None = None
         self.read = RegistryRead()
+        self._advice: str | None = None
 
     def load(self) -> RegistryRead:
         """Repair and read the registry (recovery does this once, first); leave it closed.
@@ -168,6 +171,7 @@ class RootRegistry:
         the daemon still serves every agent (only creating roots waits for a fix).
         """
         self.close()
+        self._advice = None
         read = RegistryRead()
         try:
             # one lstat each (a symlink is followed, as os.path.isdir and isfile would)
@@ -184,15 +188,18 @@ class RootRegistry:
                 read.damage = opened.kept_damage().counts()
         except OSError as exc:
             read = RegistryRead(problem=f"{self.path}: {exc}")
+            if exc.errno in _HOST_ERRNOS:  # modes, a device: fsck --repair cannot fix those
+                self._advice = access.advice(exc, str(self.path), then="restart the daemon")
         self.read = read
         return read
 
     def check_usable(self) -> None:
         """Raise RootRegistryError (saying what to do) if no root can be registered."""
         if self.read.problem is not None:
+            todo = self._advice or ("stop the daemon, run `substrat fsck --repair`, start it again")
             raise RootRegistryError(
                 f"the root registry is unusable ({self.read.problem}), so no root agent can "
-                "be created; stop the daemon, run `substrat fsck --repair`, start it again"
+                f"be created; {todo}"
             )
 
     def register(self, data: dict[str, Any]) -> None:

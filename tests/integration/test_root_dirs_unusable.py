@@ -56,6 +56,7 @@ def test_a_registry_directory_at_mode_000_costs_only_root_creation(
         assert "Permission denied" in client.call("daemon.status")["registry_problem"]
     made = cli(root, "agent", "create", "delta")
     assert made.returncode == 1 and "no root agent can be created" in made.stderr, made.stderr
+    assert f"chmod -R u+rwX {root / 'roots'}" in made.stderr, "fsck --repair cannot fix modes"
     assert "Traceback" not in (root / "daemon.log").read_text()
     assert cli(root, "daemon", "stop").returncode == 0
 
