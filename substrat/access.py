@@ -54,7 +54,7 @@ def unreadable(
     # a DurabilityError (an atomic write that failed) carries no errno: its cause does
     exc = os_error_of(exc) or exc
     where = os.fspath(exc.filename) if exc.filename else os.fspath(path)
-    todo = advice(exc, where, then=then)
+    todo = what_to_do(exc, where, then=then)
     return Unreadable(session_id, where, describe(exc), todo + "; nothing of it was changed")
 
 
@@ -63,10 +63,10 @@ def failed(exc: OSError, *, then: str) -> str:
     where = os.fspath(exc.filename) if exc.filename is not None else ""
     if not where:
         return f"{describe(exc)}; fix the cause, then {then}"
-    return f"{where}: {describe(exc)}; {advice(exc, where, then=then)}"
+    return f"{where}: {describe(exc)}; {what_to_do(exc, where, then=then)}"
 
 
-def advice(exc: OSError, where: str, *, then: str) -> str:
+def what_to_do(exc: OSError, where: str, *, then: str) -> str:
     """What to do about ``exc`` met on ``where`` (a file or a directory), then ``then``."""
     directory = os.path.dirname(where) if where.endswith(_FILE_ENDINGS) else where
     if is_host_limit(exc):

@@ -189,7 +189,7 @@ class RootRegistry:
         except OSError as exc:
             read = RegistryRead(problem=f"{self.path}: {exc}")
             if exc.errno in _HOST_ERRNOS:  # modes, a device: fsck --repair cannot fix those
-                self._advice = access.advice(exc, str(self.path), then="restart the daemon")
+                self._advice = access.what_to_do(exc, str(self.path), then="restart the daemon")
         self.read = read
         return read
 
