@@ -117,3 +117,25 @@ def test_a_root_file_failing_at_a_start_is_one_line_with_what_to_do(root: Path) 
     inbox = user_log_failure(root, OSError(errno.EIO, "I/O", root / "user" / "events.jsonl"))
     assert inbox is not None and "the user's inbox failed" in inbox
     assert "\n" not in denied + failed + inbox
+
+
+def test_a_checkpoints_directory_at_mode_000_stops_the_start_in_one_line(
+    root: Path, built: dict[str, str]
+) -> None:
+    # a clean stop leaves a start summary there, which the next start must retire first
+    assert cli(root, "daemon", "start").returncode == 0
+    assert cli(root, "daemon", "stop").returncode == 0
+    store = root / "checkpoints"
+    assert (store / "start.json").exists()
+    store.chmod(0o000)
+    try:
+        refused = cli(root, "daemon", "start")
+    finally:
+        store.chmod(0o700)
+    # the daemon itself finds it (in its recovery); the CLI shows the line it logged
+    assert refused.returncode == 3, refused.stdout + refused.stderr
+    assert f"chmod -R u+rwX {store}" in refused.stderr, refused.stderr
+    assert "Traceback" not in refused.stderr + (root / "daemon.log").read_text()
+    assert cli(root, "daemon", "start").returncode == 0  # fixed: the root is whole
+    with Client(root) as client:
+        assert {a["path"] for a in client.call("agent.list")} == set(built)
