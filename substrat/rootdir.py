@@ -61,7 +61,6 @@ _LISTED_MAX = 5
 
 
 @functools.cache
-@functools.cache
 def legacy_names() -> frozenset[str]:
     """What a root made before the marker may hold at its top level (``LEGACY_NAMES``).
 
