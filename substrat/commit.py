@@ -29,7 +29,7 @@ from substrat.agents import (
 from substrat.errors import AgentError, DurabilityError, OutcomeUnknownError
 from substrat.eventlog import Clock
 from substrat.logs import LogPool
-from substrat.oserrors import advice
+from substrat.oserrors import with_advice
 from substrat.session import Session, SessionStore
 from substrat.tools import TurnEffects
 
@@ -192,8 +192,7 @@ class CommitMixin:
                 yield
         except OutcomeUnknownError as exc:
             cause = exc.__cause__ or exc
-            hint = advice(cause)
-            entry = {"what": what, "error": str(cause) + (f"; {hint}" if hint else "")}
+            entry = {"what": what, "error": with_advice(str(cause), cause)}
             # a roll-forward retried every few seconds fails the same way each time
             self.needs_restart[:] = [e for e in self.needs_restart if e["what"] != what]
             del self.needs_restart[: -_NEEDS_RESTART_KEPT + 1]
@@ -220,8 +219,7 @@ class CommitMixin:
                 self.apply_effects(node, effects, done)
         except OutcomeUnknownError as exc:
             cause = exc.__cause__ or exc
-            hint = advice(cause)
-            error = f"applying its effects failed ({cause})" + (f"; {hint}" if hint else "")
+            error = with_advice(f"applying its effects failed ({cause})", cause)
             self.unapplied[node.agent_id] = Unapplied(node, number, turn_id, effects, error, done)
             if self.on_unapplied is not None:
                 self.on_unapplied()
@@ -240,8 +238,7 @@ class CommitMixin:
             try:
                 self.apply_effects(item.node, item.effects, item.done)
             except Exception as exc:
-                hint = advice(exc)
-                item.error = f"applying its effects failed ({exc})" + (f"; {hint}" if hint else "")
+                item.error = with_advice(f"applying its effects failed ({exc})", exc)
                 continue
             del self.unapplied[agent_id]
             self._settle(item.node, item.number)

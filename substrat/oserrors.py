@@ -70,6 +70,12 @@ def advice(exc: BaseException | None, *, agents: int | None = None) -> str | Non
     return None
 
 
+def with_advice(text: str, exc: BaseException) -> str:
+    """``text`` (about ``exc``), followed by what fixes ``exc`` when :func:`advice` knows."""
+    hint = advice(exc)
+    return f"{text}; {hint}" if hint else text
+
+
 def is_host_limit(exc: BaseException | None) -> bool:
     """Whether ``exc`` comes from the host (space, quota, limits, a read-only mount,
     permissions) rather than from damaged data: fixing the host fixes it."""
