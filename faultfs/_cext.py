@@ -12,12 +12,13 @@ loading during the run: :mod:`faultfs._late_imports`; no per-call cost).
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from faultfs._escapes import refuse_c_store
+from faultfs._escapes import bound_to, refuse_c_store, wrapper
 
 if TYPE_CHECKING:
     from faultfs._fs import FaultFS
@@ -57,12 +58,16 @@ def _opener(real: Any, owner: Owner, library: str) -> Any:
 
 def blind_libraries(owner: Owner) -> list[tuple[Any, str, Any]]:
     """(namespace, name, replacement) for the loaded C stores that open files by path."""
-    patches: list[tuple[Any, str, Any]] = []
+    new: list[Any] = []
     for module_name, attribute, library in _OPENERS:
         module = sys.modules.get(module_name)
         real = getattr(module, attribute, None)
         if real is not None and not hasattr(real, "__wrapped__"):
-            patches.append((module, attribute, _opener(real, owner, library)))
+            # One wrapper per opener, rebound wherever a name holds it (as sqlite3.connect).
+            make = functools.partial(_opener, real, owner, library)
+            if wrapper(real, make, f"{module_name}.{attribute}")[1]:
+                new.append(real)
+    patches = bound_to(new)
     h5_file = getattr(sys.modules.get("h5py"), "File", None)
     real_init = getattr(h5_file, "__init__", None) if isinstance(h5_file, type) else None
     if real_init is not None and not hasattr(real_init, "__wrapped__"):

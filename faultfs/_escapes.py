@@ -1,10 +1,13 @@
 """Escapes: the ways code reaches the real file system around the patched os/io attributes.
 
 * Names bound before activation (``from os import fsync``, ``_replace =
-  os.replace``) in loaded modules and their classes: :func:`patch_bindings`
-  finds them, as pyfakefs does, and points them at the interceptors while a
-  FaultFS is active. Modules are scanned once; the scan is redone only for
-  modules loaded since.
+  os.replace``, ``from sqlite3 import connect``) in loaded modules and their
+  classes: :func:`patch_bindings` finds them, as pyfakefs does, and points them
+  at the interceptors while a FaultFS is active. Modules are scanned once; the
+  scan is redone only for modules loaded since. Names that modules imported
+  during the run bound to an interceptor point at the original again at the
+  outermost exit (:func:`unbind_run`): module and class attributes hold
+  faultfs's functions only while a FaultFS is active.
 * References no scan can reach (instance attributes, closures, default
   arguments): when the root is a real directory, a path-taking call that
   reaches the real system for a path under an active root is stopped by an
@@ -51,16 +54,70 @@ Binding = tuple[Any, str, Any, Any]
 
 # id(original) -> (original, replacement, "os.fsync")
 _originals: dict[int, tuple[Any, Any, str]] = {}
+# id(replacement) -> (replacement, original, "os.fsync"): what unbind_run points back
+_replacements: dict[int, tuple[Any, Any, str]] = {}
+# The types originals have (builtins; mmap.mmap is a class): a type check first keeps
+# the scan cheap.
+_original_types: set[type] = {BuiltinFunctionType}
 _scanned: dict[str, Any] = {}
 _found: dict[str, list[Binding]] = {}
 _flat: list[Binding] = []
 _seen: tuple[int, object] = (-1, None)
+_at_activation: tuple[int, object] = (-1, None)
 
 
 def register(original: Any, replacement: Any, qualname: str) -> None:
     """Declare ``original`` (a builtin such as os.fsync) and the interceptor that replaces it."""
     assert isinstance(original, BuiltinFunctionType), qualname
+    _add(original, replacement, qualname)
+
+
+def _add(original: Any, replacement: Any, qualname: str) -> None:
     _originals.setdefault(id(original), (original, replacement, qualname))
+    _replacements.setdefault(id(replacement), (replacement, original, qualname))
+
+
+def wrapper(original: Any, make: Callable[[], Any], qualname: str) -> tuple[Any, bool]:
+    """(the one replacement of a C store's ``original``, whether it is new).
+
+    One per original for the process, and registered like the os functions: names
+    bound to the original (``from sqlite3 import connect`` before activation) are
+    rebound by the scan, and names bound to the replacement during a run are pointed
+    back by :func:`unbind_run`.
+    """
+    hit = _originals.get(id(original))
+    if hit is not None and hit[0] is original:
+        return hit[1], False
+    global _seen
+    replacement = make()
+    _add(original, replacement, qualname)
+    _original_types.add(type(original))
+    _scanned.clear()  # a new original: the next activation scans every module for it again
+    _found.clear()
+    _seen = (-1, None)
+    return replacement, True
+
+
+def bound_to(originals: list[Any]) -> list[tuple[Any, str, Any]]:
+    """(namespace, name, replacement) for each module or class name holding one of ``originals``.
+
+    A scan of its own, not bindings()'s cache: it runs while a FaultFS is active, when
+    the names patch_bindings rebound hold replacements, which that cache must not record.
+    """
+    wanted = {id(original) for original in originals}
+    patches: list[tuple[Any, str, Any]] = []
+    for name, module in list(sys.modules.items()) if wanted else ():
+        if not isinstance(module, ModuleType) or _skipped(name):
+            continue
+        try:
+            found = _scan(module)
+        except Exception:  # an exotic module (lazy loader, proxy): leave it alone
+            continue
+        for namespace, attr, original, replacement in found:
+            held = original.__func__ if type(original) is staticmethod else original
+            if id(held) in wanted:
+                patches.append((namespace, attr, replacement))
+    return patches
 
 
 def _skipped(name: str) -> bool:
@@ -68,8 +125,7 @@ def _skipped(name: str) -> bool:
 
 
 def _hit(value: Any) -> tuple[Any, Any, str] | None:
-    # Only builtins can be originals: a type check first keeps the scan cheap.
-    if type(value) is not BuiltinFunctionType:
+    if type(value) not in _original_types:
         return None
     hit = _originals.get(id(value))
     return hit if hit is not None and hit[0] is value else None
@@ -126,7 +182,10 @@ def bindings() -> list[Binding]:
 
 def patch_bindings(saved: list[Binding]) -> None:
     """Point every binding at its interceptor; ``saved`` receives what to restore."""
-    for namespace, attr, original, replacement in bindings():
+    global _at_activation
+    found = bindings()
+    _at_activation = _seen
+    for namespace, attr, original, replacement in found:
         try:
             if namespace.__dict__.get(attr) is original:
                 setattr(namespace, attr, replacement)
@@ -140,6 +199,50 @@ def unpatch_bindings(saved: list[Binding]) -> None:
         namespace, attr, original, replacement = saved.pop()
         if namespace.__dict__.get(attr) is replacement:
             setattr(namespace, attr, original)
+
+
+def _replaced(value: Any) -> Any:
+    """The original of a replacement (a plain one or a staticmethod holding one), else None."""
+    held = value.__func__ if type(value) is staticmethod else value
+    hit = _replacements.get(id(held))
+    if hit is None or hit[0] is not held:
+        return None
+    return staticmethod(hit[1]) if held is not value else hit[1]
+
+
+def unbind_run() -> None:
+    """At the outermost exit: names bound to an interceptor during the run hold the original.
+
+    A module imported inside ``with fs:`` that did ``from sqlite3 import connect`` (or
+    ``from os import fsync``, or a class attribute ``_sync = os.fsync``) bound faultfs's
+    function; afterwards it holds the real one, as a module imported before the run
+    does. Nothing to do (one comparison) when no module was loaded during the run; else
+    every loaded module and its classes are looked at, once.
+    """
+    modules = sys.modules
+    if (len(modules), next(reversed(modules), None)) == _at_activation or not _replacements:
+        return
+    for name, module in list(modules.items()):
+        if not isinstance(module, ModuleType) or _skipped(name):
+            continue
+        try:
+            _unbind(module)
+        except Exception:  # an exotic module (lazy loader, proxy): leave it alone
+            continue
+
+
+def _unbind(module: ModuleType) -> None:
+    name = module.__name__
+    for attr, value in list(vars(module).items()):
+        original = _replaced(value)
+        if original is not None:
+            setattr(module, attr, original)
+        elif issubclass(type(value), type) and value.__dict__.get("__module__") == name:
+            for cattr, cvalue in list(vars(value).items()):
+                original = _replaced(cvalue)
+                if original is not None:
+                    with contextlib.suppress(AttributeError, TypeError):  # a read-only class
+                        setattr(value, cattr, original)
 
 
 # ------------------------------------------------------------- naming the escape
@@ -367,43 +470,50 @@ def blind_spots(
     hook would cost every audited event of the process, each simulated
     operation's included).
     """
-    patches: list[tuple[Any, str, Any]] = []
+    new: list[Any] = []
     sqlite = sys.modules.get("sqlite3")
     real_connect = getattr(sqlite, "connect", None)
     if real_connect is not None and not hasattr(real_connect, "__wrapped__"):
 
-        def connect(database: Any, *args: Any, **kwargs: Any) -> Any:
-            path = _database_path(database)
-            refuse_c_store(owner, path, f"sqlite3.connect({path!r})", "a database", "sqlite3")
-            return real_connect(database, *args, **kwargs)
+        def checked_connect() -> Any:
+            def connect(database: Any, *args: Any, **kwargs: Any) -> Any:
+                path = _database_path(database)
+                refuse_c_store(owner, path, f"sqlite3.connect({path!r})", "a database", "sqlite3")
+                return real_connect(database, *args, **kwargs)
 
-        connect.__wrapped__ = real_connect  # type: ignore[attr-defined]
-        patches.append((sqlite, "connect", connect))
-        dbapi = sys.modules.get("sqlite3.dbapi2")
-        if getattr(dbapi, "connect", None) is real_connect:
-            patches.append((dbapi, "connect", connect))
+            connect.__wrapped__ = real_connect  # type: ignore[attr-defined]
+            return connect
+
+        if wrapper(real_connect, checked_connect, "sqlite3.connect")[1]:
+            new.append(real_connect)
     mmap_module = sys.modules.get("mmap")
     real_mmap: Any = getattr(mmap_module, "mmap", None)
     if real_mmap is not None and real_mmap.__module__ == "mmap":
 
-        class CheckedMmap(real_mmap):
-            """mmap.mmap while faultfs is active: a simulated descriptor is named."""
+        def checked_mmap() -> Any:
+            class CheckedMmap(real_mmap):
+                """mmap.mmap while faultfs is active: a simulated descriptor is named."""
 
-            def __new__(cls, fileno: int, *args: Any, **kwargs: Any) -> Any:
-                found = fd_path(fileno) if isinstance(fileno, int) else None
-                if found is not None:
-                    fs, path = found
-                    raise record_blind(
-                        fs,
-                        f"mmap.mmap of {path!r} (under the FaultFS root {fs.root!r}): loads and "
-                        "stores in a mapping, and its flush, are not calls Python makes through "
-                        f"os and io, so {LIMITS}",
-                    )
-                return real_mmap(fileno, *args, **kwargs)  # a plain mmap, not this class
+                def __new__(cls, fileno: int, *args: Any, **kwargs: Any) -> Any:
+                    found = fd_path(fileno) if isinstance(fileno, int) else None
+                    if found is not None:
+                        fs, path = found
+                        raise record_blind(
+                            fs,
+                            f"mmap.mmap of {path!r} (under the FaultFS root {fs.root!r}): loads "
+                            "and stores in a mapping, and its flush, are not calls Python makes "
+                            f"through os and io, so {LIMITS}",
+                        )
+                    return real_mmap(fileno, *args, **kwargs)  # a plain mmap, not this class
 
-        CheckedMmap.__module__ = "faultfs"
-        patches.append((mmap_module, "mmap", CheckedMmap))
-    return patches
+            CheckedMmap.__module__ = "faultfs"
+            return CheckedMmap
+
+        if wrapper(real_mmap, checked_mmap, "mmap.mmap")[1]:
+            new.append(real_mmap)
+    # Every module and class name holding a newly wrapped original (sqlite3.connect and
+    # sqlite3.dbapi2.connect included); once wrapped, patch_bindings finds them at activation.
+    return bound_to(new)
 
 
 def _database_path(database: Any) -> str | None:

@@ -558,6 +558,7 @@ def deactivate(fs: FaultFS) -> None:
                 module, name, original = _saved.pop()
                 setattr(module, name, original)
             _escapes.unpatch_bindings(_saved_bindings)
+            _escapes.unbind_run()  # names the run's imports bound to a patch: the originals
             if _froze_gc:
                 gc.unfreeze()
 
