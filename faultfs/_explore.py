@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from faultfs import _health, _realdisk
+from faultfs._arguments import checked
 from faultfs._causes import CrashPoint, Finding, Outcome
 from faultfs._escapes import diagnose
 from faultfs._fs import DEFAULT_BLOCK_SIZE, FaultFS, Snapshot
@@ -45,6 +46,7 @@ STATE_ITSELF = frozenset(("not-atomic", "in-place-rewrite"))
 Check = Callable[[FaultFS], Any]
 
 
+@checked
 def explore(
     workload: Workload,
     recover_and_check: Check,

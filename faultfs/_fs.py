@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from faultfs import _buffered, _capture, _escapes, _intercept, _realdisk, _swallowed
+from faultfs._arguments import checked
 from faultfs._images import (
     MODES,
     Fingerprint,
@@ -110,6 +111,7 @@ class FaultFS(Syscalls):
     and the issuing frames (needed for cause analysis).
     """
 
+    @checked
     def __init__(
         self,
         root: str | os.PathLike[str],
@@ -226,6 +228,7 @@ class FaultFS(Syscalls):
         self._crash_at = None
         self._plan_stops()
 
+    @checked
     def capture_at(
         self,
         boundaries: Iterable[int],
@@ -293,6 +296,7 @@ class FaultFS(Syscalls):
 
     # ------------------------------------------------------------------ faults
 
+    @checked
     def fail_next_fsync(
         self, path: str | os.PathLike[str] | None = None, errno: int = errno_mod.EIO
     ) -> None:
@@ -308,6 +312,7 @@ class FaultFS(Syscalls):
                 ino = self._existing(self._inside(path)).ino
         self._fsync_faults.append((ino, errno))
 
+    @checked
     def fail_writes_with(
         self,
         errno: int | None = errno_mod.ENOSPC,
@@ -374,6 +379,7 @@ class FaultFS(Syscalls):
             image.origin = ImageOrigin(None, "now", None, mode, index, seed, detail, choice)
         return image
 
+    @checked
     def crash_images(
         self, mode: str, limit: int = DEFAULT_IMAGE_LIMIT, seed: int = 0
     ) -> Iterator[FaultFS]:
@@ -436,6 +442,7 @@ class FaultFS(Syscalls):
         power = durable_image(self.model, ImageChoice())
         return [(power, 0, ImageChoice(detail=f"nothing unsynced to {mode}: power image"), None)]
 
+    @checked
     def crash_image(self, mode: str, seed: int = 0, index: int | None = None) -> FaultFS:
         """The ``index``-th image of crash_images(mode, seed=seed), else one sampled by seed."""
         if index is not None:
@@ -477,6 +484,7 @@ class FaultFS(Syscalls):
             )
 
     @classmethod
+    @checked
     def from_snapshot(cls, snap: Snapshot, *, record_trace: bool = True) -> FaultFS:
         """A fresh, unarmed FaultFS (no open descriptors) in the snapshot's state."""
         fs = cls(
@@ -498,6 +506,7 @@ class FaultFS(Syscalls):
 
     # ----------------------------------------------------------------- viewing
 
+    @checked
     def tree(self, durable: bool = False) -> dict[str, bytes | None]:
         """Relative path -> file bytes (None for a directory) of the visible or durable tree."""
         self.touches += 1

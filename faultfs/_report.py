@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from faultfs._arguments import checked
 from faultfs._causes import Finding, Step, merge_steps
 from faultfs._fs import FaultFS, Snapshot
 from faultfs._trace import Op
@@ -173,6 +174,7 @@ class ExploreReport:
     def __str__(self) -> str:
         return self.text(os.getcwd())
 
+    @checked
     def text(self, source_root: str | None = None) -> str:
         """The report; source paths relative to ``source_root``, file paths to the FaultFS root."""
         where = Where(self.root, source_root)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from hypothesis import strategies as st
 
+from faultfs._arguments import unknown_argument
 from faultfs._health import check_acknowledged, suppressed
 from faultfs._images import MODES
 from faultfs._profiles import PROFILES
@@ -87,6 +88,19 @@ def crash_plans(
 
     # Most steps run uncrashed (a crash resets the store), and None shrinks first.
     return st.one_of(st.none(), st.none(), plan())
+
+
+def check_rule_arguments(kwargs: dict[str, Any], crash_arg: str) -> None:
+    """rule()'s keyword arguments are strategies; a misspelled option of its own is not one."""
+    if crash_arg in kwargs:
+        raise ConfigError(f"a rule argument may not be called {crash_arg!r}: faultfs draws it")
+    for name, value in kwargs.items():
+        if not isinstance(value, st.SearchStrategy):
+            wrong = unknown_argument("rule()", name, value, ("crashes", "target", "targets"))
+            raise ConfigError(
+                f"{wrong}, and the step's arguments as strategies (x=st.integers()): "
+                f"{name}={value!r} is not one"
+            )
 
 
 def check_config(cls: type[CrashStateMachine]) -> None:

@@ -41,6 +41,7 @@ import weakref
 from pathlib import Path
 from types import TracebackType
 
+from faultfs._arguments import checked
 from faultfs._lazyfs_protocol import (
     _CHECKPOINT_CMD,
     _CLEAR_CACHE_CMD,
@@ -112,6 +113,7 @@ class LazyFS:
     :meth:`mount` and :meth:`unmount`. All waits take ``timeout_s`` in seconds.
     """
 
+    @checked
     def __init__(
         self,
         mount_dir: str | os.PathLike[str],
@@ -192,6 +194,7 @@ class LazyFS:
 
     # -- mounting ----------------------------------------------------------
 
+    @checked
     def mount(self, timeout_s: float = DEFAULT_MOUNT_TIMEOUT_S) -> None:
         """Start LazyFS and return once the mount answers and its fault worker listens."""
         if self._proc is not None:
@@ -315,6 +318,7 @@ class LazyFS:
                 raise LazyFSError(f"LazyFS did not finish {what} within {timeout_s} s")
             time.sleep(_POLL_INTERVAL_S)
 
+    @checked
     def clear_cache(self, timeout_s: float = DEFAULT_COMMAND_TIMEOUT_S) -> None:
         """Drop every unsynced page (power loss) and wait for LazyFS to confirm."""
         with self._command_lock:
@@ -338,6 +342,7 @@ class LazyFS:
             # One command, one confirmation: anything else on the FIFO is a protocol break.
             assert received == _CLEAR_DONE, received
 
+    @checked
     def checkpoint(self, timeout_s: float = DEFAULT_COMMAND_TIMEOUT_S) -> None:
         """Write all cached data to the backing files (without fsync) and wait for it."""
         with self._command_lock:
@@ -351,6 +356,7 @@ class LazyFS:
                 what="the cache checkpoint",
             )
 
+    @checked
     def crash(
         self,
         *,
@@ -378,6 +384,7 @@ class LazyFS:
                 what=f"crash fault {command!r}",
             )
 
+    @checked
     def wait_crashed(self, timeout_s: float = DEFAULT_COMMAND_TIMEOUT_S) -> None:
         """Wait until the LazyFS process has died (after an armed crash fired)."""
         if self._proc is None:
@@ -389,6 +396,7 @@ class LazyFS:
 
     # -- recovery and teardown ---------------------------------------------
 
+    @checked
     def remount(self, timeout_s: float = DEFAULT_MOUNT_TIMEOUT_S) -> None:
         """Bring the mount back: unmount (lazily, if LazyFS died), then mount again.
 
@@ -398,6 +406,7 @@ class LazyFS:
         self._stop(timeout_s=timeout_s, clear_cache=True)
         self.mount(timeout_s=timeout_s)
 
+    @checked
     def unmount(
         self, timeout_s: float = DEFAULT_UNMOUNT_TIMEOUT_S, *, clear_cache: bool = True
     ) -> None:

@@ -23,8 +23,6 @@ bound before activation fails the test with EscapeError naming it.
 
 from __future__ import annotations
 
-import difflib
-import inspect
 import itertools
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -38,13 +36,14 @@ from faultfs import (
     _others,
     _realdisk,
 )
+from faultfs._arguments import accepted_names, unknown_argument
 from faultfs._escapes import diagnose
 from faultfs._explore import explore
 from faultfs._fs import FaultFS
 from faultfs._health import HealthCheck
 from faultfs._report import ExploreReport
 from faultfs._trace import in_faultfs
-from faultfs.errors import ConfigError, FailedHealthCheck, FaultFSError
+from faultfs.errors import FailedHealthCheck, FaultFSError
 
 _MARKER = "faultfs"
 _FIXTURE_OPTIONS = (
@@ -149,12 +148,10 @@ def _fail_cleanly(call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
 def _options(request: pytest.FixtureRequest) -> dict[str, Any]:
     marker = request.node.get_closest_marker(_MARKER)
     options = dict(marker.kwargs) if marker is not None else {}
-    unknown = set(options) - set(_FIXTURE_OPTIONS)
-    if unknown:
-        raise pytest.UsageError(
-            f"@pytest.mark.faultfs got unknown options {sorted(unknown)}; "
-            f"accepted: {list(_FIXTURE_OPTIONS)}"
-        )
+    for name, value in options.items():
+        if name not in _FIXTURE_OPTIONS:
+            wrong = unknown_argument("@pytest.mark.faultfs(...)", name, value, _FIXTURE_OPTIONS)
+            raise pytest.UsageError(str(wrong))
     return options
 
 
@@ -249,16 +246,9 @@ def faultfs_explore(request: pytest.FixtureRequest) -> Callable[..., ExploreRepo
 def _check_explore_arguments(kwargs: dict[str, Any]) -> None:
     """An argument explore() does not take is a ConfigError saying which one was meant."""
     accepted = [
-        name
-        for name in inspect.signature(explore).parameters
-        if name not in ("workload", "recover_and_check")
+        name for name in accepted_names(explore) if name not in ("workload", "recover_and_check")
     ] + ["expect_failures"]
     for name, value in kwargs.items():
-        if name in accepted:
-            continue
-        close = difflib.get_close_matches(name, accepted, n=1)
-        meant = f"did you mean {close[0]}={value!r}? " if close else ""
-        raise ConfigError(
-            f"faultfs_explore() takes no argument {name!r}; {meant}"
-            f"It takes workload, recover_and_check and {', '.join(sorted(accepted))}"
-        )
+        if name not in accepted:
+            where = "faultfs_explore(workload, recover_and_check, ...)"
+            raise unknown_argument(where, name, value, accepted)

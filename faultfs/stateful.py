@@ -155,8 +155,7 @@ def rule(
     base class crashes the step there, recovers and checks. Give
     ``crashes=False`` to rules that only read.
     """
-    if CRASH_ARG in kwargs:
-        raise ConfigError(f"a rule argument may not be called {CRASH_ARG!r}: faultfs draws it")
+    _plan.check_rule_arguments(kwargs, CRASH_ARG)
 
     def mark(function: Callable[..., Any]) -> Callable[..., Any]:
         spec = _RuleSpec(function, crashes, targets, target, dict(kwargs))
