@@ -107,7 +107,7 @@ def flag(data: st.DataObject, label: str, quiet: bool = False) -> bool:
 
     ``quiet``: not shown even when notes are printed (see :func:`pick`)."""
     engine = getattr(data, "conjecture_data", None)
-    if engine is None or not ENGINE_CHOICES or (should_note() and not quiet):
+    if engine is None or not ENGINE_CHOICES or (not quiet and should_note()):
         return data.draw(st.booleans(), label=label)
     value: bool = engine.draw_boolean()
     return value
@@ -121,7 +121,7 @@ def pick(data: st.DataObject, items: Sequence[T], label: str, quiet: bool = Fals
     for a caller that prints what it drew in its own words (the lifecycle
     machine prints each step as a call; the draws' raw values only repeat it)."""
     engine = getattr(data, "conjecture_data", None)
-    noted = should_note() and not quiet
+    noted = not quiet and should_note()
     if engine is None or not ENGINE_CHOICES or noted or not 1 <= len(items) <= 128:
         # (no items: st.sampled_from raises, as it did)
         return data.draw(_sampled(tuple(items)), label=label)

@@ -57,17 +57,18 @@ from typing import Any, TypeVar
 from hypothesis import note
 from hypothesis import strategies as st
 from hypothesis.control import should_note
-from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+from hypothesis.stateful import RuleBasedStateMachine, rule
 
 from faultfs import FaultFS
+from oracle.conversations import Conversations
 from oracle.draws import flag, pick
-from oracle.incremental import FilesMemo, files_below, log_files, log_part
+from oracle.incremental import files_below, log_files, log_part
 from oracle.kill import abandon
 from substrat.agents import USER, AgentState
 from substrat.errors import HasChildrenError, NameCollisionError
 from substrat.orchestrator import Orchestrator
 from substrat.providers.registry import ProviderRegistry
-from substrat.providers.scripted import ScriptedProvider, chain_digest, reply_header
+from substrat.providers.scripted import ScriptedProvider
 from substrat.words import plural
 
 T = TypeVar("T")
@@ -158,10 +159,12 @@ class LifecycleMachine(RuleBasedStateMachine):
         self.roots: dict[str, str] = {}
         self.roots_made = False
         self.user: list[Msg] = []
-        # An agent's log is read and checked again only when its files changed.
-        self.conversations: FilesMemo[int] = FilesMemo()
+        # An agent's log is checked again only when its files changed, from what it
+        # appended when only that changed (oracle.conversations).
+        self.conversations = Conversations()
         try:
             self.orch = self.run(self.open())
+            self.check_all()  # what the engine's first invariant check did
         except BaseException:
             self._release()
             raise
@@ -201,7 +204,7 @@ class LifecycleMachine(RuleBasedStateMachine):
             # while the reopen steps close cleanly and kill as often as the engine draws
             # them; a kill is the restart whose open must recover everything.
             self.reopen(crash=True)
-            self.check_all()
+            self.check_all(full=True)
         finally:
             # No clean close after the check either: nothing would look at its result.
             abandon(self.orch)
@@ -285,6 +288,9 @@ class LifecycleMachine(RuleBasedStateMachine):
             )
             note(f"state.{name}({shown})")
         getattr(self, name)(**arguments)
+        # The checks after every step, here and not an @invariant: the engine's call of
+        # an invariant (its preconditions, verbosity and timing) cost a tenth of them.
+        self.check_all()
 
     def draw_create_root(self, data: st.DataObject) -> dict[str, Any]:
         return {"name": _pick(data, NAMES, "name")}
@@ -434,17 +440,15 @@ class LifecycleMachine(RuleBasedStateMachine):
 
     # -- checks -----------------------------------------------------------------------
 
-    @invariant()
-    def matches_the_shadow(self) -> None:
-        self.check_all()
+    def check_all(self, full: bool = False) -> None:
+        """Every check, in order (after every step, at its end: see ``step``).
 
-    def check_all(self) -> None:
-        """Every check, in order (one invariant: Hypothesis pays per invariant and step)."""
+        ``full``: every conversation rebuilt by ``Orchestrator.history`` (the teardown's)."""
         self.registries_in_sync()
         self.tree_matches_the_shadow()
         self.nobody_busy_between_steps()
         self.inboxes_match_the_shadow()
-        self.conversations_are_whole()
+        self.conversations_are_whole(full)
 
     def registries_in_sync(self) -> None:
         orch = self.orch
@@ -496,23 +500,16 @@ class LifecycleMachine(RuleBasedStateMachine):
             (m.sender, m.kind) for m in self.user
         ]
 
-    def conversations_are_whole(self) -> None:
+    def conversations_are_whole(self, full: bool = False) -> None:
+        """Each conversation chains its prompts and has the shadow's turns (see
+        :mod:`oracle.conversations`: re-derived where the log changed)."""
+        orch = self.orch
         for agent in self.agents.values():
-            log = log_files(self.orch.logs.path(self.orch.tree.get(agent.agent_id).session_id))
-            derive = functools.partial(self.whole_conversation, agent.agent_id)
-            turns = self.conversations.get(
-                self.fs, log, derive, log_part(files_below(self.fs, log))
-            )
+            log = log_files(orch.logs.path(orch.tree.get(agent.agent_id).session_id))
+            history = functools.partial(orch.history, agent.agent_id)
+            files = log_part(files_below(self.fs, log))
+            turns = self.conversations.count(log, files, history, force_full=full)
             assert turns == agent.turns, (agent.name, turns, agent.turns)
-
-    def whole_conversation(self, agent_id: str) -> int:
-        """The number of turns in the agent's log, after checking that they chain."""
-        history = self.orch.history(agent_id)
-        digest = ""
-        for number, turn in enumerate(history, start=1):
-            digest = chain_digest(digest, turn.prompt)
-            assert turn.response.startswith(reply_header(number, digest))
-        return len(history)
 
 
 class OnDiskLifecycleMachine(LifecycleMachine):

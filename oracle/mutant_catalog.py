@@ -447,6 +447,16 @@ CATALOG: tuple[Mutant, ...] = (
         "    def values(self) -> dict_values[K, V]:\n        pass  # planted: rows not built\n",
     ),
     Mutant(
+        "history_drops_a_middle_turn",
+        "Orchestrator.history rebuilds a conversation without its second turn (a reader "
+        "that loses an entry from the middle of a log): only a check that rebuilds whole "
+        "conversations through the read path sees it, not one fed by the appended bytes",
+        "queries.py",
+        "        return conversation_from_log(self.logs.path(self.lookup(agent).session_id))\n",
+        "        turns = conversation_from_log(self.logs.path(self.lookup(agent).session_id))\n"
+        "        return turns[:1] + turns[2:]  # planted: the second turn is lost\n",
+    ),
+    Mutant(
         "envelope_batch_check_skips_a_field",
         "the check of many pending messages at once (a checkpoint's, at a start) does not "
         "look at their timestamps: a message whose timestamp is no string is taken as an "
