@@ -50,6 +50,8 @@ class _Held:
     """The active file's bytes, when the directory held it alone and it decoded whole."""
     entries: list[Entry]
     """What those bytes decode to (``read_log``'s entries); empty without ``active``."""
+    digest: str = ""
+    """The chain's digest after the ``count`` turns (checked up to there)."""
 
 
 def decoded(data: bytes, start: int = 0, after_seq: int = 0) -> list[Entry] | None:
@@ -74,14 +76,14 @@ def decoded(data: bytes, start: int = 0, after_seq: int = 0) -> list[Entry] | No
     return out
 
 
-def chained_turns(turns: list[TurnRecord]) -> int:
-    """The number of turns, after checking that each response answers its place in the
-    chain of prompts (what the scripted provider's header says)."""
-    digest = ""
-    for number, turn in enumerate(turns, start=1):
+def chained(turns: list[TurnRecord], checked: int = 0, digest: str = "") -> str:
+    """The chain's digest after ``turns``, after checking that each response from the
+    ``checked``-th on answers its place in the chain of prompts (what the scripted
+    provider's header says); ``digest``: the chain's after the first ``checked``."""
+    for number, turn in enumerate(turns[checked:], start=checked + 1):
         digest = chain_digest(digest, turn.prompt)
         assert turn.response.startswith(reply_header(number, digest)), (number, turn.turn_id)
-    return len(turns)
+    return digest
 
 
 class Conversations:
@@ -122,9 +124,14 @@ class Conversations:
             last = held.entries[-1]["seq"] if held.entries else 0
             new = decoded(active, len(held.active), last)
             entries = None if new is None else held.entries + new
+        checked, digest = 0, ""
         if entries is not None and not full:
+            assert held is not None
             self.appended += 1
             turns = conversation_from_entries(entries)
+            # the turns of the old entries are the old turns, already checked
+            if len(turns) >= held.count:
+                checked, digest = held.count, held.digest
         else:
             self.full += 1
             turns = history()
@@ -136,9 +143,9 @@ class Conversations:
                     f"the conversation decoded from {key}'s bytes differs from what "
                     "Orchestrator.history rebuilds: one of the two readers is wrong"
                 )
-        count = chained_turns(turns)
+        digest = chained(turns, checked, digest)
         if entries is None:
-            self._held[key] = _Held(files, count, None, [])
+            self._held[key] = _Held(files, len(turns), None, [], digest)
         else:
-            self._held[key] = _Held(files, count, active, entries)
-        return count
+            self._held[key] = _Held(files, len(turns), active, entries, digest)
+        return len(turns)
