@@ -38,6 +38,7 @@ from substrat.errors import (
 )
 from substrat.rootdir import DAEMON_LOG_NAME, check_serving, foreign_daemon, prepare_root
 from substrat.rpc import lock, protocol
+from substrat.rpc.starting import busy_message, root_holder, start_lock, unreachable_daemon
 from substrat.rpc.transport import connect, socket_path
 
 DEFAULT_TIMEOUT_S = 30.0
@@ -438,28 +439,48 @@ def start_daemon(
     timeout_s: float = START_TIMEOUT_S,
     daemon_args: list[str] | None = None,
     create: bool = True,
+    locked: bool = False,
 ) -> tuple[int, bool]:
     """Start a daemon in the background and wait until it answers ``ping``.
 
     Returns ``(pid, started)``: ``started`` is False when one was already
-    running. Its output goes to ``<root>/daemon.log``. The root is prepared
+    running, or another process's start won the root first (that daemon is
+    used). Its output goes to ``<root>/daemon.log``. The root is prepared
     first (:func:`~substrat.rootdir.prepare_root`; created only if ``create``):
     a path that cannot be a root raises a RootError with nothing written.
-    Raises DaemonStartError (with the log's tail) if the daemon exits or stays
-    silent.
+    Starts take the root's start lock (:mod:`substrat.rpc.starting`; ``locked``:
+    the caller holds it). A root held by another process (an offline compact,
+    a daemon still recovering) is waited for, up to ``timeout_s``. Raises
+    DaemonStartError (with the log's tail) if the daemon exits or stays silent.
     """
     root_path = prepare_root(root, create=create)
     answer = ping(root_path)
     if answer is not None:
         return int(answer["pid"]), False
-    check_socket(root_path)
-    if lock.is_held(root_path):
-        # A daemon is starting (recovery can take a while) or stopping: wait for it.
-        answer = _wait_for_ping(root_path, timeout_s, None)
-        if answer is not None:
-            return int(answer["pid"]), False
-    process = DaemonProcess(root_path, daemon_args=daemon_args).start(timeout_s)
-    return process.pid, True
+    deadline = time.monotonic() + timeout_s
+    with contextlib.nullcontext() if locked else start_lock(root_path, timeout_s):
+        while True:
+            answer = ping(root_path)  # the start we waited for has served
+            if answer is not None:
+                return int(answer["pid"]), False
+            check_socket(root_path)
+            if lock.is_held(root_path):
+                # a daemon starting (recovery can take a while) or stopping, or offline work
+                answer = _wait_for_ping(root_path, deadline - time.monotonic(), None)
+                if answer is not None:
+                    return int(answer["pid"]), False
+                if lock.is_held(root_path):
+                    raise DaemonStartError(busy_message(root_path, timeout_s))
+            process = DaemonProcess(root_path, daemon_args=daemon_args)
+            try:
+                process.start(max(deadline - time.monotonic(), 1.0))
+            except DaemonStartError:
+                # Our daemon found the root taken (a daemon started without the start
+                # lock, or a compact) and exited: use that one, or wait for it to end.
+                if not lock.is_held(root_path) or time.monotonic() >= deadline:
+                    raise
+                continue
+            return process.pid, True
 
 
 def _wait_for_ping(
@@ -535,40 +556,6 @@ def stop_daemon(root: str | os.PathLike[str], *, timeout_s: float = STOP_TIMEOUT
         f"the daemon (pid {pid}) did not stop within {timeout_s:g}s; see "
         f"{root_path / LOG_NAME}, or kill it (`kill -9 {pid}`; nothing acknowledged is lost)"
     )
-
-
-def root_holder(root: Path) -> int | None:
-    """The pid of the process that holds ``root`` open (:mod:`substrat.root_hold`: a flock
-    on the directory, which a daemon keeps when its ``daemon.lock`` or socket is removed by
-    hand), read from /proc/locks; None when nobody holds it, or without /proc."""
-    try:
-        st = os.stat(root)
-        with open("/proc/locks", encoding="ascii", errors="replace") as file:
-            text = file.read()
-    except OSError:
-        return None
-    want = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
-    for line in text.splitlines():
-        # "1: FLOCK  ADVISORY  WRITE 4242 fe:00:1234 0 EOF" (a waiter's line has "->")
-        parts = line.split()
-        if len(parts) > 5 and parts[1] == "FLOCK" and parts[5] == want and parts[4].isdigit():
-            return int(parts[4])
-    return None
-
-
-def unreachable_daemon(root: Path) -> int | None:
-    """The pid of a substrat daemon that holds ``root`` though its lock file says nothing of
-    it (the file removed by hand); None if there is none (or another kind of process, an
-    application or fsck, holds the root)."""
-    pid = root_holder(root)
-    if pid is None or pid == os.getpid():
-        return None
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as file:
-            args = file.read().split(b"\0")
-    except OSError:
-        return None
-    return pid if b"substrat.daemon" in args else None
 
 
 def connect_or_start(

@@ -452,9 +452,19 @@ def parse_args(argv: list[str] | None) -> DaemonConfig:
     parser.add_argument("--root", default=os.environ.get("SUBSTRAT_HOME") or "~/.substrat")
     parser.add_argument("--heartbeat-s", type=float, default=HEARTBEAT_S)
     parser.add_argument("--grace-s", type=float, default=GRACE_S)
-    parser.add_argument("--slots", type=int, default=DEFAULT_SLOTS)
+    parser.add_argument(
+        "--slots",
+        type=int,
+        default=DEFAULT_SLOTS,
+        help=f"live provider sessions per provider, 1-4096 (default {DEFAULT_SLOTS})",
+    )
     parser.add_argument("--max-connections", type=int, default=Limits.max_connections)
-    parser.add_argument("--max-turns", type=int, default=Limits.max_concurrent_turns)
+    parser.add_argument(
+        "--max-turns",
+        type=int,
+        default=Limits.max_concurrent_turns,
+        help=f"turns run at once (default {Limits.max_concurrent_turns})",
+    )
     parser.add_argument("--max-request-bytes", type=int, default=Limits.max_request_bytes)
     parser.add_argument("--no-wake", action="store_true", help="do not run the wake loop")
     parser.add_argument("--log-level", default="INFO")

@@ -20,7 +20,7 @@ import click
 from substrat import __version__
 from substrat.cli.agent_cmds import agent_group, inbox
 from substrat.cli.chat import chat
-from substrat.cli.common import group_options
+from substrat.cli.common import group_options, leave_quietly, stdout_closed
 from substrat.cli.compact_cmds import compact
 from substrat.cli.daemon_cmds import daemon_group
 from substrat.cli.events_cmds import log, watch
@@ -37,6 +37,24 @@ class _Main(click.Group):
     """
 
     def main(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            result = self._main(*args, **kwargs)
+        except SystemExit:
+            _flush_stdout()
+            raise
+        _flush_stdout()
+        return result
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:
+            # not one click words as exit 1: a closed output is no failure of ours
+            if stdout_closed():
+                leave_quietly()
+            raise
+
+    def _main(self, *args: Any, **kwargs: Any) -> Any:
         argv = list(kwargs.get("args") or (args[0] if args else None) or sys.argv[1:])
         if "--json" not in argv[: argv.index("--") if "--" in argv else len(argv)]:
             return super().main(*args, **kwargs)
@@ -49,6 +67,17 @@ class _Main(click.Group):
         except click.exceptions.Abort:
             click.echo(json.dumps({"error": {"type": "Abort", "message": "aborted"}}), err=True)
             sys.exit(1)
+
+
+def _flush_stdout() -> None:
+    """The output's reader may be gone only at the last flush (`| head -1`): exit quietly
+    then (common.leave_quietly), not with a traceback at the interpreter's exit."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        leave_quietly()
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 @click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"]})

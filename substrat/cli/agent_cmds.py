@@ -107,7 +107,10 @@ def _check_create(opts: Opts, name: str, provider: str, model: str | None) -> No
 @click.argument("prompt")
 @click.option("--no-stream", is_flag=True, help="Print the response only once it is committed.")
 @click.option(
-    "--wait", is_flag=True, help="If AGENT is running a turn, wait for it instead of failing."
+    "--wait",
+    is_flag=True,
+    help="If AGENT is running a turn, or the daemon runs as many turns as it may at once "
+    "(daemon start --max-turns), wait instead of failing.",
 )
 def send(opts: Opts, agent: str, prompt: str, no_stream: bool, wait: bool) -> None:
     """Send PROMPT to AGENT and print its response as it streams ('-' reads stdin).

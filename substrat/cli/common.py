@@ -8,14 +8,19 @@ Exit codes of every command (docs/daemon.md):
   is not a root, or a root that cannot be used (see :mod:`substrat.rootdir`);
   or fsck could not run;
 * 3: no daemon to talk to: not running (with ``--no-autostart``), failed to
-  start, died mid-request, or silent past ``--timeout``.
+  start, died mid-request, or silent past ``--timeout``;
+* 141: standard output was closed by its reader (``| head -1``): the command
+  stops quietly, as a program killed by SIGPIPE does (128 + 13).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import json
+import os
+import select
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -50,6 +55,7 @@ EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_UNAVAILABLE = 3
+EXIT_CLOSED_STDOUT = 141
 
 F = TypeVar("F", bound=Callable[..., Any])
 PING_S = 5.0
@@ -82,15 +88,11 @@ class Opts:
 
     @property
     def out(self) -> Console:
-        from rich.console import Console
-
-        return Console(highlight=False, soft_wrap=True)
+        return _console_class()(highlight=False, soft_wrap=True)
 
     @property
     def err(self) -> Console:
-        from rich.console import Console
-
-        return Console(stderr=True, highlight=False, soft_wrap=True)
+        return _console_class()(stderr=True, highlight=False, soft_wrap=True)
 
     def connect(self) -> client_mod.Client:
         """A connected client; starts the daemon if none runs (unless --no-autostart)."""
@@ -286,6 +288,10 @@ def guarded(opts: Opts, func: Callable[..., Any], **kwargs: Any) -> Any:
         fail(opts, exc, EXIT_UNAVAILABLE)
     except SubstratError as exc:
         fail(opts, exc, EXIT_FAILED)
+    except BrokenPipeError as exc:
+        if stdout_closed():
+            leave_quietly()
+        fail(opts, DaemonError(f"talking to the daemon failed: {exc}"), EXIT_UNAVAILABLE)
     except (ConnectionError, TimeoutError) as exc:  # the socket, not the root's files
         fail(opts, DaemonError(f"talking to the daemon failed: {exc}"), EXIT_UNAVAILABLE)
     except OSError as exc:
@@ -296,6 +302,42 @@ def guarded(opts: Opts, func: Callable[..., Any], **kwargs: Any) -> Any:
         fail(opts, RootUnusableError(access.failed(exc, then="run the command again")), EXIT_USAGE)
     except KeyboardInterrupt:
         sys.exit(130)
+
+
+def stdout_closed() -> bool:
+    """Whether standard output is a pipe whose reader has gone (``| head -1`` read its
+    line): a broken pipe there is not the daemon's, whose socket errors the client words."""
+    try:
+        fd = sys.stdout.fileno()
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        return any(events & select.POLLERR for _fd, events in poller.poll(0))
+    except (AttributeError, ValueError, OSError):
+        return False
+
+
+def leave_quietly() -> None:
+    """Exit 141 with no message once standard output's reader has gone (the recipe of
+    Python's signal docs: what is still buffered goes to /dev/null, not to a traceback
+    at exit)."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    sys.exit(EXIT_CLOSED_STDOUT)
+
+
+@functools.cache
+def _console_class() -> type[Console]:
+    """rich's Console, but a closed output exits 141 as every command does (rich's own
+    exits 1, which reads as a failure)."""
+    from rich.console import Console
+
+    class QuietOnClosedPipe(Console):
+        def on_broken_pipe(self) -> None:
+            self.quiet = True
+            leave_quietly()
+
+    return QuietOnClosedPipe
 
 
 def fail(opts: Opts, exc: BaseException, exit_code: int, *, code: int | None = None) -> None:

@@ -39,12 +39,21 @@ def daemon_group(group_root: Path | None, group_json: bool) -> None:
     """Start, stop and inspect the daemon of a root."""
 
 
-def _daemon_args(heartbeat_s: float | None, grace_s: float | None) -> list[str]:
+def _daemon_args(
+    heartbeat_s: float | None,
+    grace_s: float | None,
+    max_turns: int | None = None,
+    slots: int | None = None,
+) -> list[str]:
     args: list[str] = []
-    if heartbeat_s is not None:
-        args += ["--heartbeat-s", str(heartbeat_s)]
-    if grace_s is not None:
-        args += ["--grace-s", str(grace_s)]
+    for flag, value in (
+        ("--heartbeat-s", heartbeat_s),
+        ("--grace-s", grace_s),
+        ("--max-turns", max_turns),
+        ("--slots", slots),
+    ):
+        if value is not None:
+            args += [flag, str(value)]
     return args
 
 
@@ -59,6 +68,26 @@ _grace = click.option(
     type=click.FloatRange(min=0),
     default=None,
     help="On stop, seconds running turns get to finish (default 10).",
+)
+# the daemon's own defaults and ranges (substrat.rpc.server.Limits, substrat.daemon and
+# substrat.multiplexer; a unit test keeps them equal), not imported: a CLI start loads neither
+DEFAULT_MAX_TURNS = 8
+MAX_TURNS_LIMIT = 4096
+DEFAULT_SLOTS = 8
+MAX_SLOTS = 4096
+_max_turns = click.option(
+    "--max-turns",
+    type=click.IntRange(1, MAX_TURNS_LIMIT),
+    default=None,
+    help=f"Turns the daemon runs at once, 1-{MAX_TURNS_LIMIT} (default "
+    f"{DEFAULT_MAX_TURNS}); `agent send` beyond it fails, or waits with --wait.",
+)
+_slots = click.option(
+    "--slots",
+    type=click.IntRange(1, MAX_SLOTS),
+    default=None,
+    help=f"Live provider sessions per provider, 1-{MAX_SLOTS} (default {DEFAULT_SLOTS}); the "
+    "least recently used idle one is suspended to make room.",
 )
 _start_timeout = click.option(
     "--timeout",
@@ -76,18 +105,22 @@ _start_timeout = click.option(
 @_start_timeout
 @_heartbeat
 @_grace
+@_max_turns
+@_slots
 def start(
     opts: Opts,
     foreground: bool,
     timeout_s: float,
     heartbeat_s: float | None,
     grace_s: float | None,
+    max_turns: int | None,
+    slots: int | None,
 ) -> None:
     """Start the daemon (in the background unless --foreground).
 
     On a path that holds no root (a new or empty directory) it makes one, and says so.
     """
-    extra = _daemon_args(heartbeat_s, grace_s)
+    extra = _daemon_args(heartbeat_s, grace_s, max_turns, slots)
     if foreground:
         from substrat import daemon, rootdir
 
@@ -193,19 +226,51 @@ def stop(opts: Opts, timeout_s: float) -> None:
 @_start_timeout
 @_heartbeat
 @_grace
-def restart(opts: Opts, timeout_s: float, heartbeat_s: float | None, grace_s: float | None) -> None:
+@_max_turns
+@_slots
+def restart(
+    opts: Opts,
+    timeout_s: float,
+    heartbeat_s: float | None,
+    grace_s: float | None,
+    max_turns: int | None,
+    slots: int | None,
+) -> None:
     """Stop the daemon (if it runs) and start it again (on a path that holds no root, it
     makes one, and says so)."""
-    try:
-        old = client_mod.stop_daemon(opts.root, timeout_s=client_mod.STOP_TIMEOUT_S)
-    except DaemonStoppedUncleanlyError as died:
-        old = None
-        opts.err.print(f"warning: {esc(str(died))}")  # the start below recovers it
-    extra = _daemon_args(heartbeat_s, grace_s)
-    pid, _started = client_mod.start_daemon(opts.root, timeout_s=timeout_s, daemon_args=extra)
+    from substrat import rootdir
+    from substrat.rpc.starting import start_lock
+
+    extra = _daemon_args(heartbeat_s, grace_s, max_turns, slots)
+    # The start lock across the stop and the start: a command that finds no daemon in
+    # between waits for this start and uses its daemon (this shell's environment).
+    with start_lock(rootdir.prepare_root(opts.root), timeout_s):
+        try:
+            old = client_mod.stop_daemon(opts.root, timeout_s=client_mod.STOP_TIMEOUT_S)
+        except DaemonStoppedUncleanlyError as died:
+            old = None
+            opts.err.print(f"warning: {esc(str(died))}")  # the start below recovers it
+        pid, started = client_mod.start_daemon(
+            opts.root, timeout_s=timeout_s, daemon_args=extra, locked=True
+        )
     _created(opts)
     if opts.json:
-        emit_json({"stopped": old, "pid": pid, "created": opts.new_root, "root": str(opts.root)})
+        emit_json(
+            {
+                "stopped": old,
+                "pid": pid,
+                "started": started,
+                "created": opts.new_root,
+                "root": str(opts.root),
+            }
+        )
+    elif not started:
+        # a daemon started without the start lock (`python -m substrat.daemon`) won
+        opts.err.print(
+            f"warning: another process started daemon pid {pid} on {esc(opts.root)} first; it "
+            f"runs with that process's environment and options, not this shell's (run "
+            f"`substrat daemon restart` again to replace it)"
+        )
     elif opts.new_root:
         opts.out.print(f"daemon started [bold](pid {pid})[/] on {esc(opts.root)}: a new root")
     else:

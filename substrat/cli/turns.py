@@ -95,6 +95,11 @@ def describe_status(agent: str, params: dict[str, Any]) -> str:
     status = params.get("status")
     if status == "waiting":
         return f"{esc(agent)} is running another turn; waiting for it (--wait)"
+    if status == "queued":
+        return (
+            f"the daemon runs {params.get('limit')} turns at once, its limit; waiting for one "
+            "to finish (--wait)"
+        )
     if status == "retrying":
         return (
             f"retrying ({params.get('attempt')}/{params.get('max_retries')}) in "

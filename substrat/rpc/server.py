@@ -235,6 +235,8 @@ class RpcServer:
         self.allowed_uid = os.getuid() if allowed_uid is None else allowed_uid
         self.connections: set[Connection] = set()
         self.active_turns = 0
+        self._turn_ended = asyncio.Event()
+        """Set (and replaced) when a turn ends: a turn waiting for a slot (``wait``) looks again."""
         self.stopping = False
         self.refused_connections = 0
         self.agent_count: Callable[[], int] | None = None
@@ -431,17 +433,33 @@ class RpcServer:
         return None if req.is_notification else protocol.response(req.id, result)
 
     async def _run_turn(self, method: Method, call: Call) -> Any:
-        if self.active_turns >= self.limits.max_concurrent_turns:
-            raise RequestError(
-                protocol.TOO_MANY_TURNS,
-                f"{self.active_turns} turns are running, the limit is "
-                f"{self.limits.max_concurrent_turns}; retry when one finishes",
-            )
+        limit = self.limits.max_concurrent_turns
+        said = False
+        while self.active_turns >= limit:
+            if not call.params.get("wait"):
+                raise RequestError(
+                    protocol.TOO_MANY_TURNS,
+                    f"{self.active_turns} turns are running, the limit is {limit}; retry when "
+                    "one finishes",
+                )
+            if self.stopping:  # a turn that ends while the daemon stops frees no slot
+                raise RequestError(
+                    protocol.SHUTTING_DOWN, "the daemon stopped before this turn could start"
+                )
+            if not said and call.params.get("progress"):
+                said = True
+                call.notify(
+                    "turn.status",
+                    {"request_id": call.request_id, "status": "queued", "limit": limit},
+                )
+            await self._turn_ended.wait()  # --wait: as for a busy agent, the client's bound
         self.active_turns += 1
         try:
             return await method.handler(call)
         finally:
             self.active_turns -= 1
+            self._turn_ended.set()
+            self._turn_ended = asyncio.Event()
 
     # -- shutdown ------------------------------------------------------------
 
@@ -452,6 +470,7 @@ class RpcServer:
         cancelled; their clients get a ``shutting down`` error).
         """
         self.stopping = True
+        self._turn_ended.set()  # turns waiting for a slot are refused, not left to the grace
         pending = {t for t in self._tasks if not t.done()}
         if pending:
             _done, pending = await asyncio.wait(pending, timeout=grace_s)
