@@ -16,12 +16,13 @@ if TYPE_CHECKING:
 # Simulated descriptors live far above any real one, so an int says which
 # world it belongs to without a lookup in the common (real) case.
 FAKE_FD_BASE = 1 << 30
-_fd_numbers = itertools.count(FAKE_FD_BASE)
+fd_numbers = itertools.count(FAKE_FD_BASE)
+"""The simulated descriptor numbers: ``next(fd_numbers)`` is one never handed out before."""
 
 
 def next_fd() -> int:
     """A simulated descriptor number never handed out before in this process."""
-    return next(_fd_numbers)
+    return next(fd_numbers)
 
 
 # Which file system owns each simulated descriptor (the interceptor routes by it),

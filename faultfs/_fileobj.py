@@ -14,7 +14,7 @@ import os
 from typing import Any
 
 from faultfs._buffered import track
-from faultfs._fdtable import oserror
+from faultfs._fdtable import Handle, oserror
 from faultfs._syscalls import Syscalls
 
 _BUFFER_SIZE = io.DEFAULT_BUFFER_SIZE
@@ -23,9 +23,18 @@ _BUFFER_SIZE = io.DEFAULT_BUFFER_SIZE
 class FaultFileIO(io.RawIOBase):
     """The raw layer (what io.FileIO is for real files) over a simulated descriptor."""
 
-    def __init__(self, fs: Syscalls, fd: int, name: Any, mode: str, closefd: bool) -> None:
+    def __init__(
+        self,
+        fs: Syscalls,
+        fd: int,
+        name: Any,
+        mode: str,
+        closefd: bool,
+        handle: Handle | None = None,  # fd's, when the caller has it already
+    ) -> None:
         super().__init__()
-        handle = fs._handle(fd)
+        if handle is None:
+            handle = fs._handle(fd)
         self._fs = fs
         self._fd = fd
         self._readable = handle.readable
@@ -150,11 +159,12 @@ def open_file(
         if not closefd:
             raise ValueError("Cannot use closefd=False with file name")
         fd = fs.open(path, flags, 0o666)
-    if fs._handle(fd).is_dir:
+    handle = fs._handle(fd)
+    if handle.is_dir:
         if path is not None:
             fs.close(fd)
         raise oserror(errno.EISDIR, path)
-    raw = FaultFileIO(fs, fd, file, raw_mode, closefd)
+    raw = FaultFileIO(fs, fd, file, raw_mode, closefd, handle)
     try:
         if "a" in mode:
             raw.seek(0, os.SEEK_END)

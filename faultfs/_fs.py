@@ -43,6 +43,8 @@ MAX_TORN_SAMPLE_POOL = 256
 OUTSIDE_POLICIES = ("passthrough", "refuse")
 # How many calls outside the root a FaultFS describes (it counts them all).
 OUTSIDE_EXAMPLES_KEPT = 5
+_BELOW_KEPT = 4096
+"""Paths a FaultFS keeps the normalised form of for read_file and read_tree (see _below)."""
 
 
 @dataclass(frozen=True)
@@ -152,6 +154,7 @@ class FaultFS(Syscalls):
         self._on_capture: Callable[[FaultFS], None] | None = None
         # content_fingerprint() as an image's search found it: (model, its clock then, value).
         self._content: tuple[Model, int, Fingerprint] | None = None
+        self._below_root: dict[str, str] = {}  # see _below
 
     @property
     def profile(self) -> str:
@@ -177,6 +180,16 @@ class FaultFS(Syscalls):
         p = _check_root(path)
         if p != self.root and not p.startswith(self._root_slash):
             raise ConfigError(f"{p!r} is not under this FaultFS's root {self.root!r}")
+        return p
+
+    def _below(self, relpath: str) -> str:
+        """``_inside(path(relpath))``, kept: checks read the same trees after every step."""
+        p = self._below_root.get(relpath)
+        if p is None:
+            p = self._inside(self.path(relpath))
+            if len(self._below_root) >= _BELOW_KEPT:
+                self._below_root.clear()
+            self._below_root[relpath] = p
         return p
 
     # ------------------------------------------------------------- activation
@@ -542,7 +555,7 @@ class FaultFS(Syscalls):
         """The visible bytes of a file, read without interception (for assertions)."""
         self.touches += 1
         with self._lock:
-            node = self._existing(self._inside(self.path(relpath)))
+            node = self._existing(self._below(relpath))
             if node.is_dir:
                 raise IsADirectoryError(relpath)
             return bytes(node.data)
@@ -559,7 +572,7 @@ class FaultFS(Syscalls):
         with self._lock:
             inodes = self.model.inodes
             try:
-                top = self._existing(self._inside(self.path(relpath)))
+                top = self._existing(self._below(relpath))
             except FileNotFoundError:
                 return {}
             if not top.is_dir:

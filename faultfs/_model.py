@@ -241,7 +241,11 @@ class Model:
     # ------------------------------------------------------------------- sync
 
     def fsync_file(self, node: Inode) -> None:
-        self.flush_data(node)
+        if node.pending and not node.diverged:  # flush_data's common case, inlined
+            node.durable = bytes(node.data)
+            node.pending = []
+        else:
+            self.flush_data(node)
         if self.profile.meta_journal:
             self.commit_all_meta()
 
@@ -252,7 +256,14 @@ class Model:
         ino = node.ino
         keep: list[MetaOp] = []
         for op in self.meta_pending:
-            mine = [e for e in op.edits if e[0] == ino]
+            edits = op.edits
+            if len(edits) == 1:  # most changes edit one directory: no list to build
+                if edits[0][0] == ino:
+                    self._commit_meta(op)
+                else:
+                    keep.append(op)
+                continue
+            mine = [e for e in edits if e[0] == ino]
             if not mine:
                 keep.append(op)
                 continue

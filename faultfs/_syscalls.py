@@ -21,7 +21,7 @@ from faultfs._fdtable import (
     FaultDirEntry,
     Handle,
     ScandirIterator,
-    next_fd,
+    fd_numbers,
     oserror,
     owner_ref,
     stat_result,
@@ -113,6 +113,7 @@ class Syscalls:
             raise IOAfterCrash(call)
 
     def _before(self, kind: str, path: str, args: tuple[object, ...]) -> Op:
+        """(Writes and fsyncs only count a boundary inline when nothing is traced or stops.)"""
         if self._record_trace:
             stack, site = call_stack(3)
             op = Op(kind, path, args, site, stack)
@@ -229,7 +230,7 @@ class Syscalls:
                 op = self._before("truncate", path, (0,))
                 self.model.truncate(node, 0, self._now_ns())
                 self._after(op)
-            fd = next_fd()
+            fd = next(fd_numbers)  # next_fd, inlined: every open
             self._fds[fd] = Handle(fd, node, path, flags)
             FD_OWNERS[fd] = self._owner_ref
             return fd
@@ -247,7 +248,7 @@ class Syscalls:
         with self._lock:
             handle = self._fds.get(fd)
             if handle is None or self.crashed or handle.is_dir or not handle.readable:
-                handle = self._readable(fd)  # raises what it should
+                handle = self._usable(fd, "read", False)  # raises what it should
             data = self.model.inodes[handle.ino].data
             pos = handle.pos
             end = pos + n if n >= 0 else len(data)
@@ -258,24 +259,13 @@ class Syscalls:
 
     def pread(self, fd: int, n: int, offset: int) -> bytes:
         with self._lock:
-            handle = self._readable(fd)
+            handle = self._usable(fd, "read", False)
             if offset < 0:
                 raise oserror(errno.EINVAL)
             return bytes(self.model.inodes[handle.ino].data[offset : offset + n])
 
-    def _readable(self, fd: int) -> Handle:
-        if self.crashed:
-            self._alive("read")
-        handle = self._fds.get(fd)  # _handle, inlined (every read and write)
-        if handle is None:
-            raise oserror(errno.EBADF)
-        if handle.is_dir:
-            raise oserror(errno.EISDIR)
-        if not handle.readable:
-            raise oserror(errno.EBADF)
-        return handle
-
-    def _writable(self, fd: int, what: str) -> Handle:
+    def _usable(self, fd: int, what: str, write: bool) -> Handle:
+        """The handle of ``fd`` if ``what`` may use it, else the error it would get."""
         if self.crashed:
             self._alive(what)
         handle = self._fds.get(fd)  # _handle, inlined
@@ -283,7 +273,7 @@ class Syscalls:
             raise oserror(errno.EBADF)
         if handle.is_dir:
             raise oserror(errno.EISDIR)
-        if not handle.writable:
+        if not (handle.writable if write else handle.readable):
             raise oserror(errno.EBADF)
         return handle
 
@@ -301,43 +291,61 @@ class Syscalls:
 
     def write(self, fd: int, data: Any) -> int:
         with self._lock:
-            handle = self._writable(fd, "write")
-            node = self.model.inodes[handle.ino]
-            view = memoryview(data).cast("B")
-            n = len(view)
-            if self._write_errno is not None or self._short_write_max is not None:
-                n = self._admit_write(node.ino, n)
-            offset = len(node.data) if handle.append else handle.pos
-            op = self._before("write", handle.path, (f"off={offset}", f"len={n}"))
-            self.model.write(node, offset, bytes(view[:n]), self._now_ns())
-            handle.pos = offset + n
-            self._after(op)
+            handle = self._fds.get(fd)
+            if handle is None or self.crashed or handle.is_dir or not handle.writable:
+                handle = self._usable(fd, "write", True)  # raises what it should
+            n = self._write_at(handle, data, None)
             if handle.sync:  # O_SYNC / O_DSYNC: durable before the write returns
                 self.fsync(fd, handle.sync)
             return n
 
     def pwrite(self, fd: int, data: Any, offset: int) -> int:
         with self._lock:
-            handle = self._writable(fd, "pwrite")
+            handle = self._fds.get(fd)
+            if handle is None or self.crashed or handle.is_dir or not handle.writable:
+                handle = self._usable(fd, "pwrite", True)  # raises what it should
             if offset < 0:
                 raise oserror(errno.EINVAL)
-            node = self.model.inodes[handle.ino]
-            view = memoryview(data).cast("B")
-            n = self._admit_write(node.ino, len(view))
-            # Linux ignores the offset of pwrite on an O_APPEND descriptor.
-            if handle.append:
-                offset = len(node.data)
-            op = self._before("write", handle.path, (f"off={offset}", f"len={n}"))
-            self.model.write(node, offset, bytes(view[:n]), self._now_ns())
-            self._after(op)
+            n = self._write_at(handle, data, offset)
             if handle.sync:
                 self.fsync(fd, handle.sync)
             return n
 
+    def _write_at(self, handle: Handle, data: Any, offset: int | None) -> int:
+        """write (``offset`` None: at the descriptor's position, which moves) or pwrite."""
+        model = self.model
+        node = model.inodes[handle.ino]
+        view = memoryview(data).cast("B")
+        n = len(view)
+        if self._write_errno is not None or self._short_write_max is not None:
+            n = self._admit_write(node.ino, n)
+        moves = offset is None
+        if handle.append:  # Linux ignores the offset of pwrite on an O_APPEND descriptor
+            offset = len(node.data)
+        elif offset is None:
+            offset = handle.pos
+        args = (f"off={offset}", f"len={n}")
+        if self._record_trace or self.boundaries + 1 == self._stop_at:
+            op = self._before("write", handle.path, args)
+        else:
+            op = _new_op(Op, ("write", handle.path, args, "", (), 0))
+            self.boundaries += 1
+        model.write(node, offset, bytes(view[:n]), EPOCH_NS + (model.clock + 1) * TICK_NS)
+        if moves:
+            handle.pos = offset + n
+        if self._record_trace or self.boundaries + 1 == self._stop_at:
+            self._after(op)
+        else:
+            self.boundaries += 1
+        return n
+
     def lseek(self, fd: int, pos: int, how: int) -> int:
         with self._lock:
-            self._alive("lseek")
-            handle = self._handle(fd)
+            if self.crashed:
+                self._alive("lseek")
+            handle = self._fds.get(fd)  # _handle, inlined: every buffered open tells
+            if handle is None:
+                raise oserror(errno.EBADF)
             if how == os.SEEK_SET:
                 new = pos
             elif how == os.SEEK_CUR:
@@ -381,7 +389,11 @@ class Syscalls:
             if handle is None:
                 raise oserror(errno.EBADF)
             node = self.model.inodes[handle.ino]
-            op = self._before(kind, handle.path, ())
+            if self._record_trace or self.boundaries + 1 == self._stop_at:
+                op = self._before(kind, handle.path, ())
+            else:
+                op = _new_op(Op, (kind, handle.path, (), "", (), 0))
+                self.boundaries += 1
             code = self._take_fsync_fault(node.ino) if self._fsync_faults else None
             if code is not None:
                 if not node.is_dir:
@@ -394,7 +406,10 @@ class Syscalls:
                 self.model.fsync_dir(node)
             else:
                 self.model.fsync_file(node)
-            self._after(op)
+            if self._record_trace or self.boundaries + 1 == self._stop_at:
+                self._after(op)
+            else:
+                self.boundaries += 1
 
     def _take_fsync_fault(self, ino: int) -> int | None:
         for i, (target, code) in enumerate(self._fsync_faults):
@@ -469,7 +484,8 @@ class Syscalls:
 
     def mkdir(self, path: str, mode: int = 0o777) -> None:
         with self._lock:
-            self._alive("mkdir", path)
+            if self.crashed:
+                self._alive("mkdir", path)
             parent, name, node = self._walk(path)
             if node is not None:
                 raise oserror(errno.EEXIST, path)
@@ -498,7 +514,8 @@ class Syscalls:
 
     def unlink(self, path: str) -> None:
         with self._lock:
-            self._alive("unlink", path)
+            if self.crashed:
+                self._alive("unlink", path)
             parent, name, node = self._walk(path)
             if node is None:
                 raise oserror(errno.ENOENT, path)
@@ -527,7 +544,8 @@ class Syscalls:
 
     def rename(self, src: str, dst: str) -> None:
         with self._lock:
-            self._alive("rename", src)
+            if self.crashed:
+                self._alive("rename", src)
             sparent, sname, node = self._walk(src)
             if node is None:
                 raise oserror(errno.ENOENT, src, dst)
