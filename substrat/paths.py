@@ -12,16 +12,31 @@ then formatted once, too).
 from __future__ import annotations
 
 import os
-from pathlib import Path
+from pathlib import Path, PosixPath, PurePosixPath
 
 PATHS_KEPT = 1024
 """At most this many paths are kept (then all are dropped, and built again on demand)."""
 _paths: dict[tuple[str, tuple[str, ...]], Path] = {}
 
 
+_PLAIN_PATHS = frozenset({PosixPath, PurePosixPath})
+
+
+def text(path: str | os.PathLike[str]) -> str:
+    """``os.fspath(path)`` for a text path, without its two Python calls for a Path that
+    formatted its text already (a Path kept here is asked for it at every step)."""
+    if type(path) is str:
+        return path
+    if type(path) in _PLAIN_PATHS:
+        kept = getattr(path, "_str", None)  # pathlib's own copy of its text, once formatted
+        if type(kept) is str:
+            return kept
+    return os.fspath(path)
+
+
 def under(root: str | os.PathLike[str], *names: str) -> Path:
     """``Path(root, *names)``, the same object for the same arguments."""
-    key = (os.fspath(root), names)
+    key = (text(root), names)
     path = _paths.get(key)
     if path is None:
         if len(_paths) >= PATHS_KEPT:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from substrat import paths
 from substrat.errors import DurabilityError
 
 _DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
@@ -131,7 +132,7 @@ def _write_temp(tmp: str, data: bytes) -> None:
 
 def _file_text(path: str | os.PathLike[str]) -> str:
     """``path`` as text, with the trailing separators a Path would drop."""
-    text = os.fspath(path)
+    text = paths.text(path)
     stripped = text.rstrip(os.sep)
     return stripped if stripped else text[:1]
 
@@ -168,8 +169,8 @@ def durable_mkdir(
     """
     # normalised absolute text (what Path(os.path.abspath(...)) holds), no Paths built:
     # every new session directory comes through here
-    target = os.path.abspath(path)
-    base = None if durable_base is None else os.path.abspath(durable_base)
+    target = os.path.abspath(paths.text(path))
+    base = None if durable_base is None else os.path.abspath(paths.text(durable_base))
     assert base is None or _within(target, base), f"{base} is not above {target}"
     missing: list[str] = []
     probe = target

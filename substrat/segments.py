@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from substrat import persistence
+from substrat import paths, persistence
 from substrat.events import LOG_START
 from substrat.logline import RecordUnreadable, encode_entry, read_record
 
@@ -96,7 +96,7 @@ def list_sealed(log_path: str | os.PathLike[str]) -> list[Segment]:
     When a segment is there both plain and archived (a crash between writing
     the archive and removing the plain file), the plain one is listed.
     """
-    directory = os.path.dirname(os.fspath(log_path))
+    directory = os.path.dirname(paths.text(log_path))
     try:
         names = os.listdir(directory)
     except FileNotFoundError:
@@ -108,7 +108,7 @@ def list_log(log_path: str | os.PathLike[str]) -> tuple[list[Segment], frozenset
     """:func:`list_sealed`, and every name in the log's directory (none if it is gone):
     a reader that has them need not look for the log's other files one by one (the
     start record, the pending entry: most logs have neither)."""
-    directory = os.path.dirname(os.fspath(log_path))
+    directory = os.path.dirname(paths.text(log_path))
     try:
         names = os.listdir(directory)
     except FileNotFoundError:
@@ -149,7 +149,7 @@ _siblings: dict[tuple[str, str], Path] = {}
 def sibling_path(log_path: str | os.PathLike[str], name: str) -> Path:
     """The file ``name`` beside the log's active file (kept: recovery, the checks and
     every roll ask for the same few, and each new Path is parsed and formatted again)."""
-    key = (os.fspath(log_path), name)
+    key = (paths.text(log_path), name)
     path = _siblings.get(key)
     if path is None:
         if len(_siblings) >= _SIBLINGS_KEPT:
