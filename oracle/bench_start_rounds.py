@@ -43,13 +43,21 @@ from pathlib import Path
 from oracle.bench_checkpoints import checkpoint_root
 from oracle.bench_scale import ScaleRoot, StartResult, daemon_cold_start, generate_root
 from substrat.checkpoints import CHECKPOINTS_DIR
+from substrat.start_summary import summary_path
 
 KINDS = ("with", "without", "empty")
 MIB = 1 << 20
 
 
-def start(root: ScaleRoot, empty: ScaleRoot, code: str, kind: str) -> StartResult:
-    """One daemon start of the code at ``code`` (see the module docstring)."""
+def start(
+    root: ScaleRoot,
+    empty: ScaleRoot,
+    code: str,
+    kind: str,
+    summaries: dict[str, bytes] | None = None,
+) -> StartResult:
+    """One daemon start of the code at ``code`` (see the module docstring); ``summaries``:
+    the start summary each code tree's clean stop last wrote (see :func:`_own_summary`)."""
     previous = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.path.abspath(code)
     # ``python -m`` puts the working directory first on sys.path, ahead of PYTHONPATH: run
@@ -60,7 +68,7 @@ def start(root: ScaleRoot, empty: ScaleRoot, code: str, kind: str) -> StartResul
         if kind == "empty":
             return daemon_cold_start(empty)
         if kind == "with":
-            return daemon_cold_start(root)
+            return _own_summary(root, code, summaries)
         aside = root.path.parent / f"{root.path.name}.checkpoints-aside"
         os.rename(root.path / CHECKPOINTS_DIR, aside)
         try:
@@ -79,6 +87,20 @@ def start(root: ScaleRoot, empty: ScaleRoot, code: str, kind: str) -> StartResul
             os.environ["PYTHONSAFEPATH"] = safe
 
 
+def _own_summary(root: ScaleRoot, code: str, summaries: dict[str, bytes] | None) -> StartResult:
+    """A start with the start summary the code tree's own clean stop wrote last: trees of
+    different summary formats would otherwise start from each other's (an older format's
+    read without what a newer one adds, a newer one's not used at all). The store is not
+    written by a start of an idle root, so each tree's summary stays valid for it."""
+    path = Path(summary_path(root.path))
+    if summaries is not None and code in summaries:
+        path.write_bytes(summaries[code])
+    result = daemon_cold_start(root)
+    if summaries is not None and path.exists():
+        summaries[code] = path.read_bytes()
+    return result
+
+
 def run_rounds(
     root: ScaleRoot,
     codes: dict[str, str],
@@ -90,14 +112,18 @@ def run_rounds(
     """``rounds`` rounds of every (code, kind) start in a shuffled order."""
     shuffle = random.Random(seed)
     results: dict[tuple[str, str], list[StartResult]] = {}
+    summaries: dict[str, bytes] = {}
     with tempfile.TemporaryDirectory(prefix="substrat-start-rounds-") as tmp:
         empty = ScaleRoot(Path(tmp) / "empty", 0, 0, 0)
         empty.path.mkdir(mode=0o700)  # an empty directory is adopted only if private
+        if len(codes) > 1:  # each tree's own summary written once, not measured
+            for name in codes:
+                start(root, empty, codes[name], "with", summaries)
         for number in range(rounds):
             jobs = [(name, kind) for name in codes for kind in KINDS]
             shuffle.shuffle(jobs)
             for name, kind in jobs:
-                result = start(root, empty, codes[name], kind)
+                result = start(root, empty, codes[name], kind, summaries)
                 if kind != "empty" and result.agents != root.agents:
                     raise RuntimeError(f"{name} served {result.agents} agents, not {root.agents}")
                 results.setdefault((name, kind), []).append(result)

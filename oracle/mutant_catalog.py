@@ -418,8 +418,8 @@ CATALOG: tuple[Mutant, ...] = (
         "newest checkpoint (not yet checkpointed): a start takes the checkpoint's facts "
         "and misses them",
         "start_summary.py",
-        "        if log_st.st_size != at.offset + at.length or line_mismatch(at, line) is not None:\n",  # noqa: E501
-        "        if line_mismatch(at, line) is not None:  # planted: the tail is not looked at\n",
+        "    if log_st.st_size != at.offset + at.length or line_mismatch(at, line) is not None:\n",
+        "    if line_mismatch(at, line) is not None:  # planted: the tail is not looked at\n",
     ),
     Mutant(
         "lazy_node_forgets_children",
@@ -473,6 +473,18 @@ CATALOG: tuple[Mutant, ...] = (
         "logline.py",
         "                elif one_string:  # read in place",
         "                elif True:  # planted: read in place",
+    ),
+    Mutant(
+        "summary_vouches_for_user_facts_unread",
+        "the clean stop writes the start summary's user entry though the user's facts do "
+        "not read: the next start defers them and trusts every other checkpoint, so a "
+        "message only a sender's log still had (its checkpoint forgot it) is not rolled "
+        "forward when the user's log lost it too",
+        "summary_user.py",
+        "    except ValueError:\n"
+        "        return None  # a start decodes it, and sets the store aside if it must\n",
+        "    except ValueError:\n"
+        "        return [log_fingerprint, [], []]  # planted: vouched for anyway\n",
     ),
     Mutant(
         "summary_quiet_kept_when_set_aside",

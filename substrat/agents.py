@@ -11,7 +11,7 @@ import difflib
 import enum
 import itertools
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import repeat
 from operator import itemgetter
@@ -34,6 +34,8 @@ _STR: set[type] = {str}
 _DICT: set[type] = {dict}
 _STR_OR_NONE: set[type] = {str, type(None)}
 _DICT_OR_NONE: set[type] = {dict, type(None)}
+Deferred = Callable[[], list[dict[str, Any]]]
+"""Messages delivered when their inbox is first asked for (:meth:`InboxRegistry.defer`)."""
 
 
 MIN_ID_PREFIX_CHARS = 4
@@ -272,14 +274,34 @@ class InboxRegistry:
     def __init__(self) -> None:
         self._inboxes: dict[str, Inbox] = {}
         self._order = itertools.count()
+        self._deferred: dict[str, tuple[Deferred, Callable[[list[str]], None]]] = {}
 
     def inbox(self, endpoint: str) -> Inbox:
         box = self._inboxes.get(endpoint)
         if box is None:
             box = self._inboxes[endpoint] = Inbox()
+        if self._deferred and endpoint in self._deferred:
+            self._deliver_deferred(endpoint, box)
         return box
 
+    def defer(
+        self, endpoint: str, messages: Deferred, delivered: Callable[[list[str]], None]
+    ) -> None:
+        """Deliver ``messages()`` (valid envelopes' data, in arrival order) to the inbox of
+        ``endpoint`` when it is first asked for (:meth:`inbox`: any read of it, any message
+        to it), then tell ``delivered`` their ids (substrat.recovery_user). They take the
+        next order numbers then, before the message that asked for the inbox."""
+        self._deferred[endpoint] = (messages, delivered)
+
+    def _deliver_deferred(self, endpoint: str, box: Inbox) -> None:
+        messages, delivered = self._deferred[endpoint]
+        pending = messages()  # if it raises, the inbox is asked for again next time
+        del self._deferred[endpoint]
+        ids = [data["message_id"] for data in pending if box.deliver_data(data, next(self._order))]
+        delivered(ids)
+
     def deliver(self, message: MessageEnvelope) -> bool:
+        # the inbox first (a deferred one's messages came first), then the order
         return self.inbox(message.recipient).deliver(message, next(self._order))
 
     def deliver_data(self, data: dict[str, Any]) -> bool:
@@ -291,7 +313,7 @@ class InboxRegistry:
         self._inboxes.pop(endpoint, None)
 
     def endpoints(self) -> list[str]:
-        return list(self._inboxes)
+        return [*self._inboxes, *(e for e in self._deferred if e not in self._inboxes)]
 
 
 @dataclass(slots=True)

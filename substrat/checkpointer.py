@@ -235,6 +235,16 @@ class Checkpointer:
             self._source = recovered.checkpoints
         self._ready = True
 
+    def readopt(self, endpoint: str, old: Checkpoint, new: Checkpoint | None) -> None:
+        """Recovery took ``old`` for ``endpoint`` and found later that its facts do not read
+        (substrat.recovery_user): build on ``new`` (the one the log's read took) instead."""
+        latest = self._latest.get(endpoint)
+        if latest and latest[-1] is old:
+            if new is None:
+                del self._latest[endpoint]
+            else:
+                self._latest[endpoint] = [new]
+
     def _kept(self, endpoint: str) -> list[Checkpoint] | None:
         """The endpoint's durable checkpoints, newest last (None if it has none)."""
         if endpoint in self._unbuilt:

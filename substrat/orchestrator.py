@@ -161,6 +161,8 @@ class Orchestrator(QueryMixin, CommitMixin, WakeMixin):
             recovered = recovery.recover(self.store, self.logs, self.roots)
             self.recovery_report = restore.apply(self, recovered)
             self.checkpointer.adopt(recovered)
+            if recovered.deferred_user is not None:  # see substrat.recovery_user
+                recovered.deferred_user.readopt = self.checkpointer.readopt
             del recovered  # the facts of every agent go here, not in a collection
         return self.recovery_report
 

@@ -67,9 +67,10 @@ from substrat.logread import describe_gaps
 from substrat.logs import LogPool
 from substrat.lost_notice import lost_turn_notice as lost_turn_notice
 from substrat.recovery_logs import THEN as THEN
-from substrat.recovery_logs import RootStores, read_agent, read_user
+from substrat.recovery_logs import RootStores, read_agent
 from substrat.recovery_quiet import LiveFacts, QuietAgents
 from substrat.recovery_report import RecoveryReport as RecoveryReport
+from substrat.recovery_user import DeferredUser, for_plan, read_user
 from substrat.registry import (
     REGISTRY_DIR,
     RegistryRead,
@@ -107,6 +108,9 @@ class Recovered:
     summarized: list[str] = field(default_factory=list)
     """Endpoints whose facts came from the start summary: the checkpoint each was read
     from is its newest in ``checkpoints`` (built when first asked for)."""
+    deferred_user: DeferredUser | None = None
+    """The user's checkpointed messages, decoded when its inbox is first read
+    (:mod:`substrat.recovery_user`)."""
     unbuilt: dict[str, list[Any]] = field(default_factory=dict)
     """Agent id -> the summary's row of each agent whose node ``tree`` builds when first
     asked for (its counters are built from the row the same way: see restore.apply)."""
@@ -274,7 +278,8 @@ def _recover(
     held = set(unreadable)
     built = {sid: f for sid, f in live.items() if tree.by_session(sid) is not None}
     in_tree = LiveFacts(built, quiet.rows)
-    plan = rollforward.plan(tree, in_tree, facts, records, user_facts, held)
+    user, deferred = for_plan(user_facts, facts)
+    plan = rollforward.plan(tree, in_tree, facts, records, user, held)
     names = {sid: str(data.get("name")) for sid, data in registry.roots.items()}
     report.unreadable = access.named(unreadable, names)
     # a quiet agent's record is built when first asked for (see substrat.lazy)
@@ -290,6 +295,7 @@ def _recover(
         root.checkpoints,
         root.used,
         root.summarized,
+        deferred,
         quiet.unbuilt,
     )
 
@@ -304,7 +310,7 @@ def _maybe_ended(session: Session, f: AgentFacts | None) -> bool:
 
 def _read_endpoints(
     root: RootStores, sids: list[str], records: dict[str, Session], report: RecoveryReport
-) -> tuple[dict[str, AgentFacts], AgentFacts, dict[str, Unreadable]]:
+) -> tuple[dict[str, AgentFacts], AgentFacts | DeferredUser, dict[str, Unreadable]]:
     """Every candidate agent's facts, the user's, and the agents whose log failed."""
     facts: dict[str, AgentFacts] = {}
     failed: dict[str, Unreadable] = {}

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from substrat import events
+from substrat import events, recovery_user
 from substrat.agents import USER, AgentNode, AgentState, AgentTree, InboxRegistry
 from substrat.lazy import LazyDict
 from substrat.logs import LogPool
@@ -68,13 +68,20 @@ def apply(host: Host, recovered: Recovered) -> RecoveryReport:
             host.terminate_now(agent_id)
             report.reconciled.append(f"terminate:{agent_id}")
     inboxes, redelivered = host.inboxes, report.redelivered
+    delivered: list[dict[str, Any]] = []
     for data in plan.pending:  # each a valid envelope's (see rollforward.plan)
         recipient = data["recipient"]
         if recipient == USER or recipient in tree:
             # built when the inbox is first read: most of a restart's are the user's,
             # thousands unread (the start without checkpoints pays the same)
             inboxes.deliver_data(data)
-            redelivered.append(data["message_id"])
+            delivered.append(data)
+    deferred = recovered.deferred_user
+    if deferred is None:
+        redelivered.extend(data["message_id"] for data in delivered)
+    else:  # decoded when first read, listed now: see substrat.recovery_user
+        inboxes.defer(USER, deferred.pending, deferred.delivered)
+        redelivered.extend(recovery_user.redelivered(deferred, delivered))
     # Every agent is IDLE, waiting on nothing and told nothing until here (recovery built
     # it so, materialize_child too): only the agents the plan names change.
     for agent_id, waits in plan.waiting.items():

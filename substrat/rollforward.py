@@ -140,12 +140,12 @@ def plan(
     # every pending message is a valid envelope (AgentFacts keeps no other: see add,
     # from_dict, and the check above), so its timestamp and id are strings: no call per
     # message for the key (the user's thousands of unread messages at a restart)
-    pending.sort(key=_ARRIVAL)
+    pending.sort(key=ARRIVAL)
     out.pending = pending
     return out
 
 
-_ARRIVAL = operator.itemgetter("timestamp", "message_id")
+ARRIVAL = operator.itemgetter("timestamp", "message_id")
 """A pending message's place among all inboxes' at a restart."""
 
 

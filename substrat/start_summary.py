@@ -68,7 +68,7 @@ from typing import Any
 
 import orjson
 
-from substrat import jsontext, persistence
+from substrat import jsontext, persistence, summary_user
 from substrat.agents import USER
 from substrat.checkpoints import (
     CHECKPOINTS_DIR,
@@ -82,13 +82,18 @@ from substrat.checkpoints import (
 )
 from substrat.eventlog import LOG_NAME, PENDING_NAME, any_suspect, decode_line, is_suspect
 from substrat.facts import AgentFacts
+from substrat.logs import USER_DIR
 from substrat.session import Session, SessionState
 from substrat.session.store import AGENTS_DIR, RECORD_NAME
 
 SUMMARY_NAME = "start.json"
-FORMAT = 2
+FORMAT = 3
 """2: no record or pending fingerprint, and no session id in a record's fields (the
-summary is the authority of a clean stop: see the module docstring)."""
+summary is the authority of a clean stop: see the module docstring). 3: the user's row
+may hold an entry (:mod:`substrat.summary_user`)."""
+READ_FORMATS = (2, 3)
+"""Formats a start reads: a format 2 summary has no user entry (the user's facts are
+decoded at start, as without a summary)."""
 MAX_FACTS_BYTES = 8 << 10
 """An agent whose checkpoint's facts are bigger is left to the store: decoding many
 large facts in one piece would raise a start's peak memory."""
@@ -162,6 +167,9 @@ class Summary:
     _fd: int | None = None
     """A descriptor of ``agents/`` opened once (:meth:`close` closes it): the path the
     ``stat`` a start makes per agent walks is two names, not the root's."""
+    user: list[Any] | None = None
+    """The user's entry, if the clean stop vouched for the user's facts
+    (:mod:`substrat.summary_user`)."""
 
     def close(self) -> None:
         if self._fd is not None:
@@ -290,9 +298,10 @@ def build(root: str | os.PathLike[str]) -> bytes | None:
     for endpoint, kept in read.checkpoints.items():
         # the newest only: a start that finds it does not hold sets every checkpoint aside
         # anyway (see substrat.recovery), so the fallback before it is never used then
-        entry = None
         if endpoint != USER:
             entry = _agent(os.path.join(agents_dir, endpoint), endpoint, kept[-1])
+        else:
+            entry = _user(os.path.join(os.fspath(root), USER_DIR), kept[-1])
         chunk.append([endpoint, _row(kept[-1]), entry])
         if len(chunk) == CHUNK:
             lines.append(orjson.dumps(chunk))
@@ -359,25 +368,45 @@ def _row(checkpoint: Checkpoint) -> list[Any]:
     ]
 
 
+def _ends_at(directory: str, at: LogPoint) -> os.stat_result | None:
+    """The ``stat`` of the log in ``directory`` if it ends where the checkpoint at ``at``
+    does, as a start checks it (never sealed, its line there, writable, no pending entry
+    to replay); None otherwise (OSError, ValueError if a file does not read)."""
+    if at.file_first != 1:
+        return None
+    _logged_pending(os.path.join(directory, PENDING_NAME), at.seq)
+    fd = os.open(os.path.join(directory, LOG_NAME), os.O_RDWR | os.O_CLOEXEC)  # writable
+    try:
+        log_st = os.fstat(fd)
+        line = os.pread(fd, at.length, at.offset)
+    finally:
+        os.close(fd)
+    if log_st.st_size != at.offset + at.length or line_mismatch(at, line) is not None:
+        return None
+    return log_st
+
+
+def _user(directory: str, checkpoint: Checkpoint) -> list[Any] | None:
+    """The user's entry (:mod:`substrat.summary_user`), or None if a start must decode
+    the user's facts itself."""
+    try:
+        log_st = _ends_at(directory, checkpoint.at)
+    except (OSError, ValueError):
+        return None
+    if log_st is None:
+        return None
+    return summary_user.entry(checkpoint, fingerprint(log_st))
+
+
 def _agent(directory: str, session_id: str, checkpoint: Checkpoint) -> list[Any] | None:
     """An agent's entry, or None if a start must read it as always (see the module
     docstring for what an entry asks of the agent's files)."""
-    at = checkpoint.at
-    log = os.path.join(directory, LOG_NAME)
-    if at.file_first != 1:
-        return None
     try:
-        _logged_pending(os.path.join(directory, PENDING_NAME), at.seq)
+        log_st = _ends_at(directory, checkpoint.at)
+        if log_st is None:
+            return None
         text = checkpoint.facts
         if len(text) > MAX_FACTS_BYTES:
-            return None
-        fd = os.open(log, os.O_RDWR | os.O_CLOEXEC)  # as a start opens it: writable
-        try:
-            log_st = os.fstat(fd)
-            line = os.pread(fd, at.length, at.offset)
-        finally:
-            os.close(fd)
-        if log_st.st_size != at.offset + at.length or line_mismatch(at, line) is not None:
             return None
         fd = os.open(os.path.join(directory, RECORD_NAME), os.O_RDONLY | os.O_CLOEXEC)
         try:
@@ -477,7 +506,7 @@ def load(root: str | os.PathLike[str]) -> tuple[Summary | None, str | None]:
         data = orjson.loads(view[lines[0] : lines[1] - 1])
     except orjson.JSONDecodeError:
         return None, f"{path} is damaged (not JSON)"
-    if type(data) is not dict or data.get("format") != FORMAT:
+    if type(data) is not dict or data.get("format") not in READ_FORMATS:
         return None, f"{path} is of a format this version does not read"
     spath = store_path(root)
     try:
@@ -503,7 +532,8 @@ def load(root: str | os.PathLike[str]) -> tuple[Summary | None, str | None]:
         return None, f"{path} is damaged (its fields)"
     size = store_fp[2]
     store = SummarizedStore(valid_end=size, size=size, rows=rows, path=spath)
-    return Summary(store, agents, os.path.join(os.fspath(root), AGENTS_DIR)), None
+    user = agents.pop(USER, None)  # format 2 has none: see substrat.summary_user
+    return Summary(store, agents, os.path.join(os.fspath(root), AGENTS_DIR), user=user), None
 
 
 def _lines(raw: bytes, start: int) -> list[int]:
