@@ -487,6 +487,16 @@ CATALOG: tuple[Mutant, ...] = (
         "        return [log_fingerprint, [], []]  # planted: vouched for anyway\n",
     ),
     Mutant(
+        "summary_user_log_unchecked",
+        "a start defers the user's facts on the start summary's word without comparing the "
+        "user's log with the entry: a message to the user logged after the summary (a turn, "
+        "then a crash before any checkpoint) is not in the inbox",
+        "recovery_user.py",
+        "        fingerprint(st) != log_fingerprint\n"
+        "        or st.st_size != at.offset + at.length\n",
+        "        False  # planted: the user's log is not compared with the entry\n",
+    ),
+    Mutant(
         "summary_quiet_kept_when_set_aside",
         "a start that sets every checkpoint aside (another log lost entries) keeps the quiet "
         "agents it took whole from the start summary, whose facts come from their "

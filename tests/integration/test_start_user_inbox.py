@@ -29,9 +29,10 @@ from typing import Any
 import orjson
 import pytest
 
-from oracle.kill import exit_without_close
+from oracle.kill import abandon, exit_without_close
 from substrat import start_summary, summary_user
 from substrat.agents import USER
+from substrat.checkpointer import CheckpointPolicy
 from substrat.checkpoints import store_path
 from substrat.eventlog import LOG_NAME, decode_line, encode_entry
 from substrat.orchestrator import Orchestrator
@@ -124,6 +125,27 @@ def test_a_deferred_user_inbox_holds_what_a_decoded_one_holds(tmp_path: Path) ->
     for part in want:
         assert got[part] == want[part], part
     assert _user(lazy) == unread
+
+
+def test_a_user_log_grown_after_the_summary_is_read_not_deferred(tmp_path: Path) -> None:
+    """A message to the user after the clean stop, then a kill before any checkpoint (the
+    summary put back, as a hand copy would): the user's log is not as the entry says, so
+    the start reads it, message and all."""
+    root = build_root(tmp_path)
+    kept = _summary_bytes(root)
+
+    async def after() -> None:
+        orch = await Orchestrator.open(root, checkpoints=CheckpointPolicy.off(), slots=1)
+        await orch.run_turn("lead/a", "@send user after the summary")
+        abandon(orch)
+
+    asyncio.run(after())
+    Path(start_summary.summary_path(root)).write_bytes(kept)
+    orch = _open(root, deferred=False)
+    report = orch.recovery_report
+    assert report is not None and USER in report.summary_passed_over
+    assert _user(orch)[-1][2] == "after the summary"
+    exit_without_close(orch)
 
 
 def test_the_report_interleaves_the_user_messages_with_the_others_by_arrival() -> None:
