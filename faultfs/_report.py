@@ -23,6 +23,15 @@ END_SITE = "<after the workload returned>"
 REPORT_MAX_ENTRIES = 20
 REPORT_MAX_STEPS = 8
 """Operations listed under one cause; a helper writing many files names the first ones."""
+# Causes with one fix, whatever the files and the lines (what relied on the step may differ):
+# the report shows them as one entry listing each, so a store that repeats its pattern over
+# several files (dbm.dumb: .dat, .dir, .bak) reads as the few things to change.
+FAMILIES = {
+    "unsynced-before-ack": "unsynced",
+    "unsynced-data": "unsynced",
+    "entry-not-durable": "entry",
+    "torn-write": "torn",
+}
 
 
 @dataclass(frozen=True)
@@ -135,6 +144,18 @@ class ExploreReport:
                     cause.failures.append(failure)
         return list(out.values())
 
+    def cause_groups(self) -> list[list[Cause]]:
+        """Causes with the same fix (``FAMILIES``) together, most failing images first.
+
+        Within a group the causes are in the same order; a cause of a kind no other
+        shares is a group of one. Ties keep the order of first appearance.
+        """
+        grouped: dict[str, list[Cause]] = {}
+        for cause in self.causes():
+            grouped.setdefault(FAMILIES.get(cause.kind, cause.kind), []).append(cause)
+        ordered = [sorted(g, key=lambda c: -len(c.failures)) for g in grouped.values()]
+        return sorted(ordered, key=lambda g: -len(_failures_of(g)))
+
     def groups(self) -> dict[str, list[Failure]]:
         """Failures by where the crash landed (symptoms), in order of first appearance."""
         out: dict[str, list[Failure]] = {}
@@ -174,6 +195,20 @@ class ExploreReport:
     def __str__(self) -> str:
         return self.text(os.getcwd())
 
+    def _entry(self, label: str, cause: Cause, source_root: str | None, where: Where) -> list[str]:
+        """One cause: summary, fix, its steps, the images it explains and an example."""
+        summary, fix = cause.describe(source_root)
+        lines = [f"{label} {summary}", f"    fix: {fix}"]
+        lines += [f"    {line}" for line in _step_lines(cause.steps, where)]
+        profiles = f"; profiles: {_counts(cause.profiles)}" if len(self.profiles) > 1 else ""
+        lines.append(
+            f"    seen in {len(cause.failures)} failing images "
+            f"({_counts(_ordered(cause.modes, self.modes))}){profiles}"
+        )
+        # The example shows an image this cause alone explains, if there is one.
+        alone = (f for f in cause.failures if len(f.findings) == 1)
+        return lines + _example(next(alone, cause.failures[0]), where)
+
     @checked
     def text(self, source_root: str | None = None) -> str:
         """The report; source paths relative to ``source_root``, file paths to the FaultFS root."""
@@ -194,22 +229,40 @@ class ExploreReport:
             lines.append("  no failing image")
             return "\n".join(lines)
         unexplained = [f for f in self.failures if not f.findings]
+        groups = self.cause_groups()
         tail = f" from {len(causes)} cause{'s' if len(causes) != 1 else ''}" if causes else ""
+        if len(groups) < len(causes):
+            tail += f" ({len(groups)} fixes)"
         lines.append(f"  {len(self.failures)} failing images ({per_mode}){tail}")
         if len(self.profiles) > 1:
             lines.append(f"  failing images per profile: {_counts(self.failures_per_profile())}")
-        for number, cause in enumerate(causes[:REPORT_MAX_ENTRIES], start=1):
-            summary, fix = cause.describe(source_root)
-            lines += ["", f"[{number}] {summary}", f"    fix: {fix}"]
-            lines += [f"    {line}" for line in _step_lines(cause.steps, where)]
-            profiles = f"; profiles: {_counts(cause.profiles)}" if len(self.profiles) > 1 else ""
-            lines.append(
-                f"    seen in {len(cause.failures)} failing images "
-                f"({_counts(_ordered(cause.modes, self.modes))}){profiles}"
-            )
-            # The example shows an image this cause alone explains, if there is one.
-            alone = (f for f in cause.failures if len(f.findings) == 1)
-            lines += _example(next(alone, cause.failures[0]), where)
+        if len(groups) > 1:
+            lines.append("  fix first (most failing images first):")
+            for number, group in enumerate(groups[:REPORT_MAX_ENTRIES], start=1):
+                fix = _fix(group, where, source_root)
+                more = f", {len(group)} causes" if len(group) > 1 else ""
+                lines.append(
+                    f"    [{number}] {len(_failures_of(group))} failing images{more}: {fix}"
+                )
+        for number, group in enumerate(groups[:REPORT_MAX_ENTRIES], start=1):
+            lines.append("")
+            if len(group) == 1:
+                lines += self._entry(f"[{number}]", group[0], source_root, where)
+                continue
+            head = group[0]
+            title, fix = _family(group, where, source_root)
+            lines += [
+                f"[{number}] {title}: {len(group)} causes, one fix, seen in "
+                f"{len(_failures_of(group))} failing images",
+                f"    fix: {fix}",
+            ]
+            for letter, cause in zip("abcdefghijklmnopqrstuvwxyz", group, strict=False):
+                lines.append(
+                    f"    [{number}{letter}] {cause.describe(source_root)[0]} "
+                    f"({len(cause.failures)} failing images)"
+                )
+            lines.append(f"    the first of them, [{number}a]:")
+            lines += self._entry("", head, source_root, where)[2:]
         if unexplained:
             lines += [
                 "",
@@ -223,6 +276,52 @@ class ExploreReport:
                 lines.append(f"  {_short(site, source_root)} ({len(failures)}: {modes})")
                 lines += _example(failures[0], where)
         return "\n".join(lines)
+
+
+def _failures_of(group: list[Cause]) -> list[Failure]:
+    """The failing images a group of causes explains, each once."""
+    seen: dict[int, Failure] = {}
+    for cause in group:
+        for failure in cause.failures:
+            seen.setdefault(id(failure), failure)
+    return list(seen.values())
+
+
+def _fix(group: list[Cause], where: Where, source_root: str | None) -> str:
+    if len(group) == 1:
+        return group[0].describe(source_root)[1]
+    return _family(group, where, source_root)[1]
+
+
+def _family(group: list[Cause], where: Where, source_root: str | None) -> tuple[str, str]:
+    """(title, fix) of causes with one fix: what went wrong in which files, and the change."""
+    files = sorted(
+        {
+            where.path(step.path)
+            for cause in group
+            for step in cause.steps
+            if step.role not in ("then", "acknowledged") and step.path
+        }
+    )
+    names = _and(files) or "?"
+    kind = group[0].kind
+    if kind == "entry-not-durable":
+        dirs = sorted({os.path.dirname(name) or "." for name in files})
+        where_to = f"director{'ies' if len(dirs) > 1 else 'y'} ({', '.join(dirs)})"
+        return f"entries never made durable ({names})", (
+            f"fsync the {where_to} after creating {names}, before anything relies on them "
+            "(each cause below names what did)"
+        )
+    if kind == "torn-write":
+        return f"writes torn by the crash ({names})", group[0].describe(source_root)[1]
+    return f"data never fsynced ({names})", (
+        f"fsync {names} after writing, before anything relies on the data (each cause below "
+        "names what did)"
+    )
+
+
+def _and(names: list[str]) -> str:
+    return ", ".join(names[:-1]) + f" and {names[-1]}" if len(names) > 1 else "".join(names)
 
 
 def _ordered(counter: dict[str, int], order: tuple[str, ...]) -> dict[str, int]:

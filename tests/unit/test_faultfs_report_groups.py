@@ -1,0 +1,83 @@
+"""A long report reads as the few things to change: causes with one fix form one entry.
+
+dbm.dumb (the standard library's pure-Python dbm) fsyncs nothing and rewrites
+its index by renaming it aside: explore finds six causes in three rounds of
+open, store and close, most of them the same missing fsync in another file or
+at another line. The report's first lines say what to fix first, each
+repeated cause becomes one entry listing every cause it holds, and no cause
+is dropped.
+"""
+
+from __future__ import annotations
+
+import dbm.dumb
+import os
+import re
+
+from faultfs import ExploreReport, FaultFS, explore
+
+HERE = os.path.dirname(__file__)
+
+
+def dumb_workload(fs: FaultFS) -> None:
+    for i in range(3):
+        db = dbm.dumb.open(fs.path("db"), "c")
+        db[f"k{i}".encode()] = f"v{i}".encode() * 10
+        db.close()
+        fs.ack(i)
+
+
+def dumb_check(img: FaultFS) -> None:
+    db = dbm.dumb.open(img.path("db"), "c")
+    try:
+        for i in img.acked:
+            assert db[f"k{i}".encode()] == f"v{i}".encode() * 10
+    finally:
+        db.close()
+
+
+def dumb_report() -> ExploreReport:
+    return explore(dumb_workload, dumb_check)
+
+
+def test_dbm_dumb_report_starts_with_what_to_fix_first_and_keeps_every_cause() -> None:
+    report = dumb_report()
+    causes = report.causes()
+    groups = report.cause_groups()
+    assert len(causes) >= 5 and len(groups) < len(causes), report.text(HERE)
+    assert sorted(repr(c.key) for g in groups for c in g) == sorted(repr(c.key) for c in causes)
+    text = report.text(HERE)
+    lines = text.splitlines()
+    assert lines[2].endswith(f"from {len(causes)} causes ({len(groups)} fixes)"), text
+    assert lines[3] == "  fix first (most failing images first):", text
+    fixes = lines[4 : 4 + len(groups)]
+    counts = [int(re.match(r"    \[\d+\] (\d+) failing images", line)[1]) for line in fixes]  # type: ignore[index]
+    assert counts == sorted(counts, reverse=True), text
+    directory = "fsync the directory (.) after creating db.dat and db.dir, before anything"
+    assert any(directory in line for line in fixes), text
+    # one entry per fix, and each cause still named with its own line and count
+    entries = [line for line in lines if re.match(r"\[\d+\] ", line)]
+    assert len(entries) == len(groups), text
+    for cause in causes:
+        assert f"{cause.describe(HERE)[0]} ({len(cause.failures)} failing images)" in text or (
+            f"] {cause.describe(HERE)[0]}" in text
+        ), cause.summary
+
+
+def test_a_report_with_one_cause_has_no_fix_first_list() -> None:
+    def setup(fs: FaultFS) -> None:
+        with open(fs.path("f"), "wb") as handle:
+            handle.write(b"old!")
+
+    def workload(fs: FaultFS) -> None:
+        with open(fs.path("f"), "r+b") as handle:
+            handle.write(b"new!")
+        fs.ack("f")
+
+    def check(img: FaultFS) -> None:
+        assert not img.acked or img.read_file("f") == b"new!"
+
+    report = explore(workload, check, setup=setup)
+    assert len(report.causes()) == 1, report.text()
+    assert len(report.causes()) == len(report.cause_groups()), report.text()
+    assert "fix first" not in report.text()
