@@ -85,3 +85,8 @@ def test_a_counterexample_shows_each_step_as_a_call(monkeypatch: pytest.MonkeyPa
     assert any("ack=True)" in line for line in calls), lines
     # the draws are not shown again as raw values (agent ids): the calls name the agents
     assert not any(line.startswith("Draw ") for line in lines), lines
+    # each step is its call, once: no state.step(data=data(...)) a reader cannot replay
+    assert not any(line.startswith("state.step(") for line in lines), lines
+    program = [line for line in lines if line.startswith("state") and "matches_the" not in line]
+    assert program[0] == "state = LifecycleMachine()", lines
+    assert program[1].startswith("state.create_root(name='"), lines  # the first step, replayable
