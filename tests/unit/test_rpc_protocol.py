@@ -51,8 +51,9 @@ def test_valid_request_and_notification() -> None:
 def test_malformed_lines_get_the_right_error(line: bytes, code: int, echo_id: Any) -> None:
     items, _ = parse_line(line)
     assert len(items) == 1
-    assert _error_code(items[0]) == code
-    assert items[0]["id"] == echo_id
+    (error,) = items
+    assert _error_code(error) == code
+    assert isinstance(error, dict) and error["id"] == echo_id  # an error response, not a Request
 
 
 def test_batch_mixes_requests_and_errors_and_is_bounded() -> None:
