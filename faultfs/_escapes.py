@@ -32,7 +32,7 @@ import sys
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from types import BuiltinFunctionType, FrameType, ModuleType, TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from faultfs.errors import EscapeError, SimulatedCrash
 
@@ -48,6 +48,8 @@ _SKIP_MODULES = frozenset(
     }
 )  # fmt: skip
 _SKIP_PREFIXES = ("faultfs.", "importlib.", "_frozen_importlib", "encodings.")
+
+T = TypeVar("T")
 
 # Binding: (namespace, name, original, replacement); namespace is a module or class.
 Binding = tuple[Any, str, Any, Any]
@@ -107,13 +109,7 @@ def bound_to(originals: list[Any]) -> list[tuple[Any, str, Any]]:
     wanted = {id(original) for original in originals}
     patches: list[tuple[Any, str, Any]] = []
     for name, module in list(sys.modules.items()) if wanted else ():
-        if not isinstance(module, ModuleType) or _skipped(name):
-            continue
-        try:
-            found = _scan(module)
-        except Exception:  # an exotic module (lazy loader, proxy): leave it alone
-            continue
-        for namespace, attr, original, replacement in found:
+        for namespace, attr, original, replacement in _read(name, module, _scan) or ():
             held = original.__func__ if type(original) is staticmethod else original
             if id(held) in wanted:
                 patches.append((namespace, attr, replacement))
@@ -122,6 +118,16 @@ def bound_to(originals: list[Any]) -> list[tuple[Any, str, Any]]:
 
 def _skipped(name: str) -> bool:
     return name in _SKIP_MODULES or name.startswith(_SKIP_PREFIXES)
+
+
+def _read(name: str, module: Any, reader: Callable[[ModuleType], T]) -> T | None:
+    """``reader(module)`` for a loaded module faultfs may look into, else None."""
+    if not isinstance(module, ModuleType) or _skipped(name):
+        return None
+    try:
+        return reader(module)
+    except Exception:  # an exotic module (lazy loader, proxy): leave it alone
+        return None
 
 
 def _hit(value: Any) -> tuple[Any, Any, str] | None:
@@ -167,12 +173,7 @@ def bindings() -> list[Binding]:
             continue
         _scanned[name] = module
         _found.pop(name, None)
-        if not isinstance(module, ModuleType) or _skipped(name):
-            continue
-        try:
-            found = _scan(module)
-        except Exception:  # an exotic module (lazy loader, proxy): leave it alone
-            continue
+        found = _read(name, module, _scan)
         if found:
             _found[name] = found
     _flat = [binding for found in _found.values() for binding in found]
@@ -223,12 +224,7 @@ def unbind_run() -> None:
     if (len(modules), next(reversed(modules), None)) == _at_activation or not _replacements:
         return
     for name, module in list(modules.items()):
-        if not isinstance(module, ModuleType) or _skipped(name):
-            continue
-        try:
-            _unbind(module)
-        except Exception:  # an exotic module (lazy loader, proxy): leave it alone
-            continue
+        _read(name, module, _unbind)
 
 
 def _unbind(module: ModuleType) -> None:
