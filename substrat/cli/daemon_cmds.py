@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
@@ -87,8 +89,30 @@ _slots = click.option(
     type=click.IntRange(1, MAX_SLOTS),
     default=None,
     help=f"Live provider sessions per provider, 1-{MAX_SLOTS} (default {DEFAULT_SLOTS}); the "
-    "least recently used idle one is suspended to make room.",
+    "least recently used idle one is saved and evicted to make room.",
 )
+
+
+def _daemon_settings(func: Callable[..., None]) -> Callable[..., None]:
+    """The options of the daemon a command starts (start, restart), passed on to it as its
+    command line (``extra``)."""
+
+    @functools.wraps(func)
+    def with_settings(
+        *args: Any,
+        heartbeat_s: float | None,
+        grace_s: float | None,
+        max_turns: int | None,
+        slots: int | None,
+        **kwargs: Any,
+    ) -> None:
+        func(*args, extra=_daemon_args(heartbeat_s, grace_s, max_turns, slots), **kwargs)
+
+    for option in (_slots, _max_turns, _grace, _heartbeat):
+        with_settings = option(with_settings)
+    return with_settings
+
+
 _start_timeout = click.option(
     "--timeout",
     "timeout_s",
@@ -103,24 +127,12 @@ _start_timeout = click.option(
 @offline_command(creates_root=True)
 @click.option("--foreground", is_flag=True, help="Run in this terminal (logs to stderr).")
 @_start_timeout
-@_heartbeat
-@_grace
-@_max_turns
-@_slots
-def start(
-    opts: Opts,
-    foreground: bool,
-    timeout_s: float,
-    heartbeat_s: float | None,
-    grace_s: float | None,
-    max_turns: int | None,
-    slots: int | None,
-) -> None:
+@_daemon_settings
+def start(opts: Opts, foreground: bool, timeout_s: float, extra: list[str]) -> None:
     """Start the daemon (in the background unless --foreground).
 
     On a path that holds no root (a new or empty directory) it makes one, and says so.
     """
-    extra = _daemon_args(heartbeat_s, grace_s, max_turns, slots)
     if foreground:
         from substrat import daemon, rootdir
 
@@ -224,24 +236,13 @@ def stop(opts: Opts, timeout_s: float) -> None:
 @daemon_group.command("restart")
 @offline_command(creates_root=True)
 @_start_timeout
-@_heartbeat
-@_grace
-@_max_turns
-@_slots
-def restart(
-    opts: Opts,
-    timeout_s: float,
-    heartbeat_s: float | None,
-    grace_s: float | None,
-    max_turns: int | None,
-    slots: int | None,
-) -> None:
+@_daemon_settings
+def restart(opts: Opts, timeout_s: float, extra: list[str]) -> None:
     """Stop the daemon (if it runs) and start it again (on a path that holds no root, it
     makes one, and says so)."""
     from substrat import rootdir
     from substrat.rpc.starting import start_lock
 
-    extra = _daemon_args(heartbeat_s, grace_s, max_turns, slots)
     # The start lock across the stop and the start: a command that finds no daemon in
     # between waits for this start and uses its daemon (this shell's environment).
     with start_lock(rootdir.prepare_root(opts.root), timeout_s):

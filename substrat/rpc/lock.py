@@ -174,6 +174,22 @@ def _alive(pid: int) -> bool:
         return True
 
 
+def flock_within(fd: int, timeout_s: float, *, poll_s: float = 0.01) -> bool:
+    """``flock(LOCK_EX)`` on ``fd``, trying for up to ``timeout_s``: False if another holds
+    it all that time. Other errors (a file system without flock) are raised."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except OSError as exc:
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(poll_s)
+
+
 class RootLock:
     """An exclusive hold on a root. Use :meth:`acquire`; release with :meth:`release`."""
 
@@ -192,21 +208,12 @@ class RootLock:
         try:
             if not existed:
                 persistence.fsync_dir(path.parent)
-            deadline = time.monotonic() + retry_s
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except OSError as exc:
-                    if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
-                        raise
-                    if time.monotonic() >= deadline:
-                        info = read_info(root) or LockInfo(None, None, "unknown")
-                        raise RootLockedError(
-                            f"root {root} is in use by {info.describe()}; stop it with "
-                            f"`substrat daemon stop --root {root}` or use another root"
-                        ) from None
-                    time.sleep(0.05)
+            if not flock_within(fd, retry_s, poll_s=0.05):
+                info = read_info(root) or LockInfo(None, None, "unknown")
+                raise RootLockedError(
+                    f"root {root} is in use by {info.describe()}; stop it with "
+                    f"`substrat daemon stop --root {root}` or use another root"
+                )
             raw = os.pread(fd, MAX_LOCK_BYTES, 0)
         except BaseException:
             os.close(fd)

@@ -20,17 +20,13 @@ A root held by something else (an offline ``compact``, ``fsck --repair`` or
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
 import os
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 from substrat.rootdir import DAEMON_LOG_NAME
 from substrat.rpc import lock
 
-_POLL_S = 0.01
 _OFFLINE_WORK = {
     "compact": "being compacted",
     "fsck": "being checked",
@@ -129,17 +125,10 @@ def start_lock(root: Path, timeout_s: float) -> Iterator[None]:
         yield
         return
     try:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except OSError as exc:
-                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
-                    break  # no flock here: unlocked, as above
-                if time.monotonic() >= deadline:
-                    break  # a start stuck that long: go on; its daemon, if any, is found
-            time.sleep(_POLL_S)
+        # not got (another start stuck that long, or no flock here): go on unlocked; its
+        # daemon, if any, is found afterwards
+        with contextlib.suppress(OSError):
+            lock.flock_within(fd, timeout_s)
         yield
     finally:
         os.close(fd)  # drops the lock
