@@ -510,7 +510,10 @@ def main(argv: list[str] | None = None) -> int:
         daemon = Daemon(config)
         return asyncio.run(daemon.run())
     except RootLockedError as exc:
-        log.error("%s", exc)
+        from substrat.rpc.starting import offline_work
+
+        # an offline compact/fsck/recover: when to retry, not "stop it" (no daemon runs)
+        log.error("%s", offline_work(config.root) or exc)
         return EXIT_LOCKED
     except RootError as exc:
         log.error("cannot start: %s", exc)

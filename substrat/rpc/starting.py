@@ -88,10 +88,21 @@ def substrat_command(args: list[str]) -> str | None:
     return None
 
 
+def offline_work(root: Path, pid: int | None = None) -> str | None:
+    """``the root R is being compacted by pid N (substrat compact); retry when it ends``
+    when an offline substrat command holds the root's lock (``pid``: its holder, if
+    known); None for anything else (a daemon, another program, nobody)."""
+    pid = flock_holder(lock.lock_path(root)) if pid is None else pid
+    command = substrat_command(_cmdline(pid) or []) if pid is not None else None
+    work = next((_OFFLINE_WORK[w] for w in _OFFLINE_WORK if command and w in command), None)
+    if work is None:
+        return None
+    return f"the root {root} is {work} by pid {pid} ({command}); retry when it ends"
+
+
 def busy_message(root: Path, waited_s: float) -> str:
     """Why a start waited ``waited_s`` for the root in vain: who holds it and what to do."""
     pid = flock_holder(lock.lock_path(root))
-    info = lock.read_info(root)
     if pid is not None:
         args = _cmdline(pid) or []
         if "substrat.daemon" in args:
@@ -99,12 +110,12 @@ def busy_message(root: Path, waited_s: float) -> str:
                 f"daemon pid {pid} holds {root} but has not answered for {waited_s:g}s (still "
                 f"recovering?); see {root / DAEMON_LOG_NAME}, and retry when it serves"
             )
-        command = substrat_command(args)
-        work = next((_OFFLINE_WORK[w] for w in _OFFLINE_WORK if command and w in command), None)
-        if command is not None and work is not None:
-            return f"the root {root} is {work} by pid {pid} ({command}); retry when it ends"
+        offline = offline_work(root, pid)
+        if offline is not None:
+            return offline
         what = f" ({' '.join(args)[:80]})" if args else ""
         return f"the root {root} is held by pid {pid}{what}; retry when it lets go"
+    info = lock.read_info(root)
     held_by = info.describe() if info is not None else "another process"
     return f"the root {root} is in use by {held_by}; retry when it lets go"
 

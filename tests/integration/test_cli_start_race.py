@@ -150,6 +150,14 @@ def test_a_start_on_a_root_being_compacted_names_the_compaction(root: Path, tmp_
             "retry when it ends"
         )
         assert ping(root) is None
+        alone = subprocess.run(  # the daemon itself, as `daemon start --foreground` runs it
+            [sys.executable, "-m", "substrat.daemon", "--root", str(root)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert alone.returncode == 3
+        assert str(caught.value) in alone.stderr and "daemon stop" not in alone.stderr
         # a command that starts the daemon waits for the compaction, then serves
         waiting = spawn(root, "agent", "list", "--json")
         log = root / "daemon.log"  # its start lock: held while it waits for the root
