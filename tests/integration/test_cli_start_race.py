@@ -17,10 +17,12 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from substrat.client import Client, ping, start_daemon
+from substrat import client as client_mod
+from substrat.client import Client, DaemonProcess, ping, start_daemon
 from substrat.errors import DaemonStartError
 from substrat.rpc import lock
 from substrat.rpc.starting import flock_holder
@@ -171,3 +173,29 @@ def test_a_start_on_a_root_being_compacted_names_the_compaction(root: Path, tmp_
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_a_start_that_loses_the_root_uses_the_winner(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A daemon started without the start lock (``python -m substrat.daemon``) takes the
+    root between a start's last look and its spawn: that start's own daemon exits 3 and
+    the start reports the winner instead of failing with the loser's log."""
+    root = tmp_path / "root"
+    with DaemonProcess(root) as winner:
+        real_ping, real_is_held = client_mod.ping, lock.is_held
+        looks = {"ping": 0, "is_held": 0}
+
+        def late_ping(where: Path, timeout_s: float = 2.0) -> dict[str, Any] | None:
+            looks["ping"] += 1  # the start's two looks miss the winner, as in the race
+            return None if looks["ping"] <= 2 else real_ping(where, timeout_s)
+
+        def late_is_held(where: Path) -> bool:
+            looks["is_held"] += 1
+            return False if looks["is_held"] == 1 else real_is_held(where)
+
+        monkeypatch.setattr(client_mod, "ping", late_ping)
+        monkeypatch.setattr(lock, "is_held", late_is_held)
+        assert start_daemon(root, timeout_s=30) == (winner.pid, False)
+        log = (root / "daemon.log").read_text()
+        assert log.count("is in use by daemon pid") == 1  # the loser's, which it used
