@@ -7,13 +7,20 @@ from typing import TYPE_CHECKING
 
 import click
 
-from substrat.cli.common import Opts, emit_json, esc, lazy_module, offline_command
+from substrat.cli.common import Opts, emit_json, esc, fail, lazy_module, offline_command
 from substrat.words import plural
 
 if TYPE_CHECKING:
     from substrat.cli import render
 else:
     render = lazy_module("substrat.cli.render")  # rich, loaded when something is drawn
+
+
+EXIT_INTERRUPTED = 130
+INTERRUPTED = (
+    "compact interrupted: nothing lost; segments compacted so far are kept, run it again "
+    "to compact the rest"
+)
 
 
 def _size(n: int) -> str:
@@ -65,7 +72,11 @@ def compact(opts: Opts, dry_run: bool, segment_bytes: int | None, policy: str) -
     from substrat import rootdir
 
     rootdir.prepare_root(opts.root, create=False)  # writable? (one line if not, as fsck --repair)
-    report = compaction.compact(opts.root, segment_bytes=segment_bytes, compaction=policy)
+    try:
+        report = compaction.compact(opts.root, segment_bytes=segment_bytes, compaction=policy)
+    except KeyboardInterrupt:
+        # Each step is crash-safe (a kill -9 anywhere loses nothing): an interrupt is one.
+        fail(opts, KeyboardInterrupt(INTERRUPTED), EXIT_INTERRUPTED)
     if opts.json:
         emit_json(report.to_dict())
     else:
