@@ -309,7 +309,12 @@ async def _compact(root: Path, policy: CheckpointPolicy) -> tuple[dict[str, Any]
     }
     try:
         await orch.checkpoint()  # every log; the big active files are sealed after it
+        # A Ctrl-C cancels this task, which takes effect at its next await; the offline
+        # checkpointer's work has none in it, so without these a Ctrl-C could be swallowed
+        # (the run finishing as if it never came) or not, depending on what close awaits.
+        await asyncio.sleep(0)
         await orch.checkpoint()  # and the segments just sealed are covered (and compacted)
+        await asyncio.sleep(0)
     finally:
         await orch.close()
     return orch.checkpointer.stats.to_dict(), recovery
