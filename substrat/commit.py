@@ -12,9 +12,11 @@ commit forward with the same code.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from substrat import events
@@ -26,15 +28,25 @@ from substrat.agents import (
     InboxRegistry,
     MessageEnvelope,
 )
-from substrat.errors import AgentError, DurabilityError, OutcomeUnknownError
+from substrat.errors import (
+    AgentError,
+    AgentTerminatedError,
+    DurabilityError,
+    OutcomeUnknownError,
+)
 from substrat.eventlog import Clock
 from substrat.logs import LogPool
+from substrat.multiplexer import Multiplexer, stop_later
 from substrat.oserrors import with_advice
-from substrat.session import Session, SessionStore
+from substrat.providers.base import ProviderSession
+from substrat.registry import RootRegistry, root_entry
+from substrat.session import Session, SessionState, SessionStore
 from substrat.tools import TurnEffects
 
 if TYPE_CHECKING:
     from substrat.queries import AgentInfo
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -87,9 +99,6 @@ def after_commit(
         ).with_details(committed=True) from exc
 
 
-_NEEDS_RESTART_KEPT = 20
-
-
 @dataclass
 class Unapplied:
     """A committed turn whose effects could not all be applied in this daemon yet."""
@@ -108,6 +117,48 @@ class Unapplied:
         return {"agent": path, "turn_id": self.turn_id, "error": self.error}
 
 
+Step = tuple[str, Callable[[], object]]
+"""A step after a commit point: its key in ``done``, and what it does."""
+
+RETRIED = (
+    "the daemon finishes it before that agent is next used and lists it in "
+    "`substrat daemon status` until then (a restart's recovery finishes it too)"
+)
+
+
+@dataclass
+class Unfinished:
+    """A committed creation or termination whose later steps failed in this daemon.
+
+    The steps left are tried again, in order, before any of ``agents`` is next used
+    and by the wake loop (as a turn's effects are: :class:`Unapplied`); those in
+    ``done`` are not: a session record written, a log's record appended, once."""
+
+    what: str
+    agents: list[str]
+    terminating: bool
+    """A termination: its agents are refused as terminated, not only their turns."""
+    steps: list[Step]
+    error: str = ""
+    done: set[str] = field(default_factory=set)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"what": self.what, "error": self.error}
+
+    def finish(self) -> Exception | None:
+        """Run the steps not done yet, in order; the first failure (kept in ``error``)."""
+        for key, step in self.steps:
+            if key in self.done:
+                continue
+            try:
+                step()
+            except Exception as exc:
+                self.error = with_advice(str(exc), exc)
+                return exc
+            self.done.add(key)
+        return None
+
+
 class CommitMixin:
     """The commit half of :class:`~substrat.orchestrator.Orchestrator`."""
 
@@ -124,10 +175,13 @@ class CommitMixin:
     """Agent id -> its committed turn whose effects failed to apply (see
     :meth:`apply_committed`); retried by :meth:`roll_forward`."""
     on_unapplied: Callable[[], None] | None
-    """Called when a turn's effects failed to apply (the daemon wakes its retry loop)."""
-    needs_restart: list[dict[str, str]]
-    """Operations that committed but whose later steps failed, which only a restart's
-    recovery finishes (``daemon status`` lists the last few)."""
+    """Called when a turn's effects or an operation's later steps failed (the daemon
+    wakes its retry loop)."""
+    unfinished: list[Unfinished]
+    """Creations and terminations whose steps after the commit point failed, oldest
+    first; finished by :meth:`roll_forward`."""
+    roots: RootRegistry
+    mux: Multiplexer
 
     if TYPE_CHECKING:
 
@@ -137,7 +191,7 @@ class CommitMixin:
 
         def _info(self, node: AgentNode) -> AgentInfo: ...
 
-        def terminate_now(self, agent_id: str) -> list[str]: ...
+        def forget(self, node: AgentNode) -> None: ...
 
     def _log_creation(
         self, node: AgentNode, parent_session_id: str | None, *, fresh: bool = False
@@ -184,20 +238,85 @@ class CommitMixin:
         self.emit("agent.created", self._info(node).to_dict())
         return node
 
-    @contextmanager
-    def after_commit(self, what: str) -> Iterator[None]:
-        """:func:`after_commit`, remembering the failure in :attr:`needs_restart`."""
+    def committed_then(self, item: Unfinished) -> None:
+        """Run the steps after an operation's commit point; if one fails, the rest are
+        kept for :meth:`roll_forward` and the caller gets OutcomeUnknownError with
+        ``committed`` (it happened: not to be sent again)."""
+        failed = item.finish()
+        if failed is None:
+            return
+        self.unfinished.append(item)
+        if self.on_unapplied is not None:
+            self.on_unapplied()
+        raise OutcomeUnknownError(
+            f"{item.what}, but a later step failed ({failed}); {RETRIED}"
+        ).with_details(committed=True) from failed
+
+    async def finish_creation(
+        self, node: AgentNode, session: Session, live: ProviderSession
+    ) -> None:
+        """A root's steps after its commit point (``agent.created`` in its log): its
+        registration (a registered root is one whose creation is durable), its record
+        ACTIVE, then a slot for its live session."""
+
+        def activate() -> None:  # not if terminated before a retry got to it
+            if session.state is SessionState.CREATED:
+                self.store.transition(session, SessionState.ACTIVE)
+
+        steps: list[Step] = [
+            ("register", lambda: self.roots.register(root_entry(node))),
+            ("active", activate),
+        ]
+        what = f"agent {node.name} was created"
         try:
-            with after_commit(what):
-                yield
-        except OutcomeUnknownError as exc:
-            cause = exc.__cause__ or exc
-            entry = {"what": what, "error": with_advice(str(cause), cause)}
-            # a roll-forward retried every few seconds fails the same way each time
-            self.needs_restart[:] = [e for e in self.needs_restart if e["what"] != what]
-            del self.needs_restart[: -_NEEDS_RESTART_KEPT + 1]
-            self.needs_restart.append(entry)
+            self.committed_then(Unfinished(what, [node.agent_id], False, steps))
+        except OutcomeUnknownError:
+            stop_later(live)  # loaded at its first turn, as an evicted agent is
             raise
+        try:
+            await self.mux.admit(node, live)
+        except Exception as exc:  # no room now (another's suspend failed): as above
+            self.mux.discard(node)
+            stop_later(live)
+            log.warning("agent %s is created, not live yet: %s", node.name, exc)
+
+    def terminate_now(self, agent_id: str) -> list[str]:
+        """Terminate ``agent_id`` and its subtree (leaves first); the ids terminated."""
+        order = self.tree.subtree_leaves_first(agent_id)
+        top = order[-1]
+        descendants = [n.agent_id for n in order[:-1]]
+        self.logs.get(top.session_id).log(
+            events.AGENT_TERMINATED, {"agent_id": top.agent_id, "cascade": descendants}
+        )
+        steps: list[Step] = []
+        for node in order:
+            if node is not top:
+                steps.append((f"log:{node.agent_id}", self._terminated_by(node, top)))
+            steps.append((f"forget:{node.agent_id}", partial(self.forget, node)))
+        what = f"agent {top.name} was terminated"
+        self.committed_then(Unfinished(what, [n.agent_id for n in order], True, steps))
+        return [n.agent_id for n in order]
+
+    def _terminated_by(self, node: AgentNode, top: AgentNode) -> Callable[[], object]:
+        data = {"agent_id": node.agent_id, "by": top.agent_id}
+        return lambda: self.logs.get(node.session_id).log(events.AGENT_TERMINATED, data)
+
+    def check_finished(self, node: AgentNode | None, *, turn: bool) -> None:
+        """Finish what is unfinished first; then refuse ``node`` if its termination is
+        still unfinished (and, for a ``turn``, if its creation is)."""
+        if not self.unfinished:
+            return
+        self.roll_forward()
+        if node is None:
+            return
+        for item in self.unfinished:
+            if node.agent_id in item.agents and (turn or item.terminating):
+                path = self.tree.path(node.agent_id) if node.agent_id in self.tree else node.name
+                error = AgentTerminatedError if item.terminating else DurabilityError
+                raise error(
+                    f"{item.what}, but a later step failed: {item.error}; the daemon "
+                    "retries it (a restart finishes it); retry once that is fixed"
+                ).with_details(agent=path)
 
     def apply_committed(
         self, node: AgentNode, number: int, turn_id: str, effects: dict[str, Any]
@@ -229,8 +348,10 @@ class CommitMixin:
             raise
 
     def roll_forward(self) -> list[str]:
-        """Apply again each committed turn's effects that failed to apply, as recovery
-        would (every step checks before it writes); returns the agent ids still left."""
+        """Finish the unfinished creations and terminations, then apply again each
+        committed turn's effects that failed to apply, as recovery would (every step
+        checks before it writes); returns the agent ids whose turn is still left."""
+        self.unfinished[:] = [item for item in self.unfinished if item.finish() is not None]
         for agent_id, item in list(self.unapplied.items()):
             if agent_id not in self.tree:  # terminated since: recovery skips it too
                 del self.unapplied[agent_id]
@@ -245,7 +366,12 @@ class CommitMixin:
         return list(self.unapplied)
 
     def check_applied(self, node: AgentNode) -> None:
-        """Refuse a turn of an agent whose last committed turn is not applied yet."""
+        """Refuse a turn of an agent whose last committed turn is not applied yet, or
+        whose creation or termination is not finished."""
+        self.check_finished(node, turn=True)
+        if node.state is AgentState.TERMINATED:  # the termination just finished
+            path = self.tree.path(node.agent_id) if node.agent_id in self.tree else node.name
+            raise AgentTerminatedError(f"agent {path} is terminated")
         if node.agent_id in self.unapplied and node.agent_id in self.roll_forward():
             item = self.unapplied[node.agent_id]
             raise DurabilityError(
@@ -319,8 +445,15 @@ class CommitMixin:
                 ):
                     node.waiting_on[data["message_id"]] = data["recipient"]
         for agent_id in effects.get("terminations", []):
-            if agent_id in self.tree:
-                self.terminate_now(agent_id)
+            key = f"terminate:{agent_id}"
+            if agent_id in self.tree and key not in done:
+                try:
+                    self.terminate_now(agent_id)
+                except OutcomeUnknownError as exc:
+                    if exc.details.get("committed"):
+                        done.add(key)  # its own rest is unfinished (roll_forward finishes it)
+                    raise
+                done.add(key)
         if node.state is not AgentState.TERMINATED and node.agent_id in self.tree:
             node.state = AgentState.WAITING if node.waiting_on else AgentState.IDLE
 

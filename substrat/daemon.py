@@ -180,7 +180,7 @@ class Daemon:
             "checkpoints": _checkpoint_health(orch),
             # the running daemon's memory is behind its log here (docs/daemon.md)
             "unapplied": _unapplied(orch),
-            "needs_restart": list(orch.needs_restart) if orch is not None else [],
+            "unfinished": [u.to_dict() for u in orch.unfinished] if orch is not None else [],
             "last_io_error": self.server.last_io_error,
             "stopping": self._stop.is_set(),
         }
@@ -362,9 +362,10 @@ class Daemon:
         """Run agents with pending messages, one turn at a time, until none are left."""
         backoff = 0.0
         while not self._stop.is_set():
-            if self.orch.unapplied:
-                # a committed turn's effects failed to apply: try again now and then, as a
-                # restart's recovery would, until the disk takes them
+            if self.orch.unapplied or self.orch.unfinished:
+                # a committed turn's effects (or a creation's, a termination's later steps)
+                # failed to apply: try again now and then, as a restart's recovery would,
+                # until the disk takes them
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), WAKE_BACKOFF_MAX_S)
                 self.orch.roll_forward()

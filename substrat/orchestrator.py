@@ -38,7 +38,7 @@ from substrat.agents import (
 )
 from substrat.checkpointer import DEFAULT_POLICY, Checkpointer, CheckpointPolicy
 from substrat.checkpoints import Settled
-from substrat.commit import CommitMixin, TurnResult, Unapplied
+from substrat.commit import CommitMixin, TurnResult, Unapplied, Unfinished
 from substrat.conversation import conversation_from_log
 from substrat.errors import (
     AgentBusyError,
@@ -55,7 +55,7 @@ from substrat.prompts import check_prompt
 from substrat.providers.base import ProviderSession, new_agent_model
 from substrat.providers.registry import ProviderRegistry, default_registry
 from substrat.queries import AgentInfo, QueryMixin
-from substrat.registry import RootRegistry, root_entry
+from substrat.registry import RootRegistry
 from substrat.root_hold import RootHold
 from substrat.scheduler import ChunkSink, TurnScheduler, failure_reason
 from substrat.session import Session, SessionState, SessionStore
@@ -106,7 +106,7 @@ class Orchestrator(QueryMixin, CommitMixin, WakeMixin):
         self.last_complete_seq: dict[str, int] = {}
         self.unapplied: dict[str, Unapplied] = {}
         self.on_unapplied: Callable[[], None] | None = None
-        self.needs_restart: list[dict[str, str]] = []
+        self.unfinished: list[Unfinished] = []
         self.hold: RootHold | None = None
         """The hold this orchestrator took on its root (None: its opener holds it)."""
         self.checkpointer = Checkpointer(
@@ -308,12 +308,7 @@ class Orchestrator(QueryMixin, CommitMixin, WakeMixin):
         self.tree.add(node)
         self.turn_counts[node.agent_id] = 0
         self.settled_turns[node.agent_id] = 0
-        with self.after_commit(f"agent {name} was created"):
-            # after the commit point: a registered root is one whose creation is durable
-            self.roots.register(root_entry(node))
-            await self.mux.admit(node, live)
-            if node.state is not AgentState.TERMINATED:
-                self.store.transition(session, SessionState.ACTIVE)
+        await self.finish_creation(node, session, live)
         if node.state is AgentState.TERMINATED:
             # terminated while a slot was made for it: a dead agent must not hold a slot
             self.mux.discard(node)
@@ -544,42 +539,31 @@ class Orchestrator(QueryMixin, CommitMixin, WakeMixin):
         self.checkpointer.poke()
         return gone
 
-    def terminate_now(self, agent_id: str) -> list[str]:
-        order = self.tree.subtree_leaves_first(agent_id)
-        top = order[-1]
-        descendants = [n.agent_id for n in order[:-1]]
-        self.logs.get(top.session_id).log(
-            events.AGENT_TERMINATED, {"agent_id": top.agent_id, "cascade": descendants}
-        )
-        with self.after_commit(f"agent {top.name} was terminated"):
-            for node in order:
-                if node is not top:
-                    self.logs.get(node.session_id).log(
-                        events.AGENT_TERMINATED, {"agent_id": node.agent_id, "by": top.agent_id}
-                    )
-                self.forget(node)
-        return [n.agent_id for n in order]
-
     def forget(self, node: AgentNode) -> None:
-        """Drop a terminated agent from memory and mark its record TERMINATED."""
+        """Drop a terminated agent from memory and mark its record TERMINATED; called
+        again after its record's write failed (see ``CommitMixin.terminate_now``)."""
         live = self.mux.discard(node)
+        if live is not None:
+            stop_later(live)
         node.state = AgentState.TERMINATED
-        parent = None if node.parent_id is None else self.tree.get(node.parent_id).session_id
-        self.graveyard.buried(
-            TerminatedAgent(
-                node.agent_id,
-                node.session_id,
-                node.name,
-                parent,
-                node.provider,
-                node.model,
-                self.clock(),
+        if node.agent_id in self.tree:
+            parent = None if node.parent_id is None else self.tree.get(node.parent_id).session_id
+            self.graveyard.buried(
+                TerminatedAgent(
+                    node.agent_id,
+                    node.session_id,
+                    node.name,
+                    parent,
+                    node.provider,
+                    node.model,
+                    self.clock(),
+                )
             )
-        )
-        self.tree.remove(node.agent_id)
-        session = self.sessions.pop(node.session_id, None)
+            self.tree.remove(node.agent_id)
+        session = self.sessions.get(node.session_id)
         if session is not None and session.state is not SessionState.TERMINATED:
             self.store.transition(session, SessionState.TERMINATED)
+        self.sessions.pop(node.session_id, None)
         self.inboxes.drop(node.agent_id)
         self.logs.close(node.session_id)
         self._contexts.pop(node.agent_id, None)
@@ -588,8 +572,6 @@ class Orchestrator(QueryMixin, CommitMixin, WakeMixin):
         self.settled_turns.pop(node.agent_id, None)
         self.last_complete_seq.pop(node.agent_id, None)
         self.checkpointer.forget(node.session_id)
-        if live is not None:
-            stop_later(live)
         for other in self.tree.walk():
             stale = [m for m, r in other.waiting_on.items() if r == node.agent_id]
             for message_id in stale:

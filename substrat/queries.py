@@ -80,12 +80,18 @@ class QueryMixin:
     graveyard: Graveyard
     mux: Multiplexer
 
+    if TYPE_CHECKING:
+
+        def check_finished(self, node: AgentNode | None, *, turn: bool) -> None: ...
+
     # -- resolving references ---------------------------------------------------
 
     def resolve_live(self, ref: str) -> AgentNode:
         """A live agent by id, path or unique id prefix; a terminated one is refused."""
+        self.check_finished(None, turn=False)  # a termination cut after its commit first
         node = self.tree.find(ref)
         if node is not None:
+            self.check_finished(node, turn=False)
             return node
         dead = self._find_terminated(ref)
         if dead is not None:

@@ -355,10 +355,10 @@ def status(opts: Opts, only_pid: bool, timeout_s: float) -> None:
             f"  [yellow]{esc(item['agent'])}: turn {esc(item['turn_id'])} committed but not "
             f"applied yet ({esc(item['error'])}); the daemon retries it, a restart applies it[/]"
         )
-    for item in answer.get("needs_restart") or []:
+    for item in answer.get("unfinished") or []:
         out.print(
             f"  [yellow]{esc(item['what'])}, but a later step failed ({esc(item['error'])}); "
-            "restart the daemon: recovery finishes it[/]"
+            "the daemon retries it, a restart finishes it[/]"
         )
     io_error = answer.get("last_io_error")
     if io_error:

@@ -1,7 +1,8 @@
 """Steps after a commit point that fail (an injected OSError at the seam: a read-only
 remount or a full disk cannot be made in a test): the operation is reported committed
 and undecided (``OutcomeUnknownError`` with ``committed``), never as a plain failure,
-and the orchestrator lists what only a restart finishes (``needs_restart``)."""
+and the orchestrator finishes the rest itself (``unfinished``, ``roll_forward``) before
+the agents are next used, skipping the steps already applied."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from substrat.errors import OutcomeUnknownError
+from substrat.errors import AgentTerminatedError, DurabilityError, OutcomeUnknownError
 from substrat.orchestrator import Orchestrator
 from substrat.rpc import protocol
 from tests.support.orch_api import registry, run
@@ -21,7 +22,7 @@ def _erofs(*_: Any, **__: Any) -> None:
     raise OSError(errno.EROFS, "Read-only file system", "roots/events.jsonl")
 
 
-def test_a_root_created_but_not_registered_is_committed_and_needs_a_restart(
+def test_a_root_created_but_not_registered_is_committed_and_finished_by_the_orchestrator(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async def go() -> None:
@@ -33,9 +34,14 @@ def test_a_root_created_but_not_registered_is_committed_and_needs_a_restart(
         code, message, _ = protocol.error_for_exception(failed.value)
         assert code == protocol.OUTCOME_UNKNOWN
         assert "remount it read-write" in message
-        assert [n["what"] for n in orch.needs_restart] == ["agent lead was created"]
-        assert "read-only" in orch.needs_restart[0]["error"]
+        assert [u.what for u in orch.unfinished] == ["agent lead was created"]
+        assert "read-only" in orch.unfinished[0].error
+        with pytest.raises(DurabilityError, match="agent lead was created, but"):
+            await orch.run_turn("lead", "hi")  # its record is not ACTIVE yet: no turn
         monkeypatch.undo()
+        assert orch.roll_forward() == [] and orch.unfinished == []
+        assert list(orch.roots.read.roots) == [orch.tree.find("lead").session_id]
+        assert (await orch.run_turn("lead", "hi")).turn_id == "t1"
         await orch.close()
         # the log has it: the next open serves it
         again = await Orchestrator.open(tmp_path / "root", registry=registry())
@@ -45,7 +51,7 @@ def test_a_root_created_but_not_registered_is_committed_and_needs_a_restart(
     run(go())
 
 
-def test_a_cascade_cut_after_its_commit_is_committed_and_needs_a_restart(
+def test_a_cascade_cut_after_its_commit_is_committed_and_finished_by_the_orchestrator(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     async def go() -> None:
@@ -56,8 +62,15 @@ def test_a_cascade_cut_after_its_commit_is_committed_and_needs_a_restart(
         with pytest.raises(OutcomeUnknownError) as failed:
             await orch.terminate("lead", cascade=True)
         assert failed.value.details["committed"] is True
-        assert [n["what"] for n in orch.needs_restart] == ["agent lead was terminated"]
+        assert [u.what for u in orch.unfinished] == ["agent lead was terminated"]
+        # not forgotten yet, but terminated: refused as such, not run
+        with pytest.raises(AgentTerminatedError, match="agent lead was terminated, but"):
+            await orch.run_turn("lead", "hi")
         monkeypatch.undo()
+        assert orch.roll_forward() == [] and orch.unfinished == []
+        assert orch.agents() == []
+        with pytest.raises(AgentTerminatedError):
+            orch.resolve_live("lead/kid")
         await orch.close()
         again = await Orchestrator.open(tmp_path / "root", registry=registry())
         assert again.agents() == []  # recovery finished the cascade
