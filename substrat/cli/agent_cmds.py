@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -169,23 +169,44 @@ def send(opts: Opts, agent: str, prompt: str, no_stream: bool, wait: bool) -> No
 def list_agents(opts: Opts, show_all: bool, quiet: bool) -> None:
     """List the live agents (with --all, the terminated ones too)."""
     agents = opts.call("agent.list", {"all": show_all})
+    # agents the start could not use are not gone: say so where every agent is listed
+    held = (opts.call("daemon.status").get("unreadable") or []) if show_all and not quiet else []
     if quiet:
         for a in agents:
             click.echo(render.short(a["agent_id"]))
     elif opts.json:
-        emit_json(agents)
+        emit_json(agents + [_held_entry(item) for item in held])
     elif not agents:
         opts.out.print("no agents yet: [bold]substrat agent create NAME[/]")
     else:
         opts.out.print(render.agents_table(agents, opts.out.width))
-    if show_all and not (quiet or opts.json):
-        # agents the start could not use are not gone: say so where every agent is listed
-        for item in opts.call("daemon.status").get("unreadable") or []:
+    if not (quiet or opts.json):
+        for item in held:
             who = item.get("name") or render.short(item["session_id"])
             opts.out.print(
                 f"[yellow]held back: {esc(who)} (session {render.short(item['session_id'])}): "
                 f"{esc(item['error'])}; {esc(item['what_to_do'])}[/]"
             )
+
+
+def _held_entry(item: dict[str, Any]) -> dict[str, Any]:
+    """A held agent in ``list --all --json``: the keys of a listed agent (null where only
+    its unreadable files know it), state ``held``, and why (``daemon status``'s entry)."""
+    keys = ("agent_id", "parent_id", "path", "provider", "model", "instructions")
+    return {
+        **dict.fromkeys(keys),
+        "session_id": item["session_id"],
+        "name": item.get("name"),
+        "state": "held",
+        "children": [],
+        "pending_messages": None,
+        "terminated_at": None,
+        "held": {
+            "error": item["error"],
+            "what_to_do": item["what_to_do"],
+            "held_by": item.get("held_by"),
+        },
+    }
 
 
 @agent_group.command("tree")

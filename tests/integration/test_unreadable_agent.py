@@ -128,6 +128,12 @@ def test_one_unreadable_agent_costs_only_itself(
         # not "no agent": every command that asks for it says it is held, and why
         listed = roots.cli(root, "agent", "list", "--all", as_json=False, preexec=unprivileged())
         assert f"held back: {agent}" in listed.stdout, listed.stdout + listed.stderr
+        everyone = json.loads(cli(root, "agent", "list", "--all").stdout)  # and for scripts
+        in_json = {a["session_id"]: a for a in everyone if a["state"] == "held"}
+        assert set(in_json) == set(held_sids)
+        assert in_json[sessions[agent]]["name"] == agent
+        assert in_json[sessions[agent]]["held"]["what_to_do"] == first["what_to_do"]
+        assert {a["path"] for a in everyone if a["state"] != "held"} == healthy
         asked = cli(root, "log", agent)
         assert asked.returncode != 0
         assert f"agent {agent} is held back since the daemon started" in asked.stderr
