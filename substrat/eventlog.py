@@ -77,6 +77,7 @@ from substrat.logread import DamageReport, Entry, decode_line, entry_batches
 from substrat.logread import LogRead as LogRead
 from substrat.logread import iter_log as iter_log
 from substrat.logread import read_log as read_log
+from substrat.oserrors import with_advice
 from substrat.segments import Segment, active_start, ensure_start, list_log, sibling_path
 
 LOG_NAME = "events.jsonl"
@@ -403,10 +404,12 @@ class EventLog:
                     "taken back: a crash may keep it or not; treat it as undecided until "
                     "a restart has recovered the log"
                 ) from exc
-            raise DurabilityError(
-                f"append of entry {seq} to {self.path} failed ({exc}); it was taken back "
-                "and will not appear; reopen the log before writing again"
-            ) from exc
+            # what the host needs first: "reopen the log" is for this object's caller
+            taken = (
+                f"append of entry {seq} to {self.path} failed ({exc}) and was taken back: "
+                "it will not appear (reopen the log before writing again)"
+            )
+            raise DurabilityError(with_advice(taken, exc, first=True)) from exc
         self._appended(line)
         return seq
 

@@ -70,10 +70,13 @@ def advice(exc: BaseException | None, *, agents: int | None = None) -> str | Non
     return None
 
 
-def with_advice(text: str, exc: BaseException) -> str:
-    """``text`` (about ``exc``), followed by what fixes ``exc`` when :func:`advice` knows."""
+def with_advice(text: str, exc: BaseException, *, first: bool = False) -> str:
+    """``text`` (about ``exc``), followed by what fixes ``exc`` when :func:`advice` knows
+    (``first``: preceded by it, for a text that ends in its own, lesser, instruction)."""
     hint = advice(exc)
-    return f"{text}; {hint}" if hint else text
+    if not hint:
+        return text
+    return f"{hint}; {text}" if first else f"{text}; {hint}"
 
 
 def is_host_limit(exc: BaseException | None) -> bool:

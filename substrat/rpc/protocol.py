@@ -134,6 +134,9 @@ def _with_advice(message: str, exc: BaseException, agents: int | None) -> str:
     hint = oserrors.advice(exc, agents=agents)
     if hint is None or hint in message:
         return message
+    said = oserrors.advice(exc)  # said already (first, say) without the descriptor budget
+    if said is not None and said in message:
+        return message.replace(said, hint, 1)
     return f"{message}. {hint[0].upper()}{hint[1:]}"
 
 

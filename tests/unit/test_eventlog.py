@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import errno
 import json
 import os
 import uuid
@@ -395,3 +396,32 @@ def test_a_failed_append_whose_cut_back_failed_is_cut_on_the_next_open(
     with EventLog(path) as reopened:
         assert reopened.log("turn.start", {"prompt": "next"}) == 2
     assert _prompts(path) == ["kept", "next"]
+
+
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EMFILE])
+def test_a_failed_append_says_what_fixes_the_host_first_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int
+) -> None:
+    from substrat import oserrors
+    from substrat.errors import DurabilityError
+    from substrat.rpc import protocol
+
+    log = EventLog(tmp_path / "events.jsonl")
+
+    def refused(fd: int) -> None:  # the append's fsync only: taking it back works
+        monkeypatch.undo()
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(os, "fsync", refused)
+    with pytest.raises(DurabilityError) as failed:
+        log.log("turn.start", {"prompt": "never acknowledged"})
+    hint = oserrors.advice(failed.value)
+    assert hint is not None
+    said = str(failed.value)
+    assert said.startswith(f"{hint}; append of entry 1 to "), said
+    assert said.endswith("(reopen the log before writing again)") and "\n" not in said
+    # the daemon's answer: the remedy once, still first (with the descriptor budget)
+    _, answer, _ = protocol.error_for_exception(failed.value, agents=3)
+    full = oserrors.advice(failed.value, agents=3)
+    assert full is not None and answer.startswith(f"{full}; append of entry 1"), answer
+    assert answer.count("free space") + answer.count("ulimit -n") == 1, answer
