@@ -46,7 +46,8 @@ def fsck(opts: Opts, repair: bool) -> None:
     """
     from substrat import fsck as fsck_mod
 
-    if repair:
+    if repair:  # refused before anything is written, as daemon start, compact, recover
+        rootdir.check_inbox_not_a_root(opts.root, "repair")
         rootdir.prepare_root(opts.root, create=False)  # writable? (an old root gets its marker)
     report = fsck_mod.check(opts.root, repair=repair)
     if opts.json:

@@ -139,13 +139,6 @@ def _nest(root: Path, where: Path) -> Path:
     return where
 
 
-def mine(outer: Path, path: Path, found: dict[str, bytes] | None = None) -> dict[str, bytes]:
-    """A nested root's files, less the outer root's inbox (``user/events.jsonl``: the outer
-    root keeps its inbox there, and its recovery writes it)."""
-    found = files(path) if found is None else found
-    return {k: v for k, v in found.items() if path != outer / "user" or k != "events.jsonl"}
-
-
 def fsck(root: Path, *flags: str) -> tuple[int, dict[str, dict[str, object]]]:
     proc = run(root, "fsck", *flags, "--json")
     assert "Traceback" not in proc.stderr
@@ -165,34 +158,40 @@ def test_the_outer_root_reports_a_nested_root_and_never_moves_it(tmp_path: Path)
     holder = lock.RootLock.acquire(held)
     try:
         before = {path: files(path) for path in [*nested, held]}
-        for flags in ((), ("--repair",)):
-            code, found = fsck(outer, *flags)
-            assert code == 1, found
-            for path in [*nested, held]:
-                finding = found[str(path.relative_to(outer))]
-                assert finding["kind"] == "nested_root" and finding["severity"] == "damage"
-                assert "a substrat root inside this one" in str(finding["detail"])
-                assert "move it out by hand" in str(finding["detail"])
-                assert not finding["repaired"]
-            assert {path: mine(outer, path) for path in [*nested, held]} == {
-                path: mine(outer, path, before[path]) for path in before
-            }  # never moved, never changed
+        code, found = fsck(outer)  # --repair: refused below, as everything that writes
+        assert code == 1, found
+        for path in [*nested, held]:
+            finding = found[str(path.relative_to(outer))]
+            assert finding["kind"] == "nested_root" and finding["severity"] == "damage"
+            assert "a substrat root inside this one" in str(finding["detail"])
+            assert "move it out by hand" in str(finding["detail"])
+            assert not finding["repaired"]
+        assert {path: files(path) for path in [*nested, held]} == before  # never changed
         # The root at user/ is where the outer daemon would write its inbox: it refuses to
         # serve, saying how to move it out, before anything is written there.
         at_user = outer / "user"
-        for args in (("daemon", "start"), ("agent", "list"), ("compact",), ("recover",)):
+        writers = (("daemon", "start"), ("agent", "list"), ("compact",), ("recover",))
+        for args in (*writers, ("fsck", "--repair")):
             refused = run(outer, *args)
             assert refused.returncode == 2, (args, refused.stdout, refused.stderr)
             said = " ".join(refused.stderr.split())
-            doing = {"compact": "compact", "recover": "recover"}.get(args[0], "serve")
+            doing = {"compact": "compact", "recover": "recover", "fsck": "repair"}.get(
+                args[0], "serve"
+            )
             assert f"cannot {doing} {outer}: its user/ is a substrat root of its own" in said
             assert f"`substrat daemon stop --root {at_user}`, `mv {at_user} DEST`" in said
-        assert mine(outer, at_user) == mine(outer, at_user, before[at_user])
+        assert files(at_user) == before[at_user]  # the outer inbox not written there either
         assert not lock.is_held(outer)
         moved = tmp_path / "moved-out"  # as the message says
         assert run(at_user, "daemon", "stop").returncode == 0
         os.rename(at_user, moved)
         nested[1] = moved
+        code, found = fsck(outer, "--repair")  # the others: reported, never moved
+        assert code == 1, found
+        for path in (nested[0], nested[2], held):
+            finding = found[str(path.relative_to(outer))]
+            assert finding["kind"] == "nested_root" and not finding["repaired"]
+            assert files(path) == before[path]
         started = run(outer, "daemon", "start")
         assert started.returncode == 0, started.stderr
         for name in ("mywork", "held"):
