@@ -464,6 +464,10 @@ class Checkpointer:
         try:
             if self._logs.roll(endpoint) is not None:
                 self.stats.rolled += 1
+        except segments.StartNotWritten as exc:  # sealed: only its start record is missing
+            self.stats.rolled += 1
+            self.stats.fail(f"sealing {endpoint}: {exc}")
+            log.warning("sealing a segment of %s: %s", endpoint, exc)
         except OSError as exc:
             self.stats.fail(f"sealing {endpoint}: {exc}")
             log.warning("sealing a segment of %s failed: %s", endpoint, exc)

@@ -171,7 +171,11 @@ class LogPool:
         first = segments.active_start(path, segments.list_sealed(path))
         if end.last_seq < first:
             return None
-        sealed = segments.roll(path, first, end.last_seq)
+        try:
+            sealed = segments.roll(path, first, end.last_seq)
+        except segments.StartNotWritten:
+            self._ends[endpoint] = Resume(0, end.last_seq)  # sealed all the same
+            raise
         self._ends[endpoint] = Resume(0, end.last_seq)
         return sealed
 

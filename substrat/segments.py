@@ -142,6 +142,20 @@ class StartUnreadable(ValueError):
     """The start record is there but does not read (damaged)."""
 
 
+class StartNotWritten(OSError):
+    """:func:`roll` sealed the active file into ``segment`` (the rename and the new
+    active file are durable) but writing the start record after it failed: nothing is
+    lost, readers take the active file's first entry from the segments' names, and the
+    next open of the log for appending writes the record (:func:`ensure_start`)."""
+
+    def __init__(self, segment: Segment, cause: OSError) -> None:
+        super().__init__(
+            f"sealed {segment.name}, but writing the start record after it failed ({cause}); "
+            "nothing is lost: the log reads without it, and its next append writes it"
+        )
+        self.segment = segment
+
+
 _SIBLINGS_KEPT = 1024
 _siblings: dict[tuple[str, str], Path] = {}
 
@@ -340,8 +354,12 @@ def roll(log_path: str | os.PathLike[str], first: int, last: int) -> Segment:
     persistence.durable_contents(active)
     persistence.durable_rename(active, target)
     persistence.durable_create(active)
-    write_start(active, last + 1)  # after the rename: never ahead of the active file
-    return Segment(first, last, target)
+    sealed = Segment(first, last, target)
+    try:
+        write_start(active, last + 1)  # after the rename: never ahead of the active file
+    except OSError as exc:
+        raise StartNotWritten(sealed, exc) from exc
+    return sealed
 
 
 def archive(segment: Segment) -> Segment:

@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from substrat import compaction, segments
 from substrat.client import stop_daemon
+from substrat.eventlog import read_log
 from tests.support import mounts, roots
 
 
@@ -49,3 +51,46 @@ def test_a_create_refused_on_a_full_disk_leaves_nothing(disk: Path) -> None:
     assert again.returncode == 0, again.stderr
     listed = json.loads(roots.cli(root, "agent", "list").stdout)
     assert sorted(a["path"] for a in listed) == ["lead", "second"]
+
+
+def test_a_segment_sealed_before_the_disk_filled_is_reported_sealed(
+    disk: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The disk fills between a roll's rename and its start record (the seam: the start
+    record's write fills it first): the segment is sealed, and the report says so, with
+    the record missing and nothing lost, not as a failed seal."""
+    root = disk / "root"
+    for args in (("agent", "create", "lead"), ("agent", "send", "lead", "hello")):
+        assert roots.cli(root, *args).returncode == 0
+    assert roots.cli(root, "daemon", "stop").returncode == 0
+    entries = len(read_log(next((root / "agents").iterdir()) / "events.jsonl").entries)
+    write_start = segments.write_start
+    filled: list[Path] = []
+
+    def full_first(log_path: Path, first: int) -> None:
+        if not filled:
+            filled.append(mounts.fill(disk))
+        write_start(log_path, first)
+
+    monkeypatch.setattr(segments, "write_start", full_first)
+    report = compaction.compact(root, segment_bytes=1)
+    monkeypatch.undo()
+    assert filled, "no roll reached its start record"
+    sealed = list(root.glob("agents/*/events.0*"))
+    assert len(sealed) == 1 and report.sealed == 1, (sealed, report)
+    said = [e for e in report.errors if "start record" in e]
+    assert len(said) == 1 and "nothing is lost" in said[0], report.errors
+    assert not [e for e in report.errors if e.startswith("sealing") and e not in said]
+
+    filled[0].unlink()
+    checked = roots.cli(root, "fsck")
+    assert checked.returncode in (0, 1), checked.stdout + checked.stderr
+    assert not [f for f in json.loads(checked.stdout)["findings"] if f["severity"] == "damage"]
+    listed = json.loads(roots.cli(root, "agent", "list").stdout)
+    assert [a["path"] for a in listed] == ["lead"]
+    assert roots.cli(root, "agent", "send", "lead", "again").returncode == 0  # it writes it
+    assert roots.cli(root, "daemon", "stop").returncode == 0
+    agent = next((root / "agents").iterdir())
+    assert (agent / "events.start").is_file()
+    history = sum(len(read_log(s).entries) for s in [*sealed, agent / "events.jsonl"])
+    assert history >= entries
