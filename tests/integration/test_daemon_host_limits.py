@@ -24,16 +24,13 @@ from substrat.client import Client, DaemonProcess
 from substrat.errors import RpcError
 from substrat.rpc import protocol
 from tests.support.cli import cli_root, run
+from tests.support.roots import no_wake_daemon
 
 
 @pytest.fixture
 def daemon(tmp_path: Path) -> Iterator[DaemonProcess]:
-    # --no-wake: the test drives every turn (the roll-forward retried by the agent's next
-    # turn, not by the wake loop's timer)
-    process = DaemonProcess(tmp_path / "root", daemon_args=["--no-wake"])
-    process.start(timeout_s=30)
-    yield process
-    process.kill()
+    # the roll-forward retried by the agent's next turn, not by the wake loop's timer
+    yield from no_wake_daemon(tmp_path / "root")
 
 
 @contextmanager

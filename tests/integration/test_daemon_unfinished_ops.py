@@ -17,15 +17,13 @@ from substrat.client import Client, DaemonProcess
 from substrat.errors import RpcError
 from substrat.rpc import protocol
 from tests.integration.test_daemon_host_limits import starved
+from tests.support.roots import no_wake_daemon
 
 
 @pytest.fixture
 def daemon(tmp_path: Path) -> Iterator[DaemonProcess]:
-    # --no-wake: only the agent's next use finishes it (the wake loop's timer is below)
-    process = DaemonProcess(tmp_path / "root", daemon_args=["--no-wake"])
-    process.start(timeout_s=30)
-    yield process
-    process.kill()
+    # only the agent's next use finishes it (the wake loop's timer: the last test)
+    yield from no_wake_daemon(tmp_path / "root")
 
 
 def _unfinished(client: Client) -> list[str]:

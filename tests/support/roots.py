@@ -5,13 +5,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from substrat import checkpoints, start_summary
+from substrat.client import DaemonProcess
 from substrat.orchestrator import Orchestrator
 
 CLI = [sys.executable, "-c", "import sys; from substrat.cli import main; sys.exit(main())"]
@@ -62,3 +63,13 @@ def fail_checkpoint_open(
         return real_os_open(path, *args, **kwargs)
 
     monkeypatch.setattr(checkpoints.os, "open", failing_os_open)
+
+
+def no_wake_daemon(root: Path) -> Iterator[DaemonProcess]:
+    """The body of a ``daemon`` fixture: a real daemon on ``root`` without its wake loop
+    (the test drives every turn, and a retry waits for the agent's next use), killed
+    afterwards."""
+    process = DaemonProcess(root, daemon_args=["--no-wake"])
+    process.start(timeout_s=30)
+    yield process
+    process.kill()
