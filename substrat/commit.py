@@ -312,10 +312,15 @@ class CommitMixin:
         for item in self.unfinished:
             if node.agent_id in item.agents and (turn or item.terminating):
                 path = self.tree.path(node.agent_id) if node.agent_id in self.tree else node.name
-                error = AgentTerminatedError if item.terminating else DurabilityError
-                raise error(
-                    f"{item.what}, but a later step failed: {item.error}; the daemon "
-                    "retries it (a restart finishes it); retry once that is fixed"
+                if item.terminating:
+                    raise AgentTerminatedError(
+                        f"{item.what}, but a later step failed: {item.error}; it takes no "
+                        "more requests (the daemon finishes the termination, a restart too)"
+                    ).with_details(agent=path)
+                raise DurabilityError(
+                    f"{item.what}, but a later step failed: {item.error}; nothing of this turn "
+                    "was run, retry once that is fixed (the daemon finishes the creation, a "
+                    "restart too)"
                 ).with_details(agent=path)
 
     def apply_committed(
