@@ -193,10 +193,12 @@ CATALOG: tuple[Mutant, ...] = (
         '                    "taken back: a crash may keep it or not; treat it as undecided until "\n'  # noqa: E501
         '                    "a restart has recovered the log"\n'
         "                ) from exc\n"
-        "            raise DurabilityError(\n"
-        '                f"append of entry {seq} to {self.path} failed ({exc}); it was taken back "\n'  # noqa: E501
-        '                "and will not appear; reopen the log before writing again"\n'
-        "            ) from exc\n"
+        '            # what the host needs first: "reopen the log" is for this object\'s caller\n'
+        "            taken = (\n"
+        '                f"append of entry {seq} to {self.path} failed ({exc}) and was taken back: "\n'  # noqa: E501
+        '                "it will not appear (reopen the log before writing again)"\n'
+        "            )\n"
+        "            raise DurabilityError(with_advice(taken, exc, first=True)) from exc\n"
         "        self._appended(line)\n"
         "        return seq\n",
         "            persistence.write_all(self._fd, line)\n"
@@ -213,10 +215,12 @@ CATALOG: tuple[Mutant, ...] = (
         '                    "taken back: a crash may keep it or not; treat it as undecided until "\n'  # noqa: E501
         '                    "a restart has recovered the log"\n'
         "                ) from exc\n"
-        "            raise DurabilityError(\n"
-        '                f"append of entry {seq} to {self.path} failed ({exc}); it was taken back "\n'  # noqa: E501
-        '                "and will not appear; reopen the log before writing again"\n'
-        "            ) from exc\n"
+        '            # what the host needs first: "reopen the log" is for this object\'s caller\n'
+        "            taken = (\n"
+        '                f"append of entry {seq} to {self.path} failed ({exc}) and was taken back: "\n'  # noqa: E501
+        '                "it will not appear (reopen the log before writing again)"\n'
+        "            )\n"
+        "            raise DurabilityError(with_advice(taken, exc, first=True)) from exc\n"
         "        return seq\n",
     ),
     Mutant(
@@ -546,10 +550,15 @@ CATALOG: tuple[Mutant, ...] = (
         "segments.py",
         "    persistence.durable_rename(active, target)\n"
         "    persistence.durable_create(active)\n"
-        "    write_start(active, last + 1)  # after the rename: never ahead of the active file\n",
+        "    sealed = Segment(first, last, target)\n"
+        "    try:\n"
+        "        write_start(active, last + 1)  # after the rename: never ahead of the active file\n",  # noqa: E501
         "    write_start(active, last + 1)  # planted: the record before the rename\n"
         "    persistence.durable_rename(active, target)\n"
-        "    persistence.durable_create(active)\n",
+        "    persistence.durable_create(active)\n"
+        "    sealed = Segment(first, last, target)\n"
+        "    try:\n"
+        "        pass  # planted: written above\n",
     ),
     Mutant(
         "deletes_the_checkpoints_own_segment",
