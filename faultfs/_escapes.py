@@ -26,12 +26,13 @@ from __future__ import annotations
 import contextlib
 import dis
 import errno
+import functools
 import gc
 import os
 import sys
 import traceback
 from collections.abc import Callable, Iterator, Sequence
-from types import BuiltinFunctionType, FrameType, ModuleType, TracebackType
+from types import BuiltinFunctionType, FrameType, FunctionType, ModuleType, TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from faultfs.errors import EscapeError, SimulatedCrash
@@ -77,6 +78,23 @@ def register(original: Any, replacement: Any, qualname: str) -> None:
 def _add(original: Any, replacement: Any, qualname: str) -> None:
     _originals.setdefault(id(original), (original, replacement, qualname))
     _replacements.setdefault(id(replacement), (replacement, original, qualname))
+
+
+def not_binding(original: Any, replacement: Any) -> Any:
+    """``replacement`` as a callable that, like the builtin ``original``, is no method.
+
+    A class body run while a FaultFS is active (a module the run imports) that says
+    ``_sync = os.fsync`` holds faultfs's version; a plain function there binds as a
+    method, and ``self._sync(fd)`` would pass ``self`` as the descriptor where the
+    builtin passes ``fd``. A :func:`functools.partial` does not bind, and calls the
+    function from C.
+    """
+    if not isinstance(original, BuiltinFunctionType) or type(replacement) is not FunctionType:
+        return replacement
+    held = functools.partial(replacement)
+    functools.update_wrapper(held, replacement)
+    held.__wrapped__ = original  # type: ignore[attr-defined]
+    return held
 
 
 def wrapper(original: Any, make: Callable[[], Any], qualname: str) -> tuple[Any, bool]:

@@ -486,7 +486,8 @@ def _patches() -> list[tuple[object, str, object]]:
         # fork, child processes told a root, FIFOs: they would leave the simulated process.
         *_processes.patches(_stack, _route),
     ]
-    return patches + _fdcalls.patches(_stack, _route)
+    patches += _fdcalls.patches(_stack, _route)
+    return [(m, n, _escapes.not_binding(getattr(m, n), r)) for m, n, r in patches]
 
 
 _PATCHES = _patches()

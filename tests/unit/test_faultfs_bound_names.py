@@ -98,3 +98,34 @@ def test_a_run_that_imports_nothing_leaves_other_names_alone(lib_dir: Path) -> N
         lib.sync(fs.path("f"))
     assert lib.fsync is os.fsync and lib.mine is os.fsync
     assert [op.kind for op in fs.trace].count("fsync") == 1
+
+
+BINDING_LIBRARY = """
+import os
+
+
+class Store:
+    _sync = os.fsync  # a builtin: does not bind as a method
+    _open = open
+
+    def save(self, path):
+        with self._open(path, "w") as f:
+            f.write("x")
+            f.flush()
+            self._sync(f.fileno())
+"""
+
+
+def test_a_class_made_during_a_run_calls_its_bound_builtins_as_builtins(lib_dir: Path) -> None:
+    # Built-in functions do not bind as methods; faultfs's versions must not either, or
+    # ``self._sync(fd)`` in a class a run imports passes ``self`` as the descriptor.
+    name = f"bound_lib_{next(_names)}"
+    (lib_dir / f"{name}.py").write_text(textwrap.dedent(BINDING_LIBRARY))
+    importlib.invalidate_caches()
+    fs = FaultFS("/faultfs-bound-names-root")
+    with fs:
+        lib = importlib.import_module(name)
+        lib.Store().save(fs.path("f"))
+    assert [op.kind for op in fs.trace].count("fsync") == 1
+    lib.Store().save(str(lib_dir / "real"))  # after the run: the originals, on the real disk
+    assert (lib_dir / "real").read_text() == "x"
