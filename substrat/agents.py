@@ -19,6 +19,7 @@ from typing import Any
 
 from substrat.errors import AgentNotFoundError, AmbiguousAgentError, NameCollisionError
 from substrat.lazy import LazyDict
+from substrat.words import natural_key
 
 USER = "user"
 """The user's endpoint id: it sends prompts and has an inbox like any agent."""
@@ -26,6 +27,12 @@ PARENT = "parent"
 """What an agent calls its parent in tool calls (the user, for a root)."""
 
 MAX_NAME_CHARS = 64
+
+
+def _by_name(item: tuple[str, str]) -> tuple[tuple[str | int, ...], str]:
+    return natural_key(item[0])
+
+
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 MESSAGE_KINDS = frozenset({"request", "reply", "notification", "broadcast", "result", "error"})
@@ -514,25 +521,28 @@ class AgentTree:
         return len(self._roots)
 
     def roots(self) -> list[AgentNode]:
-        return [self._nodes[i] for _, i in sorted(self._roots.items())]
+        return [self._nodes[i] for _, i in sorted(self._roots.items(), key=_by_name)]
 
     def children(self, agent_id: str) -> list[AgentNode]:
-        return [self._nodes[i] for _, i in sorted(self.get(agent_id).children.items())]
+        children = self.get(agent_id).children
+        return [self._nodes[i] for _, i in sorted(children.items(), key=_by_name)]
 
     def siblings(self, agent_id: str) -> list[AgentNode]:
         node = self.get(agent_id)
         group = self._siblings_of(node.parent_id)
-        return [self._nodes[i] for n, i in sorted(group.items()) if i != agent_id]
+        return [self._nodes[i] for n, i in sorted(group.items(), key=_by_name) if i != agent_id]
 
     def walk(self) -> Iterator[AgentNode]:
-        """Every live agent, parents before children, siblings by name."""
+        """Every live agent, parents before children, siblings by name (digits as
+        numbers: :func:`substrat.words.natural_key`, the order ``list`` and ``tree`` show)."""
         nodes = self._nodes
-        stack = [nodes[i] for _, i in sorted(self._roots.items(), reverse=True)]
+        stack = [nodes[i] for _, i in sorted(self._roots.items(), key=_by_name, reverse=True)]
         while stack:
             node = stack.pop()
             yield node
             if node.children:  # most agents are leaves: nothing to sort
-                stack.extend([nodes[i] for _, i in sorted(node.children.items(), reverse=True)])
+                later = sorted(node.children.items(), key=_by_name, reverse=True)
+                stack.extend([nodes[i] for _, i in later])
 
     def in_walk_order(self, session_ids: set[str]) -> list[AgentNode]:
         """The live agents of these sessions in :meth:`walk`'s order (the others left out).
@@ -544,11 +554,11 @@ class AgentTree:
         chosen = [nodes[self._by_session[s]] for s in session_ids if s in self._by_session]
         return sorted(chosen, key=self._names)
 
-    def _names(self, node: AgentNode) -> list[str]:
-        names = [node.name]
+    def _names(self, node: AgentNode) -> list[tuple[tuple[str | int, ...], str]]:
+        names = [natural_key(node.name)]
         while node.parent_id is not None:
             node = self._nodes[node.parent_id]
-            names.append(node.name)
+            names.append(natural_key(node.name))
         names.reverse()
         return names
 

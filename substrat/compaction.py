@@ -114,8 +114,7 @@ def plan(
     created: dict[str, dict[str, Any]] = {}
     for endpoint, log_path in _logs(root):
         try:
-            item, created[endpoint] = _plan_log(store, endpoint, log_path, compaction)
-            item.to_seal = item.active_bytes >= limit
+            item, created[endpoint] = _plan_log(store, endpoint, log_path, compaction, limit)
             out.logs.append(item)
         except OSError as exc:  # one log's EACCES/EIO costs that log: skipped, reported
             item = LogPlan(endpoint, None, 0, 0, 0, 0, None)
@@ -151,7 +150,7 @@ THEN = "run `substrat compact` again"
 
 
 def _plan_log(
-    store: StoreRead, endpoint: str, log_path: Path, compaction: str
+    store: StoreRead, endpoint: str, log_path: Path, compaction: str, limit: int
 ) -> tuple[LogPlan, dict[str, Any]]:
     """The log's plan, and its ``agent.created`` (empty if none is read)."""
     holding = [c for c in store.latest(endpoint) if verify(c, log_path) is None]
@@ -180,7 +179,12 @@ def _plan_log(
         holding[0].at.seq if holding else None,
     )
     item.deleted_through = 0 if base is None else base.deleted_through
+    item.to_seal = active >= limit
     going = deletable(sealed, holding[0]) if holding and compaction == "delete" else []
+    if item.to_seal and compaction == "delete":
+        # Sealed and checkpointed, the active file becomes the newest segment, holding
+        # the log's checkpoint: every segment before it may then go.
+        going = sealed
     item.to_delete = [s.name for s in going]
     for segment in sealed:
         if segment in going:
@@ -250,11 +254,8 @@ def compact(
     )
     try:
         held = RootLock.acquire(root, retry_s=0)
-    except RootLockedError as exc:
-        raise FsckError(
-            f"{exc}; a running daemon compacts by its own policy (SUBSTRAT_COMPACTION), or "
-            "stop it and run `substrat compact` again"
-        ) from None
+    except RootLockedError:
+        raise FsckError(_in_use(root)) from None
     try:
         planned = plan(root)
         stats, recovery = asyncio.run(_compact(root, policy))
@@ -283,6 +284,25 @@ def compact(
         after,
         list(dict.fromkeys([*skipped, *stats["errors"]])),  # each said once
         recovery if held.previous_shutdown == "unclean" or notable else None,
+    )
+
+
+def _in_use(root: Path) -> str:
+    """Why compact will not run on a root in use, and what to do (another root is no
+    answer: it is this root that is to be compacted)."""
+    from substrat.rpc import lock
+
+    info = lock.read_info(root)
+    if info is None or info.state != "running" or info.pid is None:
+        return (
+            f"{root} is in use by another substrat process (fsck, recover, compact or a "
+            "starting daemon); run `substrat compact` again once it is done"
+        )
+    return (
+        f"{root} is in use by {info.describe()}; compact needs a stopped root: run "
+        f"`substrat daemon stop --root {root}`, then `substrat compact` again "
+        "(`substrat compact --dry-run` works while it serves; a running daemon compacts "
+        "by its own policy, SUBSTRAT_COMPACTION)"
     )
 
 

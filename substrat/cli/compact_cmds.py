@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import click
 
 from substrat.cli.common import Opts, emit_json, esc, fail, lazy_module, offline_command
-from substrat.words import plural
+from substrat.words import natural_key, plural
 
 if TYPE_CHECKING:
     from substrat.cli import render
@@ -91,12 +91,23 @@ def compact(opts: Opts, dry_run: bool, segment_bytes: int | None, policy: str) -
             f"logs {_size(report.bytes_before)} -> "
             f"{_size(report.bytes_after)}"
         )
+        if policy == "delete" and report.archived:
+            out.print(KEPT_NEWEST)
         for error in report.errors:
             out.print(f"[red]{esc(error)}[/]")
     sys.exit(1 if report.errors else 0)
 
 
+KEPT_NEWEST = (
+    "delete keeps each log's newest sealed segment (archived): the checkpoint that stands "
+    "for the deleted part is in it; it is deleted by a later `substrat compact --policy "
+    "delete` once a newer segment is sealed (--segment-bytes)"
+)
+
+
 def _print_plan(opts: Opts, planned: object, policy: str) -> None:
+    from rich.padding import Padding
+
     from substrat.compaction import CompactPlan
     from substrat.compaction import where as compaction_where
 
@@ -111,10 +122,12 @@ def _print_plan(opts: Opts, planned: object, policy: str) -> None:
         render.Col("WOULD", cut=True, min_width=10),
     ]
     rows = []
-    for item in planned.logs:
-        who = item.path or render.short(item.endpoint)  # as other commands name agents
-        would = ["seal the active file, archive it"] if item.to_seal else []
-        would += [f"delete {len(item.to_delete)}"] if item.to_delete else []
+    for who, item in sorted(
+        ((item.path or render.short(item.endpoint), item) for item in planned.logs),
+        key=lambda pair: natural_key(pair[0]),
+    ):  # as other commands name agents, in their order
+        would = [f"delete {len(item.to_delete)}"] if item.to_delete else []
+        would += ["seal the active file, archive it"] if item.to_seal else []
         would += [f"archive {len(item.to_archive)}"] if item.to_archive else []
         if item.deleted_through:
             would.append(f"(1-{item.deleted_through} deleted)")
@@ -130,8 +143,8 @@ def _print_plan(opts: Opts, planned: object, policy: str) -> None:
                 esc(", ".join(would) or "nothing"),
             ]
         )
-    for part in render.grouped_tables(out.width, cols, [(f"[bold]{esc(opts.root)}[/]", rows)]):
-        out.print(part)
+    out.print(f"[bold]{esc(opts.root)}[/]")
+    out.print(Padding(render.fitted_table(out.width - 2, cols, rows), (0, 0, 0, 2)))
     for item in planned.logs:
         if item.unreadable is not None:
             where = compaction_where(item.endpoint)
@@ -144,6 +157,8 @@ def _print_plan(opts: Opts, planned: object, policy: str) -> None:
     would += [f"{plural(total, 'segment')} to archive"] if total else []
     if not would:  # in the words of the policy asked about
         would = ["nothing to delete yet" if policy == "delete" else "nothing to archive yet"]
+    if policy == "delete" and not going and any(p.sealed or p.archived for p in planned.logs):
+        would[-1] += " (each log keeps its newest sealed segment until a newer one is sealed)"
     out.print(
         f"{plural(len(planned.logs), 'log')}, {_size(planned.stored_bytes)} on disk; "
         + ", ".join(would)
