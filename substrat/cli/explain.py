@@ -33,7 +33,7 @@ def reword(exc: RpcError, command: str) -> RpcError:
         message = (
             f"agent {agent} has {plural(len(children), 'live child', 'live children')} "
             f"({', '.join(children)}); `substrat agent rm {_q(agent)} --cascade` terminates "
-            "it together with them"
+            f"it together with {'its child' if len(children) == 1 else 'its children'}"
         )
     elif kind == "AgentBusyError" and agent:
         if command == "send":

@@ -4,9 +4,10 @@ Streaming and durability are two different moments. The text is printed as
 the provider streams it; the turn is *committed* only when its
 ``turn.complete`` entry is fsynced, which the daemon's answer confirms. So
 after the text comes one line on stderr: ``✓ turn t3 committed``, or, when
-the daemon died or the provider failed first, ``✗ not committed``: what was
-shown is not part of the conversation (after a restart the turn is reported
-lost, and the agent is told at its next turn).
+the provider failed first, ``✗ not committed``: what was shown is not part of
+the conversation; when the daemon died before confirming, ``? outcome unknown``
+(almost always lost: after a restart the turn is reported lost and the agent is
+told at its next turn; ``substrat log`` shows it if it committed just before).
 
 Before the first token a spinner (Rich's status, on a terminal only) says
 what the turn is doing: waiting for a busy agent, thinking, retrying the
@@ -217,9 +218,10 @@ class TurnView:
             )
             return
         turn = f"turn {self.turn_id}" if self.turn_id else "the turn"
-        # The daemon died: almost always mid-turn, but it may have committed just before.
+        # The daemon died: almost always mid-turn, but it may have committed just before,
+        # so the headline claims neither.
         self.err.print(
-            f"[bold red]✗ not committed:[/] the daemon died before confirming {esc(turn)}; "
+            f"[bold yellow]? outcome unknown:[/] the daemon died before confirming {esc(turn)}; "
             f"{what} part of {esc(self.agent)}'s conversation unless `substrat log "
             f"{esc(self.agent)}` shows {esc(turn)} after the restart"
         )

@@ -95,7 +95,7 @@ def test_chat_survives_a_sigkill_mid_turn_and_reports_the_lost_turn(root: Path) 
     say(chat, "@pace 5000ms this one is cut")
     wait_busy(root)
     kill_daemon(root)
-    err.expect("✗ not committed: the daemon died before confirming turn t2")
+    err.expect("? outcome unknown: the daemon died before confirming turn t2")
     err.expect("reconnected to the daemon")  # chat started it again; recovery ran first
     err.expect("turn t2 was lost in the crash (prompt: @pace 5000ms this one is cut); slow is")
     say(chat, "where were we?")

@@ -89,11 +89,11 @@ def test_streamed_text_then_not_committed_on_sigkill_and_lost_after_restart(root
         assert sender.returncode == 3
         assert rest == "\n"  # nothing more; the line is ended before the verdict
         assert (
-            "✗ not committed: the daemon died before confirming turn t2; the text above is not "
+            "? outcome unknown: the daemon died before confirming turn t2; the text above is not "
             "part of lead's conversation unless `substrat log lead` shows turn t2 after the restart"
         ) in err
         assert "died (crashed or was killed)" in err
-        assert "committed" not in err.replace("not committed", "")
+        assert "committed" not in err.replace("not committed", "").replace("confirming", "")
 
         # --json never shows uncommitted text: stdout stays empty on a cut.
         restarted = run(root, "daemon", "start", env=env)
@@ -123,9 +123,20 @@ def test_rm_of_a_parent_names_the_cascade_option(root: Path) -> None:
     message = refused.stderr.strip()
     assert message == (
         "error: agent lead has 2 live children (lead/cook, lead/scout); "
-        "`substrat agent rm lead --cascade` terminates it together with them"
+        "`substrat agent rm lead --cascade` terminates it together with its children"
     ), message
     assert "cascade=True" not in message
+
+
+def test_rm_of_a_parent_of_one_child_says_its_child(root: Path) -> None:
+    run(root, "agent", "create", "lead")
+    run(root, "agent", "send", "lead", "go\n@spawn scout look")
+    refused = run(root, "agent", "rm", "lead")
+    assert refused.returncode == 1
+    assert refused.stderr.strip() == (
+        "error: agent lead has 1 live child (lead/scout); "
+        "`substrat agent rm lead --cascade` terminates it together with its child"
+    ), refused.stderr
 
 
 def test_a_busy_agent_is_named_and_wait_queues_behind_it(root: Path) -> None:

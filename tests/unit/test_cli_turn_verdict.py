@@ -35,6 +35,6 @@ def test_a_failed_turn_is_never_said_to_be_part_of_the_conversation(
     )
     died = verdict(DaemonDiedError("gone"), text_shown=text_shown)
     assert died == (
-        f"✗ not committed: the daemon died before confirming turn t2; {said} unless "
+        f"? outcome unknown: the daemon died before confirming turn t2; {said} unless "
         "`substrat log lead` shows turn t2 after the restart"
     )
