@@ -298,7 +298,9 @@ def log(opts: Opts, agent: str, limit: int, follow: bool, follow_restarts: bool)
     stream = stream_events(opts, wanted, follow_restarts=follow_restarts, on_subscribed=catch_up)
     for name, params in stream:
         if name.startswith("connection.") or name == "daemon.recovered":
-            if not opts.json:
+            if opts.json:  # a script sees the restart too, in the lines watch --json prints
+                emit_json({"event": name, "params": params})
+            else:
                 opts.out.print(render.event_text(name, params, {}))
             if name == "daemon.recovered":
                 _show_lost(opts, params, state["agent_id"])
