@@ -29,7 +29,7 @@ PARENT = "parent"
 MAX_NAME_CHARS = 64
 
 
-def _by_name(item: tuple[str, str]) -> tuple[tuple[str | int, ...], str]:
+def _by_name(item: tuple[str, str]) -> tuple[str, str]:
     return natural_key(item[0])
 
 
@@ -554,7 +554,7 @@ class AgentTree:
         chosen = [nodes[self._by_session[s]] for s in session_ids if s in self._by_session]
         return sorted(chosen, key=self._names)
 
-    def _names(self, node: AgentNode) -> list[tuple[tuple[str | int, ...], str]]:
+    def _names(self, node: AgentNode) -> list[tuple[str, str]]:
         names = [natural_key(node.name)]
         while node.parent_id is not None:
             node = self._nodes[node.parent_id]

@@ -6,7 +6,7 @@ import functools
 import re
 from datetime import UTC, datetime
 
-_DIGITS = re.compile(r"(\d+)")
+_DIGITS = re.compile(r"\d+")
 
 
 def plural(count: int, singular: str, plural_form: str | None = None) -> str:
@@ -16,11 +16,16 @@ def plural(count: int, singular: str, plural_form: str | None = None) -> str:
 
 
 @functools.lru_cache(maxsize=1 << 16)
-def natural_key(name: str) -> tuple[tuple[str | int, ...], str]:
-    """Sorts names as people count: ``c2`` before ``c10`` (the digits compared as numbers,
-    the rest as text; names equal that way, ``c01`` and ``c1``, by their text)."""
-    parts = _DIGITS.split(name)
-    return tuple(int(p) if i % 2 else p for i, p in enumerate(parts)), name
+def natural_key(name: str) -> tuple[str, str]:
+    """Sorts names as people count: ``c2`` before ``c10``. Each run of digits becomes its
+    length (two digits) and the number, so plain text comparison (fast, in C) orders
+    numbers by value; names equal that way (``c01``, ``c1``) by their text."""
+    return _DIGITS.sub(_by_value, name), name
+
+
+def _by_value(run: re.Match[str]) -> str:
+    digits = run.group().lstrip("0") or "0"
+    return f"{len(digits):02d}{digits}"
 
 
 def when(iso: str | None) -> str:

@@ -29,6 +29,7 @@ else:
     render = lazy_module("substrat.cli.render")  # rich, loaded when something is drawn
 
 ALWAYS = ("daemon.heartbeat", "daemon.recovered", "daemon.stopping")
+Event = tuple[str, dict[str, Any]]
 RECONNECT_MAX_S = 0.5
 """The longest wait between reconnection attempts: an attempt is one connect() on the
 socket, so a short cap costs nothing and shows the restarted daemon's report sooner."""
@@ -42,11 +43,14 @@ def stream_events(
     reconnect: bool = True,
     follow_restarts: bool = False,
     on_subscribed: Callable[[client_mod.Client, bool], None] | None = None,
-) -> Iterator[tuple[str, dict[str, Any]]]:
+    catch_up: Callable[[client_mod.Client, list[Event]], list[Event]] | None = None,
+) -> Iterator[Event]:
     """Events from the daemon, plus local ``connection.lost/restored`` markers.
 
     ``on_subscribed(client, reconnected)`` runs right after each subscription,
-    so a caller can read state knowing no later event will be missed. A
+    so a caller can read state knowing no later event will be missed;
+    ``catch_up(client, replayed)``, after a reconnect, gives what to show between
+    the new daemon's replayed notices and ``connection.restored``. A
     daemon that stops cleanly (it says ``daemon.stopping`` first) ends the
     stream, unless ``follow_restarts``; one that dies is waited for. Local
     markers carry a ``time`` like the daemon's events.
@@ -72,17 +76,20 @@ def stream_events(
 
     while True:
         if conn is None:
-            replayed: list[tuple[str, dict[str, Any]]] = []
+            replayed: list[Event] = []
+            caught: list[Event] = []
             try:
                 conn = opts.connect() if first else client_mod.Client(opts.root).connect()
                 answer = conn.call("events.subscribe", {"events": subscribe})
-                restored_at = utc_now_iso()
                 # What the daemon sent before answering: its daemon.recovered, about a
                 # recovery that ran before this connection, so shown before
                 # connection.restored (in the order things happened, as the times say).
                 replayed = conn.received_notifications()
                 if on_subscribed is not None:
                     on_subscribed(conn, not first)
+                if catch_up is not None and not first:
+                    caught = catch_up(conn, replayed)
+                restored_at = utc_now_iso()  # after the catch-up: the times never go back
             except (DaemonNotRunningError, DaemonError) as exc:
                 stopped = conn is not None and conn.daemon_stopping
                 said = replayed + ([] if conn is None else conn.received_notifications())
@@ -111,6 +118,7 @@ def stream_events(
                 continue
             heartbeat_s = float(answer.get("heartbeat_s", 5.0))
             yield from filter(fresh, replayed)
+            yield from caught
             if not first:
                 yield "connection.restored", {"pid": answer.get("pid"), "time": restored_at}
             first, delay = False, 0.1
@@ -135,7 +143,7 @@ def stream_events(
 
 def _filtered_out(name: str, wanted: list[str] | None) -> bool:
     """Recoveries, shutdowns and connection changes always show: the stream is never silent."""
-    if not wanted or name in wanted or name in ALWAYS:
+    if not wanted or name in wanted or name in ALWAYS or name == "daemon.started":
         return False
     return not name.startswith("connection.")
 
@@ -158,7 +166,9 @@ def _filtered_out(name: str, wanted: list[str] | None) -> bool:
 @click.option(
     "--follow-restarts",
     is_flag=True,
-    help="Keep watching after a clean daemon stop, until a daemon answers again.",
+    help="Keep watching after a clean daemon stop, until a daemon answers again. After "
+    "each reconnect, the turns the agents ran meanwhile are caught up from their logs "
+    "(marked caught up), and a connection.gap line says which other events may be missing.",
 )
 def watch(
     opts: Opts,
@@ -172,15 +182,40 @@ def watch(
 
     Each line starts with the event's time. When the daemon dies, watch
     waits for it, reconnects and shows what the restart recovered; when it
-    stops cleanly, watch ends (exit 0) unless --follow-restarts.
+    stops cleanly, watch ends (exit 0) unless --follow-restarts. After a
+    reconnect it shows the turns run while it was away from the agents' logs.
     """
+    from substrat.cli import watch_gap
+    from substrat.eventlog import utc_now_iso
+
     wanted = list(events) or None
     names: dict[str, str] = {}
     shown = 0
+    seen = watch_gap.Shown()
+    seen.last_time = utc_now_iso()  # nothing before the watch started is caught up
 
     def learn_names(conn: client_mod.Client, _reconnected: bool) -> None:
         if not opts.json:  # agents by path in the lines printed for people
             names.update(render.names_of(conn.call("agent.list")))
+
+    def catch_up(conn: client_mod.Client, replayed: list[Event]) -> list[Event]:
+        """What the daemon did before this watch was back: how it started (the notice a
+        clean start does not send), the gap, and the turns of the gap from the logs."""
+        out: list[Event] = []
+        if not any(name == "daemon.recovered" for name, _ in replayed):
+            status = conn.call("daemon.status")
+            started = {k: status.get(k) for k in ("pid", "previous_shutdown", "agents")}
+            out.append(("daemon.started", {**started, "time": status.get("started_at")}))
+        back = utc_now_iso()  # subscribed: from here on events come live
+        agents = conn.call("agent.list", {"all": True})
+        since = str(seen.last_time)
+        found = [
+            e
+            for e in watch_gap.missed(opts.root, since, agents)
+            if not _filtered_out(e[0], wanted) and seen.first_time(*e)
+        ]
+        gap = {"from": since, "to": back, "caught_up": len(found)}
+        return [*out, ("connection.gap", {**gap, "time": gap["to"]}), *found]
 
     stream = stream_events(
         opts,
@@ -188,15 +223,19 @@ def watch(
         reconnect=not no_reconnect,
         follow_restarts=follow_restarts,
         on_subscribed=learn_names,
+        catch_up=catch_up,
     )
     for name, params in stream:
+        seen.received(name, params)
+        if params.get("caught_up") is not True and not seen.first_time(name, params):
+            continue  # shown already, caught up from its log
         if name == "daemon.heartbeat":
             if not heartbeats:
                 continue
         elif _filtered_out(name, wanted):
             continue
         if name == "agent.created":
-            names[params["agent_id"]] = params.get("path", params["agent_id"])
+            names[params["agent_id"]] = str(params.get("path", params["agent_id"]))
         if opts.json:
             emit_json({"event": name, "params": params})
         else:

@@ -343,6 +343,8 @@ EVENT_STYLE = {
     "daemon.stopping": "bold magenta",
     "connection.lost": "bold red",
     "connection.restored": "bold green",
+    "connection.gap": "bold yellow",
+    "daemon.started": "bold yellow",
 }
 
 
@@ -411,6 +413,25 @@ def event_text(name: str, params: dict[str, Any], names: dict[str, str]) -> str:
         body = str(params.get("reason", ""))
     elif name == "connection.restored":
         body = f"pid {params.get('pid')}"
+    elif name == "connection.gap":
+        body = gap_text(params)
+    elif name == "daemon.started":
+        body = (
+            f"pid {params.get('pid')} after {params.get('previous_shutdown')} shutdown: "
+            f"{plural(params.get('agents') or 0, 'agent')}, nothing to recover"
+        )
     else:
         body = " ".join(f"{k}={v}" for k, v in params.items() if k != "time")
+    if params.get("caught_up") is True:  # (a gap's caught_up is a count)
+        body += " (caught up from its log)"
     return f"[dim]{clock(params)}[/] [{style}]{name:<{NAME_WIDTH}}[/] {esc(body)}"
+
+
+def gap_text(params: dict[str, Any]) -> str:
+    """What watch may have missed while it reconnected, and where it is."""
+    span = f"{clock({'time': params.get('from')})} and {clock({'time': params.get('to')})}"
+    caught = plural(params.get("caught_up") or 0, "turn event")
+    return (
+        f"events between {span} may be missing: {caught} caught up from the agents' logs "
+        "follow; other events of that time (messages, tool calls) are not shown again"
+    )

@@ -174,6 +174,7 @@ def test_watch_reconnects_across_a_crash_and_shows_the_recovery(root: Path) -> N
         "turn.completed",
         "connection.lost",
         "daemon.recovered",
+        "connection.gap",  # no turn ran meanwhile: none is caught up
         "connection.restored",
         "turn.completed",
     ]
@@ -181,7 +182,8 @@ def test_watch_reconnects_across_a_crash_and_shows_the_recovery(root: Path) -> N
     lost = seen[1]["params"]["reason"]
     assert "died (crashed or was killed)" in lost and "answering" not in lost, lost
     assert seen[2]["params"]["previous_shutdown"] == "unclean"
-    assert seen[4]["params"]["prompt"] == "after the crash"
+    assert seen[3]["params"]["caught_up"] == 0
+    assert seen[5]["params"]["prompt"] == "after the crash"
     times = [datetime.fromisoformat(e["params"].get("time") or e["params"]["at"]) for e in seen]
     # (when the watcher noticed the death and when the new daemon started are not ordered)
     assert times[0] <= times[1] and times[2:] == sorted(times[2:]), times
@@ -289,7 +291,10 @@ def test_log_follow_after_a_crash_prints_only_what_completed_meanwhile(root: Pat
         follower.send_signal(signal.SIGINT)
         follower.communicate(timeout=30)
     # "one" and "two" were left out by -n 1; the reconnection does not print them.
-    assert [(e["prompt"], e["number"]) for e in seen] == [("three", 3), ("four", 4)]
+    turns = [(e["prompt"], e["number"]) for e in seen if e["event"] == "turn"]
+    assert turns == [("three", 3), ("four", 4)]
+    shown = [e["event"] for e in seen if e["event"] != "turn"]
+    assert shown == ["connection.lost", "daemon.recovered", "connection.restored"], seen
 
 
 def test_stop_says_when_the_daemon_died_while_stopping(root: Path, tmp_path: Path) -> None:

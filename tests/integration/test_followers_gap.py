@@ -4,7 +4,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -51,3 +55,71 @@ def test_log_follow_json_shows_the_restart_as_watch_json_does(root: Path) -> Non
     finally:
         follower.terminate()
         follower.communicate(timeout=30)
+
+
+def test_watch_follow_restarts_catches_up_the_turns_it_was_away_for(root: Path) -> None:
+    """Turns run after a clean restart and before watch subscribes again went to nobody;
+    watch now shows them from the logs, marked caught up, after a gap notice, and the
+    start of a daemon that had nothing to recover."""
+    assert run(root, "agent", "create", "a").returncode == 0
+    as_json_watch = spawn(root, "watch", "--json", "--follow-restarts")
+    people = spawn(root, "watch", "--follow-restarts")
+    try:
+        wait_subscribed(root, 2)
+        assert run(root, "agent", "send", "a", "one").returncode == 0
+        read_json_until(as_json_watch, lambda e: e["params"].get("turn_id") == "t1")
+        assert run(root, "daemon", "stop").returncode == 0
+        read_json_until(as_json_watch, lambda e: e["event"] == "connection.lost")
+        for proc in (as_json_watch, people):  # away, as a watch that reconnects late is
+            os.kill(proc.pid, signal.SIGSTOP)
+        try:
+            assert run(root, "agent", "send", "a", "two").returncode == 0  # starts a daemon
+            assert run(root, "agent", "send", "a", "three").returncode == 0
+        finally:
+            for proc in (as_json_watch, people):
+                os.kill(proc.pid, signal.SIGCONT)
+        seen = read_json_until(as_json_watch, lambda e: e["event"] == "connection.restored")
+        names = [e["event"] for e in seen]
+        assert names[0] == "daemon.started" and names[1] == "connection.gap", names
+        assert seen[0]["params"]["previous_shutdown"] == "clean"
+        assert seen[1]["params"]["caught_up"] == 4, seen[1]
+        turns = [(e["event"], e["params"]["turn_id"]) for e in seen[2:-1]]
+        assert turns == [
+            ("turn.started", "t2"),
+            ("turn.completed", "t2"),
+            ("turn.started", "t3"),
+            ("turn.completed", "t3"),
+        ], seen
+        assert all(e["params"]["caught_up"] is True for e in seen[2:-1])
+        assert seen[3]["params"]["response"].startswith("#2 ")
+        # From here on the live stream, each turn once.
+        assert run(root, "agent", "send", "a", "four").returncode == 0
+        after = read_json_until(as_json_watch, lambda e: e["event"] == "turn.completed")
+        assert [e["params"].get("turn_id") for e in after if "turn" in e["event"]] == ["t4", "t4"]
+        assert not any(e["params"].get("caught_up") for e in after)
+        lines = lines_until(people, lambda line: "turn.completed" in line and " t4" in line)
+    finally:
+        for proc in (as_json_watch, people):
+            proc.terminate()
+            proc.communicate(timeout=30)
+    said = [line for line in lines if "connection.gap" in line]
+    assert len(said) == 1 and "2 turn events" not in said[0], said
+    assert "events between " in said[0] and "4 turn events caught up" in said[0], said
+    caught = [line for line in lines if "(caught up from its log)" in line]
+    assert len(caught) == 4 and "t2" in caught[0], lines
+    assert any("daemon.started" in line and "nothing to recover" in line for line in lines)
+
+
+def lines_until(
+    proc: subprocess.Popen[str], done: Callable[[str], bool], timeout_s: float = 30
+) -> list[str]:
+    """The lines ``proc`` printed, through the first that is ``done``."""
+    assert proc.stdout is not None
+    lines: list[str] = []
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        lines.append(proc.stdout.readline())
+        assert lines[-1], f"the watch ended early: {lines}"
+        if done(lines[-1]):
+            return lines
+    raise AssertionError(f"timed out; saw {lines}")
