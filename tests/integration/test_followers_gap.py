@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,6 +16,7 @@ from tests.support.cli import (
     cli_root,
     kill_daemon,
     read_json_until,
+    read_lines_until,
     run,
     spawn,
     wait_subscribed,
@@ -97,7 +96,7 @@ def test_watch_follow_restarts_catches_up_the_turns_it_was_away_for(root: Path) 
         after = read_json_until(as_json_watch, lambda e: e["event"] == "turn.completed")
         assert [e["params"].get("turn_id") for e in after if "turn" in e["event"]] == ["t4", "t4"]
         assert not any(e["params"].get("caught_up") for e in after)
-        lines = lines_until(people, lambda line: "turn.completed" in line and " t4" in line)
+        lines = read_lines_until(people, lambda line: "turn.completed" in line and " t4" in line)
     finally:
         for proc in (as_json_watch, people):
             proc.terminate()
@@ -108,18 +107,3 @@ def test_watch_follow_restarts_catches_up_the_turns_it_was_away_for(root: Path) 
     caught = [line for line in lines if "(caught up from its log)" in line]
     assert len(caught) == 4 and "t2" in caught[0], lines
     assert any("daemon.started" in line and "nothing to recover" in line for line in lines)
-
-
-def lines_until(
-    proc: subprocess.Popen[str], done: Callable[[str], bool], timeout_s: float = 30
-) -> list[str]:
-    """The lines ``proc`` printed, through the first that is ``done``."""
-    assert proc.stdout is not None
-    lines: list[str] = []
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        lines.append(proc.stdout.readline())
-        assert lines[-1], f"the watch ended early: {lines}"
-        if done(lines[-1]):
-            return lines
-    raise AssertionError(f"timed out; saw {lines}")

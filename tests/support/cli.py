@@ -123,16 +123,24 @@ def read_json_until(
     proc: subprocess.Popen[str], done: Callable[[Any], bool], timeout_s: float = 30
 ) -> list[Any]:
     """JSON lines from ``proc`` until ``done(line)`` is true (the process keeps running)."""
+    lines = read_lines_until(
+        proc, lambda line: line.startswith("{") and done(json.loads(line)), timeout_s
+    )
+    return [json.loads(line) for line in lines if line.startswith("{")]
+
+
+def read_lines_until(
+    proc: subprocess.Popen[str], done: Callable[[str], bool], timeout_s: float = 30
+) -> list[str]:
+    """The lines ``proc`` prints, through the first that is ``done`` (it keeps running)."""
     assert proc.stdout is not None
-    seen: list[Any] = []
+    seen: list[str] = []
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        assert line, f"the process ended early: {proc.stderr.read() if proc.stderr else ''}"
-        if line.startswith("{"):
-            seen.append(json.loads(line))
-            if done(seen[-1]):
-                return seen
+        seen.append(proc.stdout.readline())
+        assert seen[-1], f"the process ended early: {proc.stderr.read() if proc.stderr else ''}"
+        if done(seen[-1]):
+            return seen
     raise AssertionError(f"timed out; saw {seen}")
 
 
