@@ -34,7 +34,7 @@ from substrat.errors import (
     DurabilityError,
     OutcomeUnknownError,
 )
-from substrat.eventlog import Clock
+from substrat.eventlog import LOG_NAME, PENDING_NAME, Clock
 from substrat.logs import LogPool
 from substrat.multiplexer import Multiplexer, stop_later
 from substrat.oserrors import with_advice
@@ -210,6 +210,20 @@ class CommitMixin:
                 "parent_session_id": parent_session_id,
                 "instructions": node.instructions,
             },
+        )
+
+    def _take_back_creation(self, session_id: str, exc: OSError) -> OSError:
+        """Remove what a root creation refused before its commit point (a host limit:
+        no descriptor, a full disk) made; what it raises then: ``exc``, or, if some of it
+        stays, ``exc`` saying so."""
+        self.sessions.pop(session_id, None)
+        self.logs.close(session_id)
+        stayed = self.store.take_back_new(session_id, (LOG_NAME, PENDING_NAME))
+        if stayed is None:
+            return exc
+        return DurabilityError(
+            f"{exc}; nothing of it was done, but its session directory could not be "
+            f"removed ({stayed}): the next start's recovery terminates it"
         )
 
     def materialize_child(self, spawn: dict[str, Any], parent: AgentNode) -> AgentNode | None:

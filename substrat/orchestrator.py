@@ -302,9 +302,16 @@ class Orchestrator(QueryMixin, CommitMixin, WakeMixin):
             stop_later(live)
             raise NameCollisionError(f"a root agent named {name!r} exists; pick another name")
         session = Session(node.session_id, provider, model, agent_id=node.agent_id)
-        fresh = self.store.save_new(session)
-        self.sessions[node.session_id] = session
-        self._log_creation(node, parent_session_id=None, fresh=fresh)
+        try:
+            fresh = self.store.save_new(session)
+            self.sessions[node.session_id] = session
+            self._log_creation(node, parent_session_id=None, fresh=fresh)
+        except OutcomeUnknownError:
+            raise  # its agent.created may stand: recovery decides
+        except OSError as exc:  # before the commit point: nothing of it may stay
+            self._contexts.pop(node.agent_id, None)
+            stop_later(live)
+            raise self._take_back_creation(node.session_id, exc) from exc
         self.tree.add(node)
         self.turn_counts[node.agent_id] = 0
         self.settled_turns[node.agent_id] = 0

@@ -172,6 +172,32 @@ class SessionStore:
                 os.rmdir(self.session_dir(session.session_id))
             raise
 
+    def take_back_new(self, session_id: str, names: tuple[str, ...]) -> OSError | None:
+        """Remove what a creation refused before its commit point left of a new session:
+        its record, the files ``names`` (its log's; closed by the caller), their temp
+        files and the directory. Nothing in it was acknowledged, and left there the next
+        start's recovery would terminate it as an orphan. By name, not by listing: a
+        refusal for want of descriptors leaves none to list with. Not made durable (a
+        crash may bring it back: recovery handles that, as before). The error if some of
+        it stays (recovery then handles it)."""
+        self._written.discard(session_id)
+        for name in (RECORD_NAME, *names):
+            temp = name + persistence.TMP_SUFFIX
+            for path in (self._path(session_id, name), self._path(session_id, temp)):
+                try:
+                    os.unlink(path)
+                except FileNotFoundError:
+                    pass
+                except OSError as exc:
+                    return exc
+        try:
+            os.rmdir(self.session_dir(session_id))
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            return exc
+        return None
+
     def transition(self, session: Session, target: SessionState) -> None:
         """Change state and persist; the in-memory state changes only if the write did."""
         previous = session.state

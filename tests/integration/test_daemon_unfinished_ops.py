@@ -101,6 +101,40 @@ def test_a_creation_cut_after_its_commit_is_finished_at_the_agents_next_turn(
         assert status["roots"] == 2, status["roots"]
 
 
+def test_a_creation_refused_before_its_commit_leaves_nothing(
+    daemon: DaemonProcess, tmp_path: Path
+) -> None:
+    """Each refusal (-32011) with too few descriptors, at each step before the commit
+    point (the session directory, its record, its log), takes back what it made: no
+    orphan session for the next start's recovery to terminate, nothing in the root."""
+    root = tmp_path / "root"
+    with Client(root, timeout_s=30) as client:
+        client.call("agent.create", {"name": "one"})
+        made = sorted((root / "agents").iterdir())
+        refused = 0
+        for spare in range(40):
+            with starved(daemon.pid, spare), pytest.raises(RpcError) as failed:
+                client.call("agent.create", {"name": f"two{spare}"})
+            if failed.value.code != protocol.DURABILITY_FAILED:
+                break
+            assert "nothing of it was done" in failed.value.message, failed.value.message
+            assert sorted((root / "agents").iterdir()) == made, spare
+            refused += 1
+        assert refused >= 2  # the directory's and the log's refusals at least
+        # the first that commits (-32015) is the one agent more
+        assert failed.value.code == protocol.OUTCOME_UNKNOWN, failed.value.message
+        client.call("daemon.shutdown")
+    assert daemon.proc is not None and daemon.proc.wait(timeout=30) == 0
+    daemon.start(timeout_s=30)
+    with Client(root, timeout_s=30) as client:
+        recovery = client.call("daemon.status")["last_recovery"]
+        assert recovery is None or not recovery.get("orphans_terminated"), recovery
+        listed = {a["name"]: a["session_id"] for a in client.call("agent.list")}
+    assert list(listed) == ["one", f"two{spare}"]
+    made.append(root / "agents" / listed[f"two{spare}"])
+    assert sorted((root / "agents").iterdir()) == sorted(made)
+
+
 def test_the_wake_loop_finishes_a_termination_without_another_use(tmp_path: Path) -> None:
     root = tmp_path / "root"
     process = DaemonProcess(root)
