@@ -282,10 +282,10 @@ CATALOG: tuple[Mutant, ...] = (
         "create_root_acks_before_logging",
         "create_root returns (acknowledges) before agent.created is logged",
         "orchestrator.py",
-        "        self._log_creation(node, parent_session_id=None, fresh=fresh)\n",
-        '        __import__("asyncio").get_running_loop().call_soon(\n'
-        "            self._log_creation, node, None\n"
-        "        )  # planted: logged after the caller has its answer\n",
+        "            self._log_creation(node, parent_session_id=None, fresh=fresh)\n",
+        '            __import__("asyncio").get_running_loop().call_soon(\n'
+        "                self._log_creation, node, None\n"
+        "            )  # planted: logged after the caller has its answer\n",
     ),
     Mutant(
         "effects_before_commit",
