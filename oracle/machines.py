@@ -30,6 +30,7 @@ from typing import Any
 
 from hypothesis import event
 from hypothesis import strategies as st
+from hypothesis.control import should_note
 from hypothesis.stateful import (
     RuleBasedStateMachine,
     initialize,
@@ -274,6 +275,16 @@ class CrashRecoveryMachine(RuleBasedStateMachine):
         written = flag(data, "written back anyway")
         mode = pick(data, MODES, "mode")
         seed = integer(data, 0, IMAGE_SEEDS - 1, "image seed")
+        self.fail_fsyncs_and_crash(step, nth, count, written, mode, seed)
+
+    def fail_fsyncs_and_crash(
+        self, step: Step, nth: int, count: int, written: bool, mode: str, seed: int
+    ) -> None:
+        """The EIO rule's step with what it drew (the call a counterexample shows)."""
+        self._show(
+            f"state.fail_fsyncs_and_crash({step!r}, nth={nth}, count={count}, "
+            f"written={written}, mode={mode!r}, seed={seed})"
+        )
         outcome = self.harness.run_failing_fsyncs(step, nth, count, written=written)
         self.harness.crash_and_recover(mode, seed)
         self.crashes += 1
@@ -287,7 +298,7 @@ class CrashRecoveryMachine(RuleBasedStateMachine):
         paths = self._paths()
         src = pick(data, paths, "from")
         dst = pick(data, [p for p in paths if p != src] or paths, "to")
-        self._step(Step("send", src, dst))
+        self._show_step(Step("send", src, dst))
         if dst == src:
             return
         self._crash_during(Step("inbox", dst), data)
@@ -298,18 +309,47 @@ class CrashRecoveryMachine(RuleBasedStateMachine):
         """A parent terminates a child that has a child of its own, and the crash cuts
         the cascade: recovery must finish it."""
         parent = pick(data, self._paths(), "parent")
-        self._step(Step("spawn", parent, child))
-        self._step(Step("spawn", f"{parent}/{child}", grandchild))
+        self._show_step(Step("spawn", parent, child))
+        self._show_step(Step("spawn", f"{parent}/{child}", grandchild))
         self._crash_during(Step("terminate_by_parent", parent, child), data)
 
     def _crash_during(self, step: Step, data: Any) -> None:
         boundary = integer(data, 1, MAX_BOUNDARY, "boundary")
         mode = pick(data, MODES, "mode")
         seed = integer(data, 0, IMAGE_SEEDS - 1, "image seed")
+        self.crash_during(step, boundary, mode, seed)
+
+    def crash_during(self, step: Step, boundary: int, mode: str, seed: int) -> None:
+        """A targeted rule's crash with what it drew (the call a counterexample shows)."""
+        self._show(f"state.crash_during({step!r}, boundary={boundary}, mode={mode!r}, seed={seed})")
         ran = self.harness.run(step, crash_at=boundary)
         self.harness.crash_and_recover(mode, seed)
         self.crashes += 1
         event("targeted crash inside" if ran.crashed else "targeted crash after")
+
+    # -- how a counterexample prints a rule that draws from st.data() ------------------
+
+    _shown: list[str] | None = None
+
+    def _show_step(self, step: Step) -> None:
+        self._show(f"state._step({step!r})")
+        self._step(step)
+
+    def _show(self, call: str) -> None:
+        """Note ``call`` for the step's line, on the replay that prints a counterexample
+        (see _repr_step); otherwise nothing is formatted."""
+        if should_note():
+            self._shown = [*(self._shown or []), call]
+
+    def _repr_step(self, rule: Any, data: Any, result: Any) -> str:
+        """The EIO and targeted-crash rules' steps as the calls they made, where
+        Hypothesis prints ``state.rule(data=data(...))``, which a reader cannot replay.
+
+        Hypothesis's own hook for a step's line (private: a Hypothesis that renames
+        it prints its line again, and test_crash_machine fails on it).
+        """
+        shown, self._shown = self._shown, None
+        return "\n".join(shown) if shown else super()._repr_step(rule, data, result)
 
     # -- invariants ----------------------------------------------------------------
 

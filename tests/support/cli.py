@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
+import io
 import json
 import os
+import select
 import shutil
 import signal
 import subprocess
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -124,24 +128,78 @@ def read_json_until(
 ) -> list[Any]:
     """JSON lines from ``proc`` until ``done(line)`` is true (the process keeps running)."""
     lines = read_lines_until(
-        proc, lambda line: line.startswith("{") and done(json.loads(line)), timeout_s
+        proc,
+        lambda line: line.startswith("{") and done(json.loads(line)),
+        timeout_s,
+        awaited=f"a JSON {_awaited(done)}",
     )
     return [json.loads(line) for line in lines if line.startswith("{")]
 
 
 def read_lines_until(
-    proc: subprocess.Popen[str], done: Callable[[str], bool], timeout_s: float = 30
+    proc: subprocess.Popen[str],
+    done: Callable[[str], bool],
+    timeout_s: float = 30,
+    awaited: str | None = None,
 ) -> list[str]:
-    """The lines ``proc`` prints, through the first that is ``done`` (it keeps running)."""
-    assert proc.stdout is not None
+    """The lines ``proc`` prints, through the first that is ``done`` (it keeps running).
+
+    Waits at most ``timeout_s`` in all: it reads the pipe only once ``select`` says a
+    read will not block (a bare ``readline`` waits for a process that never prints
+    until pytest's own timeout). It reads the pipe's bytes itself, not through
+    ``proc.stdout``'s buffer, which ``select`` cannot see; what came after the ``done``
+    line waits for the next call here (as ``proc.stdout``'s buffer held it before).
+    ``awaited`` says what ``done`` waits for, in a failure's message (by default, its
+    source)."""
+    assert isinstance(proc.stdout, io.TextIOWrapper)  # (text=True)
+    awaited = awaited or f"a {_awaited(done)}"
+    fd = proc.stdout.fileno()
+    pending = _pending.setdefault(proc, bytearray())
     seen: list[str] = []
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        seen.append(proc.stdout.readline())
-        assert seen[-1], f"the process ended early: {proc.stderr.read() if proc.stderr else ''}"
-        if done(seen[-1]):
-            return seen
-    raise AssertionError(f"timed out; saw {seen}")
+    while True:
+        end = pending.find(b"\n")
+        if end >= 0:
+            raw = bytes(pending[: end + 1])
+            del pending[: end + 1]
+            seen.append(raw.decode(proc.stdout.encoding, proc.stdout.errors or "strict"))
+            if done(seen[-1]):
+                return seen
+            continue
+        left = deadline - time.monotonic()
+        ready, _, _ = select.select([fd], [], [], max(left, 0))
+        if not ready:
+            raise AssertionError(
+                f"timed out after {timeout_s} s awaiting {awaited}; the lines seen so far: {seen}"
+            )
+        chunk = os.read(fd, 65536)
+        if not chunk:  # the process closed its output: the line never comes
+            if pending:  # its last line, with no newline
+                seen.append(bytes(pending).decode(proc.stdout.encoding, "replace"))
+                pending.clear()
+                if done(seen[-1]):
+                    return seen
+            err = proc.stderr.read() if proc.stderr else ""
+            raise AssertionError(
+                f"the process ended early, before {awaited}; "
+                f"the lines seen so far: {seen}; its stderr: {err}"
+            )
+        pending += chunk
+
+
+# Bytes a process printed after the line a read_lines_until call waited for, by process.
+_pending: weakref.WeakKeyDictionary[subprocess.Popen[str], bytearray] = weakref.WeakKeyDictionary()
+
+
+def _awaited(done: Callable[..., bool]) -> str:
+    """The awaited line, as the test's source says it (its predicate, where it is)."""
+    code = getattr(done, "__code__", None)
+    where = f" ({Path(code.co_filename).name}:{code.co_firstlineno})" if code else ""
+    try:
+        source = " ".join(inspect.getsource(done).split())
+    except (OSError, TypeError):
+        source = repr(done)
+    return f"line for which {source}{where} holds"
 
 
 def stop_or_kill(root: Path) -> None:

@@ -1,0 +1,49 @@
+"""The crash fuzzer's counterexamples: its EIO and targeted-crash rules print as calls."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis.stateful import run_state_machine_as_test
+
+from oracle import machines
+from oracle.machines import CrashRecoveryMachine
+
+RULES = {
+    # the event a rule raises at its end (a planted failure) -> the call it is shown as
+    "after EIO": "state.fail_fsyncs_and_crash(Step(",
+    "targeted crash": "state.crash_during(Step(",
+}
+
+
+@pytest.mark.parametrize("planted", sorted(RULES))
+def test_a_counterexample_shows_the_drawing_rules_as_calls(
+    monkeypatch: pytest.MonkeyPatch, planted: str
+) -> None:
+    def fails_there(value: str) -> None:
+        assert not value.startswith(planted), value  # a planted failure
+
+    monkeypatch.setattr(machines, "event", fails_there)
+    with pytest.raises(AssertionError) as failure:
+        run_state_machine_as_test(
+            CrashRecoveryMachine,
+            settings=settings(
+                max_examples=200,
+                derandomize=True,
+                database=None,
+                deadline=None,
+                phases=[Phase.generate],  # shrinking would take minutes
+                suppress_health_check=list(HealthCheck),
+            ),
+        )
+    lines = getattr(failure.value, "__notes__", [])
+    program = [line for line in lines if line.startswith("state")]
+    assert program[0] == "state = CrashRecoveryMachine()", lines
+    # the failing step is the call it made, with what it drew: replayable
+    *before, last = program[-2].splitlines()  # (program[-1]: state.teardown())
+    assert last.startswith(RULES[planted]), lines
+    assert "data=data(" not in program[-2], lines
+    assert all(line.startswith("state._step(Step(") for line in before), lines
+    # no state.rule(data=data(...)) line for these rules, which a reader cannot replay
+    hidden = ("fsync_failure_and_crash", "send_then_crash", "crash_in_a_cascading")
+    assert not any(line.startswith(f"state.{name}") for line in lines for name in hidden), lines
