@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, Phase, settings
-from hypothesis.stateful import run_state_machine_as_test
 
 from oracle import machines
 from oracle.machines import CrashRecoveryMachine
+from tests.support.counterexamples import counterexample
 
 RULES = {
     # the event a rule raises at its end (a planted failure) -> the call it is shown as
@@ -24,19 +23,7 @@ def test_a_counterexample_shows_the_drawing_rules_as_calls(
         assert not value.startswith(planted), value  # a planted failure
 
     monkeypatch.setattr(machines, "event", fails_there)
-    with pytest.raises(AssertionError) as failure:
-        run_state_machine_as_test(
-            CrashRecoveryMachine,
-            settings=settings(
-                max_examples=200,
-                derandomize=True,
-                database=None,
-                deadline=None,
-                phases=[Phase.generate],  # shrinking would take minutes
-                suppress_health_check=list(HealthCheck),
-            ),
-        )
-    lines = getattr(failure.value, "__notes__", [])
+    lines = counterexample(CrashRecoveryMachine)
     program = [line for line in lines if line.startswith("state")]
     assert program[0] == "state = CrashRecoveryMachine()", lines
     # the failing step is the call it made, with what it drew: replayable

@@ -6,11 +6,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, Phase, settings
-from hypothesis.stateful import run_state_machine_as_test
 
 from oracle.lifecycle import MAX_AGENTS, LifecycleMachine
 from substrat.orchestrator import Orchestrator
+from tests.support.counterexamples import counterexample
 
 
 @pytest.fixture
@@ -66,19 +65,7 @@ def test_a_counterexample_shows_each_step_as_a_call(monkeypatch: pytest.MonkeyPa
         return got[1:] if len(got) > 1 else got  # a planted bug
 
     monkeypatch.setattr(Orchestrator, "collect_user_inbox", loses_the_oldest)
-    with pytest.raises(AssertionError) as failure:
-        run_state_machine_as_test(
-            LifecycleMachine,
-            settings=settings(
-                max_examples=200,
-                derandomize=True,
-                database=None,
-                deadline=None,
-                phases=[Phase.generate],  # shrinking would take minutes
-                suppress_health_check=list(HealthCheck),
-            ),
-        )
-    lines = getattr(failure.value, "__notes__", [])
+    lines = counterexample(LifecycleMachine)
     calls = [line for line in lines if line.startswith("state.") and "(" in line]
     assert any(line.startswith("state.create_root(name='") for line in calls), lines
     assert any(line.startswith("state.run_pending(max_turns=") for line in calls), lines
