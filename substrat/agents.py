@@ -7,17 +7,17 @@ rebuilds from the logs.
 
 from __future__ import annotations
 
-import difflib
 import enum
 import itertools
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from itertools import repeat
 from operator import itemgetter
 from typing import Any
 
-from substrat.errors import AgentNotFoundError, AmbiguousAgentError, NameCollisionError
+from substrat.agent_refs import ambiguous, did_you_mean, id_prefix_matches, too_short_note
+from substrat.errors import AgentNotFoundError, NameCollisionError
 from substrat.lazy import LazyDict
 from substrat.words import natural_key
 
@@ -43,57 +43,6 @@ _STR_OR_NONE: set[type] = {str, type(None)}
 _DICT_OR_NONE: set[type] = {dict, type(None)}
 Deferred = Callable[[], list[dict[str, Any]]]
 """Messages delivered when their inbox is first asked for (:meth:`InboxRegistry.defer`)."""
-
-
-MIN_ID_PREFIX_CHARS = 4
-"""The shortest id prefix taken for an agent id (``git`` takes 4 too)."""
-SHORT_ID_CHARS = 8
-"""How many characters of an id ``list`` and ``tree`` show."""
-_HEX = re.compile(r"[0-9a-f]+")
-
-
-def id_prefix_matches(ref: str, ids: Iterable[str]) -> list[str]:
-    """The ids ``ref`` is a prefix of (none when ``ref`` is too short to be one)."""
-    if len(ref) < MIN_ID_PREFIX_CHARS or not _HEX.fullmatch(ref):
-        return []
-    return sorted(i for i in ids if i.startswith(ref))
-
-
-def too_short_note(ref: str) -> str:
-    """``"; an id prefix needs at least 4 characters"`` for a reference of 1 to 3 hex
-    characters (meant as an id prefix, likely), else ``""``."""
-    if len(ref) < MIN_ID_PREFIX_CHARS and _HEX.fullmatch(ref):
-        return f"; an id prefix needs at least {MIN_ID_PREFIX_CHARS} characters"
-    return ""
-
-
-def ambiguous(ref: str, candidates: dict[str, str], why: str = "") -> AmbiguousAgentError:
-    """The error for a reference that names several agents: ``{agent_id: path}``.
-
-    ``why`` says how it names them; by default, as a prefix their ids start with.
-    """
-    ids = sorted(candidates)
-    # Show each id just long enough to tell it from the others.
-    common = min(ids, key=len) if ids else ""
-    while any(not i.startswith(common) for i in ids):
-        common = common[:-1]
-    width = max(SHORT_ID_CHARS, len(common) + 1)
-    listed = ", ".join(f"{i[:width]} ({candidates[i]})" for i in ids)
-    message = why or f"id prefix {ref} is ambiguous: {len(ids)} agents match"
-    return AmbiguousAgentError(
-        f"{message} ({listed}); give more characters of the id"
-    ).with_details(candidates=[{"agent_id": i, "path": candidates[i]} for i in ids])
-
-
-def did_you_mean(ref: str, names: Iterable[str]) -> str:
-    """``"; did you mean X?"`` for names close to ``ref`` (difflib), else ``""``."""
-    names = list(names)
-    close = difflib.get_close_matches(ref, names, n=3, cutoff=0.6)
-    if not close:  # "scout" for "lead/scout": a child's own name is close enough
-        close = [n for n in names if n.rsplit("/", 1)[-1] == ref.rsplit("/", 1)[-1]][:3]
-    if not close:
-        return ""
-    return f"; did you mean {' or '.join(close)}?"
 
 
 class AgentState(enum.Enum):

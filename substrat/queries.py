@@ -12,16 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from substrat.agent_refs import ambiguous, did_you_mean, id_prefix_matches, too_short_note
 from substrat.agents import (
     USER,
     AgentNode,
     AgentState,
     AgentTree,
     InboxRegistry,
-    ambiguous,
-    did_you_mean,
-    id_prefix_matches,
-    too_short_note,
 )
 from substrat.conversation import conversation_from_log, history_of_log
 from substrat.errors import AgentNotFoundError, AgentTerminatedError

@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
-from substrat.agents import SHORT_ID_CHARS
+from substrat.agent_refs import SHORT_ID_CHARS
 from substrat.cli.common import esc
 from substrat.lost_notice import user_prompt
 from substrat.session.model import is_session_id
