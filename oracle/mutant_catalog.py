@@ -68,7 +68,7 @@ CATALOG: tuple[Mutant, ...] = (
         "durable_mkdir creates directories without fsyncing their parents",
         "persistence.py",
         "                raise\n"
-        "        fsync_dir(os.path.dirname(level))\n"
+        "        fsync_dir(_dirname(level))\n"
         "    return bool(missing)\n",
         "                raise\n    return bool(missing)\n",
     ),
@@ -94,7 +94,7 @@ CATALOG: tuple[Mutant, ...] = (
         "persistence.py",
         "    _make_ancestors_durable(probe, base)\n",
         "    if not missing:\n"
-        "        fsync_dir(os.path.dirname(probe))  # planted: the target alone\n",
+        "        fsync_dir(_dirname(probe))  # planted: the target alone\n",
     ),
     Mutant(
         "unlink_missing_not_fsynced",

@@ -229,7 +229,14 @@ class EventLog:
         self, sink: Sink | None, writable: bool, resume: Resume | None, listed: Listed | None
     ) -> OpenReport:
         report = OpenReport()
-        if (listed is None or self.path.name not in listed[2]) and not os.path.exists(self.path):
+        # A listing taken just now that lacks the file is not asked again: were the file
+        # there after all, its create opens it as it is (no truncation) and fsyncs the
+        # directory, which changes nothing a crash can leave.
+        if listed is not None:
+            absent = self.path.name not in listed[2]
+        else:
+            absent = not os.path.exists(self.path)
+        if absent:
             persistence.durable_create(self.path)
         if str(self.path) in _SUSPECT_END:
             self._cut_back_suspect_tail(_SUSPECT_END[str(self.path)])

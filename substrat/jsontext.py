@@ -127,28 +127,48 @@ def check_plain_json(value: object, where: str = "data") -> None:
 
 def _plain(item: object, depth: int) -> bool:
     """Whether :func:`check_plain_json` accepts ``item`` at ``depth``, by the same rules,
-    without the path text it formats for every value (a tenth of an append's CPU)."""
+    without the path text it formats for every value (a tenth of an append's CPU).
+
+    A member of the commonest kinds (a string, an integer, None, a bool: exactly those
+    types) is judged in its container's loop, without a call of its own; a container,
+    a float or anything else (a subclass) goes through a call."""
     if depth > MAX_NESTING_DEPTH:
         return False
+    kind = type(item)
+    if kind is dict:
+        if depth == MAX_NESTING_DEPTH:  # no member fits one level down
+            return not item
+        for key, sub in item.items():  # type: ignore[attr-defined]
+            if type(key) is not str and not isinstance(key, str):
+                return False
+            kind = type(sub)
+            if kind is str or sub is None or kind is bool:
+                continue
+            if kind is int:
+                if MIN_INT <= sub <= MAX_INT:
+                    continue
+                return False
+            if not _plain(sub, depth + 1):
+                return False
+        return True
+    if kind is list:
+        if depth == MAX_NESTING_DEPTH:
+            return not item
+        for sub in item:  # type: ignore[attr-defined]
+            kind = type(sub)
+            if kind is str or sub is None or kind is bool:
+                continue
+            if kind is int:
+                if MIN_INT <= sub <= MAX_INT:
+                    continue
+                return False
+            if not _plain(sub, depth + 1):
+                return False
+        return True
     if item is None or isinstance(item, (str, bool)):
         return True
     if isinstance(item, int):
         return MIN_INT <= item <= MAX_INT
     if isinstance(item, float):
         return math.isfinite(item)
-    # a string one level down is plain where that level is allowed: no call for it
-    # (most values are strings)
-    strings_fit = depth < MAX_NESTING_DEPTH
-    if type(item) is dict:
-        for key, sub in item.items():
-            if not isinstance(key, str):
-                return False
-            if not (strings_fit and type(sub) is str) and not _plain(sub, depth + 1):
-                return False
-        return True
-    if type(item) is list:
-        for sub in item:
-            if not (strings_fit and type(sub) is str) and not _plain(sub, depth + 1):
-                return False
-        return True
     return False

@@ -139,7 +139,23 @@ def _file_text(path: str | os.PathLike[str]) -> str:
 
 def _parent(path: str | os.PathLike[str]) -> str:
     """``Path(path).parent`` as text, built without a Path (see :func:`_file_text`)."""
-    return os.path.dirname(_file_text(path)) or "."
+    return _dirname(_file_text(path)) or "."
+
+
+def _dirname(text: str) -> str:
+    """``os.path.dirname(text)`` of a string, without its look-ups (every durable step
+    asks it of its directory)."""
+    head = text[: text.rfind(os.sep) + 1]
+    stripped = head.rstrip(os.sep)
+    return stripped if stripped else head  # "" or the root's separators, kept
+
+
+def _absolute(text: str) -> str:
+    """``os.path.abspath(text)``: a text that is one already (normalised, absolute: what
+    the store's paths are) is returned as it is, without normpath's split and join."""
+    if text[:1] == os.sep and "//" not in text and "/." not in text and text[-1:] != os.sep:
+        return text
+    return os.path.abspath(text)
 
 
 def _within(path: str, base: str) -> bool:
@@ -164,19 +180,20 @@ def durable_mkdir(
     ``durable_base`` cuts that walk short: an ancestor of ``path`` (or ``path``
     itself) whose own entry, and every one above it, the caller has already made
     durable with an earlier ``durable_mkdir`` of it. Nothing at or above it is
-    fsynced again, so a store that made its root durable once pays one fsync per
-    level below the root.
+    fsynced again, or looked up (it is a directory), so a store that made its root
+    durable once pays one fsync per level below the root.
     """
     # normalised absolute text (what Path(os.path.abspath(...)) holds), no Paths built:
     # every new session directory comes through here
-    target = os.path.abspath(paths.text(path))
-    base = None if durable_base is None else os.path.abspath(paths.text(durable_base))
+    target = _absolute(paths.text(path))
+    base = None if durable_base is None else _absolute(paths.text(durable_base))
     assert base is None or _within(target, base), f"{base} is not above {target}"
     missing: list[str] = []
     probe = target
-    while not os.path.isdir(probe):
+    # the base is a directory (see above): the walk stops there without a stat
+    while probe != base and not os.path.isdir(probe):
         missing.append(probe)
-        parent = os.path.dirname(probe)
+        parent = _dirname(probe)
         if parent == probe:
             break
         probe = parent
@@ -188,7 +205,7 @@ def durable_mkdir(
         except FileExistsError:
             if not os.path.isdir(level):
                 raise
-        fsync_dir(os.path.dirname(level))
+        fsync_dir(_dirname(level))
     return bool(missing)
 
 
@@ -207,7 +224,7 @@ def _make_ancestors_durable(existing: str, base: str | None) -> None:
     chain: list[str] = []
     level = existing
     while level != base and not _is_fs_root(level):
-        level = os.path.dirname(level)
+        level = _dirname(level)
         chain.append(level)
     for parent in reversed(chain):
         try:
@@ -223,7 +240,7 @@ def _is_fs_root(level: str) -> bool:
     whose parent cannot be looked up: then nothing above it is visible to us
     (a file system simulator mounted there, or a search permission we lack).
     """
-    parent = os.path.dirname(level)
+    parent = _dirname(level)
     if parent == level:
         return True
     try:

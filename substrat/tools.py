@@ -177,10 +177,20 @@ def _clip(value: Any) -> Any:
     if isinstance(value, str) and len(value) > MAX_REPORTED_CHARS:
         return value[: MAX_REPORTED_CHARS - 1] + "…"
     if isinstance(value, dict):
-        return {k: _clip(v) for k, v in value.items()}
+        clipped = dict(value)  # the same keys in the same order, members replaced in place
+        for key, member in value.items():
+            if type(member) not in _NEVER_CLIPPED:  # every tool call reports its arguments:
+                clipped[key] = _clip(member)  # no call for a short string or a number
+            elif type(member) is str and len(member) > MAX_REPORTED_CHARS:
+                clipped[key] = _clip(member)
+        return clipped
     if isinstance(value, list):
-        return [_clip(v) for v in value]
+        return [_clip(member) for member in value]
     return value
+
+
+_NEVER_CLIPPED = frozenset({str, int, float, bool, type(None)})
+"""Types whose values :func:`_clip` returns as they are (a ``str`` when it is short)."""
 
 
 def idempotency_key(caller: str, tool: str, arguments: dict[str, Any], call_id: str) -> str:

@@ -149,23 +149,34 @@ class Session:
 
 def _indented(body: dict[str, Any]) -> bytes | None:
     """``json.dumps(body, sort_keys=True, indent=1) + "\\n"``, byte for byte, for a record
-    whose values are plain strings, integers and empty dicts (an ``extra`` with nothing in
-    it: most records); None for any other. json's indented form is its pure-Python
-    encoder (half of a record's save); this is its C string encoder, once per value."""
-    fields = []
-    for key in sorted(body):
-        value = body[key]
-        kind = type(value)
-        if kind is str:
-            text = _encode_string(value)
-        elif kind is int:
-            text = int.__repr__(value)
-        elif kind is dict and not value:
-            text = "{}"
-        else:
-            return None
-        fields.append(f" {_encode_string(key)}: {text}")
-    return ("{\n" + ",\n".join(fields) + "\n}\n").encode()
+    (:meth:`Session.to_record`'s body) whose values are plain strings, integers and an
+    empty ``extra`` (most records); None for any other. json's indented form is its
+    pure-Python encoder (half of a record's save); this is its C string encoder, once per
+    value, into the record's one layout (its keys are fixed, so sorted once, here)."""
+    extra, seq, version = body["extra"], body["state_seq"], body["version"]
+    if len(body) != len(_RECORD_KEYS) or type(extra) is not dict or extra:
+        return None
+    if type(seq) is not int or type(version) is not int:  # a bool is no int here
+        return None
+    encode = _encode_string
+    try:  # it refuses anything but a string (a subclass is encoded as json would)
+        text = (
+            f'{{\n "agent_id": {encode(body["agent_id"])},\n "crc": {encode(body["crc"])},'
+            f'\n "extra": {{}},\n "model": {encode(body["model"])},\n "provider": '
+            f'{encode(body["provider"])},\n "provider_state": {encode(body["provider_state"])},'
+            f'\n "session_id": {encode(body["session_id"])},\n "state": {encode(body["state"])},'
+            f'\n "state_seq": {int.__repr__(seq)},\n "version": {int.__repr__(version)}\n}}\n'
+        )
+    except (TypeError, KeyError):
+        return None
+    return text.encode()
+
+
+_RECORD_KEYS = (
+    *("agent_id", "crc", "extra", "model", "provider", "provider_state", "session_id"),
+    *("state", "state_seq", "version"),
+)
+"""A record's keys, in the order json's ``sort_keys`` puts them (:func:`_indented`)."""
 
 
 def _canonical(body: dict[str, Any]) -> bytes:

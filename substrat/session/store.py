@@ -84,9 +84,12 @@ class SessionStore:
         self.terminated_dir = paths.under(root, TERMINATED_DIR)
         # Directories whose entries, and all above them, this store made durable.
         self._durable_dirs: set[Path] = set()
+        self._durable_texts: set[str] = set()  # the same, as text (make_dir's fast path)
         # Sessions whose record this store wrote (see save): no stat before the next write.
         self._written: set[str] = set()
         self._agents_text = os.fspath(self.agents_dir)
+        self._root_text = os.fspath(self.root)
+        self._below_root = self._root_text.rstrip(os.sep) + os.sep
 
     def _path(self, session_id: str, name: str) -> Path:
         # each step and check asks for the same few (see substrat.paths); the id is
@@ -121,6 +124,7 @@ class SessionStore:
         if self.root not in self._durable_dirs:
             persistence.durable_mkdir(self.root)
             self._durable_dirs.add(self.root)
+            self._durable_texts.add(self._root_text)
 
     def make_dir(self, path: Path) -> bool:
         """Create a directory under the root durably (see ``persistence.durable_mkdir``).
@@ -131,11 +135,17 @@ class SessionStore:
         substrat does removes those directories while a store is open. Returns
         True if something was created.
         """
-        assert path.is_relative_to(self.root) and path != self.root, path
+        text = paths.text(path)
+        parent = os.path.dirname(text)
+        assert text.startswith(self._below_root), path  # is_relative_to, not the root
         self.make_root_durable()
+        # a new session's directory: its parent (agents/) is known, no Paths built
+        if parent in self._durable_texts:
+            return persistence.durable_mkdir(text, durable_base=parent)
         base = next(p for p in path.parents if p in self._durable_dirs)
-        created = persistence.durable_mkdir(path, durable_base=base)
+        created = persistence.durable_mkdir(text, durable_base=base)
         self._durable_dirs.add(path.parent)
+        self._durable_texts.add(parent)
         return created
 
     def save(self, session: Session) -> bool:
