@@ -179,12 +179,32 @@ def read_lines_until(
                 pending.clear()
                 if done(seen[-1]):
                     return seen
-            err = proc.stderr.read() if proc.stderr else ""
+            err = _stderr_by(proc, max(deadline, time.monotonic() + 1))
             raise AssertionError(
                 f"the process ended early, before {awaited}; "
                 f"the lines seen so far: {seen}; its stderr: {err}"
             )
         pending += chunk
+
+
+def _stderr_by(proc: subprocess.Popen[str], deadline: float) -> str:
+    """What ``proc`` printed on stderr, read until it closes it or ``deadline`` (a
+    ``time.monotonic`` value): a process that closed stdout may keep running with stderr
+    open, and a plain ``read`` would wait for it as long as it runs."""
+    if proc.stderr is None:
+        return ""
+    fd = proc.stderr.fileno()
+    got = bytearray()
+    while (left := deadline - time.monotonic()) > 0:
+        ready, _, _ = select.select([fd], [], [], left)
+        if not ready:
+            got += b" [stderr still open: the process is still running]"
+            break
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        got += chunk
+    return got.decode(getattr(proc.stderr, "encoding", None) or "utf-8", "replace")
 
 
 # Bytes a process printed after the line a read_lines_until call waited for, by process.

@@ -59,3 +59,26 @@ def test_lines_after_the_awaited_one_are_kept_for_the_next_read() -> None:
             read_lines_until(proc, lambda line: True, timeout_s=30)
     finally:
         proc.communicate(timeout=30)
+
+
+def test_a_process_that_closes_stdout_but_runs_on_fails_by_the_deadline() -> None:
+    """Its stderr stays open while it runs: reading it to the end would wait the 600 s."""
+    script = (
+        "import os, sys, time; print('bye', flush=True); os.close(1); "
+        "print('still here', file=sys.stderr, flush=True); time.sleep(600)"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        start = time.monotonic()
+        with pytest.raises(AssertionError) as failure:
+            read_lines_until(proc, lambda line: "never" in line, timeout_s=1)
+        assert time.monotonic() - start < 30  # the deadline (1 s) held, not the 600 s sleep
+        message = str(failure.value)
+        assert "ended early" in message, message
+        assert "still here" in message, message  # what it said on stderr so far
+        assert "still running" in message, message
+    finally:
+        proc.kill()
+        proc.communicate(timeout=30)
