@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from substrat import __version__, start_summary
+from substrat import __version__, daemon_logging, start_summary
 from substrat.checkpointer import CheckpointPolicy
 from substrat.errors import AgentBusyError, RootError, RootLockedError, SubstratError
 from substrat.eventlog import utc_now_iso
@@ -480,11 +480,7 @@ def parse_args(argv: list[str] | None) -> DaemonConfig:
     ):
         if getattr(args, name) <= 0:
             parser.error(f"--{name.replace('_', '-')} must be positive")
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    daemon_logging.configure(args.log_level)
     return DaemonConfig(
         root=Path(args.root).expanduser().absolute(),
         heartbeat_s=args.heartbeat_s,

@@ -50,6 +50,7 @@ from substrat.providers.openai_config import (
     OpenAIConfig,
     classify,
     describe,
+    endpoint_label,
     sdk,
 )
 
@@ -263,7 +264,7 @@ class OpenAISession:
                 raise
             except Exception as exc:
                 kind, retry_after_s = classify(exc)
-                where = f"openai endpoint {config.base_url or 'api.openai.com'} model {self._model}"
+                where = f"openai endpoint {endpoint_label(config.base_url)} model {self._model}"
                 if kind == "unknown":
                     raise
                 if kind == "overflow":

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -88,6 +89,20 @@ class OpenAIConfig:
         }
         values.update(overrides)
         return cls(**values)
+
+
+def endpoint_label(base_url: str | None) -> str:
+    """The endpoint as errors show it and the log keeps it: without the user, password,
+    query and fragment of the URL, which can hold credentials (a proxy's basic auth,
+    an ``?api-key=``)."""
+    if not base_url:
+        return "api.openai.com"
+    try:
+        parts = urllib.parse.urlsplit(base_url)
+    except ValueError:
+        return "the configured base URL (unparsable)"
+    host = parts.netloc.rpartition("@")[2]
+    return urllib.parse.urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
 def sdk() -> Any:
