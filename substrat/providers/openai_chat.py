@@ -136,6 +136,24 @@ def _unique_call_ids(message: Message, earlier: list[Message]) -> None:
         seen.add(call["id"])
 
 
+async def _next_chunk(chunks: AsyncIterator[Any], stall_timeout_s: float) -> Any | None:
+    """The stream's next chunk, None at its end; BrokenStream if none comes in time.
+
+    The read timeout cannot see a stall: keep-alive comments are bytes, so they
+    reset it, and the SDK drops them without yielding anything.
+    """
+    try:
+        async with asyncio.timeout(stall_timeout_s):
+            return await anext(chunks)
+    except StopAsyncIteration:
+        return None
+    except TimeoutError:
+        raise BrokenStream(
+            f"no part of the answer for {stall_timeout_s:g} s "
+            "(SUBSTRAT_OPENAI_STALL_TIMEOUT_S); only keep-alives or nothing came"
+        ) from None
+
+
 class OpenAISession:
     """One conversation with a chat-completions endpoint; its state is the message list."""
 
@@ -247,7 +265,8 @@ class OpenAISession:
             try:
                 stream = await self._provider.open_stream(kwargs)
                 try:
-                    async for chunk in stream:
+                    chunks = stream.__aiter__()
+                    while (chunk := await _next_chunk(chunks, config.stall_timeout_s)) is not None:
                         acc.add(chunk)
                         if len(acc.content) > len(emitted):
                             self._check_prefix(emitted, acc.content)

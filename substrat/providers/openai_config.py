@@ -44,6 +44,9 @@ class OpenAIConfig:
     backoff_cap_s: float = 20.0
     request_timeout_s: float = 120.0  # per read of the response, not the whole stream
     connect_timeout_s: float = 10.0
+    # Between two pieces of the answer: a proxy's keep-alive comments (OpenRouter
+    # sends them while the model works) reset the read timeout but not this one.
+    stall_timeout_s: float = 600.0
     max_tool_rounds_per_turn: int = 16
 
     def __post_init__(self) -> None:
@@ -51,7 +54,9 @@ class OpenAIConfig:
             raise ProviderConfigError(
                 "openai: max_retries must be >= 0 and max_tool_rounds_per_turn >= 1"
             )
-        if min(self.backoff_base_s, self.backoff_cap_s) < 0 or self.request_timeout_s <= 0:
+        if min(self.backoff_base_s, self.backoff_cap_s) < 0 or min(
+            self.request_timeout_s, self.stall_timeout_s
+        ) <= 0:
             raise ProviderConfigError("openai: backoff and timeout settings must be positive")
 
     @classmethod
@@ -83,6 +88,9 @@ class OpenAIConfig:
             "default_model": pick("SUBSTRAT_OPENAI_MODEL") or base.default_model,
             "max_retries": number("SUBSTRAT_OPENAI_MAX_RETRIES", int, base.max_retries),
             "request_timeout_s": number("SUBSTRAT_OPENAI_TIMEOUT_S", float, base.request_timeout_s),
+            "stall_timeout_s": number(
+                "SUBSTRAT_OPENAI_STALL_TIMEOUT_S", float, base.stall_timeout_s
+            ),
             "max_tool_rounds_per_turn": number(
                 "SUBSTRAT_OPENAI_MAX_TOOL_ROUNDS", int, base.max_tool_rounds_per_turn
             ),

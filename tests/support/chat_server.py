@@ -42,6 +42,7 @@ class Reply:
     drop_after_chunks: int = 1
     hang: bool = False  # hold the request until release() or stop()
     stall_after_chunks: int | None = None  # stream that many events, then hang likewise
+    keepalive_s: float = 0.0  # while stalled, send an SSE comment this often (as proxies do)
     chunk_chars: int = 5
     finish: bool = True  # False: end the stream cleanly but without a finish reason
 
@@ -328,9 +329,12 @@ class _Handler(BaseHTTPRequestHandler):
             for event in _events(body, reply):
                 if reply.stall_after_chunks is not None and sent >= reply.stall_after_chunks:
                     self.wfile.flush()
-                    self.owner._released.wait()
+                    while not self.owner._released.wait(reply.keepalive_s or None):
+                        comment = b": keep-alive\n\n"
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(comment), comment))
+                        self.wfile.flush()
                     record.status = -1
-                    self.connection.shutdown(socket.SHUT_RDWR)
+                    self._drop(record)
                     return
                 if reply.drop == "mid_stream" and sent >= reply.drop_after_chunks:
                     record.status = -1
