@@ -54,9 +54,10 @@ class OpenAIConfig:
             raise ProviderConfigError(
                 "openai: max_retries must be >= 0 and max_tool_rounds_per_turn >= 1"
             )
-        if min(self.backoff_base_s, self.backoff_cap_s) < 0 or min(
-            self.request_timeout_s, self.stall_timeout_s
-        ) <= 0:
+        if (
+            min(self.backoff_base_s, self.backoff_cap_s) < 0
+            or min(self.request_timeout_s, self.stall_timeout_s) <= 0
+        ):
             raise ProviderConfigError("openai: backoff and timeout settings must be positive")
 
     @classmethod

@@ -59,7 +59,7 @@ def test_a_password_in_the_base_url_reaches_no_file_and_no_error(tmp_path: Path)
                     errors.append(str(failed.value))
                 client.call("agent.send", {"agent": "a", "prompt": "works"})
         assert len(server.requests) == 4
-        assert all(r.authorization and r.authorization.startswith("Basic ") for r in server.requests)
+        assert all((r.authorization or "").startswith("Basic ") for r in server.requests)
     assert PASSWORD not in " ".join(errors)
     assert f"openai endpoint {server.base_url} model m" in errors[0]
     assert files_holding(root, PASSWORD) == []
