@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 from collections.abc import Mapping
 
@@ -24,6 +25,12 @@ HOW_TO_GET_LAZYFS = (
     "Build LazyFS from its source (github.com/dsrhaslab/lazyfs; it needs cmake, g++, "
     "libfuse3-dev and fuse3), then set LAZYFS_BIN to the built lazyfs binary or put it "
     "on PATH. docs/lazyfs.md has the steps."
+)
+HOW_TO_GET_FUSE = (
+    "LazyFS is a FUSE file system: the machine needs the fuse kernel module and /dev/fuse "
+    "(in a container: --device /dev/fuse --cap-add SYS_ADMIN), readable and writable by "
+    "the user that runs LazyFS (root, or mode 0666 as Debian sets it, with fusermount3 "
+    'from the fuse3 package). docs/lazyfs.md, "Getting LazyFS".'
 )
 
 DEFAULT_CACHE_SIZE_BYTES = 64 * 1024 * 1024
@@ -66,6 +73,17 @@ _LOG_WORKER_READY = "waiting for fault commands"
 _LOG_CHECKPOINT_DONE = "checkpoint is done"
 _LOG_CRASH_ACCEPTED = "received: VALID crash fault"
 _LOG_CRASH_REJECTED = "received: INVALID crash fault"
+_LOG_COMMAND_UNKNOWN = "command unknown"
+_LOG_CACHE_CLEARED = "cache is cleared"
+TOO_OLD_FOR_CRASH_FAULTS = (
+    "this LazyFS does not know crash faults ('command unknown' in its log): it is older "
+    'than 0.3.0. Build LazyFS 0.3.0 or its main branch (docs/lazyfs.md, "Getting LazyFS")'
+)
+TOO_OLD_FOR_CLEAR_CACHE = (
+    "this LazyFS cleared its cache but never confirmed it on the completion FIFO: it is "
+    "older than 0.2.0. Build LazyFS 0.3.0 or its main branch (docs/lazyfs.md, "
+    '"Getting LazyFS")'
+)
 
 
 class LazyFSError(FaultFSError):
@@ -75,8 +93,8 @@ class LazyFSError(FaultFSError):
 class LazyFSUnavailable(LazyFSError):
     """LazyFS (or FUSE) is not available on this machine."""
 
-    def __init__(self, reason: str) -> None:
-        super().__init__(f"LazyFS is not available: {reason}. {HOW_TO_GET_LAZYFS}")
+    def __init__(self, reason: str, how: str = HOW_TO_GET_LAZYFS) -> None:
+        super().__init__(f"LazyFS is not available: {reason}. {how}")
         self.reason = reason
 
 
@@ -108,9 +126,32 @@ def require_lazyfs(environ: Mapping[str, str] | None = None) -> str:
     found, reason = _locate(os.environ if environ is None else environ)
     if found is None:
         raise LazyFSUnavailable(reason)
-    if not os.path.exists(FUSE_DEVICE):
-        raise LazyFSUnavailable(f"{FUSE_DEVICE} does not exist (FUSE is not usable here)")
+    problem = fuse_device_problem()
+    if problem is not None:
+        raise LazyFSUnavailable(problem, HOW_TO_GET_FUSE)
     return found
+
+
+def fuse_device_problem(device: str = FUSE_DEVICE) -> str | None:
+    """Why LazyFS could not open the FUSE device, or None when it can.
+
+    libfuse opens the device itself before it would ask fusermount3, so a
+    device this user may not open fails every mount, root or not.
+    """
+    try:
+        mode = os.stat(device).st_mode
+    except FileNotFoundError:
+        return f"{device} does not exist (FUSE is not usable here)"
+    except OSError as exc:
+        return f"{device} cannot be examined: {exc.strerror}"
+    if not stat.S_ISCHR(mode):
+        return f"{device} is not a character device (FUSE is not usable here)"
+    if not os.access(device, os.R_OK | os.W_OK):
+        return (
+            f"{device} (mode {stat.S_IMODE(mode):04o}) is not readable and writable by "
+            f"uid {os.geteuid()}, so LazyFS cannot mount"
+        )
+    return None
 
 
 def _toml_string(value: str) -> str:

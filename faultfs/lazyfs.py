@@ -47,7 +47,9 @@ from faultfs._lazyfs_protocol import (
     _CLEAR_CACHE_CMD,
     _CLEAR_DONE,
     _CONFIG_NAME,
+    _LOG_CACHE_CLEARED,
     _LOG_CHECKPOINT_DONE,
+    _LOG_COMMAND_UNKNOWN,
     _LOG_CRASH_ACCEPTED,
     _LOG_CRASH_REJECTED,
     _LOG_TAIL_BYTES,
@@ -60,6 +62,7 @@ from faultfs._lazyfs_protocol import (
     DEFAULT_MOUNT_TIMEOUT_S,
     DEFAULT_UNMOUNT_TIMEOUT_S,
     FUSE_DEVICE,
+    HOW_TO_GET_FUSE,
     HOW_TO_GET_LAZYFS,
     LAZYFS_BIN_ENV,
     LAZYFS_PROGRAM,
@@ -67,6 +70,8 @@ from faultfs._lazyfs_protocol import (
     MAX_FIFO_COMMAND_BYTES,
     MIN_CACHE_SIZE_BYTES,
     MULTI_PATH_OPS,
+    TOO_OLD_FOR_CLEAR_CACHE,
+    TOO_OLD_FOR_CRASH_FAULTS,
     LazyFSError,
     LazyFSUnavailable,
     _cache_size_text,
@@ -75,6 +80,7 @@ from faultfs._lazyfs_protocol import (
     _unmount_command,
     crash_command,
     find_lazyfs,
+    fuse_device_problem,
     fuse_mounted_at,
     render_config,
     require_lazyfs,
@@ -88,6 +94,7 @@ __all__ = [
     "DEFAULT_MOUNT_TIMEOUT_S",
     "DEFAULT_UNMOUNT_TIMEOUT_S",
     "FUSE_DEVICE",
+    "HOW_TO_GET_FUSE",
     "HOW_TO_GET_LAZYFS",
     "LAZYFS_BIN_ENV",
     "LAZYFS_PROGRAM",
@@ -100,6 +107,7 @@ __all__ = [
     "LazyFSUnavailable",
     "crash_command",
     "find_lazyfs",
+    "fuse_device_problem",
     "fuse_mounted_at",
     "render_config",
     "require_lazyfs",
@@ -312,6 +320,8 @@ class LazyFS:
                 raise LazyFSError(f"LazyFS rejected {what}: {'; '.join(reasons) or text.strip()}")
             if accept in text:
                 return
+            if _LOG_COMMAND_UNKNOWN in text:
+                raise LazyFSError(f"LazyFS refused {what}: {TOO_OLD_FOR_CRASH_FAULTS}")
             if not self.running:
                 raise LazyFSError(f"LazyFS died before finishing {what}:\n{self._diagnostics()}")
             if time.monotonic() > deadline:
@@ -323,12 +333,17 @@ class LazyFS:
         """Drop every unsynced page (power loss) and wait for LazyFS to confirm."""
         with self._command_lock:
             assert self._done_fd is not None
+            start = len(self.log_text())
             self._send(_CLEAR_CACHE_CMD)
             received = b""
             deadline = time.monotonic() + timeout_s
             while not received.endswith(_CLEAR_DONE):
                 remaining_s = deadline - time.monotonic()
                 if remaining_s <= 0:
+                    if _LOG_CACHE_CLEARED in self.log_text()[start:]:
+                        raise LazyFSError(
+                            f"LazyFS did not confirm clear-cache: {TOO_OLD_FOR_CLEAR_CACHE}"
+                        )
                     raise LazyFSError(f"LazyFS did not confirm clear-cache within {timeout_s} s")
                 ready, _, _ = select.select([self._done_fd], [], [], min(remaining_s, 0.5))
                 if not ready:

@@ -8,14 +8,18 @@ from __future__ import annotations
 
 import errno
 import os
+import select
 import stat
+import subprocess
+import threading
 import tomllib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from faultfs.lazyfs import (
+    HOW_TO_GET_FUSE,
     HOW_TO_GET_LAZYFS,
     LAZYFS_BIN_ENV,
     MAX_FIFO_COMMAND_BYTES,
@@ -24,6 +28,7 @@ from faultfs.lazyfs import (
     LazyFSUnavailable,
     crash_command,
     find_lazyfs,
+    fuse_device_problem,
     fuse_mounted_at,
     render_config,
     require_lazyfs,
@@ -121,6 +126,18 @@ def test_missing_lazyfs_error_says_how_to_get_it(tmp_path: Path) -> None:
     assert find_lazyfs({LAZYFS_BIN_ENV: str(not_executable)}) is None
 
 
+def test_a_fuse_device_lazyfs_cannot_use_is_named(tmp_path: Path) -> None:
+    missing = tmp_path / "fuse"
+    expected = f"{missing} does not exist (FUSE is not usable here)"
+    assert fuse_device_problem(str(missing)) == expected
+    missing.write_text("")
+    assert "is not a character device" in (fuse_device_problem(str(missing)) or "")
+    assert fuse_device_problem("/dev/null") is None  # a character device this user may open
+    # The advice for a FUSE problem is about FUSE, not about building LazyFS again.
+    message = str(LazyFSUnavailable("x", HOW_TO_GET_FUSE))
+    assert "/dev/fuse" in message and HOW_TO_GET_LAZYFS not in message
+
+
 def test_driver_refuses_bad_directories(tmp_path: Path) -> None:
     fake = tmp_path / "lazyfs"
     fake.write_text("#!/bin/sh\n")
@@ -148,6 +165,70 @@ def test_a_binary_that_exits_at_once_is_reported_with_its_output(tmp_path: Path)
         fs.mount(timeout_s=TIMEOUT_S)
     assert not fs.running
     fs.unmount()
+
+
+class _OldLazyFS:
+    """An old LazyFS's fault worker, without FUSE: a live process, the real FIFOs, its log.
+
+    It reads each command from the fault FIFO and logs what that LazyFS version
+    logged (``answer``), and never writes to the completion FIFO.
+    """
+
+    def __init__(self, tmp_path: Path, answer: Callable[[str], str]) -> None:
+        fake = tmp_path / "lazyfs"
+        fake.write_text("#!/bin/sh\n")
+        fake.chmod(0o755)
+        for name in ("m", "b"):
+            (tmp_path / name).mkdir()
+        self.fs = LazyFS(tmp_path / "m", tmp_path / "b", binary=str(fake), fifo_dir=tmp_path / "c")
+        self.fs._prepare_control_files()
+        self.fs._proc = subprocess.Popen(["sleep", "60"])
+        self._reader = os.open(self.fs.fifo_path, os.O_RDWR | os.O_NONBLOCK)  # never at EOF
+        self._answer = answer
+        self._stop = threading.Event()
+        self._worker = threading.Thread(target=self._serve, daemon=True)
+        self._worker.start()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            if not select.select([self._reader], [], [], 0.05)[0]:
+                continue
+            command = os.read(self._reader, 100).decode().strip()
+            if not command:
+                continue  # the driver closed its end after writing
+            with open(self.fs.log_file, "a") as log:
+                log.write(f"[info] [lazyfs.faults.worker]: {self._answer(command)}\n")
+
+    def close(self) -> None:
+        self._stop.set()
+        self._worker.join()
+        assert self.fs._proc is not None
+        self.fs._proc.kill()
+        self.fs._proc.wait()
+        self.fs._forget_process()
+        os.close(self._reader)
+
+
+def test_a_lazyfs_without_crash_faults_is_named_too_old(tmp_path: Path) -> None:
+    """LazyFS 0.2.0 logs 'command unknown' at once; waiting 15 s for nothing said less."""
+    old = _OldLazyFS(tmp_path, lambda command: f"command unknown '{command}'")
+    try:
+        with pytest.raises(LazyFSError) as info:
+            old.fs.crash(op="fsync", from_regex="x", timeout_s=TIMEOUT_S)
+        assert "does not know crash faults" in str(info.value)
+        assert "older than 0.3.0" in str(info.value) and "docs/lazyfs.md" in str(info.value)
+    finally:
+        old.close()
+
+
+def test_a_lazyfs_that_does_not_confirm_clear_cache_is_named_too_old(tmp_path: Path) -> None:
+    """LazyFS 0.1.0 clears its cache but has no completion FIFO to say so."""
+    old = _OldLazyFS(tmp_path, lambda command: "[lazyfs.cmds]: cache is cleared.")
+    try:
+        with pytest.raises(LazyFSError, match=r"never confirmed it .* older than 0\.2\.0"):
+            old.fs.clear_cache(timeout_s=1.0)
+    finally:
+        old.close()
 
 
 # -- with a real LazyFS ----------------------------------------------------------
