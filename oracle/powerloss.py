@@ -9,7 +9,9 @@ Each cycle:
    which records every acknowledged operation in the oracle's model;
 3. at a random moment cut the power: SIGKILL the daemon, then clear LazyFS's
    cache. In some cycles a LazyFS crash fault is armed instead, on one kind of
-   operation on one kind of substrat file, and LazyFS dies at the next match;
+   operation on one kind of substrat file, and LazyFS dies at the next match.
+   Unsynced bytes written to the mount just before must be gone after it
+   (:mod:`oracle.powerloss_disk`): a cut that keeps them tested nothing;
 4. remount (LazyFS's crash recovery: a lazy unmount, a fresh mount), recover
    the root offline and check it with :func:`oracle.checks.check_recovery`
    (every acknowledged operation present, the one in flight all or nothing,
@@ -31,12 +33,13 @@ import json
 import os
 import random
 import shutil
+import signal
 import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from faultfs.errors import FaultFSError
 from oracle.checks import expected
@@ -44,6 +47,17 @@ from oracle.daemon_driver import Driver, check_offline, check_served, lost_offli
 from oracle.errors import OracleViolation
 from oracle.losses import Lost
 from oracle.model import Model
+from oracle.powerloss_disk import (
+    CANARY_NAME,
+    LAZYFS_TIMEOUT_S,
+    PlainDisk,
+    canary_survived,
+    lazyfs_unavailable_reason,
+    mount_first,
+    tree_bytes,
+    write_canary,
+)
+from oracle.powerloss_disk import Disk as _Disk
 from oracle.powerloss_report import CycleResult, PowerLossReport
 from substrat.client import DaemonProcess
 from substrat.errors import DaemonError
@@ -61,7 +75,6 @@ DAEMON_START_TIMEOUT_S = 60.0
 DAEMON_STOP_TIMEOUT_S = 30.0
 DRIVER_JOIN_TIMEOUT_S = 45.0
 INJECTION_FIRE_TIMEOUT_S = 5.0
-LAZYFS_TIMEOUT_S = 15.0
 # Recovery reads every log through LazyFS's cache, which cannot evict: past this share
 # of the cache the campaign stops and asks for a bigger one instead of failing writes.
 MAX_STATE_SHARE_OF_CACHE = 0.5
@@ -80,57 +93,7 @@ CRASH_POINTS: tuple[tuple[str, str | None, str | None], ...] = (
 )
 
 
-class _Disk(Protocol):
-    """What a cycle needs of the file system under the root (LazyFS, or a plain dir)."""
-
-    mount_dir: str
-
-    @property
-    def crashed(self) -> bool: ...
-
-    def clear_cache(self, timeout_s: float = ...) -> None: ...
-
-    def remount(self, timeout_s: float = ...) -> None: ...
-
-
-class _PlainDisk:
-    """A plain directory: no power loss, only SIGKILL (to test the campaign itself)."""
-
-    crashed = False
-
-    def __init__(self, path: Path) -> None:
-        self.mount_dir = str(path)
-
-    def clear_cache(self, timeout_s: float = 0.0) -> None:
-        pass
-
-    def remount(self, timeout_s: float = 0.0) -> None:
-        pass
-
-
 # -- the campaign ----------------------------------------------------------------------------
-
-
-def _tree_bytes(path: Path) -> int:
-    total = 0
-    for directory, _, files in os.walk(path):
-        for name in files:
-            total += os.lstat(os.path.join(directory, name)).st_size
-    return total
-
-
-def lazyfs_unavailable_reason(binary: str | None = None) -> str | None:
-    """Why LazyFS cannot run here (with how to get it), or None when it can."""
-    from faultfs.lazyfs import LAZYFS_BIN_ENV, LazyFSUnavailable, require_lazyfs
-
-    environ = dict(os.environ)
-    if binary is not None:
-        environ[LAZYFS_BIN_ENV] = binary
-    try:
-        require_lazyfs(environ)
-    except LazyFSUnavailable as exc:
-        return str(exc)
-    return None
 
 
 class Campaign:
@@ -148,6 +111,7 @@ class Campaign:
         cache_size_bytes: int | None,
         after_cut: Callable[[Path], None] | None,
         log: Callable[[str], None],
+        verify_cuts: bool = True,
     ) -> None:
         self.disk = disk
         self.root = root
@@ -158,13 +122,25 @@ class Campaign:
         self.cache_size_bytes = cache_size_bytes
         self.after_cut = after_cut
         self.log = log
+        self.verify_cuts = verify_cuts
         self.rng = random.Random(report.seed)
         self.model = Model()
+        self.daemon: DaemonProcess | None = None
+        self.driver: Driver | None = None
 
     def _daemon(self) -> DaemonProcess:
-        return DaemonProcess(
+        # Kept before it starts, so that an interrupted start can still be killed.
+        self.daemon = DaemonProcess(
             self.root, daemon_args=["--no-wake"], log_path=self.out_dir / "daemon.log"
-        ).start(timeout_s=DAEMON_START_TIMEOUT_S)
+        )
+        return self.daemon.start(timeout_s=DAEMON_START_TIMEOUT_S)
+
+    def stop_processes(self) -> None:
+        """Kill the daemon and stop the driver, wherever the campaign was interrupted."""
+        if self.driver is not None:
+            self.driver.stop.set()
+        if self.daemon is not None:
+            self.daemon.kill()
 
     def cycle(self, index: int) -> bool:
         """Start, load, cut, remount, check. False when a problem stops the campaign.
@@ -185,7 +161,9 @@ class Campaign:
         report = self.report
         daemon = self._daemon()
         driver = Driver(self.root, self.model, random.Random(self.rng.random()), index * 10**6)
+        self.driver = driver
         fired = False
+        canary = b""
         try:
             if index:
                 problems, result.lost = check_served(self.root, self.model, after_crash=True)
@@ -202,6 +180,8 @@ class Campaign:
                 self.model.acked_ops < enough and driver.is_alive() and time.monotonic() < deadline
             ):
                 time.sleep(0.01)
+            if self.verify_cuts:
+                canary = write_canary(self.disk.mount_dir, index)
             if self.rng.random() < self.inject_probability:
                 fired = self._inject()
         finally:
@@ -233,6 +213,16 @@ class Campaign:
         in_flight = self.model.crashed()
         result.in_flight = in_flight.describe() if in_flight is not None else ""
         self.disk.remount(LAZYFS_TIMEOUT_S)
+        if canary:
+            if canary_survived(self.disk.mount_dir, canary):
+                report.problems.append(
+                    f"cycle {index + 1}: the power cut dropped nothing: {len(canary)} bytes "
+                    f"written to {CANARY_NAME} on the mount without an fsync just before the "
+                    "cut were all still there after the remount, so no cut of this run tested "
+                    "power loss. Is LAZYFS_BIN a LazyFS that drops its cache (docs/lazyfs.md)?"
+                )
+                return False
+            report.cuts_verified += 1
         if self.after_cut is not None:
             self.after_cut(Path(self.disk.mount_dir))
         before = expected(self.model.state)
@@ -251,7 +241,7 @@ class Campaign:
         report.lost_turns_reported += len(recovery.get("lost_turns") or [])
         report.redelivered_reported += len(recovery.get("redelivered") or [])
         report.cycles += 1
-        report.state_bytes = _tree_bytes(Path(self.disk.mount_dir))
+        report.state_bytes = tree_bytes(Path(self.disk.mount_dir))
         limit = (self.cache_size_bytes or 0) * MAX_STATE_SHARE_OF_CACHE
         if limit and report.state_bytes > limit:
             report.problems.append(
@@ -321,6 +311,18 @@ class Campaign:
             self.report.record(result, self.model.acked_ops)
 
 
+class CampaignInterrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM stopped the campaign; its processes and mount are gone.
+
+    A ``KeyboardInterrupt``, so callers that do not look for it stop as they
+    would on Ctrl-C; :func:`main` writes ``report`` first.
+    """
+
+    def __init__(self, report: PowerLossReport) -> None:
+        super().__init__("the power-loss campaign was interrupted")
+        self.report = report
+
+
 def run_campaign(
     out_dir: str | os.PathLike[str],
     *,
@@ -333,14 +335,18 @@ def run_campaign(
     cache_size_bytes: int = DEFAULT_CACHE_SIZE_BYTES,
     after_cut: Callable[[Path], None] | None = None,
     log: Callable[[str], None] = lambda line: None,
+    verify_cuts: bool | None = None,
 ) -> PowerLossReport:
     """Run ``cycles`` power-loss cycles; the daemon's and LazyFS's logs go to ``out_dir``.
 
     ``lazyfs=False`` runs the same cycles on a plain directory with SIGKILL only
     (no power loss): a check of the campaign itself where LazyFS is missing.
     ``after_cut`` is called with the state directory after each remount and
-    before the check; tests use it to plant a loss. Raises
-    ``faultfs.lazyfs.LazyFSUnavailable`` when LazyFS is wanted but missing.
+    before the check; tests use it to plant a loss. ``verify_cuts`` (default:
+    on LazyFS) writes unsynced bytes to the mount before each cut and fails the
+    campaign if a cut kept them. Raises ``faultfs.lazyfs.LazyFSUnavailable``
+    when LazyFS is wanted but missing or does not mount, and
+    :class:`CampaignInterrupted` on a KeyboardInterrupt, after cleaning up.
     """
     if cycles < 1 or max_run_s < MIN_RUN_S or not 0 <= inject_probability <= 1:
         raise ValueError("need cycles >= 1, max_run_s >= 0.05 s and 0 <= inject_probability <= 1")
@@ -348,6 +354,7 @@ def run_campaign(
     out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="substrat-powerloss-"))
     report = PowerLossReport(seed, "lazyfs" if lazyfs else "plain", cycles)
+    report.cuts_checked = lazyfs if verify_cuts is None else verify_cuts
     began = time.monotonic()
     disk: Any
     if lazyfs:
@@ -364,12 +371,15 @@ def run_campaign(
         )
     else:
         (work / "state").mkdir()
-        disk = _PlainDisk(work / "state")
+        disk = PlainDisk(work / "state")
         inject_probability = 0.0
-    keep = True
+    keep = False
+    campaign: Campaign | None = None
+    interrupted = False
     try:
         if lazyfs:
-            disk.mount(LAZYFS_TIMEOUT_S)
+            mount_first(disk)
+        keep = True
         root = work / "root"
         root.mkdir(mode=0o700)
         for name in STATE_DIRS:
@@ -385,6 +395,7 @@ def run_campaign(
             cache_size_bytes=cache_size_bytes if lazyfs else None,
             after_cut=after_cut,
             log=log,
+            verify_cuts=report.cuts_checked,
         )
         try:
             for index in range(cycles):
@@ -396,38 +407,101 @@ def run_campaign(
             # A daemon that will not start or a mount that will not come back ends the
             # campaign; the report says so instead of a bare traceback.
             report.problems.append(f"campaign stopped: {type(exc).__name__}: {exc}")
+        except KeyboardInterrupt:
+            interrupted = True
+            at = report.cycle_results[-1].label if report.cycle_results else "1"
+            report.problems.append(
+                f"campaign interrupted (SIGINT or SIGTERM) in cycle {at}; "
+                "the daemon was killed and the mount taken down"
+            )
         state = campaign.model.state
         report.agents_at_end = len(state.agents)
         report.turns_at_end = sum(len(a.turns) for a in state.agents.values())
         keep = not report.ok
     finally:
         report.seconds = round(time.monotonic() - began, 1)
-        if lazyfs:
-            disk.unmount(LAZYFS_TIMEOUT_S)
-        backing = work / ("backing" if lazyfs else "state")
-        if keep and backing.exists():
-            # What the disk held at the failure, for reproducing it offline.
-            shutil.copytree(backing, out / "state-at-failure", dirs_exist_ok=True, symlinks=True)
-        shutil.rmtree(work, ignore_errors=True)
+        if campaign is not None:
+            campaign.stop_processes()
+        try:
+            if lazyfs:
+                disk.unmount(LAZYFS_TIMEOUT_S)
+        except FaultFSError as exc:
+            report.problems.append(f"taking the mount down failed: {type(exc).__name__}: {exc}")
+        finally:
+            backing = work / ("backing" if lazyfs else "state")
+            if keep and backing.exists():
+                # What the disk held at the failure, for reproducing it offline.
+                shutil.copytree(
+                    backing, out / "state-at-failure", dirs_exist_ok=True, symlinks=True
+                )
+            shutil.rmtree(work, ignore_errors=True)
+    if interrupted:
+        raise CampaignInterrupted(report)
     return report
+
+
+def _not_run(out: Path, reason: str) -> None:
+    """A report for the job summary when the campaign could not start."""
+    out.mkdir(parents=True, exist_ok=True)
+    text = f"# Power-loss campaign: NOT RUN\n\n{reason}\n"
+    (out / "report.md").write_text(text)
+    (out / "report.json").write_text(json.dumps({"ok": False, "not_run": reason}, indent=2) + "\n")
+
+
+_SIGNALLED: list[int] = []
+
+
+def _raise_on_sigterm() -> None:
+    """SIGTERM (a CI job cancelled or timed out) stops the campaign like Ctrl-C does.
+
+    After the first signal both are ignored, so the cleanup (bounded by its own
+    timeouts) is not cut short and leaves no daemon, LazyFS or mount behind.
+    """
+
+    def handler(signum: int, frame: object) -> None:
+        _SIGNALLED.append(signum)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        signal.signal(signal.SIGINT, handler)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m oracle.powerloss", description=__doc__.split("\n\n")[0]
     )
-    parser.add_argument("--cycles", type=int, default=DEFAULT_CYCLES)
-    parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
     parser.add_argument(
-        "--max-run-s", type=float, default=DEFAULT_MAX_RUN_S, help="longest load before a cut"
+        "--cycles", type=int, default=DEFAULT_CYCLES, help=f"power cuts (default {DEFAULT_CYCLES})"
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=DEFAULT_SEED,
+        help=f"seed of the workload and the cut points (default {DEFAULT_SEED})",
+    )
+    parser.add_argument(
+        "--max-run-s",
+        type=float,
+        default=DEFAULT_MAX_RUN_S,
+        help=f"longest load before a cut (default {DEFAULT_MAX_RUN_S})",
     )
     parser.add_argument(
         "--inject-probability",
         type=float,
         default=DEFAULT_INJECT_PROBABILITY,
-        help="share of cycles cut by a LazyFS crash fault instead of a clear-cache",
+        help="share of cycles cut by a LazyFS crash fault instead of a clear-cache "
+        f"(default {DEFAULT_INJECT_PROBABILITY})",
     )
-    parser.add_argument("--cache-mib", type=int, default=DEFAULT_CACHE_SIZE_BYTES >> 20)
+    parser.add_argument(
+        "--cache-mib",
+        type=int,
+        default=DEFAULT_CACHE_SIZE_BYTES >> 20,
+        help=f"LazyFS's cache, which the whole state must fit in twice "
+        f"(default {DEFAULT_CACHE_SIZE_BYTES >> 20})",
+    )
     parser.add_argument("--lazyfs-bin", help="the lazyfs binary (default: $LAZYFS_BIN, PATH)")
     parser.add_argument("--out", default="powerloss-out", help="report and logs go here")
     parser.add_argument(
@@ -435,33 +509,52 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="exit 0 with a notice instead of failing when LazyFS is missing",
     )
+    parser.add_argument(
+        "--plain-dir",
+        action="store_true",
+        help="no LazyFS: the same cycles on a plain directory, SIGKILL only (no power loss), "
+        "to check the campaign itself",
+    )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     args = parser.parse_args(argv)
-    reason = lazyfs_unavailable_reason(args.lazyfs_bin)
+    out = Path(args.out)
+    reason = None if args.plain_dir else lazyfs_unavailable_reason(args.lazyfs_bin)
+    _raise_on_sigterm()
+    try:
+        if reason is None:
+            report = run_campaign(
+                args.out,
+                cycles=args.cycles,
+                seed=args.seed,
+                max_run_s=args.max_run_s,
+                inject_probability=args.inject_probability,
+                lazyfs=not args.plain_dir,
+                lazyfs_bin=args.lazyfs_bin,
+                cache_size_bytes=args.cache_mib << 20,
+                log=lambda line: print(line, file=sys.stderr, flush=True),
+            )
+    except ValueError as exc:
+        parser.error(str(exc))
+    except FaultFSError as exc:  # LazyFSUnavailable: found, but it does not mount here
+        reason = str(exc)
+    except CampaignInterrupted as exc:
+        report = exc.report
+        print("powerloss: interrupted; the report so far follows.", file=sys.stderr)
+        status = 128 + (_SIGNALLED[0] if _SIGNALLED else signal.SIGINT)
+    else:
+        status = 0 if reason is None and report.ok else 1
     if reason is not None:
         if args.skip_without_lazyfs:
             print(f"powerloss: SKIPPED. {reason}")
+            _not_run(out, f"Skipped: {reason}")
             return 0
         print(f"powerloss: cannot run. {reason}", file=sys.stderr)
+        _not_run(out, reason)
         return 2
-    try:
-        report = run_campaign(
-            args.out,
-            cycles=args.cycles,
-            seed=args.seed,
-            max_run_s=args.max_run_s,
-            inject_probability=args.inject_probability,
-            lazyfs_bin=args.lazyfs_bin,
-            cache_size_bytes=args.cache_mib << 20,
-            log=lambda line: print(line, file=sys.stderr, flush=True),
-        )
-    except ValueError as exc:
-        parser.error(str(exc))
-    out = Path(args.out)
     (out / "report.json").write_text(json.dumps(report.to_dict(), indent=2) + "\n")
     (out / "report.md").write_text(report.render())
     print(json.dumps(report.to_dict(), indent=2) if args.json else report.render())
-    return 0 if report.ok else 1
+    return status
 
 
 if __name__ == "__main__":

@@ -58,6 +58,10 @@ class PowerLossReport:
     """Cuts made by an armed LazyFS crash fault firing."""
     injections_unfired: int = 0
     """Armed faults that found no matching operation in time (a clear-cache cut followed)."""
+    cuts_checked: bool = False
+    """Whether each cut was checked to drop an unsynced canary (on LazyFS, by default)."""
+    cuts_verified: int = 0
+    """Cuts after which the unsynced canary written just before them was gone."""
     in_flight_at_cut: int = 0
     in_flight_applied: int = 0
     lost_turns_reported: int = 0
@@ -107,6 +111,12 @@ class PowerLossReport:
             f"- acknowledged and lost: {self.losses}: {self.lost.summary()}",
             f"- cuts: {self.power_cuts} SIGKILL + clear-cache, {self.lazyfs_crashes} LazyFS "
             f"crash faults ({self.injections_unfired} armed faults did not fire in time)",
+            f"- cuts that dropped unsynced data: {self.cuts_verified} of "
+            f"{self.power_cuts + self.lazyfs_crashes} (a canary written without fsync "
+            "just before each cut must be gone after it)"
+            if self.cuts_checked
+            else "- cuts that dropped unsynced data: not checked (a plain directory has no "
+            "power loss)",
             f"- operations in flight at a cut: {self.in_flight_at_cut} "
             f"(survived: {self.in_flight_applied})",
             f"- recovery reported: {self.lost_turns_reported} turns lost in flight, "

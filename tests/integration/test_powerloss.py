@@ -12,8 +12,10 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -23,6 +25,7 @@ import pytest
 from oracle.daemon_driver import Served, served_differences
 from oracle.losses import lost_between
 from oracle.powerloss import MIN_ACKS_PER_CYCLE, lazyfs_unavailable_reason, run_campaign
+from oracle.powerloss_disk import CANARY_NAME
 from substrat import recovery
 from substrat.agents import USER
 
@@ -46,6 +49,7 @@ def test_power_loss_cycles_on_lazyfs_lose_nothing_acknowledged(tmp_path: Path) -
     assert report.problems == []
     assert report.ok and report.cycles == 3 and report.losses == 0
     assert report.power_cuts + report.lazyfs_crashes == 3
+    assert report.cuts_verified == 3, "a cut kept the unsynced canary"
     assert report.acknowledged > 10, "the workload did too little to mean anything"
     assert (tmp_path / "out" / "daemon.log").stat().st_size > 0
     assert not (tmp_path / "out" / "state-at-failure").exists()
@@ -58,6 +62,25 @@ def test_the_campaign_on_a_plain_directory_loses_nothing(tmp_path: Path) -> None
     assert report.lazyfs_crashes == 0 and report.power_cuts == 2
     assert report.acknowledged >= 2 * MIN_ACKS_PER_CYCLE
     assert report.agents_at_end > 0 and report.turns_at_end > 0
+    assert report.cuts_verified == 0
+    assert "cuts that dropped unsynced data: not checked" in report.render()
+
+
+def test_a_cut_that_drops_nothing_fails_the_campaign(tmp_path: Path) -> None:
+    """A "power cut" that keeps unsynced data (here: a plain directory) tested nothing.
+
+    This is what a LazyFS that does not drop its cache would look like: every
+    acknowledged operation survives, so only the canary can tell.
+    """
+    report = run_campaign(
+        tmp_path / "out", cycles=3, seed=3, max_run_s=0.3, lazyfs=False, verify_cuts=True
+    )
+    assert not report.ok and report.cycles == 0 and report.cuts_verified == 0
+    assert report.losses == 0  # nothing acknowledged was lost: the cut simply did nothing
+    [problem] = report.problems
+    assert problem.startswith("cycle 1: the power cut dropped nothing: 8192 bytes")
+    assert CANARY_NAME in problem and "LAZYFS_BIN" in problem
+    assert "cuts that dropped unsynced data: 0 of 1" in report.render()
 
 
 def _drop_completed_turns(planted: list[tuple[int, int]]) -> Callable[[Path], None]:
@@ -306,3 +329,88 @@ def test_served_differences_name_every_kind_of_loss() -> None:
         f"inbox of lead ({'a' * 8}): lost messages ['m1']",
         "inbox of user: unexpected messages ['u3']",
     ]
+
+
+def _processes_mentioning(text: str) -> list[str]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in cmdline:
+            found.append(f"{entry.name}: {cmdline}")
+    return found
+
+
+@pytest.mark.parametrize("disk", ["plain", "lazyfs"])
+def test_sigterm_stops_the_campaign_and_leaves_nothing_running(tmp_path: Path, disk: str) -> None:
+    """A cancelled CI job (SIGTERM) leaves no daemon, LazyFS, mount or temp dir, and a report."""
+    if disk == "lazyfs":
+        reason = lazyfs_unavailable_reason()
+        if reason is not None:
+            pytest.skip(reason)
+    work = tmp_path / "tmp"
+    work.mkdir()
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "oracle.powerloss", "--cycles", "200", "--max-run-s", "0.2"]
+    command += ["--out", str(out)] + (["--plain-dir"] if disk == "plain" else [])
+    proc = subprocess.Popen(
+        command,
+        cwd=REPO,
+        env=os.environ | {"TMPDIR": str(work)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:  # the first cycle has run: a daemon is up for the second
+            if line.startswith("cycle 1/200"):
+                break
+        else:
+            pytest.fail(f"the campaign ended before its first cycle: {proc.wait()}")
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGTERM)
+        rest = proc.communicate(timeout=COMMAND_TIMEOUT_S)[1]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 128 + signal.SIGTERM, rest
+    assert "interrupted" in rest
+    assert "campaign interrupted (SIGINT or SIGTERM) in cycle" in (out / "report.md").read_text()
+    assert json.loads((out / "report.json").read_text())["ok"] is False
+    assert _processes_mentioning(str(work)) == []
+    assert list(work.iterdir()) == []
+    assert str(work) not in Path("/proc/self/mountinfo").read_text()
+
+
+def test_a_binary_that_is_not_lazyfs_is_refused_with_status_2_and_a_report(
+    tmp_path: Path,
+) -> None:
+    fake = tmp_path / "lazyfs"
+    fake.write_text("#!/bin/sh\necho 'I am not LazyFS'\nexit 0\n")
+    fake.chmod(0o755)
+    out = tmp_path / "out"
+    result = subprocess.run(
+        [sys.executable, "-m", "oracle.powerloss", "--cycles", "1", "--out", str(out)],
+        cwd=REPO,
+        env=os.environ | {"LAZYFS_BIN": str(fake)},
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_TIMEOUT_S,
+    )
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    [said] = result.stderr.splitlines()[-1:]
+    assert said.startswith("powerloss: cannot run. LazyFS is not available: ")
+    if lazyfs_unavailable_reason(str(fake)) is None:  # FUSE is usable: the binary was run
+        assert f"{fake} did not mount a LazyFS file system" in said
+        assert "I am not LazyFS" in said and "docs/lazyfs.md" in said
+    report = (out / "report.md").read_text()
+    assert report.startswith("# Power-loss campaign: NOT RUN")
+    assert "LazyFS is not available" in report
+    assert not (out / "state-at-failure").exists()
