@@ -31,14 +31,24 @@ from substrat.errors import (
     DaemonNotRunningError,
     DaemonStartError,
     DaemonStoppedUncleanlyError,
-    DaemonUnreachableError,
     RequestTimeoutError,
     RootPermissionError,
     RpcError,
 )
 from substrat.rootdir import DAEMON_LOG_NAME, check_serving, foreign_daemon, prepare_root
 from substrat.rpc import lock, protocol
-from substrat.rpc.starting import busy_message, root_holder, start_lock, unreachable_daemon
+from substrat.rpc.starting import (
+    busy_message,
+    check_socket,
+    log_tail,
+    refused_while_stopping,
+    restart_after_stop,
+    root_holder,
+    start_lock,
+    stopping_refusal,
+    unreachable_daemon,
+    wait_until,
+)
 from substrat.rpc.transport import connect, socket_path
 
 DEFAULT_TIMEOUT_S = 30.0
@@ -48,6 +58,8 @@ STOP_TIMEOUT_S = 30.0
 MAX_MESSAGE_BYTES = 256 << 20
 LOG_NAME = DAEMON_LOG_NAME
 _POLL_S = 0.01
+_RESENDS = 3
+"""How often one request goes to a next daemon after a stopping one refused it."""
 SILENCE_CHECK_S = 20.0
 """How often a call given ``on_silence`` calls it while the daemon says nothing."""
 """How often a start or stop looks again (a ping or a lock probe: tens of microseconds
@@ -79,6 +91,11 @@ class Client:
         self._queued: deque[Notification] = deque()
         self.daemon_stopping = False
         """Set when the daemon announced a clean shutdown on this connection."""
+        self.on_stopping: Callable[[str, dict[str, Any]], None] | None = None
+        """Called with the method and the refusal's data when a stopping daemon refused a
+        request it never ran (:func:`~substrat.rpc.starting.stopping_refusal`); once it
+        returns (the next daemon serves) the request goes again on a new connection.
+        :func:`connect_or_start` sets it; without it the refusal is raised."""
 
     # -- connection ----------------------------------------------------------
 
@@ -132,7 +149,31 @@ class Client:
         Notifications that arrive meanwhile go to ``on_notification`` or are kept
         for :meth:`next_notification`. ``on_silence(seconds)`` is called every
         SILENCE_CHECK_S the daemon says nothing (it may raise to give up sooner).
+        A stopping daemon's refusal of a request it never ran goes to
+        :attr:`on_stopping`, then the request to the next daemon (up to
+        ``_RESENDS`` times).
         """
+        for attempt in itertools.count():
+            try:
+                return self._call_once(method, params, timeout_s, on_notification, on_silence)
+            except RpcError as exc:
+                refusal = stopping_refusal(exc)
+                if refusal is None or self.on_stopping is None or attempt >= _RESENDS:
+                    raise
+            self.close()
+            self._buffer.clear()  # the old daemon's; the next connection starts afresh
+            self.daemon_stopping = False
+            self.on_stopping(method, refusal)
+            self.connect()
+
+    def _call_once(
+        self,
+        method: str,
+        params: dict[str, Any] | None,
+        timeout_s: float | None,
+        on_notification: NotificationHandler | None,
+        on_silence: Callable[[float], None] | None,
+    ) -> Any:
         request_id = next(self._ids)
         self._send(protocol.request(method, params, request_id))
         limit = self.timeout_s if timeout_s is None else timeout_s
@@ -272,7 +313,7 @@ class Client:
         info = lock.read_info(self.root)
         pid = f" (pid {info.pid})" if info is not None and info.pid is not None else ""
         # Give the kernel a moment to release a dead daemon's lock.
-        gone = _wait_until(lambda: not lock.is_held(self.root), 0.5)
+        gone = wait_until(lambda: not lock.is_held(self.root), 0.5)
         after = lock.read_info(self.root)
         if self.daemon_stopping or (gone and after is not None and after.state == "stopped"):
             cause = f"the daemon{pid} shut down"
@@ -298,32 +339,6 @@ def _result_of(message: dict[str, Any]) -> Any:
             err.get("data"),
         )
     return message.get("result")
-
-
-def check_socket(root: Path) -> None:
-    """Raise DaemonUnreachableError at once when a live daemon serves on ``root`` but its
-    socket was removed by hand (its lock file too, maybe): it will never answer, and
-    waiting for it (as for a daemon still recovering) would only end at the time limit."""
-    info = lock.socket_gone(root)
-    pid = info.pid if info is not None else None
-    also = ""
-    if info is None and not lock.lock_path(root).exists():
-        pid, also = unreachable_daemon(root), f" (and its lock file {lock.LOCK_NAME})"
-    if pid is not None:
-        raise DaemonUnreachableError(
-            f"daemon pid {pid} is running but its socket {socket_path(root)} is gone{also}; "
-            f"`substrat daemon restart --root {root}`"
-        )
-
-
-def _wait_until(condition: Callable[[], bool], timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        if condition():
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(_POLL_S)
 
 
 # -- the daemon process -------------------------------------------------------
@@ -393,7 +408,7 @@ class DaemonProcess:
                 state = f"exited with status {code}"
             raise DaemonStartError(
                 f"the daemon for {self.root} {state}. Last lines of {self.log_path}:\n"
-                f"{_tail(self.log_path, since)}"
+                f"{log_tail(self.log_path, since)}"
             )
         return self
 
@@ -455,13 +470,13 @@ def start_daemon(
     """
     root_path = prepare_root(root, create=create)
     answer = ping(root_path)
-    if answer is not None:
+    if answer is not None and not answer.get("stopping"):
         return int(answer["pid"]), False
     deadline = time.monotonic() + timeout_s
     with contextlib.nullcontext() if locked else start_lock(root_path, timeout_s):
         while True:
             answer = ping(root_path)  # the start we waited for has served
-            if answer is not None:
+            if answer is not None and not answer.get("stopping"):
                 return int(answer["pid"]), False
             check_socket(root_path)
             if lock.is_held(root_path):
@@ -502,17 +517,6 @@ def _wait_for_ping(
     return None
 
 
-def _tail(path: Path, since: int = 0, lines: int = 20) -> str:
-    """The last ``lines`` lines of ``path`` written from offset ``since`` on."""
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(since)
-            text = handle.read().decode(errors="replace")
-    except OSError:
-        return "(no log)"
-    return "\n".join(text.splitlines()[-lines:]) or "(empty log)"
-
-
 def stop_daemon(root: str | os.PathLike[str], *, timeout_s: float = STOP_TIMEOUT_S) -> int | None:
     """Stop the root's daemon cleanly; returns its pid, or None if none was running.
 
@@ -527,7 +531,7 @@ def stop_daemon(root: str | os.PathLike[str], *, timeout_s: float = STOP_TIMEOUT
             return None
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
-        if _wait_until(lambda: root_holder(root_path) != pid, timeout_s):
+        if wait_until(lambda: root_holder(root_path) != pid, timeout_s):
             return pid
         raise DaemonError(
             f"the daemon (pid {pid}) did not stop within {timeout_s:g}s; see "
@@ -542,7 +546,7 @@ def stop_daemon(root: str | os.PathLike[str], *, timeout_s: float = STOP_TIMEOUT
         if pid is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
-    if _wait_until(lambda: not lock.is_held(root_path), timeout_s):
+    if wait_until(lambda: not lock.is_held(root_path), timeout_s):
         after = lock.read_info(root_path)
         if after is not None and after.state == "running":
             # It exited without the clean shutdown's last write: it died while stopping.
@@ -571,12 +575,22 @@ def connect_or_start(
     ``create=False`` never makes a root: starting a daemon then needs one there.
     """
     client = Client(root, timeout_s=timeout_s)
+
+    def after_stop(method: str, refusal: dict[str, Any]) -> None:
+        if not autostart:
+            raise DaemonNotRunningError(refused_while_stopping(client.root, method, refusal))
+        restart_after_stop(client.root, method, refusal, STOP_TIMEOUT_S, ping, start)
+
+    def start(locked: bool = False) -> None:  # (locked: the caller holds the start lock)
+        pid, started = start_daemon(root, create=create, locked=locked)
+        if started and on_start is not None:
+            on_start(pid)
+
+    client.on_stopping = after_stop
     try:
         return client.connect()
     except DaemonNotRunningError:
         if not autostart:
             raise
-    pid, started = start_daemon(root, create=create)
-    if started and on_start is not None:
-        on_start(pid)
+    start()
     return client.connect()

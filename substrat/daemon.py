@@ -134,7 +134,7 @@ class Daemon:
         self.started_at = utc_now_iso()
         self._started_mono = time.monotonic()
         self.orch: Orchestrator
-        self.server = RpcServer(build_methods(self), limits=config.limits)
+        self.server = RpcServer(build_methods(self), limits=config.limits, grace_s=config.grace_s)
         self.previous_shutdown = "none"
         self._notice: dict[str, Any] | None = None
         self._stop = asyncio.Event()

@@ -53,7 +53,14 @@ def build_methods(daemon: DaemonView) -> MethodTable:
 
     async def ping(call: Call) -> dict[str, Any]:
         # not from status(): a liveness probe reads nothing of the root's agents
-        return {"pong": True, "pid": daemon.pid, "uptime_s": daemon.uptime_s()}
+        # "stopping": in its stop's grace it still answers connections made before, and
+        # refuses new work there; a start does not take it for a daemon that serves
+        return {
+            "pong": True,
+            "pid": daemon.pid,
+            "uptime_s": daemon.uptime_s(),
+            "stopping": daemon.server.stopping,
+        }
 
     async def status(call: Call) -> dict[str, Any]:
         return daemon.status()

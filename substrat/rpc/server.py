@@ -229,8 +229,11 @@ class RpcServer:
         *,
         limits: Limits | None = None,
         allowed_uid: int | None = None,
+        grace_s: float | None = None,
     ) -> None:
         self.methods = methods
+        self.grace_s = grace_s
+        """How long a stop waits for running requests (the daemon's ``--grace-s``)."""
         self.limits = limits or Limits()
         self.allowed_uid = os.getuid() if allowed_uid is None else allowed_uid
         self.connections: set[Connection] = set()
@@ -393,7 +396,9 @@ class RpcServer:
                 )
             if self.stopping and not method.while_stopping:
                 raise RequestError(
-                    protocol.SHUTTING_DOWN, "the daemon is shutting down; retry after restart"
+                    protocol.SHUTTING_DOWN,
+                    "the daemon is shutting down; retry after restart",
+                    self.not_applied(),
                 )
             params = bind_params(method, req.params)
             call = Call(conn, req.id, params)
@@ -444,7 +449,9 @@ class RpcServer:
                 )
             if self.stopping:  # a turn that ends while the daemon stops frees no slot
                 raise RequestError(
-                    protocol.SHUTTING_DOWN, "the daemon stopped before this turn could start"
+                    protocol.SHUTTING_DOWN,
+                    "the daemon stopped before this turn could start",
+                    self.not_applied(),
                 )
             if not said and call.params.get("progress"):
                 said = True
@@ -462,6 +469,12 @@ class RpcServer:
             self._turn_ended = asyncio.Event()
 
     # -- shutdown ------------------------------------------------------------
+
+    def not_applied(self) -> dict[str, Any]:
+        """The data of a refusal made before the request ran (the daemon is stopping): a
+        client may send it again to the next daemon (``substrat.client``); a request cut
+        short by the stop (its ``-32008`` has no ``applied``) may have been applied."""
+        return {"applied": False, "stopping": True, "pid": os.getpid(), "grace_s": self.grace_s}
 
     async def drain(self, grace_s: float) -> int:
         """Stop taking work; wait up to ``grace_s`` for requests in progress.

@@ -15,17 +15,38 @@ environment), not one a command started in between.
 
 A root held by something else (an offline ``compact``, ``fsck --repair`` or
 ``recover``) is named by its pid and command, from ``/proc/locks``.
+
+A daemon that is stopping (``daemon stop``, SIGTERM: it waits up to its grace for
+the turns it runs) closes its socket to new connections at once, but a command
+that connected just before may see its request refused (``-32008`` whose data says
+``applied: false``). Such a request never ran, so the client waits for that daemon
+to exit (:func:`wait_for_stop`, under the start lock), starts the next one and
+sends it again there; a request the stop cut short carries no ``applied`` and is
+never sent twice.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
+from substrat.errors import DaemonError, DaemonUnreachableError, RpcError
 from substrat.rootdir import DAEMON_LOG_NAME
-from substrat.rpc import lock
+from substrat.rpc import lock, protocol
+from substrat.rpc.transport import socket_path
+
+STOP_MARGIN_S = 30.0
+"""How long past its grace a stopping daemon may take to exit (its turns cancelled, its
+sessions suspended, its connections closed) before a command that waits for it gives up."""
+START_LOCK_EXTRA_S = 60.0
+"""How long past that a command waits for the start lock (a ``daemon restart`` holds it
+across its stop and the next daemon's start, recovery included)."""
+
+_POLL_S = 0.01
 
 _OFFLINE_WORK = {
     "compact": "being compacted",
@@ -143,3 +164,108 @@ def start_lock(root: Path, timeout_s: float) -> Iterator[None]:
         yield
     finally:
         os.close(fd)  # drops the lock
+
+
+def stopping_refusal(exc: RpcError) -> dict[str, Any] | None:
+    """The data of a stopping daemon's refusal of a request it never ran (module
+    docstring); None for any other error, a request the stop cut short among them."""
+    data = exc.data
+    if exc.code != protocol.SHUTTING_DOWN or not isinstance(data, dict):
+        return None
+    return data if data.get("applied") is False else None
+
+
+def stop_limit(refusal: dict[str, Any], default_grace_s: float) -> float:
+    """How long to wait for the daemon that sent ``refusal`` to exit: its grace (or
+    ``default_grace_s`` when it does not say) and :data:`STOP_MARGIN_S`."""
+    grace = refusal.get("grace_s")
+    if not isinstance(grace, (int, float)) or isinstance(grace, bool) or grace < 0:
+        grace = default_grace_s
+    return float(grace) + STOP_MARGIN_S
+
+
+def _refused_pid(refusal: dict[str, Any]) -> int | None:
+    pid = refusal.get("pid")
+    return pid if isinstance(pid, int) and not isinstance(pid, bool) else None
+
+
+def refused_while_stopping(root: Path, method: str, refusal: dict[str, Any]) -> str:
+    """What a command that may not start a daemon (``--no-autostart``) says when a
+    stopping daemon refused its request."""
+    pid = _refused_pid(refusal)
+    return (
+        f"the daemon{f' (pid {pid})' if pid else ''} for {root} is stopping: it refused "
+        f"{method}, which was not applied; run the command again once a daemon serves "
+        f"(`substrat daemon start --root {root}`)"
+    )
+
+
+def restart_after_stop(
+    root: Path,
+    method: str,
+    refusal: dict[str, Any],
+    default_grace_s: float,
+    ping: Callable[[Path], dict[str, Any] | None],
+    start: Callable[[bool], None],
+) -> None:
+    """After a stopping daemon refused ``method`` (never run): wait for it to exit, then
+    ``start(True)`` the next daemon under the start lock, as a command does that finds
+    none; a ``daemon restart`` that holds the lock meanwhile starts it instead."""
+    limit = stop_limit(refusal, default_grace_s)
+    with start_lock(root, limit + START_LOCK_EXTRA_S):
+        answer = ping(root)
+        if answer is None or answer.get("stopping"):
+            wait_for_stop(root, _refused_pid(refusal), method, limit)
+            start(True)
+
+
+def wait_for_stop(root: Path, pid: int | None, method: str, limit_s: float) -> None:
+    """Wait up to ``limit_s`` for the stopping daemon ``pid`` to let go of ``root``; a
+    DaemonError saying what to do when it does not."""
+    path = lock.lock_path(root)
+    if wait_until(lambda: not lock.is_held(root) or flock_holder(path) not in (pid, None), limit_s):
+        return
+    who = f"daemon pid {pid}" if pid is not None else "the daemon"
+    raise DaemonError(
+        f"the {who} for {root} has been stopping for over {limit_s:g}s; it refused {method}, "
+        f"which was not applied. See {root / DAEMON_LOG_NAME}; once it has exited "
+        f"(`substrat daemon stop --root {root}` waits for it) run the command again"
+    )
+
+
+def check_socket(root: Path) -> None:
+    """Raise DaemonUnreachableError at once when a live daemon serves on ``root`` but its
+    socket was removed by hand (its lock file too, maybe): it will never answer, and
+    waiting for it (as for a daemon still recovering) would only end at the time limit."""
+    info = lock.socket_gone(root)
+    pid = info.pid if info is not None else None
+    also = ""
+    if info is None and not lock.lock_path(root).exists():
+        pid, also = unreachable_daemon(root), f" (and its lock file {lock.LOCK_NAME})"
+    if pid is not None:
+        raise DaemonUnreachableError(
+            f"daemon pid {pid} is running but its socket {socket_path(root)} is gone{also}; "
+            f"`substrat daemon restart --root {root}`"
+        )
+
+
+def wait_until(condition: Callable[[], bool], timeout_s: float) -> bool:
+    """Whether ``condition`` came true within ``timeout_s`` (looked at every ``_POLL_S``)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if condition():
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(_POLL_S)
+
+
+def log_tail(path: Path, since: int = 0, lines: int = 20) -> str:
+    """The last ``lines`` lines of ``path`` written from offset ``since`` on."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(since)
+            text = handle.read().decode(errors="replace")
+    except OSError:
+        return "(no log)"
+    return "\n".join(text.splitlines()[-lines:]) or "(empty log)"

@@ -249,7 +249,11 @@ def test_stopping_server_refuses_work_but_answers_ping(tmp_path: Path) -> None:
     async def scenario(server: RpcServer, connect: Any, gate: Gate) -> None:
         peer = await connect()
         server.stopping = True
-        assert _code(await peer.call("echo", {"value": 1})) == protocol.SHUTTING_DOWN
+        refusal = await peer.call("echo", {"value": 1})
+        assert _code(refusal) == protocol.SHUTTING_DOWN
+        # never run: a client may send it to the next daemon (substrat.rpc.starting)
+        assert refusal["error"]["data"]["applied"] is False
+        assert refusal["error"]["data"]["pid"] == os.getpid()
         assert (await peer.call("ping"))["result"] == "pong"
 
     run(tmp_path, scenario)
