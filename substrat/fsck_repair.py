@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from substrat import events, fsck_checkpoints, persistence, start_summary
+from substrat import events, fsck_checkpoints, persistence, rootmarker, start_summary
 from substrat.errors import SubstratError
 from substrat.eventlog import LOG_NAME, PENDING_NAME, EventLog, decode_line
 from substrat.facts import names_turn, turn_ceiling
@@ -69,6 +69,7 @@ def repair_root(root: Path, report: _Report, hold: RootHold) -> None:
     # before the first write (see substrat.start_summary): the open below writes a
     # new one when it closes
     start_summary.retire(root)
+    rootmarker.upgrade(root)  # as a recovery does (see substrat.rootmarker)
     store = SessionStore(root)
     quarantine = root / QUARANTINE_DIR
     kinds = {f.kind for f in report.problems}

@@ -54,7 +54,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from substrat import access, events, rollforward, start_summary
+from substrat import access, events, rollforward, rootmarker, start_summary
 from substrat.access import Unreadable
 from substrat.agents import AgentNode, AgentTree
 from substrat.checkpoints import CHECKPOINTS_DIR, Checkpoint, StoreRead, read_store
@@ -160,6 +160,9 @@ def recover(store: SessionStore, logs: LogPool, roots: RootRegistry) -> Recovere
             # before the first write: while a summary exists nothing has written to
             # the root since the clean stop that wrote it (see substrat.start_summary)
             start_summary.retire(store.root)
+            # and a root an older version marked as its own is marked as this one's, so
+            # that version refuses it rather than misread what this one writes
+            rootmarker.upgrade(store.root)
             return _recover(store, logs, roots, report, summary)
         finally:
             if summary is not None:

@@ -29,28 +29,25 @@ from __future__ import annotations
 import enum
 import errno
 import functools
-import json
 import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from substrat import __version__, access, paths, persistence
+from substrat import __version__, access, paths, persistence, rootmarker
 from substrat.errors import (
     NestedRootError,
     NotARootError,
     RootPermissionError,
     RootUnusableError,
 )
+from substrat.rootmarker import MARKER_FORMAT as MARKER_FORMAT
+from substrat.rootmarker import MARKER_VERSION as MARKER_VERSION
 from substrat.rootnest import MARKER_NAME as MARKER_NAME
 from substrat.rootnest import enclosing_root, root_within
 from substrat.rpc import lock
 from substrat.rpc.transport import SOCKET_NAME
 
-MARKER_FORMAT = "substrat-root"
-MARKER_VERSION = 1
-"""The newest root format this code reads and writes."""
-MAX_MARKER_BYTES = 4096
 MAX_ROOT_PATH_CHARS = lock.MAX_SOCKET_FIELD_CHARS - len(os.sep + SOCKET_NAME)
 """The longest root path, as the lock file records it (``lock.record_chars``: a non-ASCII
 character counts as its JSON escape): the running daemon's record names its socket
@@ -187,7 +184,7 @@ def inspect(root: str | os.PathLike[str]) -> RootInfo:
     except OSError as exc:
         raise _unusable(path, exc, "listing it") from None
     if MARKER_NAME in names:
-        return RootInfo(path, RootState.ROOT, version=_marker_version(path))
+        return RootInfo(path, RootState.ROOT, version=rootmarker.version_of(rootmarker.read(path)))
     if not [n for n in names if n != MARKER_NAME + persistence.TMP_SUFFIX]:
         return RootInfo(path, RootState.EMPTY)  # a crash may leave the marker's temp file
     strangers = tuple(n for n in names if _base_name(n) not in legacy_names())
@@ -242,16 +239,6 @@ def _is_session_id(name: str) -> bool:
     except ValueError:
         return False
     return True
-
-
-def _marker_version(path: Path) -> int | None:
-    try:
-        with open(path / MARKER_NAME, "rb") as handle:
-            body = json.loads(handle.read(MAX_MARKER_BYTES))
-    except (OSError, ValueError):
-        return None
-    version = body.get("version") if isinstance(body, dict) else None
-    return version if isinstance(version, int) and not isinstance(version, bool) else None
 
 
 def _no_root_message(info: RootInfo) -> str:
@@ -440,7 +427,9 @@ def prepare_root(root: str | os.PathLike[str], *, create: bool = True) -> Path:
             f"change the mode of a directory it did not create: run `chmod 700 {path}` "
             "to make it private, or pick another directory"
         )
-    if info.state is not RootState.ROOT or info.version != MARKER_VERSION:
+    if info.state is not RootState.ROOT or info.version is None:
+        # an older format is raised by the process that then holds the root
+        # (rootmarker.upgrade): this one may yet be refused it, by a daemon serving it
         _write_marker(path)
     if info.state in (RootState.ROOT, RootState.LEGACY) and mode & 0o077:
         try:
@@ -570,16 +559,8 @@ def _check_owner_and_access(path: Path, *, is_root: bool) -> int:
 
 
 def _write_marker(path: Path) -> None:
-    from substrat.eventlog import utc_now_iso
-
-    body = {
-        "format": MARKER_FORMAT,
-        "version": MARKER_VERSION,
-        "created_at": utc_now_iso(),
-        "created_by": f"substrat {__version__}",
-    }
     try:
-        persistence.atomic_write(path / MARKER_NAME, json.dumps(body).encode() + b"\n")
+        rootmarker.write(path)
     except OSError as exc:
         cause = exc.__cause__ if isinstance(exc.__cause__, OSError) else exc
         raise _unusable(path, cause, f"writing {MARKER_NAME}") from None

@@ -32,7 +32,7 @@ SUBSTRAT = shutil.which("substrat") or ""
 pytestmark = pytest.mark.skipif(not SUBSTRAT, reason="the substrat console script is not installed")
 
 MARKER_NAME = "substrat-root.json"  # docs/daemon.md names it
-MARKER_VERSION = 1
+MARKER_VERSION = 2
 READING = [
     ("agent", "list"),
     ("agent", "tree"),
