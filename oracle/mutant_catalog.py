@@ -372,6 +372,15 @@ CATALOG: tuple[Mutant, ...] = (
         "",
     ),
     Mutant(
+        "summary_quiet_log_unchecked",
+        "a start takes a quiet agent from its start summary entry without comparing its "
+        "log's fingerprint (the quiet pass's own check, inline): a log appended to under the "
+        "summary (an agent.terminated by hand) is taken as it was",
+        "recovery_quiet.py",
+        "            fingerprint = entry[1]\n",
+        "            fingerprint = [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]\n",  # noqa: E501
+    ),
+    Mutant(
         "summary_not_retired_at_start",
         "a start leaves the start summary in place while it writes: a record it writes "
         "before a crash is taken from the summary's copy by the next start (nothing "

@@ -34,6 +34,7 @@ def _by_name(item: tuple[str, str]) -> tuple[str, str]:
 
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+_RESERVED = frozenset({USER, PARENT})
 
 MESSAGE_KINDS = frozenset({"request", "reply", "notification", "broadcast", "result", "error"})
 _STRINGS = ("message_id", "sender", "recipient", "payload", "timestamp")
@@ -314,23 +315,35 @@ class AgentTree:
         """An agent whose node is built when first asked for (see substrat.lazy), from a
         start summary's record fields (provider and model first): as :meth:`add`
         checks and indexes it (NameCollisionError as there, nothing added)."""
-        validate_name(name)
+        # validate_name's and LazyDict's checks, inline: asked of most agents of a start
+        # from the summary (the usual answer first; validate_name says what is wrong)
+        if (
+            type(name) is not str
+            or len(name) > MAX_NAME_CHARS
+            or name in _RESERVED
+            or not _NAME.fullmatch(name)
+        ):
+            validate_name(name)
         nodes = self._nodes
-        if agent_id in nodes:
+        sources = nodes.sources()
+        if agent_id in sources or dict.__contains__(nodes, agent_id):
             raise ValueError(f"agent {agent_id} is already in the tree")
-        # _siblings_of, inline: called for most agents of a start from the summary
+        # _siblings_of, inline
         if parent_id is None:
             siblings = self._roots
-        elif parent_id in self._kids or nodes.is_source(parent_id):
-            siblings = self._kids.setdefault(parent_id, {})
         else:
-            siblings = self.get(parent_id).children
+            siblings = self._kids.get(parent_id)  # type: ignore[assignment]
+            if siblings is None:
+                if parent_id in sources:
+                    siblings = self._kids[parent_id] = {}
+                else:
+                    siblings = self.get(parent_id).children
         if name in siblings:
             raise NameCollisionError(
                 f"an agent named {name!r} already exists here; pick another name"
             )
         siblings[name] = agent_id
-        nodes.add_source(agent_id, (session_id, name, parent_id, instructions, record))
+        sources[agent_id] = (session_id, name, parent_id, instructions, record)
         self._by_session[session_id] = agent_id
 
     def _build(self, agent_id: str, source: tuple[Any, ...]) -> AgentNode:

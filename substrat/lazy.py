@@ -111,6 +111,12 @@ class LazyDict(dict[K, V]):
             raise ValueError(f"{key!r} is built already")
         self._sources[key] = source
 
+    def add_sources(self, sources: dict[K, Any]) -> None:
+        """:meth:`add_source` of each key -> source (ValueError if any is built: none added)."""
+        if not sources.keys().isdisjoint(dict.keys(self)):
+            raise ValueError("a key is built already")
+        self._sources.update(sources)
+
     def is_source(self, key: object) -> bool:
         """Whether ``key``'s value is not built yet (asking builds nothing)."""
         return key in self._sources

@@ -139,6 +139,11 @@ class LogPool:
         assert endpoint not in self._open, endpoint
         self._ends.add_source(endpoint, (offset, last_seq))
 
+    def remember_summarized_all(self, ends: dict[str, tuple[int, int]]) -> None:
+        """:meth:`remember_summarized` of each endpoint -> (offset, last seq), at once."""
+        assert self._open.keys().isdisjoint(ends), "a summarized log is open"
+        self._ends.add_sources(ends)
+
     def end(self, endpoint: str) -> Resume | None:
         """Where the log is known to end (open or closed), if the pool knows."""
         log = self._open.get(endpoint)

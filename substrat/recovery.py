@@ -185,6 +185,7 @@ def _recover(
         report.log_damage[CHECKPOINTS_DIR] = dict(root.checkpoints.damage)
     # the quiet agents are taken whole in the scan's pass (see substrat.recovery_quiet)
     scan = store.recover() if summary is None else store.recover(summary.record, quiet.vouch)
+    quiet.finish()
     if quiet:  # each one's facts came from the summary, as _from_summary counts them
         report.checkpoints_used += len(quiet)
         report.summary_used += len(quiet)
@@ -449,7 +450,7 @@ def _build_tree(
     for sid, f in live.items():
         assert f.created is not None
         pending[sid] = f.created
-    rows = quiet.rows
+    rows, unbuilt, add_unbuilt = quiet.rows, quiet.unbuilt, tree.add_unbuilt
     for sid, row in rows.items():
         pending[sid] = row[0]
     while pending:
@@ -486,8 +487,23 @@ def _build_tree(
                     continue  # its parent is added first
                 report.detached.append(sid)
                 parent = None
-            if sid in rows:
-                placed[sid] = _add_quiet(tree, sid, created, quiet, parent, report)
+            if sid in rows:  # most agents: _add_quiet, inline
+                get = created.get
+                agent_id = str(get("agent_id"))
+                try:  # the name is free (nearly always): a taken one is renamed by _add_node
+                    add_unbuilt(
+                        agent_id,
+                        sid,
+                        str(get("name")),
+                        parent,
+                        str(get("instructions", "")),
+                        quiet.fields[sid],
+                    )
+                    unbuilt[agent_id] = rows[sid]
+                    placed[sid] = agent_id
+                except NameCollisionError:
+                    session = quiet.session(sid)
+                    placed[sid] = _add_node(tree, sid, created, session, parent, report)
             else:
                 placed[sid] = _add_node(tree, sid, created, records[sid], parent, report)
             del pending[sid]
@@ -497,33 +513,6 @@ def _build_tree(
             report.detached.append(sid)
             session = quiet.session(sid) if sid in rows else records[sid]
             placed[sid] = _add_node(tree, sid, pending.pop(sid), session, None, report)
-
-
-def _add_quiet(
-    tree: AgentTree,
-    sid: str,
-    created: dict[str, Any],
-    quiet: QuietAgents,
-    parent_id: str | None,
-    report: RecoveryReport,
-) -> str:
-    """A quiet agent's node, built when first asked for (see substrat.lazy): what
-    :func:`_add_node` builds of it, from its record's fields in the summary."""
-    get = created.get
-    agent_id = str(get("agent_id"))
-    try:  # the name is free (nearly always); a taken one is renamed as _add_node does
-        tree.add_unbuilt(
-            agent_id,
-            sid,
-            str(get("name")),
-            parent_id,
-            str(get("instructions", "")),
-            quiet.fields[sid],
-        )
-    except NameCollisionError:
-        return _add_node(tree, sid, created, quiet.session(sid), parent_id, report)
-    quiet.unbuilt[agent_id] = quiet.rows[sid]
-    return agent_id
 
 
 def _cascade_terminate(

@@ -29,10 +29,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from substrat.eventlog import any_suspect, is_suspect
 from substrat.facts import AgentFacts
 from substrat.logs import LogPool
 from substrat.session import Session
-from substrat.start_summary import Summary, facts_of, quiet_row, session_fields, session_of
+from substrat.start_summary import Summary, facts_of, session_of
 
 _QUIET_STATES = frozenset({"created", "suspended"})
 """A record in any other state is read as always: an ACTIVE one is made SUSPENDED on
@@ -52,30 +53,73 @@ class QuietAgents:
         """Session id -> the entry's facts row (see start_summary.quiet_row)."""
         self.unbuilt: dict[str, list[Any]] = {}
         """Agent id -> the row of each quiet agent added to the tree unbuilt."""
+        self._ends: dict[str, tuple[int, int]] = {}
+        """Session id -> where its log ends and its newest checkpoint's seq, handed to the
+        log pool in one piece (:meth:`finish`)."""
 
     def vouch(self, sid: str) -> bool:
         """Take the agent whole if its summary entry is quiet and holds (see the module
-        docstring); False leaves it to the general path, which checks it again."""
+        docstring); False leaves it to the general path, which checks it again.
+
+        The checks of :func:`~substrat.start_summary.quiet_row`,
+        :func:`~substrat.start_summary.session_fields` and
+        :meth:`~substrat.start_summary.Summary.log_holds`, inline: asked of every quiet
+        agent of a start, where three calls and a fingerprint's list were a third of
+        this pass's Python."""
         summary = self._summary
         assert summary is not None, "no start summary to vouch for an agent"
         entry = summary.agents.get(sid)
         if entry is None:
             return False
         try:
-            row = entry[2]
-            if entry[0][2] not in _QUIET_STATES or not quiet_row(row):
-                return False
             fields = entry[0]
-            if not session_fields(fields):
+            row = entry[2]
+            checkpoint = summary.store.rows.get(sid)  # the newest, as log_holds takes it
+            if not (
+                fields[2] in _QUIET_STATES
+                and type(row) is list  # quiet_row
+                and len(row) == 5
+                and type(row[0]) is dict
+                and type(row[1]) is int
+                and type(row[2]) is int
+                and type(row[3]) is int
+                and type(row[4]) is int
+                and type(fields) is list  # session_fields
+                and len(fields) == 7
+                and type(fields[0]) is str
+                and type(fields[1]) is str
+                and type(fields[3]) is str
+                and type(fields[4]) is int
+                and (fields[6] is None or type(fields[6]) is dict)
+                and type(checkpoint) is list  # log_holds: what a Checkpoint is built of
+                and len(checkpoint) >= 9
+                and checkpoint[1] == 1  # its file_first
+            ):
                 return False
-            st, checkpoint = summary.log_holds(sid, entry, self._logs.path_text)
+            st = summary.log_stat(sid)
+            fingerprint = entry[1]
+            if (  # the log is as the entry says (see Summary.log_holds)
+                st.st_size != fingerprint[2]
+                or st.st_ino != fingerprint[1]
+                or st.st_mtime_ns != fingerprint[3]
+                or st.st_ctime_ns != fingerprint[4]
+                or st.st_dev != fingerprint[0]
+                or len(fingerprint) != 5
+                or (any_suspect() and is_suspect(self._logs.path_text(sid)))
+            ):
+                return False
         except (OSError, ValueError, TypeError, IndexError, KeyError):
             return False  # the general path checks it again and says what is wrong
         del summary.agents[sid]  # used: what it holds goes with it
         self.fields[sid] = fields
         self.rows[sid] = row
-        self._logs.remember_summarized(sid, st.st_size, checkpoint[0])
+        self._ends[sid] = (st.st_size, checkpoint[0])
         return True
+
+    def finish(self) -> None:
+        """Hand the log pool where every quiet agent's log ends (after the pass)."""
+        self._logs.remember_summarized_all(self._ends)
+        self._ends = {}
 
     def __contains__(self, sid: object) -> bool:
         return sid in self.rows

@@ -127,19 +127,23 @@ def summary_path(root: str | os.PathLike[str]) -> str:
     return os.path.join(os.fspath(root), CHECKPOINTS_DIR, SUMMARY_NAME)
 
 
+_NO_ROW: Any = object()
+
+
 @dataclass
 class SummarizedStore(StoreRead):
     """The store as the summary says it is: its checkpoints are built when asked for."""
 
-    rows: dict[str, list[list[Any]]] = field(default_factory=dict)
+    rows: dict[str, list[Any]] = field(default_factory=dict)
+    """Endpoint -> the row of its newest checkpoint (the summary holds no other: see
+    :func:`build`), a list and no more per endpoint until it is asked for."""
     path: Path = field(default_factory=Path)
 
     def _built(self, endpoint: str) -> list[Checkpoint]:
-        rows = self.rows.pop(endpoint, None)
-        if rows is not None:
+        row = self.rows.pop(endpoint, _NO_ROW)
+        if row is not _NO_ROW:
             self.checkpoints[endpoint] = [
                 Checkpoint(endpoint, LogPoint(*row[:7]), None, Stored(self.path, row[7], row[8]))
-                for row in rows
             ]
         return self.checkpoints.get(endpoint, [])
 
@@ -176,6 +180,13 @@ class Summary:
             fd, self._fd = self._fd, None
             os.close(fd)
 
+    def log_stat(self, session_id: str) -> os.stat_result:
+        """The ``stat`` of the agent's log, through ``agents/``'s descriptor."""
+        fd = self._fd
+        if fd is None:
+            fd = self._fd = os.open(self.agents_dir, _DIR_FLAGS)
+        return os.stat(f"{session_id}{os.sep}{LOG_NAME}", dir_fd=fd)
+
     def log_holds(
         self, session_id: str, entry: list[Any], log_path: Callable[[str], str]
     ) -> tuple[os.stat_result, list[Any]]:
@@ -191,12 +202,8 @@ class Summary:
         # the newest checkpoint's row, as store.newest(session_id) would build it (the
         # summary holds only each endpoint's newest): a Checkpoint per agent was a tenth
         # of a start, and most agents' is never asked for before they are used again
-        rows = self.store.rows.get(session_id)
-        row = rows[-1] if rows else None
-        fd = self._fd
-        if fd is None:
-            fd = self._fd = os.open(self.agents_dir, _DIR_FLAGS)
-        st = os.stat(f"{session_id}{os.sep}{LOG_NAME}", dir_fd=fd)
+        row = self.store.rows.get(session_id)
+        st = self.log_stat(session_id)
         if (
             type(row) is not list
             or len(row) < 9  # what a Checkpoint is built of (see SummarizedStore)
@@ -217,10 +224,7 @@ class Summary:
         if entry is None:
             return None
         try:
-            fd = self._fd
-            if fd is None:
-                fd = self._fd = os.open(self.agents_dir, _DIR_FLAGS)
-            if fingerprint(os.stat(f"{session_id}{os.sep}{LOG_NAME}", dir_fd=fd)) != entry[1]:
+            if fingerprint(self.log_stat(session_id)) != entry[1]:
                 return None
             return session_of(session_id, entry[0])
         except (OSError, ValueError, TypeError, KeyError, binascii.Error):
@@ -239,22 +243,6 @@ def session_of(session_id: str, fields: list[Any]) -> Session:
         state_seq,
         agent_id,
         dict(extra) if extra else {},
-    )
-
-
-def session_fields(fields: Any) -> bool:
-    """Whether :func:`session_of` builds a record of these fields (an entry's, checksummed
-    with the file: written by :func:`_agent` from a record that parsed), checked without
-    building it: a quiet agent's record is built when first used (substrat.lazy)."""
-    return (
-        type(fields) is list
-        and len(fields) == 7
-        and fields[2] in _STATES
-        and type(fields[0]) is str
-        and type(fields[1]) is str
-        and type(fields[3]) is str
-        and type(fields[4]) is int
-        and (fields[6] is None or type(fields[6]) is dict)
     )
 
 
@@ -518,14 +506,14 @@ def load(root: str | os.PathLike[str]) -> tuple[Summary | None, str | None]:
             f"{path} {STALE} (the checkpoint store is not the file it was written for: "
             "changed since, or copied or restored, which gives it a new inode)"
         )
-    rows: dict[str, list[list[Any]]] = {}
+    rows: dict[str, list[Any]] = {}
     agents: dict[str, list[Any]] = {}
     try:
         # a piece at a time: orjson builds a parse tree of all it decodes before the
         # objects, which for the whole file would raise a start's peak memory
         for begin, end in itertools.pairwise(lines[1:]):
             for endpoint, row, entry in orjson.loads(view[begin : end - 1]):
-                rows[endpoint] = [row]
+                rows[endpoint] = row
                 if entry is not None:
                     agents[endpoint] = entry
     except (orjson.JSONDecodeError, TypeError, ValueError):

@@ -99,3 +99,24 @@ def test_quiet_agents_are_read_in_full_when_every_checkpoint_is_set_aside(
     assert sorted(got_report.read_in_full) == sorted(want_report.read_in_full)
     assert len(got_report.read_in_full) == len(got.tree) + 1  # every log, the user's too
     assert state(got) == state(want)
+
+
+def test_a_quiet_agents_log_appended_to_under_the_summary_is_read_not_taken(
+    tmp_path: Path,
+) -> None:
+    """``lead/a/deep``, quiet in the summary, terminated by hand in the stopped root (an
+    entry appended to its log): the one ``stat`` of its log the start makes shows it, and
+    both starts read its log (it leaves the tree)."""
+    lazy, eager, ids = _built(tmp_path)
+    deep_sid, deep_id = ids["lead/a/deep"]
+    summary, _ = start_summary.load(lazy)
+    assert summary is not None and start_summary.quiet_row(summary.agents[deep_sid][2])
+    summary.close()
+    for copy in (lazy, eager):
+        log = EventLog(_log(copy, deep_sid), {"session_id": deep_sid})
+        log.log(events.AGENT_TERMINATED, {"agent_id": deep_id, "by": "test"})
+        log.close()
+    got, _ = _same_starts(lazy, eager)
+    assert deep_sid in got.summary_passed_over
+    orch, _ = opened(_copy(lazy, "again"))
+    assert orch.tree.by_session(deep_sid) is None

@@ -124,3 +124,41 @@ def test_a_tree_node_built_late_has_the_children_added_under_its_row() -> None:
     with pytest.raises(NameCollisionError):
         tree.add_unbuilt("e", "se", "child", "p", "", ["prov", "model"])
     assert [n.agent_id for n in tree.walk()] == ["p", "c", "d"]
+
+
+def test_add_sources_adds_each_and_refuses_a_built_key_adding_none() -> None:
+    built: list[str] = []
+    d = _lazy(built)
+    d.add_sources({"y": 6, "z": 7})
+    assert d.unbuilt() == 5 and built == []
+    assert d == {**EAGER, "y": 60, "z": 70}
+    with pytest.raises(ValueError):
+        d.add_sources({"w": 1, "a": 1})
+    assert "w" not in d
+
+
+@pytest.mark.parametrize(
+    "name", ["user", "parent", "-lead", ".x", "a b", "", "x" * 65, "é", 7, None, "a/b"]
+)
+def test_add_unbuilt_refuses_the_names_validate_name_refuses(name: Any) -> None:
+    """add_unbuilt checks a name inline (the usual answer first): whatever validate_name
+    refuses it refuses, with its message, and adds nothing."""
+    from substrat.agents import validate_name
+
+    with pytest.raises(ValueError) as refused:
+        validate_name(name)
+    tree = AgentTree()
+    with pytest.raises(ValueError) as got:
+        tree.add_unbuilt("a", "sa", name, None, "", ["prov", "model"])
+    assert str(got.value) == str(refused.value)
+    assert len(tree) == 0 and tree.agent_of("sa") is None
+
+
+def test_add_unbuilt_refuses_an_agent_id_built_or_not() -> None:
+    tree = AgentTree()
+    tree.add_unbuilt("p", "sp", "boss", None, "", ["prov", "model"])
+    tree.add(AgentNode("q", "sq", "other", None, "", "prov", "model"))
+    for agent_id in ("p", "q"):
+        with pytest.raises(ValueError, match="already in the tree"):
+            tree.add_unbuilt(agent_id, "sz", "fresh", None, "", ["prov", "model"])
+    assert tree.agent_of("sz") is None and len(tree) == 2
