@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from substrat.agents import (
     MAX_NAME_CHARS,
@@ -167,6 +169,34 @@ def test_in_walk_order_is_walks_order_of_the_agents_asked_for() -> None:
     some = {"s-x3", "s-g1", "s-x2", "s-r2", "nobody"}
     assert [n.session_id for n in tree.in_walk_order(some)] == [s for s in walked if s in some]
     assert tree.in_walk_order(set()) == []
+
+
+_TRICKY = ["a", "a-b", "a-c", "a0", "a00", "a.1", "a_1", "b", "c1", "c01", "c2", "c10", "0", "9z"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.sampled_from(_TRICKY), st.integers(min_value=-1, max_value=30))),
+    st.data(),
+)
+def test_in_walk_order_is_walks_order_for_any_tree(
+    adds: list[tuple[str, int]], data: st.DataObject
+) -> None:
+    """Names whose natural keys are equal (``c01``, ``c1``; ``a0``, ``a00``), a prefix of
+    each other or of a sibling's path: in_walk_order of any set is walk's order of it."""
+    tree = AgentTree()
+    ids: list[str] = []
+    for name, parent in adds:
+        parent_id = ids[parent] if 0 <= parent < len(ids) else None
+        agent_id = f"x{len(ids)}"
+        if tree.name_taken(parent_id, name):
+            continue
+        tree.add(node(agent_id, name, parent_id))
+        ids.append(agent_id)
+    walked = [n.session_id for n in tree.walk()]
+    some = set(data.draw(st.lists(st.sampled_from(walked))) if walked else [])
+    assert [n.session_id for n in tree.in_walk_order(set(walked))] == walked
+    assert [n.session_id for n in tree.in_walk_order(some)] == [s for s in walked if s in some]
 
 
 @pytest.mark.parametrize("ref", ["", "/", "gamma", "alpha/nobody", "alpha/worker/worker/deeper"])
