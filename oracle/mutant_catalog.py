@@ -67,9 +67,7 @@ CATALOG: tuple[Mutant, ...] = (
         "mkdir_no_dir_fsync",
         "durable_mkdir creates directories without fsyncing their parents",
         "persistence.py",
-        "                raise\n"
-        "        fsync_dir(_dirname(level))\n"
-        "    return bool(missing)\n",
+        "                raise\n        fsync_dir(_dirname(level))\n    return bool(missing)\n",
         "                raise\n    return bool(missing)\n",
     ),
     Mutant(
@@ -84,7 +82,7 @@ CATALOG: tuple[Mutant, ...] = (
         "durable_mkdir of a directory that is already visible returns without fsyncing its "
         "parent, so a retry after a failed fsync acknowledges an entry that is not durable",
         "persistence.py",
-        "    _make_ancestors_durable(probe, base)\n",
+        "    _make_ancestors_durable(probe, base, found)\n",
         "    pass  # planted: trust what the page cache shows\n",
     ),
     Mutant(
@@ -92,9 +90,8 @@ CATALOG: tuple[Mutant, ...] = (
         "durable_mkdir fsyncs the parent of an existing target but trusts every visible "
         "ancestor, so a directory below one left by a failed call is acknowledged but lost",
         "persistence.py",
-        "    _make_ancestors_durable(probe, base)\n",
-        "    if not missing:\n"
-        "        fsync_dir(_dirname(probe))  # planted: the target alone\n",
+        "    _make_ancestors_durable(probe, base, found)\n",
+        "    if not missing:\n        fsync_dir(_dirname(probe))  # planted: the target alone\n",
     ),
     Mutant(
         "unlink_missing_not_fsynced",

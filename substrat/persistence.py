@@ -23,6 +23,7 @@ simulator that patches ``os`` (faultfs) sees every boundary.
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 from substrat import paths
@@ -190,15 +191,19 @@ def durable_mkdir(
     assert base is None or _within(target, base), f"{base} is not above {target}"
     missing: list[str] = []
     probe = target
+    found: os.stat_result | None = None  # the probe's, when it is a directory
     # the base is a directory (see above): the walk stops there without a stat
-    while probe != base and not os.path.isdir(probe):
+    while probe != base:
+        found = _directory_stat(probe)
+        if found is not None:
+            break
         missing.append(probe)
         parent = _dirname(probe)
         if parent == probe:
             break
         probe = parent
     assert base is None or _within(probe, base), f"durable_base {base} does not exist"
-    _make_ancestors_durable(probe, base)
+    _make_ancestors_durable(probe, base, found)
     for level in reversed(missing):
         try:
             os.mkdir(level, _DIR_MODE)
@@ -209,7 +214,9 @@ def durable_mkdir(
     return bool(missing)
 
 
-def _make_ancestors_durable(existing: str, base: str | None) -> None:
+def _make_ancestors_durable(
+    existing: str, base: str | None, existing_stat: os.stat_result | None = None
+) -> None:
     """Make the entry of the visible directory ``existing`` and of each ancestor durable.
 
     fsyncs each parent from the file system's root (or from ``base``) down to
@@ -220,11 +227,29 @@ def _make_ancestors_durable(existing: str, base: str | None) -> None:
     levels below it. A directory this process may not open (``/home`` at mode
     0711, say) is skipped: we cannot fsync it, and it holds no entry a call of
     ours made, since creating one there fails at that very fsync.
+
+    The walk ends at the file system's root: ``/``, a mount point (its parent is on
+    another device), or a level whose parent cannot be looked up (then nothing above
+    it is visible to us: a file system simulator mounted there, or a search
+    permission we lack). Each level is looked up once (``existing_stat``: the
+    caller's look-up of ``existing``, if it made one).
     """
     chain: list[str] = []
     level = existing
-    while level != base and not _is_fs_root(level):
-        level = _dirname(level)
+    device = None if existing_stat is None else existing_stat.st_dev
+    while level != base:
+        parent = _dirname(level)
+        if parent == level:
+            break
+        try:
+            parent_device = os.stat(parent).st_dev
+            if device is None:
+                device = os.stat(level).st_dev
+        except OSError:
+            break
+        if parent_device != device:
+            break
+        level, device = parent, parent_device
         chain.append(level)
     for parent in reversed(chain):
         try:
@@ -233,20 +258,13 @@ def _make_ancestors_durable(existing: str, base: str | None) -> None:
             continue
 
 
-def _is_fs_root(level: str) -> bool:
-    """True if ``level`` is the root of its file system, so its entry is no one's to sync.
-
-    That is ``/``, a mount point (its parent is on another device), or a level
-    whose parent cannot be looked up: then nothing above it is visible to us
-    (a file system simulator mounted there, or a search permission we lack).
-    """
-    parent = _dirname(level)
-    if parent == level:
-        return True
+def _directory_stat(path: str) -> os.stat_result | None:
+    """``os.stat(path)`` if ``path`` is a directory, else None (``os.path.isdir``)."""
     try:
-        return os.stat(parent).st_dev != os.stat(level).st_dev
-    except OSError:
-        return True
+        found = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return found if stat.S_ISDIR(found.st_mode) else None
 
 
 def durable_create(path: str | os.PathLike[str]) -> None:
