@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Iterable
 from typing import Any
 
 import orjson
@@ -135,40 +136,32 @@ def _plain(item: object, depth: int) -> bool:
     if depth > MAX_NESTING_DEPTH:
         return False
     kind = type(item)
+    members: Iterable[object]
     if kind is dict:
-        if depth == MAX_NESTING_DEPTH:  # no member fits one level down
-            return not item
-        for key, sub in item.items():  # type: ignore[attr-defined]
+        for key in item:  # type: ignore[attr-defined]
             if type(key) is not str and not isinstance(key, str):
                 return False
-            kind = type(sub)
-            if kind is str or sub is None or kind is bool:
-                continue
-            if kind is int:
-                if MIN_INT <= sub <= MAX_INT:
-                    continue
-                return False
-            if not _plain(sub, depth + 1):
-                return False
+        members = item.values()  # type: ignore[attr-defined]
+    elif kind is list:
+        members = item  # type: ignore[assignment]
+    elif item is None or isinstance(item, (str, bool)):
         return True
-    if kind is list:
-        if depth == MAX_NESTING_DEPTH:
-            return not item
-        for sub in item:  # type: ignore[attr-defined]
-            kind = type(sub)
-            if kind is str or sub is None or kind is bool:
-                continue
-            if kind is int:
-                if MIN_INT <= sub <= MAX_INT:
-                    continue
-                return False
-            if not _plain(sub, depth + 1):
-                return False
-        return True
-    if item is None or isinstance(item, (str, bool)):
-        return True
-    if isinstance(item, int):
+    elif isinstance(item, int):
         return MIN_INT <= item <= MAX_INT
-    if isinstance(item, float):
+    elif isinstance(item, float):
         return math.isfinite(item)
-    return False
+    else:
+        return False
+    if depth == MAX_NESTING_DEPTH:  # no member fits one level down
+        return not item
+    for sub in members:
+        kind = type(sub)
+        if kind is str or sub is None or kind is bool:
+            continue
+        if kind is int:
+            if MIN_INT <= sub <= MAX_INT:  # type: ignore[operator]
+                continue
+            return False
+        if not _plain(sub, depth + 1):
+            return False
+    return True
