@@ -80,15 +80,10 @@ class QuietAgents:
                 and type(row) is list  # quiet_row
                 and len(row) == 5
                 and type(row[0]) is dict
-                and type(row[1]) is int
-                and type(row[2]) is int
-                and type(row[3]) is int
-                and type(row[4]) is int
+                and type(row[1]) is type(row[2]) is type(row[3]) is type(row[4]) is int
                 and type(fields) is list  # session_fields
                 and len(fields) == 7
-                and type(fields[0]) is str
-                and type(fields[1]) is str
-                and type(fields[3]) is str
+                and type(fields[0]) is type(fields[1]) is type(fields[3]) is str
                 and type(fields[4]) is int
                 and (fields[6] is None or type(fields[6]) is dict)
                 and type(checkpoint) is list  # log_holds: what a Checkpoint is built of
