@@ -528,13 +528,14 @@ class AgentTree:
         keys: dict[str, str] = {}  # agent id -> its path's key (a parent's, once)
 
         def key(node: AgentNode) -> str:
-            got = keys.get(node.agent_id)
-            if got is None:
-                got = _name_key(node.name)
-                if node.parent_id is not None:
-                    got = f"{key(nodes[node.parent_id])}\x00{got}"
-                keys[node.agent_id] = got
-            return got
+            up = [node]  # the node and its ancestors whose key is not known yet, no
+            while (parent := up[-1].parent_id) is not None and parent not in keys:
+                up.append(nodes[parent])  # recursion: a tree may be deeper than its limit
+            prefix = f"{keys[parent]}\x00" if parent is not None else ""
+            for each in reversed(up):
+                keys[each.agent_id] = got = prefix + _name_key(each.name)
+                prefix = f"{got}\x00"
+            return keys[node.agent_id]
 
         return sorted(chosen, key=key)
 

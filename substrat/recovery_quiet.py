@@ -61,8 +61,8 @@ class QuietAgents:
         """Take the agent whole if its summary entry is quiet and holds (see the module
         docstring); False leaves it to the general path, which checks it again.
 
-        The checks of :func:`~substrat.start_summary.quiet_row`,
-        :func:`~substrat.start_summary.session_fields` and
+        The checks of :func:`~substrat.start_summary.quiet_row`, of the record's fields
+        (what :func:`~substrat.start_summary.session_of` builds a record of) and of
         :meth:`~substrat.start_summary.Summary.log_holds`, inline: asked of every quiet
         agent of a start, where three calls and a fingerprint's list were a third of
         this pass's Python."""
@@ -94,7 +94,8 @@ class QuietAgents:
             st = summary.log_stat(sid)
             fingerprint = entry[1]
             if (  # the log is as the entry says (see Summary.log_holds)
-                st.st_size != fingerprint[2]
+                type(fingerprint) is not list
+                or st.st_size != fingerprint[2]
                 or st.st_ino != fingerprint[1]
                 or st.st_mtime_ns != fingerprint[3]
                 or st.st_ctime_ns != fingerprint[4]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 from hypothesis import given, settings
@@ -239,3 +240,14 @@ def test_check_catches_a_broken_link() -> None:
     tree.get("c1").name = "renamed"  # the parent's index still says "worker"
     with pytest.raises(AssertionError):
         tree.check()
+
+
+def test_in_walk_order_of_a_tree_deeper_than_the_recursion_limit() -> None:
+    tree = AgentTree()
+    parent = None
+    for depth in range(sys.getrecursionlimit() + 100):
+        tree.add(node(f"d{depth}", f"n{depth}", parent))
+        parent = f"d{depth}"
+    walked = [n.session_id for n in tree.walk()]
+    some = set(walked[::7])
+    assert [n.session_id for n in tree.in_walk_order(some)] == [s for s in walked if s in some]
