@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from substrat import __version__, daemon_logging, start_summary
+from substrat import __version__, codeid, daemon_logging, start_summary
 from substrat.checkpointer import CheckpointPolicy
 from substrat.errors import AgentBusyError, RootError, RootLockedError, SubstratError
 from substrat.eventlog import utc_now_iso
@@ -158,6 +158,7 @@ class Daemon:
         return {
             "pid": self.pid,
             "version": __version__,
+            "code": codeid.CODE,
             "root": str(self.root),
             "socket": str(socket_path(self.root)),
             "started_at": self.started_at,

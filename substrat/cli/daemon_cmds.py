@@ -143,6 +143,7 @@ def start(opts: Opts, foreground: bool, timeout_s: float, extra: list[str]) -> N
     pid, started = client_mod.start_daemon(opts.root, timeout_s=timeout_s, daemon_args=extra)
     _created(opts)
     status = _status(opts)
+    other = None if started else _other_code(status)
     if opts.json:
         emit_json(
             {
@@ -150,18 +151,36 @@ def start(opts: Opts, foreground: bool, timeout_s: float, extra: list[str]) -> N
                 "started": started,
                 "created": opts.new_root,
                 "root": str(opts.root),
+                "other_code": other,
                 "status": status,
             }
         )
         return
     verb = "started" if started else "already running"
     opts.out.print(f"daemon {verb} [bold](pid {pid})[/] on {esc(opts.root)}")
+    _say_other_code(opts, other)
     notice = (status or {}).get("last_recovery")
     if started and notice:
         with client_mod.Client(opts.root, timeout_s=opts.timeout_s).connect() as conn:
             names = render.names_of(conn.call("agent.list"))
         for line in render.recovery_lines(notice, names):
             opts.out.print(f"  {line}")
+
+
+def _other_code(status: dict[str, Any] | None) -> str | None:
+    """What other substrat the daemon runs, if not this command's (see substrat.codeid)."""
+    from substrat import codeid
+
+    return codeid.other_code(status.get("code")) if status is not None else None
+
+
+def _say_other_code(opts: Opts, other: str | None) -> None:
+    if other is not None:  # mid-upgrade: the old code serves until restarted
+        opts.out.print(
+            f"  [yellow]it runs {esc(other)}, not this command's[/]; "
+            f"`substrat daemon restart --root {esc(opts.root)}` runs this one "
+            "(running turns finish first)"
+        )
 
 
 def _say_unreachable(opts: Opts, only_pid: bool) -> None:
@@ -338,6 +357,7 @@ def status(opts: Opts, only_pid: bool, timeout_s: float) -> None:
     out = opts.out
     out.print(f"[green]running[/] [bold]pid {answer['pid']}[/] on {esc(answer['root'])}")
     out.print(f"  up {answer['uptime_s']:.1f}s since {answer['started_at']} (v{answer['version']})")
+    _say_other_code(opts, _other_code(answer))
     out.print(
         f"  agents {answer['agents']} ({answer['roots']} roots), turns running "
         f"{answer['busy_turns']}, connections {answer['connections']}, "
