@@ -50,6 +50,14 @@ CATALOG: tuple[Mutant, ...] = (
         "        write_all(fd, data)\n",
     ),
     Mutant(
+        "write_all_ignores_short_write",
+        "write_all makes one os.write and drops what a short write did not take",
+        "persistence.py",
+        "    while view:\n        written = os.write(fd, view)\n",
+        "    if view:  # planted: one write, its count not looped over\n"
+        "        written = os.write(fd, view)\n",
+    ),
+    Mutant(
         "atomic_write_no_dir_fsync",
         "atomic_write never fsyncs the directory after the rename",
         "persistence.py",

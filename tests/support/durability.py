@@ -75,6 +75,23 @@ class Contract:
         )
 
 
+def with_short_writes(contract: Contract, max_bytes: int) -> Contract:
+    """``contract`` on a device whose every write takes at most ``max_bytes`` (a signal, a
+    pipe, a network file system): ``os.write`` returns a count, and a primitive that does
+    not loop over it loses the rest of an acknowledged write. Every promise must hold."""
+
+    def workload(fs: FaultFS) -> None:
+        fs.short_writes(max_bytes)
+        try:
+            contract.workload(fs)
+        finally:
+            fs.short_writes(None)
+
+    return Contract(
+        f"{contract.name} writes of {max_bytes}", workload, contract.check, contract.setup
+    )
+
+
 def _read(path: str) -> bytes | None:
     try:
         with open(path, "rb") as handle:
