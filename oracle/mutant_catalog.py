@@ -58,6 +58,17 @@ CATALOG: tuple[Mutant, ...] = (
         "        written = os.write(fd, view)\n",
     ),
     Mutant(
+        "unterminated_last_line_accepted",
+        "a log's last line without its newline is taken as whole when it decodes: not cut, "
+        "so the next append is glued onto it",
+        "logread.py",
+        '            damage.add("torn_tail", start, raw, line_no, file)\n            break\n',
+        "            if isinstance(decode_line(raw), str):  # planted: one that decodes is whole\n"
+        '                damage.add("torn_tail", start, raw, line_no, file)\n'
+        "                break\n"
+        '            raw += b"\\n"\n',
+    ),
+    Mutant(
         "atomic_write_no_dir_fsync",
         "atomic_write never fsyncs the directory after the rename",
         "persistence.py",

@@ -106,6 +106,7 @@ MATRIX = [
     d.rename_contract(((False, False), (True, False), (True, True), (False, True))),
     d.eventlog_contract([40, 900, 30, 600, 4100], reopen_after=[1, 3]),
     d.eventlog_contract([10, 10, 10]),
+    d.eventlog_contract(d.newline_alone_sizes(4), reopen_after=[2]),
     d.eventlog_contract([40, 900, 30, 600, 4100], reopen_after=[2], retry=True),
     d.pending_contract(4, 2),
     d.pending_contract(3, 4),

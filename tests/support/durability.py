@@ -345,6 +345,22 @@ def open_log(fs: FaultFS) -> EventLog:
     return EventLog(fs.path("s", "events.jsonl"), {"session_id": SESSION_ID}, clock=fixed_clock)
 
 
+def newline_alone_sizes(count: int, block_size: int = 512) -> list[int]:
+    """Payload sizes for entries 1..``count`` whose every line ends with its newline
+    alone at the start of a block: a write torn at that block boundary leaves the whole
+    entry but its newline (a line that decodes, unterminated), which random sizes cut
+    about once in a block's length. A reader that takes it as whole has the next
+    append glued onto it."""
+    sizes, offset = [], 0
+    for seq in range(1, count + 1):
+        body = {"seq": seq, "session_id": SESSION_ID, "ts": FIXED_TS, "event": LOG_EVENT}
+        base = len(encode_entry({**body, "data": _entry_data(seq, 0)}))
+        size = -(offset + base - 1) % block_size  # pattern bytes encode one to one
+        sizes.append(size)
+        offset += base + size
+    return sizes
+
+
 FAILED, UNKNOWN = "failed", "unknown"
 """Markers acknowledged with (marker, seq, attempt) when an append raised: FAILED for a
 DurabilityError (the entry must never appear), UNKNOWN for an OutcomeUnknownError."""
