@@ -14,23 +14,8 @@ instead of silently testing nothing; update the snippet with the refactor.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-
-@dataclass(frozen=True)
-class Mutant:
-    """One planted bug: replace ``old`` (exactly one occurrence) by ``new`` in ``file``."""
-
-    name: str
-    description: str
-    file: str
-    old: str
-    new: str
-
-    def __post_init__(self) -> None:
-        assert self.old and self.old != self.new, f"mutant {self.name} changes nothing"
-        assert not self.file.startswith("/") and ".." not in self.file, self.file
-
+from oracle.mutant_def import Mutant as Mutant
+from oracle.mutant_edges import EDGES
 
 CATALOG: tuple[Mutant, ...] = (
     # -- persistence.py: the durable primitives -------------------------------
@@ -48,25 +33,6 @@ CATALOG: tuple[Mutant, ...] = (
         "persistence.py",
         "        write_all(fd, data)\n        fsync_fd(fd, tmp)\n",
         "        write_all(fd, data)\n",
-    ),
-    Mutant(
-        "write_all_ignores_short_write",
-        "write_all makes one os.write and drops what a short write did not take",
-        "persistence.py",
-        "    while view:\n        written = os.write(fd, view)\n",
-        "    if view:  # planted: one write, its count not looped over\n"
-        "        written = os.write(fd, view)\n",
-    ),
-    Mutant(
-        "unterminated_last_line_accepted",
-        "a log's last line without its newline is taken as whole when it decodes: not cut, "
-        "so the next append is glued onto it",
-        "logread.py",
-        '            damage.add("torn_tail", start, raw, line_no, file)\n            break\n',
-        "            if isinstance(decode_line(raw), str):  # planted: one that decodes is whole\n"
-        '                damage.add("torn_tail", start, raw, line_no, file)\n'
-        "                break\n"
-        '            raw += b"\\n"\n',
     ),
     Mutant(
         "atomic_write_no_dir_fsync",
@@ -593,6 +559,7 @@ CATALOG: tuple[Mutant, ...] = (
         "    return [s for s in sealed[:-1] if s.last < checkpoint.at.file_first]\n",
         "    return [s for s in sealed if s.first <= checkpoint.at.seq]  # planted\n",
     ),
+    *EDGES,
 )
 
 

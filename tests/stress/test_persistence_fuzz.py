@@ -32,6 +32,7 @@ from faultfs import MODES, PROFILES
 from oracle.shards import examples_per_shard
 from tests.support import durability as d
 from tests.support import durability_eio as eio
+from tests.support import durability_roll as roll
 
 pytestmark = pytest.mark.stress
 
@@ -135,6 +136,13 @@ crash test wrote more than it was let, so a writer that ignored a short count (o
 @pytest.mark.parametrize("contract", SHORT_WRITES, ids=[c.name for c in SHORT_WRITES])
 def test_short_writes(contract: d.Contract, profile: str) -> None:
     _explore(contract, profile, block_size=512, seed=0)
+
+
+@pytest.mark.parametrize("profile", ALL_PROFILES)
+def test_roll_after_repair(profile: str) -> None:
+    """A log sealed right after an open cut its torn tail (a compaction after a recovery):
+    the cut, never fsynced by an append, must not come back inside the sealed segment."""
+    _explore(roll.roll_after_repair_contract(3), profile, block_size=512, seed=0)
 
 
 @pytest.mark.parametrize("contract", MATRIX, ids=[c.name for c in MATRIX])
