@@ -100,6 +100,7 @@ class Orchestrator(QueryMixin, CommitMixin, WakeMixin):
         self.mux = Multiplexer(slots, self._load_session, self._save_session)
         self.sessions: dict[str, Session] = {}
         self.turn_counts: dict[str, int] = {}
+        self.failing_wakes: set[str] = set()
         self.settled_turns: dict[str, int] = {}
         """Agent id -> the turn up to which all its turns' effects are applied (a turn
         whose effects failed to apply holds it back until a restart rolls them forward)."""

@@ -32,6 +32,8 @@ class WakeMixin:
     inboxes: InboxRegistry
     turn_counts: dict[str, int]
     clock: Clock
+    failing_wakes: set[str]
+    """Agents whose woken turns fail and were reported: the streak's next failures are not."""
 
     if TYPE_CHECKING:
         new_id: Callable[[], str]
@@ -87,12 +89,21 @@ class WakeMixin:
             try:
                 await self.wake(node)
             except ProviderError as exc:
-                self._report_failure(node, exc)
+                if node.agent_id not in self.failing_wakes:
+                    self.failing_wakes.add(node.agent_id)
+                    self._report_failure(node, exc)
+            else:
+                self.failing_wakes.discard(node.agent_id)
             turns += 1
         return turns
 
     def _report_failure(self, node: AgentNode, exc: Exception) -> None:
-        """A woken agent's turn failed: tell its parent (or the user)."""
+        """A woken agent's turn failed: tell its parent (or the user), once per failing streak.
+
+        The agent keeps its messages and is woken again (the daemon retries it every few
+        seconds): a report per retry would flood the inbox during an outage, and wake a
+        parent agent for every one of them.
+        """
         target = node.parent_id or USER
         self.enqueue(
             MessageEnvelope(
@@ -100,7 +111,11 @@ class WakeMixin:
                 sender=node.agent_id,
                 recipient=target,
                 kind="error",
-                payload=f"agent {self.tree.path(node.agent_id)} failed a turn: {exc}",
+                payload=(
+                    f"agent {self.tree.path(node.agent_id)} failed a turn: {exc}. Its messages "
+                    "stay in its inbox and it is woken again; further failures are not "
+                    "reported until one of its turns succeeds"
+                ),
                 timestamp=self.clock(),
             )
         )
