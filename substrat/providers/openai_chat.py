@@ -291,6 +291,12 @@ class OpenAISession:
                         f"{where}: the conversation no longer fits the context window "
                         f"({describe(exc)}); start a fresh agent with a summary"
                     ) from exc
+                if kind == "untrusted":
+                    raise ProviderConfigError(
+                        f"{where}: its TLS certificate is not trusted ({describe(exc)}); for "
+                        "a server of your own, point SSL_CERT_FILE at its CA certificate in the "
+                        "daemon's environment (then `substrat daemon restart`)"
+                    ) from exc
                 if kind == "permanent":
                     raise ProviderRejectedError(
                         f"{where} rejected the request ({describe(exc)}); "

@@ -7,8 +7,10 @@ environment variables and their limits) and how a failed request is judged
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import ssl
 import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -129,7 +131,8 @@ class BrokenStream(Exception):
 
 
 def classify(exc: BaseException) -> tuple[str, float | None]:
-    """``("transient" | "overflow" | "permanent" | "unknown", retry_after_s)`` for an error."""
+    """``("transient" | "overflow" | "permanent" | "untrusted" | "unknown", retry_after_s)``
+    for an error; ``untrusted``: the endpoint's TLS certificate failed verification."""
     openai = sdk()
     if isinstance(exc, BrokenStream):
         return "transient", None
@@ -142,6 +145,10 @@ def classify(exc: BaseException) -> tuple[str, float | None]:
             return "overflow", None
         return "permanent", None
     if isinstance(exc, openai.APIConnectionError):  # timeouts included
+        if isinstance(root_cause(exc), ssl.SSLCertVerificationError):
+            return "untrusted", None  # the same certificate again will not do better
+        return "transient", None
+    if isinstance(exc, json.JSONDecodeError):  # a garbled event: a proxy's, a cut line
         return "transient", None
     if isinstance(exc, openai.APIError):  # an error event inside the stream
         return ("overflow" if _OVERFLOW_PATTERN.search(str(exc)) else "transient"), None
@@ -159,7 +166,24 @@ def retry_after_s(headers: Mapping[str, str]) -> float | None:
     return None
 
 
+def root_cause(exc: BaseException) -> BaseException:
+    """The innermost exception ``exc`` was raised from (``exc`` itself if none)."""
+    seen = {id(exc)}
+    while (inner := exc.__cause__ or exc.__context__) is not None and id(inner) not in seen:
+        seen.add(id(inner))
+        exc = inner
+    return exc
+
+
 def describe(exc: BaseException) -> str:
+    if isinstance(exc, json.JSONDecodeError):
+        return f"the endpoint sent a stream event that is not JSON ({exc.msg})"
     status = getattr(exc, "status_code", None)
     prefix = f"HTTP {status}: " if status else f"{type(exc).__name__}: "
-    return prefix + (getattr(exc, "message", None) or str(exc) or "no detail")
+    text = prefix + (getattr(exc, "message", None) or str(exc) or "no detail")
+    openai = sdk()
+    if isinstance(exc, openai.APIConnectionError) and not isinstance(exc, openai.APITimeoutError):
+        cause = root_cause(exc)  # the SDK says only "Connection error."
+        if cause is not exc and str(cause):
+            text += f" ({cause})"
+    return text

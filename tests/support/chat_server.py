@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -43,6 +44,7 @@ class Reply:
     hang: bool = False  # hold the request until release() or stop()
     stall_after_chunks: int | None = None  # stream that many events, then hang likewise
     keepalive_s: float = 0.0  # while stalled, send an SSE comment this often (as proxies do)
+    garbled_chunk: int | None = None  # send this event's data as text that is not JSON
     chunk_chars: int = 5
     finish: bool = True  # False: end the stream cleanly but without a finish reason
 
@@ -146,8 +148,15 @@ Responder = Callable[[dict[str, Any]], Reply]
 class ChatServer:
     """Start with ``with ChatServer() as server:``; point the SDK at ``server.base_url``."""
 
-    def __init__(self, responder: Responder = echo, *, max_context_chars: int | None = None):
+    def __init__(
+        self,
+        responder: Responder = echo,
+        *,
+        max_context_chars: int | None = None,
+        tls: ssl.SSLContext | None = None,  # serve https with this server context
+    ):
         self.responder = responder
+        self.tls = tls
         self.max_context_chars = max_context_chars
         self.requests: list[Recorded] = []
         self.on_request: Callable[[Recorded], None] | None = None
@@ -167,6 +176,8 @@ class ChatServer:
             owner = server
 
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        if self.tls is not None:
+            self._httpd.socket = self.tls.wrap_socket(self._httpd.socket, server_side=True)
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
@@ -192,7 +203,8 @@ class ChatServer:
     @property
     def base_url(self) -> str:
         assert self._httpd is not None, "start the server first"
-        return f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
+        scheme = "http" if self.tls is None else "https"
+        return f"{scheme}://127.0.0.1:{self._httpd.server_address[1]}/v1"
 
     # -- scripting ---------------------------------------------------------
 
@@ -342,6 +354,8 @@ class _Handler(BaseHTTPRequestHandler):
                     self.connection.shutdown(socket.SHUT_RDWR)  # no terminating chunk
                     return
                 data = f"data: {json.dumps(event)}\n\n".encode()
+                if sent == reply.garbled_chunk:
+                    data = b"data: {this is not json\n\n"
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
                 sent += 1
             done = b"data: [DONE]\n\n"
