@@ -303,6 +303,14 @@ class OpenAISession:
                         "check the model name, API key and base URL"
                     ) from exc
                 attempt += 1
+                if retry_after_s is not None and retry_after_s > config.backoff_cap_s:
+                    # Waiting that long inside a turn holds the agent; retrying sooner
+                    # only hammers an endpoint that said when it will take requests.
+                    raise ProviderUnavailableError(
+                        f"{where} asks to wait {retry_after_s:g} s before the next request "
+                        f"(Retry-After; {describe(exc)}); nothing of this turn was kept, "
+                        "send it again then"
+                    ) from exc
                 if attempt > config.max_retries:
                     raise ProviderUnavailableError(
                         f"{where} still failing after {config.max_retries} retries "

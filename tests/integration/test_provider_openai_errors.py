@@ -291,3 +291,20 @@ def test_a_given_http_client_factory_builds_each_event_loops_client(server: Chat
     assert len(built) == 2
     # Every request went through the factory's clients, the first loop's through the first.
     assert sent == [(0, "/v1/chat/completions")] * 2 + [(1, "/v1/chat/completions")]
+
+
+def test_a_retry_after_longer_than_the_backoff_cap_fails_the_turn_at_once(
+    server: ChatServer,
+) -> None:
+    server.script(rate_limited(3600), text("too soon"))
+    provider, sleep = make_provider(server, max_retries=3, backoff_cap_s=20.0)
+
+    async def main() -> None:
+        session = await provider.create("m", "", RecordingContext())
+        await turn(session, "hello")
+
+    with pytest.raises(ProviderUnavailableError) as failed:
+        run(main())
+    # Neither an hour inside the turn nor a retry after 20 s that the server refused.
+    assert sleep.delays == [] and len(server.requests) == 1
+    assert "asks to wait 3600 s before the next request (Retry-After; HTTP 429" in str(failed.value)
