@@ -25,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from substrat import provider_env
 from substrat.errors import (
     DaemonDiedError,
     DaemonError,
@@ -582,6 +583,9 @@ def connect_or_start(
         restart_after_stop(client.root, method, refusal, STOP_TIMEOUT_S, ping, start)
 
     def start(locked: bool = False) -> None:  # (locked: the caller holds the start lock)
+        refusal = provider_env.autostart_refusal(root)  # another endpoint: not on demand
+        if refusal is not None:
+            raise DaemonNotRunningError(refusal)
         pid, started = start_daemon(root, create=create, locked=locked)
         if started and on_start is not None:
             on_start(pid)

@@ -47,6 +47,7 @@ from substrat.checkpointer import CheckpointPolicy
 from substrat.errors import AgentBusyError, RootError, RootLockedError, SubstratError
 from substrat.eventlog import utc_now_iso
 from substrat.oserrors import advice, is_host_limit
+from substrat.provider_env import kept as kept_provider_env
 from substrat.root_hold import RootHold
 from substrat.rootdir import check_serving, prepare_root, user_log_failure
 from substrat.rpc.lock import RootLock
@@ -204,6 +205,7 @@ class Daemon:
         from substrat.recovery import gc_paused
 
         lock = RootLock.acquire(self.root)  # RootLockedError propagates to main()
+        lock.provider_env = kept_provider_env(lock.previous)  # in every record: see provider_env
         try:
             # before the lock says "running": a root an application has open is
             # refused with the previous daemon's shutdown state left as it was

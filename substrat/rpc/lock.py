@@ -42,6 +42,7 @@ _LONGEST_RECORD = {  # the running daemon's record (the longest) with an empty s
     "state": "running",
     "socket": "",
     "socket_ino": 2**64 - 1,
+    "provider_env": "0" * 16,
 }
 MAX_SOCKET_FIELD_CHARS = MAX_LOCK_BYTES - len(json.dumps(_LONGEST_RECORD, sort_keys=True)) - 1
 """Room left in a lock record for its socket path, as JSON escapes it (:func:`record_chars`);
@@ -74,6 +75,8 @@ class LockInfo:
     recovered_by: str | None = None
     """Set when the root was recovered offline (``substrat recover``, ``fsck --repair``)
     after its daemon died: the next daemon has nothing left to recover."""
+    provider_env: str | None = None
+    """The fingerprint of the daemon's provider settings (substrat.provider_env)."""
 
     @classmethod
     def parse(cls, raw: bytes) -> LockInfo:
@@ -92,6 +95,7 @@ class LockInfo:
             stopped_at=_opt_str(body.get("stopped_at")),
             socket_ino=_opt_int(body.get("socket_ino")),
             recovered_by=_opt_str(body.get("recovered_by")),
+            provider_env=_opt_str(body.get("provider_env")),
         )
 
     def describe(self) -> str:
@@ -198,6 +202,8 @@ class RootLock:
         self._fd: int | None = fd
         self.previous = previous
         """What the file said before we took it (None: no earlier daemon on this root)."""
+        self.provider_env: str | None = None
+        """Written into every record of this holder (the daemon sets it)."""
 
     @classmethod
     def acquire(cls, root: str | os.PathLike[str], *, retry_s: float = LOCK_RETRY_S) -> RootLock:
@@ -243,6 +249,7 @@ class RootLock:
 
         previous = self.previous
         assert previous is not None
+        self.provider_env = previous.provider_env  # the next autostart still compares with it
         self.write(
             pid=previous.pid,
             started_at=previous.started_at,
@@ -254,6 +261,8 @@ class RootLock:
     def write(self, **fields: Any) -> None:
         """Replace the file's content in place and fsync it."""
         assert self._fd is not None, "lock already released"
+        if self.provider_env is not None:
+            fields.setdefault("provider_env", self.provider_env)
         data = json.dumps(fields, sort_keys=True).encode() + b"\n"
         assert len(data) <= MAX_LOCK_BYTES
         os.ftruncate(self._fd, 0)
