@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from substrat import events
-from substrat.errors import AgentBusyError, ProviderError
+from substrat.errors import AgentBusyError, EntryTooLargeError, ProviderError
 from substrat.providers.base import ProviderSession
 
 MAX_RESPONSE_CHARS = 4 * 1024 * 1024
@@ -117,7 +117,17 @@ class TurnScheduler:
             "transcript": transcript,
         }
         data.update(commit(response, transcript))
-        seq = log.log(events.TURN_COMPLETE, data)
+        try:
+            seq = log.log(events.TURN_COMPLETE, data)
+        except EntryTooLargeError as exc:  # refused before a byte was written
+            reason = (
+                f"turn {turn_id} is too large to keep: its answer, transcript and effects are "
+                f"over the log's limit for one entry ({exc}); nothing of it was kept, ask for "
+                "a shorter answer or for it in parts"
+            )
+            # without it, a restart reported the turn lost in a crash, and told the agent so
+            log.log(events.TURN_FAILED, {"turn_id": turn_id, "error": reason[:MAX_ERROR_CHARS]})
+            raise ProviderError(reason) from exc
         return TurnOutcome(response, transcript, seq)
 
 
