@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from substrat.errors import ProviderConfigError, ProviderUnavailableError
+from substrat.providers.openai_chat import OpenAIProvider
 from tests.support.chat_server import ChatServer, Reply, text
 from tests.support.context import RecordingContext
 from tests.support.openai_provider import make_provider, run, turn
@@ -41,17 +42,17 @@ def test_a_garbled_stream_event_is_retried_as_an_endpoint_fault() -> None:
     )
 
 
+async def one_turn(provider: OpenAIProvider) -> None:
+    session = await provider.create("m", "", RecordingContext())
+    await turn(session, "hi")
+
+
 def test_a_refused_connection_says_so() -> None:
     with ChatServer() as server:
         pass  # stopped: nothing listens on its port any more
     provider, _ = make_provider(server, max_retries=1)
-
-    async def main() -> None:
-        session = await provider.create("m", "", RecordingContext())
-        await turn(session, "hi")
-
     with pytest.raises(ProviderUnavailableError) as failed:
-        run(main())
+        run(one_turn(provider))
     assert "APIConnectionError: Connection error. (" in str(failed.value)
     assert "Connect call failed" in str(failed.value) or "refused" in str(failed.value)
 
@@ -77,13 +78,8 @@ def test_an_untrusted_certificate_is_not_retried_and_says_what_to_do(
 ) -> None:
     with ChatServer(tls=self_signed) as server:
         provider, sleep = make_provider(server, max_retries=3)
-
-        async def main() -> None:
-            session = await provider.create("m", "", RecordingContext())
-            await turn(session, "hi")
-
         with pytest.raises(ProviderConfigError) as failed:
-            run(main())
+            run(one_turn(provider))
     message = str(failed.value)
     assert sleep.delays == [] and server.requests == []
     assert f"openai endpoint {server.base_url} model m: its TLS certificate is not trusted" in (
