@@ -25,6 +25,7 @@ class ProviderRegistry:
         self._factories: dict[str, ProviderFactory] = {}
         self._built: dict[str, Provider] = {}
         self.load_errors: dict[str, str] = {}
+        self._origins: dict[str, str] = {}  # name -> the entry point it came from, for errors
 
     def register(self, name: str, factory: ProviderFactory | Provider) -> None:
         """Register ``factory`` (or a ready provider) under ``name``, replacing any."""
@@ -50,9 +51,13 @@ class ProviderRegistry:
             built = self._factories[name]()
             missing = missing_members(built)
             if missing:  # a factory function's product is only seen here
+                origin = self._origins.get(name)
+                what = "it"
+                if origin:
+                    what = f"{origin} returned a {type(built).__name__!r} object, which"
                 raise UnknownProviderError(
-                    f"provider {name!r} does not implement substrat's Provider: missing "
-                    f"{', '.join(missing)} (see docs/providers.md, Writing a provider)"
+                    f"provider {name!r}: {what} does not implement substrat's Provider: "
+                    f"missing {', '.join(missing)} (see docs/providers.md, Writing a provider)"
                 )
             self._built[name] = built
         return self._built[name]
@@ -78,6 +83,7 @@ class ProviderRegistry:
                 )
                 continue
             self.register(ep.name, loaded)
+            self._origins[ep.name] = f"entry point {ep.name} = {ep.value}{_package(ep)}"
 
 
 PROVIDER_ATTRIBUTES = ("name", "default_model")

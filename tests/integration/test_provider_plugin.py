@@ -164,5 +164,11 @@ def test_an_incomplete_provider_is_refused_at_load_naming_what_is_missing(site: 
     # an attribute the class declares and its __init__ sets is there once it is built
     assert reg.get("late").default_model == "m"
     # a factory function is judged by what it returns, on first use
-    with pytest.raises(UnknownProviderError, match=r"'factory' does not implement .* missing name"):
+    with pytest.raises(UnknownProviderError) as caught:
         reg.get("factory")
+    assert str(caught.value) == (
+        "provider 'factory': entry point factory = my_provider:factory (package my-provider "
+        "0.1) returned a 'Empty' object, which does not implement substrat's Provider: missing "
+        "name, default_model, create(), restore(), models() (see docs/providers.md, Writing a "
+        "provider)"
+    )
