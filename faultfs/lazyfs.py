@@ -138,6 +138,12 @@ class LazyFS:
         self.backing_dir = os.path.realpath(backing_dir)
         for name, path in (("mount_dir", self.mount_dir), ("backing_dir", self.backing_dir)):
             if not os.path.isdir(path):
+                if fuse_mounted_at(path):  # stat fails with ENOTCONN on a dead FUSE mount
+                    raise LazyFSError(
+                        f"{name}={path!r} is a dead FUSE mount (its file system process is "
+                        f"gone, e.g. a LazyFS that was killed); detach it first: "
+                        f"fusermount3 -uz {path}"
+                    )
                 raise ValueError(f"{name}={path!r} is not an existing directory")
         if self.mount_dir == self.backing_dir:
             raise ValueError("mount_dir and backing_dir must be different directories")

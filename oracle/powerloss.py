@@ -238,6 +238,7 @@ class Campaign:
             report.in_flight_at_cut += 1
             report.in_flight_applied += applied
             report.errored_but_applied += applied and driver.unexpected is not None
+            result.in_flight = f"{'done' if applied else 'undone'}: {in_flight.describe()}"
         report.lost_turns_reported += len(recovery.get("lost_turns") or [])
         report.redelivered_reported += len(recovery.get("redelivered") or [])
         report.cycles += 1
@@ -250,7 +251,7 @@ class Campaign:
                 "bytes), which cannot evict; raise --cache-mib for this many cycles"
             )
             return False
-        flight = in_flight.describe() if in_flight is not None else "nothing in flight"
+        flight = result.in_flight or "nothing in flight"
         cut = "LazyFS crash fault" if fired else "SIGKILL + clear-cache"
         self.log(
             f"cycle {index + 1}/{report.cycles_requested}: {cut}; {flight}; "

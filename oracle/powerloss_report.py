@@ -24,7 +24,7 @@ class CycleResult:
     cut: str = ""
     """How the power was cut (empty: the cycle stopped before its cut)."""
     in_flight: str = ""
-    """The operation in flight at the cut, if any."""
+    """The operation in flight at the cut, if any; once checked, ``done: `` or ``undone: ``."""
     lost: Lost = field(default_factory=Lost)
     ok: bool = False
 
@@ -118,7 +118,8 @@ class PowerLossReport:
             else "- cuts that dropped unsynced data: not checked (a plain directory has no "
             "power loss)",
             f"- operations in flight at a cut: {self.in_flight_at_cut} "
-            f"(survived: {self.in_flight_applied})",
+            f"(done: {self.in_flight_applied}; done or undone, both are allowed: "
+            "none was acknowledged)",
             f"- recovery reported: {self.lost_turns_reported} turns lost in flight, "
             f"{self.redelivered_reported} pending messages put back in inboxes",
             f"- I/O errors answered after LazyFS died: {self.io_errors_after_lazyfs_crash} "

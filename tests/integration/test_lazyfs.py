@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import os
 import select
+import signal
 import stat
 import subprocess
 import threading
@@ -407,3 +408,16 @@ def test_mounting_over_a_live_mount_is_refused(lazyfs: LazyFS, tmp_path: Path) -
         second.mount(timeout_s=TIMEOUT_S)
     with pytest.raises(LazyFSError, match="already mounted by this object"):
         lazyfs.mount(timeout_s=TIMEOUT_S)
+
+
+def test_a_dead_mount_left_by_a_killed_lazyfs_is_named(lazyfs: LazyFS) -> None:
+    assert lazyfs.pid is not None
+    os.kill(lazyfs.pid, signal.SIGKILL)
+    lazyfs.wait_crashed(timeout_s=TIMEOUT_S)
+    with pytest.raises(OSError) as dead:
+        os.listdir(lazyfs.mount_dir)
+    assert dead.value.errno == errno.ENOTCONN
+    with pytest.raises(LazyFSError, match="is a dead FUSE mount") as info:
+        LazyFS(lazyfs.mount_dir, lazyfs.backing_dir, binary=lazyfs.binary)
+    assert f"fusermount3 -uz {lazyfs.mount_dir}" in str(info.value)
+    lazyfs.remount(timeout_s=TIMEOUT_S)  # the fixture's object brings it back and tears it down

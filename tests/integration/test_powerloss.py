@@ -64,6 +64,12 @@ def test_the_campaign_on_a_plain_directory_loses_nothing(tmp_path: Path) -> None
     assert report.agents_at_end > 0 and report.turns_at_end > 0
     assert report.cuts_verified == 0
     assert "cuts that dropped unsynced data: not checked" in report.render()
+    # Each checked cycle says what became of the operation in flight, the same everywhere.
+    flights = [c.in_flight for c in report.cycle_results if c.in_flight]
+    assert len(flights) == report.in_flight_at_cut
+    assert all(f.startswith(("done: #", "undone: #")) for f in flights), flights
+    assert sum(f.startswith("done: ") for f in flights) == report.in_flight_applied
+    assert [c["in_flight"] for c in report.to_dict()["cycle_results"] if c["in_flight"]] == flights
 
 
 def test_a_cut_that_drops_nothing_fails_the_campaign(tmp_path: Path) -> None:
