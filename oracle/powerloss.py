@@ -53,6 +53,7 @@ from oracle.powerloss_disk import (
     PlainDisk,
     canary_survived,
     lazyfs_unavailable_reason,
+    leftover_campaigns,
     mount_first,
     tree_bytes,
     write_canary,
@@ -356,6 +357,12 @@ def run_campaign(
     work = Path(tempfile.mkdtemp(prefix="substrat-powerloss-"))
     report = PowerLossReport(seed, "lazyfs" if lazyfs else "plain", cycles)
     report.cuts_checked = lazyfs if verify_cuts is None else verify_cuts
+    report.notes += [
+        f"another campaign's mount (running, or left by a killed run): {x}"
+        for x in leftover_campaigns()
+    ]
+    for note in report.notes:
+        log(f"powerloss: note: {note}")
     began = time.monotonic()
     disk: Any
     if lazyfs:

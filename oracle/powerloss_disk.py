@@ -8,6 +8,7 @@ leave none of it (:func:`canary_survived`), or the run tested nothing.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -103,3 +104,47 @@ def mount_first(disk: Any) -> None:
             f"{disk.binary} did not mount a LazyFS file system (its last words: {said})",
             HOW_TO_GET_FUSE if fuse else HOW_TO_GET_LAZYFS_AGAIN,
         ) from exc
+
+
+_CAMPAIGN_MOUNT = re.compile(r"/substrat-powerloss-[^/]+/mnt$")
+
+
+def leftover_campaigns(mountinfo: str | None = None, proc: Path = Path("/proc")) -> list[str]:
+    """LazyFS mounts of earlier campaigns still up, each with the pids of its processes.
+
+    A campaign killed with SIGKILL cannot take its daemon, LazyFS and mount
+    down. They do not stop the next run (it works in a new directory), but
+    LazyFS keeps its whole cache allocated, so each is named with how to stop
+    it. Nothing is stopped here: another campaign may be running.
+    """
+    if mountinfo is None:
+        try:
+            mountinfo = Path("/proc/self/mountinfo").read_text(errors="replace")
+        except OSError:
+            return []
+    mounts = []
+    for line in mountinfo.splitlines():
+        left, _, right = line.partition(" - ")
+        fields = left.split()
+        if len(fields) > 4 and right.startswith("fuse") and _CAMPAIGN_MOUNT.search(fields[4]):
+            mounts.append(re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4]))
+    if not mounts:
+        return []
+    commands: dict[int, str] = {}
+    for entry in proc.iterdir():
+        if entry.name.isdigit():
+            try:
+                raw = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            commands[int(entry.name)] = raw.replace(b"\0", b" ").decode(errors="replace")
+    found = []
+    for mount in sorted(mounts):
+        work = mount[: -len("/mnt")]
+        pids = sorted(pid for pid, command in commands.items() if f"{work}/" in command)
+        kill = f"kill {' '.join(map(str, pids))}; " if pids else ""
+        found.append(
+            f"{mount} is still mounted (processes: {', '.join(map(str, pids)) or 'none'}); "
+            f"if no campaign runs there any more: {kill}fusermount3 -u {mount}"
+        )
+    return found

@@ -80,6 +80,8 @@ class PowerLossReport:
     """Each of them, named."""
     cycle_results: list[CycleResult] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    """Worth knowing, not failures: e.g. mounts that killed earlier runs left behind."""
 
     @property
     def ok(self) -> bool:
@@ -142,6 +144,9 @@ class PowerLossReport:
             for kind, labels in self.lost.to_dict().items():
                 lines += [f"{kind[:-1] if kind.endswith('s') else kind}: {x}" for x in labels]
             lines.append("```")
+        if self.notes:
+            lines += ["", "## Notes", ""]
+            lines += [f"- {note}" for note in self.notes]
         if self.problems:
             lines += ["", "## Problems", ""]
             lines += ["```", *self.problems, "```"]

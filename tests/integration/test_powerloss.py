@@ -25,7 +25,7 @@ import pytest
 from oracle.daemon_driver import Served, served_differences
 from oracle.losses import lost_between
 from oracle.powerloss import MIN_ACKS_PER_CYCLE, lazyfs_unavailable_reason, run_campaign
-from oracle.powerloss_disk import CANARY_NAME
+from oracle.powerloss_disk import CANARY_NAME, leftover_campaigns
 from substrat import recovery
 from substrat.agents import USER
 
@@ -420,3 +420,69 @@ def test_a_binary_that_is_not_lazyfs_is_refused_with_status_2_and_a_report(
     assert report.startswith("# Power-loss campaign: NOT RUN")
     assert "LazyFS is not available" in report
     assert not (out / "state-at-failure").exists()
+
+
+def test_mounts_left_by_killed_campaigns_are_named_with_their_processes(tmp_path: Path) -> None:
+    proc = tmp_path / "proc"
+    work = "/tmp/x y/substrat-powerloss-abc"
+    for pid, argv in {
+        41: ["lazyfs", f"{work}/mnt", "--config-path", "lazyfs.toml"],
+        42: ["python", "-m", "substrat.daemon", "--root", f"{work}/root"],
+        43: ["python", "-m", "substrat.daemon", "--root", "/elsewhere/root"],
+    }.items():
+        (proc / str(pid)).mkdir(parents=True)
+        (proc / str(pid) / "cmdline").write_bytes(b"\0".join(a.encode() for a in argv) + b"\0")
+    (proc / "self").mkdir()
+    mountinfo = "\n".join(
+        [
+            "20 1 0:5 / /proc rw - proc proc rw",
+            f"90 20 0:77 / {work.replace(' ', chr(92) + '040')}/mnt rw - fuse.lazyfs lazyfs rw",
+            "91 20 0:78 / /mnt/other rw - fuse.sshfs host: rw",
+        ]
+    )
+    [found] = leftover_campaigns(mountinfo, proc)
+    assert found == (
+        f"{work}/mnt is still mounted (processes: 41, 42); if no campaign runs there any "
+        f"more: kill 41 42; fusermount3 -u {work}/mnt"
+    )
+    assert leftover_campaigns("20 1 0:5 / /proc rw - proc proc rw", proc) == []
+
+
+def test_a_campaign_killed_with_sigkill_is_named_by_the_next(tmp_path: Path) -> None:
+    """SIGKILL cannot be cleaned up after; the next run names what was left and how to stop it."""
+    reason = lazyfs_unavailable_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    work = tmp_path / "tmp"
+    work.mkdir()
+    command = [sys.executable, "-m", "oracle.powerloss", "--cycles", "200", "--max-run-s", "0.2"]
+    proc = subprocess.Popen(
+        [*command, "--out", str(tmp_path / "killed")],
+        cwd=REPO,
+        env=os.environ | {"TMPDIR": str(work)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        if line.startswith("cycle 1/200"):
+            break
+    proc.kill()
+    proc.wait()
+    [mount] = [str(p / "mnt") for p in work.iterdir()]
+    try:
+        [found] = [x for x in leftover_campaigns() if x.startswith(mount)]
+        pids = [int(p) for p in found.split("(processes: ")[1].split(")")[0].split(", ")]
+        assert len(pids) >= 1 and f"fusermount3 -u {mount}" in found
+        report = run_campaign(
+            tmp_path / "next", cycles=1, seed=2, max_run_s=0.2, inject_probability=0.0
+        )
+        assert report.ok, report.problems
+        assert any(mount in note for note in report.notes)
+        assert "## Notes" in report.render() and f"fusermount3 -u {mount}" in report.render()
+    finally:
+        for text in _processes_mentioning(str(work)):
+            os.kill(int(text.split(":")[0]), signal.SIGKILL)
+        subprocess.run(["fusermount3", "-uz", mount], capture_output=True)
+    assert _processes_mentioning(str(work)) == []
