@@ -35,6 +35,12 @@ if [ "$require" != 0 ] && [ "$require" != 1 ]; then
     exit 2
 fi
 
+if ! command -v python >/dev/null; then
+    echo "powerloss: no 'python' on PATH: activate the virtualenv the project is installed in" \
+        "(python -m venv .venv && . .venv/bin/activate && pip install -e .)" >&2
+    exit 2
+fi
+
 args=(--cycles "$cycles" --seed "$seed" --max-run-s "$max_run_s" --out "$out")
 if [ "$require" = 0 ]; then
     args+=(--skip-without-lazyfs)

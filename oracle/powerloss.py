@@ -377,6 +377,7 @@ def run_campaign(
             cache_size_bytes=cache_size_bytes,
             fifo_dir=out / "lazyfs",
         )
+        report.lazyfs_binary = disk.binary
     else:
         (work / "state").mkdir()
         disk = PlainDisk(work / "state")

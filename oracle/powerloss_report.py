@@ -80,6 +80,8 @@ class PowerLossReport:
     """Each of them, named."""
     cycle_results: list[CycleResult] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    lazyfs_binary: str = ""
+    """The LazyFS that ran (empty on a plain directory)."""
     notes: list[str] = field(default_factory=list)
     """Worth knowing, not failures: e.g. mounts that killed earlier runs left behind."""
 
@@ -106,7 +108,9 @@ class PowerLossReport:
         lines = [
             f"# Power-loss campaign: {'PASS' if self.ok else 'FAIL'}",
             "",
-            f"- disk: {self.disk}, seed {self.seed}, {self.seconds:.1f} s",
+            f"- disk: {self.disk}"
+            f"{f' ({self.lazyfs_binary})' if self.lazyfs_binary else ''}, seed {self.seed}, "
+            f"{self.seconds:.1f} s",
             f"- cycles: {self.cycles} of {self.cycles_requested} passed ({ran} ran)",
             f"- acknowledged operations: {self.acknowledged} in {ran} cycles"
             f"{', the failing one included' if failed else ''} (cleanly refused: {self.refused})",

@@ -50,6 +50,7 @@ def test_power_loss_cycles_on_lazyfs_lose_nothing_acknowledged(tmp_path: Path) -
     assert report.ok and report.cycles == 3 and report.losses == 0
     assert report.power_cuts + report.lazyfs_crashes == 3
     assert report.cuts_verified == 3, "a cut kept the unsynced canary"
+    assert f"- disk: lazyfs ({report.lazyfs_binary}), seed 8" in report.render()
     assert report.acknowledged > 10, "the workload did too little to mean anything"
     assert (tmp_path / "out" / "daemon.log").stat().st_size > 0
     assert not (tmp_path / "out" / "state-at-failure").exists()
@@ -296,6 +297,18 @@ def test_the_ci_script_fails_without_lazyfs_unless_told_to_skip(tmp_path: Path) 
         timeout=COMMAND_TIMEOUT_S,
     )
     assert bad.returncode == 2 and "POWERLOSS_CYCLES" in bad.stderr
+    tools = tmp_path / "bin"  # what the script needs before python, and no python
+    tools.mkdir()
+    for tool in ("bash", "dirname", "date"):
+        (tools / tool).symlink_to(shutil.which(tool) or f"/usr/bin/{tool}")
+    no_python = subprocess.run(
+        script,
+        env=env | {"PATH": str(tools)},
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_TIMEOUT_S,
+    )
+    assert no_python.returncode == 2 and "no 'python' on PATH" in no_python.stderr
 
 
 def test_importing_the_campaign_does_not_load_the_lazyfs_driver() -> None:
