@@ -5,11 +5,12 @@ from __future__ import annotations
 import functools
 import os
 import sys
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO, NoReturn
 
 import click
 
@@ -24,7 +25,7 @@ from substrat.cli.common import (
     lazy_module,
     offline_command,
 )
-from substrat.errors import DaemonNotRunningError, DaemonStoppedUncleanlyError
+from substrat.errors import DaemonNotRunningError, DaemonStoppedUncleanlyError, RootLockedError
 from substrat.rpc import lock
 from substrat.rpc.transport import socket_path
 from substrat.words import plural, when
@@ -33,6 +34,11 @@ if TYPE_CHECKING:
     from substrat.cli import render
 else:
     render = lazy_module("substrat.cli.render")  # rich, loaded when something is drawn
+
+
+_SERVING_POLL_S = 0.05
+"""How often a foreground start looks whether its daemon serves, to let go of the start
+lock (a ping: tens of microseconds)."""
 
 
 @click.group("daemon")
@@ -134,12 +140,7 @@ def start(opts: Opts, foreground: bool, timeout_s: float, extra: list[str]) -> N
     On a path that holds no root (a new or empty directory) it makes one, and says so.
     """
     if foreground:
-        from substrat import daemon, rootdir
-
-        if opts.new_root:  # made here, not in the daemon's log: a mistyped path shows
-            rootdir.prepare_root(opts.root)
-            _created(opts)
-        sys.exit(daemon.main(["--root", str(opts.root), *extra]))
+        _run_here(opts, timeout_s, extra)
     pid, started = client_mod.start_daemon(opts.root, timeout_s=timeout_s, daemon_args=extra)
     _created(opts)
     status = _status(opts)
@@ -181,6 +182,50 @@ def _say_other_code(opts: Opts, other: str | None) -> None:
             f"`substrat daemon restart --root {esc(opts.root)}` runs this one "
             "(running turns finish first)"
         )
+
+
+def _run_here(opts: Opts, timeout_s: float, extra: list[str]) -> NoReturn:
+    """``daemon start --foreground``: the daemon in this process, started under the root's
+    start lock as a background start is (substrat.rpc.starting), so that it and another
+    start (a command's, a restart's, another --foreground) converge on one daemon: it
+    waits for a start in progress, and names the daemon that serves instead of racing it."""
+    from substrat import daemon, rootdir
+    from substrat.rpc.starting import take_start_lock
+
+    if opts.new_root:  # made here, not in the daemon's log: a mistyped path shows
+        rootdir.prepare_root(opts.root)
+        _created(opts)
+
+    def waiting(pid: int | None) -> None:
+        if not opts.json:
+            who = f" (pid {pid})" if pid is not None else ""
+            opts.err.print(
+                f"substrat: another start of the daemon for {esc(opts.root)}{who} is under "
+                f"way; waiting for it (up to {timeout_s:g}s)"
+            )
+
+    held = take_start_lock(opts.root, timeout_s, waiting)
+    answer = client_mod.ping(opts.root)
+    if answer is not None and not answer.get("stopping"):
+        if held is not None:
+            os.close(held)
+        raise RootLockedError(
+            f"a daemon already serves {opts.root} (pid {answer['pid']}); this terminal runs "
+            f"none: `substrat daemon stop --root {opts.root}` first to run it here"
+        )
+    if held is not None:  # until this process's daemon answers (its recovery included)
+        threading.Thread(target=_let_go_once_serving, args=(opts.root, held), daemon=True).start()
+    sys.exit(daemon.main(["--root", str(opts.root), *extra]))
+
+
+def _let_go_once_serving(root: Path, held: int) -> None:
+    me = os.getpid()
+    while True:
+        answer = client_mod.ping(root)
+        if answer is not None and answer.get("pid") == me:
+            break
+        time.sleep(_SERVING_POLL_S)
+    os.close(held)
 
 
 def _say_unreachable(opts: Opts, only_pid: bool) -> None:

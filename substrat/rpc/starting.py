@@ -145,25 +145,37 @@ def _lock_name(root: Path) -> Path:
     return root / DAEMON_LOG_NAME
 
 
+def take_start_lock(
+    root: Path, timeout_s: float, on_wait: Callable[[int | None], None] | None = None
+) -> int | None:
+    """The root's start lock (module docstring), waited for up to ``timeout_s``: the
+    descriptor that holds it (closing it lets go), or None when the log cannot be opened
+    (the start reports that itself). ``on_wait(pid)`` is called first when another start
+    (``pid``, if known) holds it. Not got in time (another start stuck that long) or
+    not lockable (a file system without flock): the descriptor is handed back all the
+    same, unlocked; a start that loses the race finds the winner afterwards."""
+    name = _lock_name(root)
+    try:
+        fd = os.open(name, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError:
+        return None
+    with contextlib.suppress(OSError):
+        if not lock.flock_within(fd, 0):
+            if on_wait is not None:
+                on_wait(flock_holder(name))
+            lock.flock_within(fd, timeout_s)
+    return fd
+
+
 @contextlib.contextmanager
 def start_lock(root: Path, timeout_s: float) -> Iterator[None]:
-    """Hold the root's start lock (module docstring) for the block; waits up to
-    ``timeout_s`` for another start. A log that cannot be opened (the start reports
-    that itself) or locked (a file system without flock) leaves the block unlocked:
-    a start that loses the race then finds the winner afterwards (client.start_daemon)."""
+    """Hold the root's start lock for the block (:func:`take_start_lock`)."""
+    fd = take_start_lock(root, timeout_s)
     try:
-        fd = os.open(_lock_name(root), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    except OSError:
-        yield
-        return
-    try:
-        # not got (another start stuck that long, or no flock here): go on unlocked; its
-        # daemon, if any, is found afterwards
-        with contextlib.suppress(OSError):
-            lock.flock_within(fd, timeout_s)
         yield
     finally:
-        os.close(fd)  # drops the lock
+        if fd is not None:
+            os.close(fd)  # drops the lock
 
 
 def stopping_refusal(exc: RpcError) -> dict[str, Any] | None:
