@@ -292,6 +292,9 @@ def _in_use(root: Path) -> str:
     answer: it is this root that is to be compacted)."""
     from substrat.rpc import lock
 
+    offline = lock.offline_work(root)  # another compact, fsck --repair, recover
+    if offline is not None:
+        return offline
     info = lock.read_info(root)
     if info is None or info.state != "running" or info.pid is None:
         return (

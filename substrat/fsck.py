@@ -172,6 +172,9 @@ def check(root: str | os.PathLike[str], *, repair: bool = False) -> FsckReport:
     if not path.is_dir():
         raise FsckError(f"{path} is not a directory (no substrat root there)")
     if root_lock.is_held(path):
+        offline = root_lock.offline_work(path)  # compact, fsck --repair, recover: not stopped
+        if offline is not None:
+            raise FsckError(offline)
         info = root_lock.read_info(path)
         holder = info.describe() if info is not None else "another process"
         raise FsckError(

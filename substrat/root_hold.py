@@ -96,6 +96,10 @@ def _lock(root: Path) -> int:
 
 
 def _in_use(root: Path) -> str:
+    holder = lock.flock_holder(root)  # of the directory (this hold)
+    offline = lock.offline_work(root, holder) if holder is not None else None
+    if offline is not None:  # compact, fsck --repair, recover: when to retry
+        return offline
     info = lock.read_info(root) if lock.is_held(root) else None
     if info is not None and info.state == "running" and info.pid is not None:
         return (

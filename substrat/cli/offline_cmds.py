@@ -121,11 +121,13 @@ async def _recover_now(root: Path) -> tuple[dict[str, Any], dict[str, str]]:
     start's do)."""
     from substrat.daemon import as_reported
     from substrat.orchestrator import Orchestrator
-    from substrat.rpc.lock import RootLock
+    from substrat.rpc.lock import RootLock, offline_work
 
     try:
         held = RootLock.acquire(root, retry_s=0)
     except RootLockedError as exc:
+        if offline_work(root) is not None:  # it names the offline command, when to retry
+            raise FsckError(str(exc)) from None
         raise FsckError(f"{exc} (the running daemon has already recovered this root)") from None
     try:
         orch = await Orchestrator.open(root)

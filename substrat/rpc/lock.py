@@ -194,6 +194,75 @@ def flock_within(fd: int, timeout_s: float, *, poll_s: float = 0.01) -> bool:
         time.sleep(poll_s)
 
 
+_OFFLINE_WORK = {
+    "compact": "being compacted",
+    "fsck": "being checked",
+    "recover": "being recovered",
+}
+
+
+def flock_holder(path: Path) -> int | None:
+    """The pid of the process that holds a flock on ``path`` (a file or directory), read
+    from /proc/locks; None when nobody holds it, or without /proc."""
+    try:
+        st = os.stat(path)
+        with open("/proc/locks", encoding="ascii", errors="replace") as file:
+            text = file.read()
+    except OSError:
+        return None
+    want = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    for line in text.splitlines():
+        # "1: FLOCK  ADVISORY  WRITE 4242 fe:00:1234 0 EOF" (a waiter's line has "->")
+        parts = line.split()
+        if len(parts) > 5 and parts[1] == "FLOCK" and parts[5] == want and parts[4].isdigit():
+            return int(parts[4])
+    return None
+
+
+def cmdline(pid: int) -> list[str] | None:
+    """The command line of process ``pid``; None when it is gone (or without /proc)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as file:
+            return [a.decode(errors="replace") for a in file.read().split(b"\0") if a]
+    except OSError:
+        return None
+
+
+def substrat_command(args: list[str]) -> str | None:
+    """``substrat compact`` (``fsck --repair``, ...) for a substrat CLI's argv; None for
+    any other program."""
+    for i, arg in enumerate(args):
+        if os.path.basename(arg) == "substrat" or arg == "substrat.cli":
+            words = [a for a in args[i + 1 :] if a in _OFFLINE_WORK or a == "--repair"]
+            return " ".join(["substrat", *words[:2]])
+    return None
+
+
+def offline_work(root: Path, pid: int | None = None) -> str | None:
+    """``the root R is being compacted by pid N (substrat compact); retry when it ends``
+    when an offline substrat command holds the root's lock (``pid``: its holder, if
+    known); None for anything else (a daemon, another program, nobody)."""
+    pid = flock_holder(lock_path(root)) if pid is None else pid
+    command = substrat_command(cmdline(pid) or []) if pid is not None else None
+    work = next((_OFFLINE_WORK[w] for w in _OFFLINE_WORK if command and w in command), None)
+    if work is None:
+        return None
+    return f"the root {root} is {work} by pid {pid} ({command}); retry when it ends"
+
+
+def in_use(root: str | os.PathLike[str]) -> str:
+    """Why the root's lock is not to be had: an offline command's work (when to retry),
+    else the daemon or other process the lock file names (and how to stop it)."""
+    offline = offline_work(Path(root))
+    if offline is not None:
+        return offline
+    info = read_info(root) or LockInfo(None, None, "unknown")
+    return (
+        f"root {root} is in use by {info.describe()}; stop it with "
+        f"`substrat daemon stop --root {root}` or use another root"
+    )
+
+
 class RootLock:
     """An exclusive hold on a root. Use :meth:`acquire`; release with :meth:`release`."""
 
@@ -215,11 +284,7 @@ class RootLock:
             if not existed:
                 persistence.fsync_dir(path.parent)
             if not flock_within(fd, retry_s, poll_s=0.05):
-                info = read_info(root) or LockInfo(None, None, "unknown")
-                raise RootLockedError(
-                    f"root {root} is in use by {info.describe()}; stop it with "
-                    f"`substrat daemon stop --root {root}` or use another root"
-                )
+                raise RootLockedError(in_use(root))
             raw = os.pread(fd, MAX_LOCK_BYTES, 0)
         except BaseException:
             os.close(fd)

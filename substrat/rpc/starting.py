@@ -14,7 +14,8 @@ its start, so the daemon that runs afterwards is its own (with its shell's
 environment), not one a command started in between.
 
 A root held by something else (an offline ``compact``, ``fsck --repair`` or
-``recover``) is named by its pid and command, from ``/proc/locks``.
+``recover``) is named by its pid and command, from ``/proc/locks``
+(:func:`substrat.rpc.lock.offline_work`).
 
 A daemon that is stopping (``daemon stop``, SIGTERM: it waits up to its grace for
 the turns it runs) closes its socket to new connections at once, but a command
@@ -37,6 +38,7 @@ from typing import Any
 from substrat.errors import DaemonError, DaemonUnreachableError, RpcError
 from substrat.rootdir import DAEMON_LOG_NAME
 from substrat.rpc import lock, protocol
+from substrat.rpc.lock import cmdline, flock_holder, offline_work
 from substrat.rpc.transport import socket_path
 
 STOP_MARGIN_S = 30.0
@@ -48,44 +50,12 @@ across its stop and the next daemon's start, recovery included)."""
 
 _POLL_S = 0.01
 
-_OFFLINE_WORK = {
-    "compact": "being compacted",
-    "fsck": "being checked",
-    "recover": "being recovered",
-}
-
-
-def flock_holder(path: Path) -> int | None:
-    """The pid of the process that holds a flock on ``path`` (a file or directory), read
-    from /proc/locks; None when nobody holds it, or without /proc."""
-    try:
-        st = os.stat(path)
-        with open("/proc/locks", encoding="ascii", errors="replace") as file:
-            text = file.read()
-    except OSError:
-        return None
-    want = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
-    for line in text.splitlines():
-        # "1: FLOCK  ADVISORY  WRITE 4242 fe:00:1234 0 EOF" (a waiter's line has "->")
-        parts = line.split()
-        if len(parts) > 5 and parts[1] == "FLOCK" and parts[5] == want and parts[4].isdigit():
-            return int(parts[4])
-    return None
-
 
 def root_holder(root: Path) -> int | None:
     """The pid of the process that holds ``root`` open (:mod:`substrat.root_hold`: a flock
     on the directory, which a daemon keeps when its ``daemon.lock`` or socket is removed by
     hand); None when nobody holds it, or without /proc."""
     return flock_holder(root)
-
-
-def _cmdline(pid: int) -> list[str] | None:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as file:
-            return [a.decode(errors="replace") for a in file.read().split(b"\0") if a]
-    except OSError:
-        return None
 
 
 def unreachable_daemon(root: Path) -> int | None:
@@ -95,37 +65,15 @@ def unreachable_daemon(root: Path) -> int | None:
     pid = root_holder(root)
     if pid is None or pid == os.getpid():
         return None
-    args = _cmdline(pid)
+    args = cmdline(pid)
     return pid if args is not None and "substrat.daemon" in args else None
-
-
-def substrat_command(args: list[str]) -> str | None:
-    """``substrat compact`` (``fsck --repair``, ...) for a substrat CLI's argv; None for
-    any other program."""
-    for i, arg in enumerate(args):
-        if os.path.basename(arg) == "substrat" or arg == "substrat.cli":
-            words = [a for a in args[i + 1 :] if a in _OFFLINE_WORK or a == "--repair"]
-            return " ".join(["substrat", *words[:2]])
-    return None
-
-
-def offline_work(root: Path, pid: int | None = None) -> str | None:
-    """``the root R is being compacted by pid N (substrat compact); retry when it ends``
-    when an offline substrat command holds the root's lock (``pid``: its holder, if
-    known); None for anything else (a daemon, another program, nobody)."""
-    pid = flock_holder(lock.lock_path(root)) if pid is None else pid
-    command = substrat_command(_cmdline(pid) or []) if pid is not None else None
-    work = next((_OFFLINE_WORK[w] for w in _OFFLINE_WORK if command and w in command), None)
-    if work is None:
-        return None
-    return f"the root {root} is {work} by pid {pid} ({command}); retry when it ends"
 
 
 def busy_message(root: Path, waited_s: float) -> str:
     """Why a start waited ``waited_s`` for the root in vain: who holds it and what to do."""
     pid = flock_holder(lock.lock_path(root))
     if pid is not None:
-        args = _cmdline(pid) or []
+        args = cmdline(pid) or []
         if "substrat.daemon" in args:
             return (
                 f"daemon pid {pid} holds {root} but has not answered for {waited_s:g}s (still "

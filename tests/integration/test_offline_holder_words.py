@@ -1,0 +1,76 @@
+"""fsck, recover and compact on a root another offline command holds: each names the
+holder and its command, and says when to retry, as a daemon's start does (``the root R is
+being compacted by pid N (substrat compact); retry when it ends``), instead of "another
+substrat process (fsck, recover or a starting daemon)" and `substrat daemon stop` (no
+daemon runs). Real processes: the holder is a program whose command line reads as
+``substrat compact`` and holds the root as compact does.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.cli import SUBSTRAT, cli_root, run
+
+pytestmark = pytest.mark.skipif(not SUBSTRAT, reason="the substrat console script is not installed")
+
+_FAKE_COMPACT = """\
+import sys
+from pathlib import Path
+from substrat.root_hold import RootHold
+from substrat.rpc.lock import RootLock
+held = RootLock.acquire(sys.argv[2], retry_s=0)
+hold = RootHold.take(Path(sys.argv[2]))
+print("held", flush=True)
+sys.stdin.read()
+"""
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Iterator[Path]:
+    yield from cli_root(tmp_path)
+
+
+@pytest.fixture
+def compacting(root: Path, tmp_path: Path) -> Iterator[int]:
+    """A `substrat compact` holding ``root`` for the test; its pid."""
+    assert run(root, "agent", "create", "lead").returncode == 0
+    assert run(root, "daemon", "stop").returncode == 0
+    program = tmp_path / "bin" / "substrat"  # its command line reads as `substrat compact`
+    program.parent.mkdir()
+    program.write_text(_FAKE_COMPACT)
+    holder = subprocess.Popen(
+        [sys.executable, str(program), "compact", str(root)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        yield holder.pid
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+@pytest.mark.parametrize(
+    "command",
+    [("fsck",), ("fsck", "--repair"), ("recover",), ("compact",)],
+    ids=" ".join,
+)
+def test_an_offline_command_names_the_compaction_that_holds_the_root(
+    root: Path, compacting: int, command: tuple[str, ...]
+) -> None:
+    refused = run(root, *command, "--root", str(root))
+    assert refused.returncode != 0
+    said = " ".join(refused.stderr.split())
+    assert (
+        f"the root {root} is being compacted by pid {compacting} (substrat compact); "
+        "retry when it ends" in said
+    ), said
+    assert "daemon stop" not in said and "starting daemon" not in said, said
