@@ -211,7 +211,7 @@ class CrashRecoveryMachine(RuleBasedStateMachine):
     @precondition(_has_agents)
     @rule(data=st.data(), name=st.sampled_from(NAMES), crash=maybe_crash)
     def spawn_child(self, data: Any, name: str, crash: CrashPlan | None) -> None:
-        self._step(Step("spawn", pick(data, self._paths(), "parent"), name), crash)
+        self._show_step(Step("spawn", pick(data, self._paths(), "parent"), name), crash)
 
     @precondition(_has_agents)
     @rule(data=st.data(), ask=st.booleans(), crash=maybe_crash)
@@ -219,37 +219,39 @@ class CrashRecoveryMachine(RuleBasedStateMachine):
         paths = self._paths()
         src = pick(data, paths, "from")
         dst = pick(data, [*paths, "user"], "to")
-        self._step(Step("ask" if ask else "send", src, dst), crash)
+        self._show_step(Step("ask" if ask else "send", src, dst), crash)
 
     @precondition(_has_agents)
     @rule(data=st.data(), crash=maybe_crash)
     def broadcast(self, data: Any, crash: CrashPlan | None) -> None:
-        self._step(Step("broadcast", pick(data, self._paths(), "from")), crash)
+        self._show_step(Step("broadcast", pick(data, self._paths(), "from")), crash)
 
     @precondition(_has_agents)
     @rule(data=st.data(), crash=maybe_crash)
     def check_inbox(self, data: Any, crash: CrashPlan | None) -> None:
-        self._step(Step("inbox", pick(data, self._paths(), "agent")), crash)
+        self._show_step(Step("inbox", pick(data, self._paths(), "agent")), crash)
 
     @precondition(_has_agents)
     @rule(data=st.data(), kind=st.sampled_from(("turn", "complete")), crash=maybe_crash)
     def run_turn(self, data: Any, kind: str, crash: CrashPlan | None) -> None:
-        self._step(Step(kind, pick(data, self._paths(), "agent")), crash)
+        self._show_step(Step(kind, pick(data, self._paths(), "agent")), crash)
 
     @precondition(_has_agents)
     @rule(data=st.data(), crash=maybe_crash)
     def terminate_leaf(self, data: Any, crash: CrashPlan | None) -> None:
-        self._step(Step("terminate", pick(data, self._leaves(), "leaf")), crash)
+        self._show_step(Step("terminate", pick(data, self._leaves(), "leaf")), crash)
 
     @precondition(_has_agents)
     @rule(data=st.data(), child=st.sampled_from(NAMES), crash=maybe_crash)
     def terminate_by_parent(self, data: Any, child: str, crash: CrashPlan | None) -> None:
-        self._step(Step("terminate_by_parent", pick(data, self._paths(), "parent"), child), crash)
+        self._show_step(
+            Step("terminate_by_parent", pick(data, self._paths(), "parent"), child), crash
+        )
 
     @precondition(_has_agents)
     @rule(data=st.data(), crash=maybe_crash)
     def eviction(self, data: Any, crash: CrashPlan | None) -> None:
-        self._step(Step("evict", pick(data, self._paths(), "agent")), crash)
+        self._show_step(Step("evict", pick(data, self._paths(), "agent")), crash)
 
     @precondition(_has_agents)
     @rule(crash=maybe_crash)
@@ -265,7 +267,7 @@ class CrashRecoveryMachine(RuleBasedStateMachine):
     @rule(data=st.data(), crash=maybe_crash)
     def checkpoint(self, data: Any, crash: CrashPlan | None) -> None:
         """Checkpoint one log, or all of them (sealing and compacting by the policy)."""
-        self._step(Step("checkpoint", pick(data, ["", *self._paths()], "log")), crash)
+        self._show_step(Step("checkpoint", pick(data, ["", *self._paths()], "log")), crash)
 
     @rule(data=st.data())
     def fsync_failure_and_crash(self, data: Any) -> None:
@@ -331,9 +333,11 @@ class CrashRecoveryMachine(RuleBasedStateMachine):
 
     _shown: list[str] | None = None
 
-    def _show_step(self, step: Step) -> None:
-        self._show(f"state._step({step!r})")
-        self._step(step)
+    def _show_step(self, step: Step, crash: CrashPlan | None = None) -> None:
+        self._show(
+            f"state._step({step!r})" if crash is None else f"state._step({step!r}, {crash!r})"
+        )
+        self._step(step, crash)
 
     def _show(self, call: str) -> None:
         """Note ``call`` for the step's line, on the replay that prints a counterexample
@@ -342,7 +346,8 @@ class CrashRecoveryMachine(RuleBasedStateMachine):
             self._shown = [*(self._shown or []), call]
 
     def _repr_step(self, rule: Any, data: Any, result: Any) -> str:
-        """The EIO and targeted-crash rules' steps as the calls they made, where
+        """The steps of the rules that draw from ``st.data()`` (the EIO and targeted-crash
+        rules, and those that pick an agent) as the calls they made, where
         Hypothesis prints ``state.rule(data=data(...))``, which a reader cannot replay.
 
         Hypothesis's own hook for a step's line (private: a Hypothesis that renames

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from oracle import machines
-from oracle.machines import CrashRecoveryMachine
+from oracle.machines import CrashPlan, CrashRecoveryMachine
+from oracle.workload import Step
 from tests.support.counterexamples import counterexample
 
 RULES = {
@@ -34,3 +37,34 @@ def test_a_counterexample_shows_the_drawing_rules_as_calls(
     # no state.rule(data=data(...)) line for these rules, which a reader cannot replay
     hidden = ("fsync_failure_and_crash", "send_then_crash", "crash_in_a_cascading")
     assert not any(line.startswith(f"state.{name}") for line in lines for name in hidden), lines
+
+
+PICKING = {
+    # a step kind (a planted failure when it runs) -> the rule that drew it
+    "spawn": "spawn_child",
+    "send": "send_message",
+    "checkpoint": "checkpoint",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(PICKING))
+def test_the_rules_that_pick_an_agent_print_as_calls(
+    monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    """``spawn_child``, ``send_message``, ``checkpoint`` (and the other rules that pick an
+    agent from ``st.data()``) show the step they ran, with its crash plan if any."""
+    real = CrashRecoveryMachine._step
+
+    def fails_there(self: CrashRecoveryMachine, step: Step, crash: CrashPlan | None = None) -> None:
+        real(self, step, crash)
+        caller = sys._getframe(1)  # _show_step (or the rule, on the old code)
+        callers = {caller.f_code.co_name, caller.f_back.f_code.co_name if caller.f_back else ""}
+        assert PICKING[kind] not in callers, step  # a planted failure, in that rule's step
+
+    monkeypatch.setattr(CrashRecoveryMachine, "_step", fails_there)
+    lines = counterexample(CrashRecoveryMachine)
+    program = [line for line in lines if line.startswith("state")]
+    last = program[-2].splitlines()[-1]  # (program[-1]: state.teardown())
+    assert last.startswith(f"state._step(Step(kind={kind!r}"), lines
+    assert not any("data=data(" in line for line in program), lines
+    assert not any(line.startswith(f"state.{PICKING[kind]}(") for line in lines), lines
