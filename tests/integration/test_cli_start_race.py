@@ -27,6 +27,7 @@ from substrat.errors import DaemonStartError
 from substrat.rpc import lock
 from substrat.rpc.starting import flock_holder
 from tests.support.cli import cli_env, cli_root, kill_daemon, run, spawn, wait_busy
+from tests.support.holders import compacting
 
 
 @pytest.fixture
@@ -120,31 +121,12 @@ def test_restart_runs_its_own_daemon_while_commands_autostart(root: Path) -> Non
     _finish([sender])
 
 
-_FAKE_COMPACT = """\
-import sys
-from substrat.rpc.lock import RootLock
-held = RootLock.acquire(sys.argv[2], retry_s=0)
-print("held", flush=True)
-sys.stdin.read()
-"""
-
-
 def test_a_start_on_a_root_being_compacted_names_the_compaction(root: Path, tmp_path: Path) -> None:
     """An offline `substrat compact` holds the root: a start says so and when to retry, not
     `substrat daemon stop` (no daemon runs)."""
     assert run(root, "daemon", "start").returncode == 0
     assert run(root, "daemon", "stop").returncode == 0
-    program = tmp_path / "bin" / "substrat"  # its command line reads as `substrat compact`
-    program.parent.mkdir()
-    program.write_text(_FAKE_COMPACT)
-    holder = subprocess.Popen(
-        [sys.executable, str(program), "compact", str(root)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+    with compacting(root, tmp_path) as holder:
         with pytest.raises(DaemonStartError) as caught:
             start_daemon(root, timeout_s=0.5)
         assert str(caught.value) == (
@@ -170,9 +152,6 @@ def test_a_start_on_a_root_being_compacted_names_the_compaction(root: Path, tmp_
         code, out, err = _finish([waiting])[0]
         assert code == 0, err
         assert json.loads(out) == []
-    finally:
-        holder.kill()
-        holder.wait()
 
 
 def test_a_start_that_loses_the_root_uses_the_winner(

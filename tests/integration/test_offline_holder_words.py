@@ -8,27 +8,15 @@ daemon runs). Real processes: the holder is a program whose command line reads a
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.support import holders
 from tests.support.cli import SUBSTRAT, cli_root, run
 
 pytestmark = pytest.mark.skipif(not SUBSTRAT, reason="the substrat console script is not installed")
-
-_FAKE_COMPACT = """\
-import sys
-from pathlib import Path
-from substrat.root_hold import RootHold
-from substrat.rpc.lock import RootLock
-held = RootLock.acquire(sys.argv[2], retry_s=0)
-hold = RootHold.take(Path(sys.argv[2]))
-print("held", flush=True)
-sys.stdin.read()
-"""
 
 
 @pytest.fixture
@@ -41,21 +29,8 @@ def compacting(root: Path, tmp_path: Path) -> Iterator[int]:
     """A `substrat compact` holding ``root`` for the test; its pid."""
     assert run(root, "agent", "create", "lead").returncode == 0
     assert run(root, "daemon", "stop").returncode == 0
-    program = tmp_path / "bin" / "substrat"  # its command line reads as `substrat compact`
-    program.parent.mkdir()
-    program.write_text(_FAKE_COMPACT)
-    holder = subprocess.Popen(
-        [sys.executable, str(program), "compact", str(root)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+    with holders.compacting(root, tmp_path) as holder:
         yield holder.pid
-    finally:
-        holder.kill()
-        holder.wait()
 
 
 @pytest.mark.parametrize(
