@@ -252,7 +252,9 @@ def test_second_foreground_daemon_is_refused(root: Path) -> None:
     first = as_json(run(root, "daemon", "start", "--json"))
     second = run(root, "daemon", "start", "--foreground")
     assert second.returncode == 3
-    assert f"in use by daemon pid {first['pid']}" in second.stderr
+    # named as the daemon that serves (the start lock: test_cli_foreground_start)
+    said = " ".join(second.stderr.split())
+    assert f"a daemon already serves {root} (pid {first['pid']})" in said, said
 
 
 def test_bad_usage_exits_2(root: Path) -> None:
