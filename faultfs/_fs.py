@@ -28,6 +28,7 @@ from faultfs._images import (
     torn_choices,
 )
 from faultfs._model import Model
+from faultfs._process_model import ProcessModel
 from faultfs._profiles import get_profile
 from faultfs._syscalls import Syscalls
 from faultfs._trace import Frame, Op, call_stack
@@ -110,7 +111,9 @@ class FaultFS(Syscalls):
     prefix there (it can still land as zeros, or as garbage on posix); use 512
     to model a disk that only guarantees sector atomicity. LazyFS splits
     writes by bytes, whatever the block size. ``record_trace`` keeps ``trace``
-    and the issuing frames (needed for cause analysis).
+    and the issuing frames (needed for cause analysis). ``durable_state=False``
+    keeps only what the process sees (``_process_model``): cheaper calls, and
+    process crash images only (power, torn and reorder ones raise ConfigError).
     """
 
     @checked
@@ -122,12 +125,14 @@ class FaultFS(Syscalls):
         *,
         block_size: int = DEFAULT_BLOCK_SIZE,
         record_trace: bool = True,
+        durable_state: bool = True,
     ) -> None:
         if outside not in OUTSIDE_POLICIES:
             raise ConfigError(f"outside must be one of {OUTSIDE_POLICIES}, got {outside!r}")
         if not isinstance(block_size, int) or block_size <= 0:
             raise ConfigError(f"block_size must be a positive number of bytes, got {block_size!r}")
-        super().__init__(_check_root(root), Model(get_profile(profile)), record_trace)
+        model = (Model if durable_state else ProcessModel)(get_profile(profile))
+        super().__init__(_check_root(root), model, record_trace)
         self.outside = outside
         self.block_size = block_size
         self.acked: list[Any] = []

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from functools import partial
 
 from faultfs._model import ROOT_INO, WRITE, DataOp, Edit, Inode, Model, apply_data_ops
+from faultfs._process_model import need_durable
 
 MODES = ("process", "power", "torn", "reorder")
 # Enumerating all subsets is exact below this many unsynced operations.
@@ -129,6 +130,7 @@ def process_image(model: Model) -> Model:
 
 def durable_reach(model: Model, choice: ImageChoice) -> Reached:
     """What :func:`durable_image` holds, not built (:func:`reached_fingerprint`, :func:`build`)."""
+    need_durable(model, "a power, torn or reorder image")
     inodes = model.inodes
     overlays: dict[int, dict[str, int]] = {}
     kept = set(choice.data)
@@ -199,6 +201,7 @@ def fingerprint(model: Model) -> Fingerprint:
 
 def durable_files(model: Model) -> list[tuple[str, Inode]]:
     """Files reachable through durable entries, by path (the power image's namespace)."""
+    need_durable(model, "a torn image")
     found: list[tuple[str, Inode]] = []
     stack = [("", ROOT_INO)]
     seen: set[int] = set()
@@ -376,6 +379,7 @@ def _visible_paths(model: Model) -> tuple[dict[int, str], dict[int, str]]:
 
 
 def _units(model: Model) -> list[tuple[int, Unit, str]]:
+    need_durable(model, "a reorder image")
     units: list[tuple[int, Unit, str]] = []
     pending = [node for node in model.inodes.values() if node.pending and not node.is_dir]
     if not model.meta_pending and not pending:

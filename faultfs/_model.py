@@ -119,6 +119,8 @@ class Model:
     """All inodes of one simulated file system plus its unsynced namespace changes."""
 
     __slots__ = ("clock", "dropped", "inodes", "meta_pending", "next_ino", "profile")
+    keeps_durable = True
+    """False in :class:`faultfs._process_model.ProcessModel` (visible layer only)."""
 
     def __init__(self, profile: Profile) -> None:
         self.profile = profile
@@ -137,7 +139,7 @@ class Model:
     # ----------------------------------------------------------------- copies
 
     def clone(self) -> Model:
-        twin = Model(self.profile)
+        twin = type(self)(self.profile)
         twin.inodes = {ino: node.clone() for ino, node in self.inodes.items()}
         twin.next_ino = self.next_ino
         twin.meta_pending = list(self.meta_pending)

@@ -147,7 +147,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         else:
             # Active for the whole example: activating a FaultFS patches every
             # intercepted function, which costs more than many steps do.
-            self.fs = FaultFS(FAULTFS_ROOT, record_trace=False)
+            self.fs = FaultFS(FAULTFS_ROOT, record_trace=False, durable_state=False)
             self.dir = Path(FAULTFS_ROOT)
             self.fs.__enter__()
         self.loop = asyncio.new_event_loop()
