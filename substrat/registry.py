@@ -41,6 +41,7 @@ from substrat.eventlog import (
     Clock,
     Entry,
     EventLog,
+    Resume,
     read_log,
     repair_log,
     utc_now_iso,
@@ -163,6 +164,9 @@ class RootRegistry:
         self._log: EventLog | None = None
         self.read = RegistryRead()
         self._advice: str | None = None
+        # Where load's repair left the file: register's first open starts there (the
+        # root is held, so nothing else wrote it) instead of scanning it again.
+        self._resume: Resume | None = None
 
     def load(self) -> RegistryRead:
         """Repair and read the registry (recovery does this once, first); leave it closed.
@@ -171,7 +175,7 @@ class RootRegistry:
         the daemon still serves every agent (only creating roots waits for a fix).
         """
         self.close()
-        self._advice = None
+        self._advice = self._resume = None
         read = RegistryRead()
         try:
             # one lstat each (a symlink is followed, as os.path.isdir and isfile would)
@@ -186,6 +190,7 @@ class RootRegistry:
                 listed = (sealed, active_start(self.path, sealed, names), names)
                 opened = repair_log(self.path, read.add_all, listed=listed)
                 read.damage = opened.kept_damage().counts()
+                self._resume = opened.resume()
         except OSError as exc:
             read = RegistryRead(problem=f"{self.path}: {exc}")
             if exc.errno in _HOST_ERRNOS:  # modes, a device: fsck --repair cannot fix those
@@ -208,7 +213,9 @@ class RootRegistry:
         self.check_usable()
         if self._log is None or self._log.closed:
             persistence.durable_mkdir(self.path.parent)
-            self._log = EventLog(self.path, {"endpoint": REGISTRY_DIR}, clock=self._clock)
+            resume, self._resume = self._resume, None
+            context = {"endpoint": REGISTRY_DIR}
+            self._log = EventLog(self.path, context, clock=self._clock, resume=resume)
         self._log.log(events.ROOT_REGISTERED, data)
         self.read.roots[data["session_id"]] = dict(data)
 

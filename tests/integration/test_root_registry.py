@@ -296,3 +296,32 @@ def test_the_registry_load_tells_each_shape(tmp_path: Path, shape: str, usable: 
     assert (read.problem is None) == usable, read.problem
     holds = shape in ("plain", "directory_linked", "log_linked")
     assert list(read.roots) == (["a" * 32] if holds else [])
+
+
+def test_a_register_after_the_load_does_not_read_the_registry_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The load's repair says where the registry ends: the next root's register opens the
+    log there (nothing else writes it while the root is held) and numbers on from it."""
+    from substrat import eventlog
+    from substrat.registry import FIELDS, RootRegistry
+
+    def entry(letter: str) -> dict[str, Any]:
+        return {field: letter * 32 if field == "session_id" else letter for field in FIELDS}
+
+    first = RootRegistry(tmp_path)
+    first.register(entry("a"))
+    first.close()
+    registry = RootRegistry(tmp_path)
+    assert list(registry.load().roots) == ["a" * 32]
+    scans: list[int] = []
+    scan = eventlog._scan_for_repair
+    monkeypatch.setattr(
+        eventlog, "_scan_for_repair", lambda *args: scans.append(args[3]) or scan(*args)
+    )
+    registry.register(entry("b"))
+    registry.close()
+    assert scans == [], "the register scanned what the load had just read"
+    lines = (tmp_path / "roots" / "events.jsonl").read_bytes().splitlines()
+    assert [json.loads(line)["seq"] for line in lines] == [1, 2]
+    assert list(RootRegistry(tmp_path).load().roots) == ["a" * 32, "b" * 32]
