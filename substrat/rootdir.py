@@ -166,6 +166,19 @@ def inspect(root: str | os.PathLike[str]) -> RootInfo:
     holding session directories (or nothing). Raises RootUnusableError
     when the path is not a directory or cannot be read.
     """
+    looked = _look(root)
+    if isinstance(looked, RootInfo):
+        return looked
+    path, names, strangers = looked
+    evidence = _substrat_evidence(path, names) if not strangers else None
+    if evidence is not None:
+        return RootInfo(path, RootState.LEGACY, unproven=evidence == _EMPTY_AGENTS)
+    return RootInfo(path, RootState.FOREIGN, strangers=strangers or tuple(names))
+
+
+def _look(root: str | os.PathLike[str]) -> RootInfo | tuple[Path, list[str], tuple[str, ...]]:
+    """What the top level of ``root`` decides (missing, a root, empty: its RootInfo),
+    else its path, its sorted names and those substrat would not have put there."""
     # the Path kept for this root (an open inspects it first, every time)
     path = paths.under(root).expanduser().absolute()
     try:
@@ -187,11 +200,7 @@ def inspect(root: str | os.PathLike[str]) -> RootInfo:
         return RootInfo(path, RootState.ROOT, version=rootmarker.version_of(rootmarker.read(path)))
     if not [n for n in names if n != MARKER_NAME + persistence.TMP_SUFFIX]:
         return RootInfo(path, RootState.EMPTY)  # a crash may leave the marker's temp file
-    strangers = tuple(n for n in names if _base_name(n) not in legacy_names())
-    evidence = _substrat_evidence(path, names) if not strangers else None
-    if evidence is not None:
-        return RootInfo(path, RootState.LEGACY, unproven=evidence == _EMPTY_AGENTS)
-    return RootInfo(path, RootState.FOREIGN, strangers=strangers or tuple(names))
+    return path, names, tuple(n for n in names if _base_name(n) not in legacy_names())
 
 
 def _base_name(name: str) -> str:
@@ -369,7 +378,7 @@ def refuse_foreign(root: str | os.PathLike[str]) -> RootInfo:
     return info
 
 
-def refuse_strangers(root: str | os.PathLike[str]) -> RootInfo:
+def refuse_strangers(root: str | os.PathLike[str]) -> None:
     """Fail, writing nothing, if ``root`` holds anything substrat would not have put there.
 
     For :meth:`substrat.orchestrator.Orchestrator.open`, which has always made
@@ -379,13 +388,15 @@ def refuse_strangers(root: str | os.PathLike[str]) -> RootInfo:
     path to a project or a home directory is refused before anything is
     created in it.
     """
-    info = inspect(root)
-    if info.state is RootState.FOREIGN and any(
-        _base_name(name) not in legacy_names() for name in info.strangers
-    ):
-        raise NotARootError(_no_root_message(info))
-    _check_version(info)
-    return info
+    looked = _look(root)
+    if isinstance(looked, RootInfo):
+        _check_version(looked)
+    elif looked[2]:
+        raise NotARootError(
+            _no_root_message(RootInfo(looked[0], RootState.FOREIGN, strangers=looked[2]))
+        )
+    # Only substrat's names: accepted whether or not they show substrat's hand (a legacy
+    # root or not, to inspect), so that is not looked into (a listing of agents/, a stat).
 
 
 def _check_version(info: RootInfo) -> None:

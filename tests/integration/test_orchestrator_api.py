@@ -59,6 +59,37 @@ def test_open_takes_a_root_a_crash_left_with_substrat_names_only(tmp_path: Path)
     assert (left / "agents").is_dir()
 
 
+def test_open_does_not_look_into_a_root_of_substrat_names_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A library root has no marker, so every open of it found it a root from before the
+    marker by listing agents/; only strangers matter to an open, so it lists the top only."""
+    from substrat import rootdir
+
+    async def go(root: Path) -> None:
+        orch = await Orchestrator.open(root, registry=registry())
+        await orch.create_root("lead", "You lead.", provider="scripted")
+        await orch.close()
+
+    root = tmp_path / "lib"
+    run(go(root))
+    assert MARKER_NAME not in {p.name for p in root.iterdir()}
+    assert rootdir.inspect(root).state is rootdir.RootState.LEGACY  # what a CLI start finds
+
+    def looked(*args: object) -> None:
+        raise AssertionError("the open looked into agents/")
+
+    async def reopen() -> None:
+        orch = await Orchestrator.open(root, registry=registry())
+        await orch.close()
+
+    monkeypatch.setattr(rootdir, "_substrat_evidence", looked)
+    run(reopen())  # accepted without a look
+    (root / "notes.txt").write_text("mine\n")
+    with pytest.raises(NotARootError, match=r"not a substrat root.*notes\.txt"):
+        rootdir.refuse_strangers(root)
+
+
 def test_open_refuses_a_root_of_a_newer_format(tmp_path: Path) -> None:
     newer = tmp_path / "newer"
     newer.mkdir()
