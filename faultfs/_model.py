@@ -155,10 +155,10 @@ class Model:
         self.inodes[node.ino] = node
         return node
 
-    def change_namespace(
+    def edit_visible(
         self, kind: str, edits: tuple[Edit, ...], flush: tuple[int, int] | None = None
     ) -> None:
-        """Apply ``edits`` to the visible entries; make them durable per the profile."""
+        """The visible half of :meth:`change_namespace` (all of it in a ProcessModel)."""
         inodes = self.inodes
         for dir_ino, name, target in edits:
             entries = inodes[dir_ino].entries
@@ -171,6 +171,12 @@ class Model:
                 entries[name] = target
                 inodes[target].nlink += 1
         self.clock += 1
+
+    def change_namespace(
+        self, kind: str, edits: tuple[Edit, ...], flush: tuple[int, int] | None = None
+    ) -> None:
+        """Apply ``edits`` to the visible entries; make them durable per the profile."""
+        self.edit_visible(kind, edits)
         op = MetaOp(self.clock, kind, edits, flush if self.profile.replace_flushes_data else None)
         if self.profile.meta_immediate:
             self._commit_meta(op)
@@ -196,7 +202,8 @@ class Model:
 
     # ------------------------------------------------------------------- data
 
-    def write(self, node: Inode, offset: int, payload: bytes, mtime_ns: int) -> None:
+    def write_visible(self, node: Inode, offset: int, payload: bytes, mtime_ns: int) -> None:
+        """The visible half of :meth:`write` (all of it in a ProcessModel)."""
         data = node.data
         if not isinstance(data, bytearray):
             data = node.data = bytearray(data)
@@ -205,10 +212,14 @@ class Model:
             data.extend(bytes(offset - size))
         data[offset : offset + len(payload)] = payload
         self.clock += 1
-        node.pending.append((self.clock, WRITE, offset, payload))
         node.mtime_ns = mtime_ns
 
-    def truncate(self, node: Inode, size: int, mtime_ns: int) -> None:
+    def write(self, node: Inode, offset: int, payload: bytes, mtime_ns: int) -> None:
+        self.write_visible(node, offset, payload, mtime_ns)
+        node.pending.append((self.clock, WRITE, offset, payload))
+
+    def truncate_visible(self, node: Inode, size: int, mtime_ns: int) -> None:
+        """The visible half of :meth:`truncate` (all of it in a ProcessModel)."""
         data = node.data
         if not isinstance(data, bytearray):
             data = node.data = bytearray(data)
@@ -217,8 +228,11 @@ class Model:
         else:
             data.extend(bytes(size - len(data)))
         self.clock += 1
-        node.pending.append((self.clock, TRUNCATE, size, b""))
         node.mtime_ns = mtime_ns
+
+    def truncate(self, node: Inode, size: int, mtime_ns: int) -> None:
+        self.truncate_visible(node, size, mtime_ns)
+        node.pending.append((self.clock, TRUNCATE, size, b""))
 
     def flush_data(self, node: Inode, upto: int | None = None) -> None:
         """Make ``node``'s pending data durable (only ops with gseq <= ``upto``)."""

@@ -17,7 +17,7 @@ answering from a durable layer that was never kept.
 
 from __future__ import annotations
 
-from faultfs._model import Edit, Inode, Model
+from faultfs._model import Inode, Model
 from faultfs.errors import ConfigError
 
 
@@ -27,42 +27,10 @@ class ProcessModel(Model):
     __slots__ = ()
     keeps_durable = False
 
-    def change_namespace(
-        self, kind: str, edits: tuple[Edit, ...], flush: tuple[int, int] | None = None
-    ) -> None:
-        inodes = self.inodes
-        for dir_ino, name, target in edits:
-            entries = inodes[dir_ino].entries
-            old = entries.get(name)
-            if old is not None:
-                inodes[old].nlink -= 1
-            if target is None:
-                del entries[name]
-            else:
-                entries[name] = target
-                inodes[target].nlink += 1
-        self.clock += 1  # as Model's: file times come from the clock
-
-    def write(self, node: Inode, offset: int, payload: bytes, mtime_ns: int) -> None:
-        data = node.data
-        if not isinstance(data, bytearray):
-            data = node.data = bytearray(data)
-        if offset > len(data) and payload:
-            data.extend(bytes(offset - len(data)))
-        data[offset : offset + len(payload)] = payload
-        self.clock += 1
-        node.mtime_ns = mtime_ns
-
-    def truncate(self, node: Inode, size: int, mtime_ns: int) -> None:
-        data = node.data
-        if not isinstance(data, bytearray):
-            data = node.data = bytearray(data)
-        if size < len(data):
-            del data[size:]
-        else:
-            data.extend(bytes(size - len(data)))
-        self.clock += 1
-        node.mtime_ns = mtime_ns
+    # Everything a process sees, and nothing else.
+    change_namespace = Model.edit_visible
+    write = Model.write_visible
+    truncate = Model.truncate_visible
 
     def fsync_file(self, node: Inode) -> None:
         """Nothing to make durable: no durable layer is kept."""
