@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 from substrat import __version__, codeid, daemon_logging, start_summary
 from substrat.checkpointer import CheckpointPolicy
-from substrat.errors import AgentBusyError, RootError, RootLockedError, SubstratError
+from substrat.errors import RootError, RootLockedError, SubstratError
 from substrat.eventlog import utc_now_iso
 from substrat.oserrors import advice, is_host_limit
 from substrat.provider_env import kept as kept_provider_env
@@ -54,6 +54,7 @@ from substrat.rpc.lock import RootLock
 from substrat.rpc.methods import build_methods
 from substrat.rpc.server import Limits, RpcServer
 from substrat.rpc.transport import bind_private, socket_path
+from substrat.wakeloop import WakePacer, wake_loop
 from substrat.words import plural
 
 if TYPE_CHECKING:
@@ -65,7 +66,6 @@ log = logging.getLogger("substrat.daemon")
 HEARTBEAT_S = 5.0
 GRACE_S = 10.0
 DEFAULT_SLOTS = 8
-WAKE_BACKOFF_MAX_S = 5.0
 NOTABLE_RECOVERY_KEYS = (
     "lost_turns",
     "redelivered",
@@ -141,7 +141,6 @@ class Daemon:
         self._stop = asyncio.Event()
         self._wake = asyncio.Event()
         self._stop_reason = ""
-        self._failures_seen = 0
         self.served = False
         """Whether it got as far as serving (a failure after that is not a start's)."""
 
@@ -253,7 +252,7 @@ class Daemon:
             loop.add_signal_handler(signum, self.request_stop, signal.Signals(signum).name)
         unsubscribe = self.orch.subscribe(self._on_event)
         self.server.agent_count = lambda: len(self.orch.tree)
-        self.orch.on_unapplied = self._wake.set  # the wake loop retries it (_wake_loop)
+        self.orch.on_unapplied = self._wake.set  # the wake loop retries it (wakeloop)
         path = socket_path(self.root)
         sock = bind_private(path)
         listener = await asyncio.start_unix_server(self.server.handle, sock=sock)
@@ -267,7 +266,9 @@ class Daemon:
         )
         tasks = [asyncio.create_task(self._heartbeat_loop())]
         if self.config.wake:
-            tasks.append(asyncio.create_task(self._wake_loop()))
+            tasks.append(
+                asyncio.create_task(wake_loop(self.orch, self._wake, self._stop, WakePacer()))
+            )
             self._wake.set()  # messages redelivered by recovery may be waiting
         log.info("ready: listening on %s", path)
         self.served = True
@@ -344,8 +345,6 @@ class Daemon:
 
     def _on_event(self, kind: str, payload: dict[str, Any]) -> None:
         self.server.publish(kind, payload)
-        if kind == "turn.failed":
-            self._failures_seen += 1
         if kind in ("turn.completed", "turn.failed", "agent.terminated") or (
             kind == "message.enqueued" and payload.get("recipient") != "user"
         ):
@@ -360,41 +359,6 @@ class Daemon:
                 {key: status[key] for key in ("pid", "uptime_s", "agents", "busy_turns")}
                 | {"time": utc_now_iso()},
             )
-
-    async def _wake_loop(self) -> None:
-        """Run agents with pending messages, one turn at a time, until none are left."""
-        backoff = 0.0
-        while not self._stop.is_set():
-            if self.orch.unapplied or self.orch.unfinished:
-                # a committed turn's effects (or a creation's, a termination's later steps)
-                # failed to apply: try again now and then, as a restart's recovery would,
-                # until the disk takes them
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), WAKE_BACKOFF_MAX_S)
-                self.orch.roll_forward()
-            else:
-                await self._wake.wait()
-            self._wake.clear()
-            while not self._stop.is_set():
-                failures = self._failures_seen
-                try:
-                    ran = await self.orch.run_pending(max_turns=1)
-                except AgentBusyError:
-                    ran = 0  # the agent is in a user's turn; its completion wakes us again
-                except SubstratError as exc:
-                    log.warning("wake turn refused: %s", exc)
-                    ran, failures = 1, -1
-                except Exception:
-                    log.exception("wake turn failed")
-                    ran, failures = 1, -1
-                if self._failures_seen > failures:
-                    # A failing agent keeps its messages; back off instead of spinning on it.
-                    backoff = min(WAKE_BACKOFF_MAX_S, max(0.1, backoff * 2))
-                    await asyncio.sleep(backoff)
-                else:
-                    backoff = 0.0
-                if ran == 0:
-                    break
 
 
 def summary_unused(data: dict[str, Any]) -> dict[str, Any] | None:

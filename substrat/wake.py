@@ -18,7 +18,7 @@ from substrat.scheduler import ChunkSink
 from substrat.tools import render_messages
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Collection
 
     from substrat.commit import TurnResult
 
@@ -50,11 +50,12 @@ class WakeMixin:
 
         def describe_endpoint(self, endpoint: str) -> str: ...
 
-    def next_to_wake(self) -> AgentNode | None:
-        """The idle agent holding the oldest pending message, if any."""
+    def next_to_wake(self, skip: Collection[str] = ()) -> AgentNode | None:
+        """The idle agent holding the oldest pending message, if any, passing over the
+        agent ids in ``skip`` (the daemon's resting agents)."""
         best: tuple[int, AgentNode] | None = None
         for endpoint in self.inboxes.endpoints():
-            if endpoint == USER or endpoint not in self.tree:
+            if endpoint == USER or endpoint not in self.tree or endpoint in skip:
                 continue
             node = self.tree.get(endpoint)
             if node.state in (AgentState.BUSY, AgentState.TERMINATED):
@@ -77,13 +78,14 @@ class WakeMixin:
         finally:
             inbox.release(claim_id)
 
-    async def run_pending(self, *, max_turns: int = 100) -> int:
-        """Run agents that have pending messages until none do, or ``max_turns``."""
+    async def run_pending(self, *, max_turns: int = 100, skip: Collection[str] = ()) -> int:
+        """Run agents that have pending messages until none do, or ``max_turns``; the
+        agent ids in ``skip`` are not woken."""
         if not 0 <= max_turns <= MAX_WAKE_TURNS:
             raise ValueError(f"max_turns must be between 0 and {MAX_WAKE_TURNS}")
         turns = 0
         while turns < max_turns:
-            node = self.next_to_wake()
+            node = self.next_to_wake(skip)
             if node is None:
                 break
             try:
@@ -100,9 +102,9 @@ class WakeMixin:
     def _report_failure(self, node: AgentNode, exc: Exception) -> None:
         """A woken agent's turn failed: tell its parent (or the user), once per failing streak.
 
-        The agent keeps its messages and is woken again (the daemon retries it every few
-        seconds): a report per retry would flood the inbox during an outage, and wake a
-        parent agent for every one of them.
+        The agent keeps its messages and is woken again (the daemon retries it after a
+        rest that doubles with each failure): a report per retry would flood the inbox
+        during an outage, and wake a parent agent for every one of them.
         """
         target = node.parent_id or USER
         self.enqueue(

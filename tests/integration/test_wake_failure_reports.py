@@ -93,3 +93,57 @@ def test_a_failing_woken_agent_is_reported_once_per_failing_streak(tmp_path: Pat
     assert "b2 failed a turn" in first_streak[0] and "401" in first_streak[0]
     assert "stay in its inbox" in first_streak[0]
     assert len(both_streaks) == 2, both_streaks
+
+
+class TwoWorkers:
+    """b1 forwards each prompt to the agent it names; b2's requests always fail, b3's
+    succeed."""
+
+    def __init__(self) -> None:
+        self.b2_failures = 0
+        self.b3_turns = 0
+
+    def __call__(self, body: dict[str, Any]) -> Reply:
+        messages = body["messages"]
+        who = messages[0]["content"]
+        if who == "b2":
+            self.b2_failures += 1
+            return error(401, "Incorrect API key provided")
+        if who == "b3":
+            self.b3_turns += 1
+            return echo(body)
+        if messages[-1]["role"] == "user":
+            recipient, _, job = messages[-1]["content"].partition(" ")
+            return tools(tool_call("send_message", {"recipient": recipient, "text": job}))
+        return Reply(text="forwarded")
+
+
+def test_a_failing_woken_agent_does_not_keep_the_others_waiting(tmp_path: Path) -> None:
+    """b2 holds the oldest pending message and fails every turn; b3, sent to later, is
+    still woken and reads its message while b2 keeps failing (it used to be retried back
+    to back, as the oldest, and b3 waited for as long as b2's endpoint was down)."""
+    root = tmp_path / "root"
+    endpoint = TwoWorkers()
+    with ChatServer(endpoint) as server:
+        env = dict(os.environ)
+        env.update(
+            {
+                "SUBSTRAT_OPENAI_BASE_URL": server.base_url,
+                "SUBSTRAT_OPENAI_API_KEY": "loopback",
+                "SUBSTRAT_OPENAI_MAX_RETRIES": "0",
+            }
+        )
+        with DaemonProcess(root, env=env).start(timeout_s=START_TIMEOUT_S):
+            with Client(root) as client:
+                for name in ("b1", "b2", "b3"):
+                    client.call(
+                        "agent.create",
+                        {"name": name, "instructions": name, "provider": "openai", "model": "m"},
+                    )
+                client.call("agent.send", {"agent": "b1", "prompt": "b2 job for b2"})
+                wait_for(lambda: endpoint.b2_failures >= 3, "b2 to fail a few times")
+                client.call("agent.send", {"agent": "b1", "prompt": "b3 job for b3"})
+                wait_for(lambda: pending(client, "b3") == 0, "b3 to read its message")
+                b2_waiting = pending(client, "b2")
+    assert endpoint.b3_turns == 1
+    assert b2_waiting == 1  # b2 keeps its message for when its endpoint works again
