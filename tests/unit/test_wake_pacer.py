@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from substrat.wakeloop import WAKE_REST_FIRST_S, WAKE_REST_MAX_S, WakePacer
@@ -20,7 +22,7 @@ def test_rests_double_with_each_failure_up_to_the_cap() -> None:
     rests = [pacer.failed("a") for _ in range(16)]
     assert rests[:4] == [WAKE_REST_FIRST_S, 0.2, 0.4, 0.8]
     assert rests[-1] == WAKE_REST_MAX_S == 300.0
-    assert all(b == min(WAKE_REST_MAX_S, 2 * a) for a, b in zip(rests, rests[1:], strict=False))
+    assert all(b == min(WAKE_REST_MAX_S, 2 * a) for a, b in itertools.pairwise(rests))
 
 
 def test_a_resting_agent_is_passed_over_until_its_rest_is_over() -> None:
