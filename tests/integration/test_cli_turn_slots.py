@@ -63,8 +63,10 @@ def test_start_and_restart_take_max_turns_and_slots(root: Path) -> None:
 
 def test_send_wait_waits_for_a_free_turn_under_the_limit(root: Path) -> None:
     assert run(root, "daemon", "start", "--max-turns", "1").returncode == 0
-    for name in ("first", "second"):
-        made = run(root, "agent", "create", name, "--provider", "paced", "--model", "1500ms")
+    # first's turn lasts long enough for the refused send's CLI process to start and reach
+    # the daemon on a loaded machine (at 1.5 s it ended first at a load of 15)
+    for name, pace in (("first", "8000ms"), ("second", "1500ms")):
+        made = run(root, "agent", "create", name, "--provider", "paced", "--model", pace)
         assert made.returncode == 0, made.stderr
     running = spawn(root, "agent", "send", "first", "one")
     wait_busy(root)  # the one turn the limit allows runs now
