@@ -57,6 +57,16 @@ class OrchestratorClosedError(SubstratError):
     """The orchestrator was closed (its hold on the root given back): open the root again."""
 
 
+class WrongThreadError(SubstratError, RuntimeError):
+    """An orchestrator was called from a thread or a forked process other than its opener's.
+
+    It is not thread-safe: two threads (or a parent and its forked child) driving
+    one would give two appends to a log the same ``seq``, and a later repair would
+    drop acknowledged entries as duplicates. Nothing was done; call it from the
+    thread that opened it (``asyncio.run_coroutine_threadsafe`` to its loop).
+    """
+
+
 class LogClosedError(SubstratError):
     """The event log was closed, or poisoned by a failed write; reopen it."""
 

@@ -51,6 +51,7 @@ from substrat.errors import (
 from substrat.eventlog import Clock, utc_now_iso
 from substrat.logs import AgentLog, LogPool
 from substrat.multiplexer import Multiplexer, stop_later
+from substrat.owner import API, Owner, guard
 from substrat.prompts import check_prompt
 from substrat.providers.base import ProviderSession, new_agent_model
 from substrat.providers.registry import ProviderRegistry, default_registry
@@ -86,6 +87,7 @@ class Orchestrator(QueryMixin, CommitMixin, WakeMixin):
         new_id: Callable[[], str] | None = None,
         checkpoints: CheckpointPolicy | None = None,
     ) -> None:
+        self.owner = Owner()  # the caller's thread and process; see substrat.owner
         self.root = paths.under(root)
         self.registry = registry if registry is not None else default_registry()
         self.clock: Clock = clock or utc_now_iso
@@ -587,3 +589,6 @@ class Orchestrator(QueryMixin, CommitMixin, WakeMixin):
             if stale and not other.waiting_on and other.state is AgentState.WAITING:
                 other.state = AgentState.IDLE
         self.emit("agent.terminated", {"agent_id": node.agent_id, "name": node.name})
+
+
+guard(Orchestrator, API)  # every public method checks its caller first
