@@ -449,6 +449,11 @@ class AgentTree:
 
     def find(self, ref: str) -> AgentNode | None:
         """Like :meth:`resolve`, but None when nothing matches (ambiguity still raises)."""
+        if not isinstance(ref, str):  # None or a number would fail deep inside, unexplained
+            raise TypeError(
+                "an agent is named by a string (its path, its id or a unique id prefix), "
+                f"not {type(ref).__name__} {ref!r:.40}"
+            )
         if ref in self._nodes:
             return self._nodes[ref]
         agent_id = self._by_path(ref)

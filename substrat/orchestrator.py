@@ -52,7 +52,7 @@ from substrat.eventlog import Clock, utc_now_iso
 from substrat.logs import AgentLog, LogPool
 from substrat.multiplexer import Multiplexer, stop_later
 from substrat.owner import API, Owner, guard
-from substrat.prompts import check_prompt
+from substrat.prompts import check_instructions, check_message_ids, check_prompt
 from substrat.providers.base import ProviderSession, new_agent_model
 from substrat.providers.registry import ProviderRegistry, default_registry
 from substrat.queries import AgentInfo, QueryMixin
@@ -222,6 +222,7 @@ class Orchestrator(QueryMixin, CommitMixin, WakeMixin):
     # -- notifications -----------------------------------------------------
 
     def subscribe(self, callback: Listener) -> Callable[[], None]:
+        """Call ``callback(kind, payload)`` on every event; returns the unsubscriber."""
         self._listeners.append(callback)
 
         def unsubscribe() -> None:
@@ -255,6 +256,7 @@ class Orchestrator(QueryMixin, CommitMixin, WakeMixin):
 
     def ack_user_messages(self, message_ids: list[str]) -> list[str]:
         """Mark messages the user has received as delivered (one durable entry)."""
+        check_message_ids(message_ids)
         inbox = self.inboxes.inbox(USER)
         present = [m for m in message_ids if m in inbox]
         if present:
@@ -280,8 +282,10 @@ class Orchestrator(QueryMixin, CommitMixin, WakeMixin):
         provider: str = "scripted",
         model: str | None = None,
     ) -> AgentInfo:
+        """Create a root agent; returns once its ``agent.created`` is durable (registered)."""
         self.logs.check_open()  # nothing of a closed orchestrator's may reach the disk
         validate_name(name)
+        check_instructions(instructions)
         if self.tree.name_taken(None, name):
             raise NameCollisionError(f"a root agent named {name!r} exists; pick another name")
         self.roots.check_usable()

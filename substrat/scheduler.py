@@ -128,6 +128,14 @@ class TurnScheduler:
             # without it, a restart reported the turn lost in a crash, and told the agent so
             log.log(events.TURN_FAILED, {"turn_id": turn_id, "error": reason[:MAX_ERROR_CHARS]})
             raise ProviderError(reason) from exc
+        except TypeError as exc:  # not plain JSON (a lone surrogate in the answer, an object)
+            reason = (
+                f"turn {turn_id} cannot be kept: its answer, transcript or effects are not "
+                f"plain JSON text ({exc}); nothing of it was kept (a provider that decodes "
+                "bytes must hand substrat valid Unicode, e.g. decode with errors='replace')"
+            )
+            log.log(events.TURN_FAILED, {"turn_id": turn_id, "error": reason[:MAX_ERROR_CHARS]})
+            raise ProviderError(reason) from exc
         return TurnOutcome(response, transcript, seq)
 
 
