@@ -148,7 +148,7 @@ def crash_hooks() -> list[Hook]:
         Hook("the steps (orchestrator on faultfs)", harness.CrashHarness, "run"),
         Hook("the steps (orchestrator on faultfs)", harness.CrashHarness, "run_failing_fsyncs"),
         Hook("crash image (faultfs)", FaultFS, "crash_image"),
-        Hook("recovery (Orchestrator.open on the image)", harness.CrashHarness, "_open", True),
+        Hook("recovery (Orchestrator.open on the image)", harness.CrashHarness, "_open_here", True),
         Hook("the check after recovery", harness, "check_recovery"),
         Hook("model copies", ModelState, "copy"),
         Hook("model copies", Model, "copy"),

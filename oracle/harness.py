@@ -145,9 +145,10 @@ class CrashHarness:
 
     def _open(self) -> tuple[Orchestrator, Driver]:
         orch = self._orchestrator_on(self.fs)
-        return orch, Driver(
-            orch, self.model, self.tokens, provider=self.provider, restart=self._restart
-        )
+        return orch, self._driver(orch)
+
+    def _driver(self, orch: Orchestrator) -> Driver:
+        return Driver(orch, self.model, self.tokens, provider=self.provider, restart=self._restart)
 
     @property
     def counters(self) -> tuple[int, int]:
@@ -249,9 +250,10 @@ class CrashHarness:
                 with image:  # its descriptors are the image's: closed there, not on the
                     abandon(interrupted)  # real disk (no held interception outside a machine)
         self.fs = image
-        self.orch, self.driver = self._open()
-        with self.fs:
-            accepted = check_recovery(self.model, self.orch, memos=self.memos, fs=self.fs)
+        with image:  # one activation for the recovery and its check
+            self.orch = self._open_here()
+            self.driver = self._driver(self.orch)
+            accepted = check_recovery(self.model, self.orch, memos=self.memos, fs=image)
         self.model.settle(accepted)
         self.cycles += 1
         self._checked = True  # check_recovery compared this very state with the model
