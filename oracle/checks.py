@@ -23,35 +23,26 @@ Relaxations, each allowed only here and nowhere else:
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from oracle.errors import OracleViolation
 from oracle.incremental import files_below, log_files, log_part
-from oracle.log_start import deleted_range_problems, start_record_problems
+from oracle.log_start import deleted_range_problems
 from oracle.model import Model, ModelAgent, ModelState, canonical
+from oracle.reads import Memos, Reads, TurnView, log_facts
 from substrat import events
 from substrat.agents import USER, AgentState
-from substrat.eventlog import LogRead, read_log
-from substrat.logbase import BaseUnreadable, LogBase, read_base
 from substrat.providers.chat_history import conversation_problems
 from substrat.providers.scripted import chain_digest, reply_header
-from substrat.registry import RegistryRead, read_registry, registry_path
 from substrat.session import SessionState
-from substrat.session.store import RECORD_NAME
 
 if TYPE_CHECKING:
     from faultfs import FaultFS
-    from oracle.incremental import FilesMemo
     from substrat.orchestrator import Orchestrator
     from substrat.providers.base import TurnRecord
-    from substrat.session.store import ScanResult
 
 _SHOWN = 6
-
-TurnView = tuple[str, str, str]
-"""One turn as compared: (prompt, response, transcript as canonical JSON)."""
 
 
 @dataclass
@@ -61,159 +52,6 @@ class View:
     agents: dict[str, tuple[str, str | None, str]] = field(default_factory=dict)
     turns: dict[str, list[TurnView]] = field(default_factory=dict)
     inboxes: dict[str, set[str]] = field(default_factory=dict)
-
-
-@dataclass
-class Memos:
-    """What the checks derive from each log, kept from one check to the next.
-
-    Keyed by the bytes of the log's files, the active one and its sealed segments
-    (:class:`oracle.incremental.FilesMemo`, :func:`oracle.incremental.log_files`), so a log
-    a step did not touch is neither read nor parsed again, whichever crash
-    image it is on.
-    """
-
-    reads: FilesMemo[LogRead]
-    turns: FilesMemo[list[TurnView]]
-    registry: FilesMemo[RegistryRead]
-    records: FilesMemo[ScanResult]
-    """The session store's read-only scan, keyed by the records (not the logs beside them)."""
-    bases: FilesMemo[LogBase | str | None]
-    """A log's base as ``read_base`` finds it (or why it does not read), keyed by the log."""
-    starts: FilesMemo[list[str]]
-    """What :func:`start_record_problems` says of a log, keyed by the log."""
-
-    @classmethod
-    def new(cls) -> Memos:
-        from oracle.incremental import FilesMemo
-
-        return cls(FilesMemo(), FilesMemo(), FilesMemo(), FilesMemo(), FilesMemo(), FilesMemo())
-
-
-class Reads:
-    """The logs of a recovered root, each read once per check.
-
-    The checks look at every log several times (conversations, the in-flight
-    turn's effects, the invariants); the disk does not change while they run.
-    With ``memos`` (and the ``fs`` the root is on; None for the real disk), a
-    log is parsed again only when its bytes changed since an earlier check.
-    """
-
-    def __init__(
-        self, orch: Orchestrator, memos: Memos | None = None, fs: FaultFS | None = None
-    ) -> None:
-        self.orch = orch
-        self.memos = memos
-        self.fs = fs
-        self._reads: dict[str, LogRead] = {}
-        self._files: dict[str, dict[str, Any]] = {}
-        self._log_files: dict[str, dict[str, Any]] = {}
-        self._bases: dict[str, LogBase | None] = {}
-
-    def files(self, path: str | os.PathLike[str]) -> dict[str, Any]:
-        """The bytes at ``path`` (``files_below``), read once per check for all memos."""
-        key = os.fspath(path)
-        found = self._files.get(key)
-        if found is None:
-            found = self._files[key] = files_below(self.fs, key)
-        return found
-
-    def log_files(self, directory: str) -> dict[str, Any]:
-        """What reading the log in ``directory`` reads of its files (``log_part``)."""
-        found = self._log_files.get(directory)
-        if found is None:
-            found = self._log_files[directory] = log_part(self.files(directory))
-        return found
-
-    def log(self, endpoint_session: str) -> LogRead:
-        read = self._reads.get(endpoint_session)
-        if read is None:
-            path = self.orch.logs.path(endpoint_session)
-            if self.memos is None:
-                read = read_log(path)
-            else:
-                directory = log_files(path)
-                read = self.memos.reads.get(
-                    self.fs, directory, lambda: read_log(path), self.log_files(directory)
-                )
-            self._reads[endpoint_session] = read
-        return read
-
-    def scan(self) -> ScanResult:
-        """The session store's records as ``store.scan(quarantine=False)`` finds them."""
-        store = self.orch.store
-        if self.memos is None:
-            return store.scan(quarantine=False)
-        # What the scan reads: the names below agents/ (and which are directories)
-        # and each session's record; not the logs that share the directories.
-        records = {
-            name: data
-            for name, data in self.files(store.agents_dir).items()
-            if "/" not in name or name.endswith("/" + RECORD_NAME)
-        }
-        return self.memos.records.get(
-            self.fs, store.agents_dir, lambda: store.scan(quarantine=False), records
-        )
-
-    def registry(self) -> RegistryRead:
-        """The root registry as ``read_registry`` finds it."""
-        if self.memos is None:
-            return read_registry(self.orch.root)
-        return self.memos.registry.get(
-            self.fs, registry_path(self.orch.root), lambda: read_registry(self.orch.root)
-        )
-
-    def base(self, endpoint_session: str) -> LogBase | None:
-        """The log's base (what the ``delete`` policy removed held); None without one.
-
-        Raises OracleViolation if it is there and does not read: a crash never damages
-        a file written atomically.
-        """
-        if endpoint_session not in self._bases:
-            path = self.orch.logs.path(endpoint_session)
-            if self.memos is None:
-                found = _base_or_why(path)
-            else:  # the base is a file of the log's directory: keyed with the log
-                directory = log_files(path)
-                found = self.memos.bases.get(
-                    self.fs, directory, lambda: _base_or_why(path), self.log_files(directory)
-                )
-            if isinstance(found, str):
-                raise OracleViolation(f"a log's base does not read after a crash: {found}")
-            self._bases[endpoint_session] = found
-        return self._bases[endpoint_session]
-
-    def start_problems(self, who: str, endpoint_session: str) -> list[str]:
-        """:func:`start_record_problems` of the log (its start record against its entries)."""
-        path = self.orch.logs.path(endpoint_session)
-        read = self.log(endpoint_session)
-        if self.memos is None:
-            return start_record_problems(who, read, path)
-        # The start record is a file of the log's directory, and the entries are derived
-        # from that directory's files: keyed by them (and by who, which the text names).
-        directory = log_files(path)
-        return self.memos.starts.get(
-            self.fs,
-            f"{directory}#{who}",
-            lambda: start_record_problems(who, read, path),
-            self.log_files(directory),
-        )
-
-    def history(self, agent_id: str) -> list[TurnRecord]:
-        """What ``orch.history(agent_id)`` returns, from the cached read (the log's base
-        first, if the ``delete`` policy removed its first segments)."""
-        from substrat.conversation import conversation_with_base
-
-        node = self.orch.tree.resolve(agent_id)
-        return conversation_with_base(self.base(node.session_id), self.log(node.session_id).entries)
-
-
-def _base_or_why(path: str | os.PathLike[str]) -> LogBase | str | None:
-    """The log's base (None without one), or why it does not read."""
-    try:
-        return read_base(path)
-    except BaseUnreadable as exc:
-        return str(exc)
 
 
 def _turn_views(history: list[TurnRecord]) -> list[TurnView]:
@@ -539,38 +377,20 @@ def check_invariants(
                 problems.append(f"conversation of {node.name} is not sendable: {found[:_SHOWN]}")
     endpoints = [(n.agent_id, n.session_id) for n in orch.tree.walk()]
     endpoints.append((USER, USER))
+    compaction = orch.checkpointer.policy.compaction
     for endpoint, log_name in endpoints:
         read = reads.log(log_name)
+        base = reads.base(log_name)
         if not read.damage.clean:
             problems.append(
                 f"log of {endpoint[:8]} has damage after recovery: {read.damage.counts()}"
             )
-        seqs = [e["seq"] for e in read.entries]
-        if seqs != sorted(seqs) or len(set(seqs)) != len(seqs):
+        in_order, want = log_facts(reads, log_name, read, base)
+        if not in_order:
             problems.append(f"log of {endpoint[:8]} has seqs out of order")
-        who, path, base = f"log of {endpoint[:8]}", orch.logs.path(log_name), reads.base(log_name)
-        compaction = orch.checkpointer.policy.compaction
+        who, path = f"log of {endpoint[:8]}", orch.logs.path(log_name)
         problems.extend(deleted_range_problems(who, read, base, path, compaction))
         problems.extend(reads.start_problems(who, log_name))
-        enqueued: dict[str, None] = {}
-        delivered: set[str] = set()
-        floor = 0
-        if base is not None and seqs and seqs[0] > 1:
-            # entries up to the base's checkpoint are summed up in it: its pending
-            # messages, then what the log says after it
-            floor = base.checkpoint.at.seq
-            enqueued.update(dict.fromkeys(base.checkpoint.load_facts().enqueued))
-        for entry in read.entries:
-            if entry["seq"] <= floor:
-                continue
-            data = entry.get("data") or {}
-            if entry["event"] == events.MESSAGE_ENQUEUED:
-                enqueued[data["message_id"]] = None
-            elif entry["event"] == events.MESSAGE_DELIVERED:
-                delivered.update(data.get("message_ids") or [data.get("message_id")])
-            elif entry["event"] == events.TURN_COMPLETE:
-                delivered.update((data.get("effects") or {}).get("delivered", []))
-        want = {m for m in enqueued if m not in delivered}
         have = (
             {m.message_id for m in orch.user_inbox()}
             if endpoint == USER
