@@ -13,15 +13,18 @@ alone and its old bytes are still its first bytes (one comparison, a
 ``memcmp``), only the appended lines are decoded (with substrat's own line
 decoder, and only if every one is a healthy, known entry numbered after the
 last), and substrat's ``conversation_from_entries`` rebuilds the turns from
-all the entries. Anything else is rebuilt in full by ``Orchestrator.history``
-(the read path under test): an agent's first check, a log whose old bytes
-changed (an entry rewritten in place, a line cut or dropped from the middle),
-a new segment, base or start record, a damaged or torn appended line; and
-besides, every ``full_every``-th lookup and every lookup the caller forces
-(the teardown's, after the final restart), so that a bug in the read path
-itself (the listing, the file read, the base) is still met. A full rebuild of
-a log that could have grown in place is compared with the incremental one, and
-a difference fails: the two derivations hold each other to the same turns.
+all the entries. A log met for the first time is taken as grown from nothing:
+an agent's first check comes right after its creation, when its log holds the
+creation's entries and no turn, where a full read gave the read path nothing
+to get wrong that a later full read of the same log does not also give it.
+Anything else is rebuilt in full by ``Orchestrator.history`` (the read path
+under test): a log whose old bytes changed (an entry rewritten in place, a line
+cut or dropped from the middle), a new segment, base or start record, a
+damaged or torn appended line; and besides, every ``full_every``-th lookup and
+every lookup the caller forces (the teardown's, after the final restart), so
+that a bug in the read path itself (the listing, the file read, the base) is
+still met. A full rebuild of a log that could have grown in place is compared
+with the incremental one, and a difference fails: the two derivations hold each other to the same turns.
 """
 
 from __future__ import annotations
@@ -52,6 +55,10 @@ class _Held:
     """What those bytes decode to (``read_log``'s entries); empty without ``active``."""
     digest: str = ""
     """The chain's digest after the ``count`` turns (checked up to there)."""
+
+
+_GROWN_FROM = _Held({}, 0, b"", [])
+"""What a log met for the first time is taken to have grown from: no bytes, no turns."""
 
 
 def decoded(data: bytes, start: int = 0, after_seq: int = 0) -> list[Entry] | None:
@@ -114,19 +121,15 @@ class Conversations:
             return held.count  # the same bytes: the same conversation
         active = files.get(ACTIVE) if len(files) == 1 else None
         entries: list[Entry] | None = None
+        if held is None:
+            held = _GROWN_FROM  # a log met for the first time: all of it appended
         # the old bytes unchanged (one memcmp): the log only appended
-        if (
-            active is not None
-            and held is not None
-            and held.active is not None
-            and active.startswith(held.active)
-        ):
+        if active is not None and held.active is not None and active.startswith(held.active):
             last = held.entries[-1]["seq"] if held.entries else 0
             new = decoded(active, len(held.active), last)
             entries = None if new is None else held.entries + new
         checked, digest = 0, ""
         if entries is not None and not full:
-            assert held is not None
             self.appended += 1
             turns = conversation_from_entries(entries)
             # the turns of the old entries are the old turns, already checked

@@ -161,6 +161,12 @@ class LifecycleMachine(RuleBasedStateMachine):
         # An agent's log is checked again only when its files changed, from what it
         # appended when only that changed (oracle.conversations).
         self.conversations = Conversations()
+        # What the last conversation check saw (see conversations_are_whole): the disk's
+        # model and clock, and per agent its session and turns; and each session's log
+        # directory (the orchestrator's own path for it, asked again after a reopen).
+        self._disk_checked: tuple[object, int] | None = None
+        self._conversation_checked: dict[str, tuple[str, int]] = {}
+        self._log_dirs: dict[str, str] = {}
         try:
             self.orch = self.run(self.open())
             self.check_all()  # what the engine's first invariant check did
@@ -442,6 +448,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         else:
             self.run(self.orch.close())
         self.orch = self.run(self.open())
+        self._log_dirs = {}
         report = self.orch.recovery_report
         assert report is not None
         assert report.agents == len(self.agents) and report.roots == len(self.roots)
@@ -462,8 +469,9 @@ class LifecycleMachine(RuleBasedStateMachine):
 
     def registries_in_sync(self) -> None:
         orch = self.orch
-        ids = {n.agent_id for n in orch.tree.walk()}
-        sessions = {n.session_id for n in orch.tree.walk()}
+        nodes = list(orch.tree.walk())
+        ids = {n.agent_id for n in nodes}
+        sessions = {n.session_id for n in nodes}
         assert ids == set(self.agents)
         assert set(orch.sessions) == sessions
         assert set(orch.inboxes.endpoints()) <= ids | {USER}
@@ -514,12 +522,33 @@ class LifecycleMachine(RuleBasedStateMachine):
         """Each conversation chains its prompts and has the shadow's turns (see
         :mod:`oracle.conversations`: re-derived where the log changed)."""
         orch = self.orch
+        fs = self.fs
+        # Nothing on the disk changed since the last check (faultfs's clock moves with
+        # every change of names or bytes; a restore would swap the model): each log has
+        # the bytes it had then, and the conversation check is a function of those bytes,
+        # the agent's session and the shadow's turns. An agent with the same session and
+        # the same shadow turns as at its last check would get the same answer, so it is
+        # not asked again (a sixth of the steps write nothing: a wake loop with no mail,
+        # an eviction of a suspended agent, a name collision). The full rebuilds stay:
+        # the teardown's is forced, and the periodic one counts only the lookups made.
+        now = None if fs is None or full else (fs.model, fs.model.clock)
+        unchanged = now is not None and now == self._disk_checked
+        checked = self._conversation_checked
+        dirs = self._log_dirs
         for agent in self.agents.values():
-            log = log_files(orch.logs.path(orch.tree.get(agent.agent_id).session_id))
-            history = functools.partial(orch.history, agent.agent_id)
-            files = log_part(files_below(self.fs, log))
+            agent_id = agent.agent_id
+            session = orch.tree.get(agent_id).session_id
+            if unchanged and checked.get(agent_id) == (session, agent.turns):
+                continue
+            log = dirs.get(session)
+            if log is None:
+                log = dirs[session] = log_files(orch.logs.path(session))
+            history = functools.partial(orch.history, agent_id)
+            files = log_part(files_below(fs, log))
             turns = self.conversations.count(log, files, history, force_full=full)
             assert turns == agent.turns, (agent.name, turns, agent.turns)
+            checked[agent_id] = (session, turns)
+        self._disk_checked = now
 
 
 class OnDiskLifecycleMachine(LifecycleMachine):

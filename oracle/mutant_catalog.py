@@ -452,6 +452,18 @@ CATALOG: tuple[Mutant, ...] = (
         "        return turns[:1] + turns[2:]  # planted: the second turn is lost\n",
     ),
     Mutant(
+        "history_swaps_middle_turns",
+        "the log's reader rebuilds a conversation with its second and third turns in each "
+        "other's place (damage in the middle, as many turns as before): only a check that "
+        "reads whole conversations through the read path sees it, not one that decodes the "
+        "appended lines or a new agent's first lines itself",
+        "conversation.py",
+        "    if base is None:\n        return conversation_from_entries(entries)\n",
+        "    if base is None:\n        turns = conversation_from_entries(entries)\n"
+        "        turns[1:3] = turns[2:0:-1]  # planted: two middle turns swapped\n"
+        "        return turns\n",
+    ),
+    Mutant(
         "envelope_batch_check_skips_a_field",
         "the check of many pending messages at once (a checkpoint's, at a start) does not "
         "look at their timestamps: a message whose timestamp is no string is taken as an "

@@ -1,6 +1,7 @@
 """The lifecycle fuzzer's conversation check from appended lines (oracle.conversations).
 
-A log that only grew is derived from its new lines; anything else (an old
+A log that only grew (or is met for the first time) is derived from its new
+lines; anything else (an old
 entry rewritten in place, a line gone from the middle, a new file beside the
 log, a damaged line) goes back to the full rebuild, and the full rebuild is held
 to the same turns as the incremental one.
@@ -67,10 +68,36 @@ def test_an_appended_turn_is_derived_from_the_new_lines_alone() -> None:
     history, memo = History(), Conversations(full_every=0)
     history.data = log_of(1)
     assert memo.count(KEY, history.files(), history) == 1
-    assert history.calls == 1  # an agent's first check is a full rebuild
+    assert history.calls == 0  # a log met first is taken as grown from nothing
     history.data = log_of(3)
     assert memo.count(KEY, history.files(), history) == 3
-    assert history.calls == 1 and memo.appended == 1
+    assert history.calls == 0 and memo.appended == 2
+
+
+def test_a_log_met_first_is_checked_from_its_bytes() -> None:
+    """The first lookup derives from the bytes alone, and still checks every turn's
+    place in the chain: a broken chain fails there, with no full rebuild."""
+    history, memo = History(), Conversations(full_every=0)
+    lines = log_of(2).splitlines(keepends=True)
+    other = log_of(2, prompts="q").splitlines(keepends=True)
+    history.data = b"".join(lines[:2] + other[2:])  # turn 2 answers another chain
+    with pytest.raises(AssertionError):
+        memo.count(KEY, history.files(), history)
+    assert history.calls == 0
+
+
+@pytest.mark.parametrize("first", ["a damaged line", "a file beside the log"])
+def test_a_log_met_first_that_is_no_clean_append_is_rebuilt_in_full(first: str) -> None:
+    history, memo = History(), Conversations(full_every=0)
+    history.data = log_of(2)
+    files: dict[str, Any] = history.files()
+    if first == "a damaged line":
+        history.data = log_of(2) + b'{"crc":"00000000","seq":5}\n'
+        files = history.files()
+    else:
+        files = {**files, "events.start": b"{}"}
+    assert memo.count(KEY, files, history) == 2
+    assert history.calls == 1 and memo.appended == 0
 
 
 @pytest.mark.parametrize(
@@ -86,6 +113,7 @@ def test_anything_but_an_append_is_rebuilt_in_full(change: str) -> None:
     history, memo = History(), Conversations(full_every=0)
     history.data = log_of(2)
     memo.count(KEY, history.files(), history)
+    assert history.calls == 0
     files: dict[str, Any]
     if change == "an old entry rewritten in place":
         # the same length, another prompt: turn 1's response no longer answers it
@@ -110,7 +138,7 @@ def test_anything_but_an_append_is_rebuilt_in_full(change: str) -> None:
             memo.count(KEY, files, history)
     else:
         memo.count(KEY, files, history)
-    assert history.calls == 2 and memo.appended == 0
+    assert history.calls == 1 and memo.appended == 1  # the first lookup's alone
 
 
 def test_a_full_rebuild_that_disagrees_with_the_decoded_bytes_fails() -> None:
@@ -121,8 +149,9 @@ def test_a_full_rebuild_that_disagrees_with_the_decoded_bytes_fails() -> None:
         turns = history()
         return turns[:1] + turns[2:]
 
+    memo.count(KEY, history.files(), drops_a_turn)  # from the bytes: not asked
     with pytest.raises(AssertionError, match="differs from what Orchestrator"):
-        memo.count(KEY, history.files(), drops_a_turn)
+        memo.count(KEY, history.files(), drops_a_turn, force_full=True)
 
 
 def test_every_nth_lookup_and_a_forced_one_rebuild_in_full() -> None:
@@ -130,6 +159,6 @@ def test_every_nth_lookup_and_a_forced_one_rebuild_in_full() -> None:
     history.data = log_of(1)
     for _ in range(6):
         memo.count(KEY, history.files(), history)
-    assert history.calls == 3  # the first, the third and the sixth
+    assert history.calls == 2  # the third and the sixth
     memo.count(KEY, history.files(), history, force_full=True)
-    assert history.calls == 4
+    assert history.calls == 3
