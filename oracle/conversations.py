@@ -24,7 +24,8 @@ damaged or torn appended line; and besides, every ``full_every``-th lookup and
 every lookup the caller forces (the teardown's, after the final restart), so
 that a bug in the read path itself (the listing, the file read, the base) is
 still met. A full rebuild of a log that could have grown in place is compared
-with the incremental one, and a difference fails: the two derivations hold each other to the same turns.
+with the incremental one, and a difference fails: the two derivations hold
+each other to the same turns.
 """
 
 from __future__ import annotations
