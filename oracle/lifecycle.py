@@ -287,7 +287,11 @@ class LifecycleMachine(RuleBasedStateMachine):
         """
         name = _pick(data, self.operations(), "operation")
         arguments = getattr(self, f"draw_{name}")(data)
-        if should_note():  # the replay that prints the counterexample: see _repr_step
+        if self._noting is None:
+            # Asked once an example: whether this run prints its steps (the replay of a
+            # counterexample, or a verbose run) holds for the whole example.
+            self._noting = should_note()
+        if self._noting:  # the replay that prints the counterexample: see _repr_step
             shown = ", ".join(
                 f"{k}={self.path(v) if v in self.agents else v!r}" for k, v in arguments.items()
             )
@@ -298,6 +302,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         self.check_all()
 
     _shown: str | None = None
+    _noting: bool | None = None
 
     def _repr_step(self, rule: Any, data: Any, result: Any) -> str:
         """The step as the call it made, where Hypothesis prints ``state.step(data=data(...))``.
@@ -486,7 +491,11 @@ class LifecycleMachine(RuleBasedStateMachine):
         orch = self.orch
         orch.tree.check()
         assert {n.name: n.agent_id for n in orch.tree.roots()} == self.roots
-        infos = {agent_id: orch.get(agent_id) for agent_id in self.agents}
+        # One walk of the live agents (``agents``), not a lookup of each by id (``get``,
+        # which resolves a reference and checks for a cut termination first): the same
+        # infos, and the walk must show exactly the shadow's agents.
+        infos = {info.agent_id: info for info in orch.agents()}
+        assert infos.keys() == self.agents.keys()
 
         def info_of(agent_id: str) -> Any:
             return infos[agent_id] if agent_id in infos else orch.get(agent_id)
@@ -511,9 +520,10 @@ class LifecycleMachine(RuleBasedStateMachine):
     def inboxes_match_the_shadow(self) -> None:
         orch = self.orch
         for agent in self.agents.values():
-            real = orch.inboxes.inbox(agent.agent_id).all()
+            inbox = orch.inboxes.inbox(agent.agent_id)
+            real = inbox.all()
             assert [(m.sender, m.kind) for m in real] == [(m.sender, m.kind) for m in agent.inbox]
-            assert orch.inboxes.inbox(agent.agent_id).pending() == real  # nothing left claimed
+            assert inbox.pending() == real  # nothing left claimed
         assert [(m.sender, m.kind) for m in orch.user_inbox()] == [
             (m.sender, m.kind) for m in self.user
         ]
