@@ -57,6 +57,37 @@ def test_a_full_tree_takes_no_new_agent(machine: LifecycleMachine) -> None:
     assert "run_turn" in machine.operations()
 
 
+def test_a_step_that_writes_nothing_asks_no_conversation_again(
+    machine: LifecycleMachine,
+) -> None:
+    machine.create_root("ada")
+    (ada,) = machine.agents
+    machine.run_turn(ada, "hello")
+    machine.check_all()
+    looked_up = machine.conversations.lookups
+    machine.run_pending(max_turns=3, ack=False)  # no mail: nothing on the disk changes
+    machine.check_all()
+    assert machine.conversations.lookups == looked_up
+    machine.run_turn(ada, "hello")  # the log grows: looked up again
+    machine.check_all()
+    assert machine.conversations.lookups == looked_up + 1
+
+
+def test_a_turn_the_shadow_expects_and_the_log_lacks_fails_with_no_disk_change(
+    machine: LifecycleMachine,
+) -> None:
+    """The skip of unchanged disks keys on the shadow's turns too: a turn that ran
+    (by the shadow) but left nothing on the disk is still looked up, and fails."""
+    machine.create_root("ada")
+    (ada,) = machine.agents
+    machine.run_turn(ada, "hello")
+    machine.check_all()
+    machine.agents[ada].turns += 1
+    with pytest.raises(AssertionError):
+        machine.conversations_are_whole()
+    machine.agents[ada].turns -= 1  # the teardown's restart checks the truth again
+
+
 def test_a_counterexample_shows_each_step_as_a_call(monkeypatch: pytest.MonkeyPatch) -> None:
     collect = Orchestrator.collect_user_inbox
 
