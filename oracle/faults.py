@@ -11,6 +11,11 @@ failure), the case where a failed write must be taken back or it comes back
 after a crash. ``written`` applies to the first failure of the stretch; the
 ones after it drop their pages, so a clean-up that fails leaves the disk as it
 was.
+
+``where`` (a path under the disk's root) counts only that file's fsyncs towards
+``nth``: the targeted EIO rule of the crash fuzzer fails the fsync that commits
+an operation (its log's append) without knowing how many fsyncs come before it.
+The failures after the first one hit the next fsyncs of any file, as without it.
 """
 
 from __future__ import annotations
@@ -26,17 +31,29 @@ from faultfs import FaultFS
 
 @contextmanager
 def failing_fsync(
-    fs: FaultFS, nth: int, count: int = 1, *, written: bool = False
+    fs: FaultFS, nth: int, count: int = 1, *, written: bool = False, where: str | None = None
 ) -> Iterator[list[int]]:
     """Fail fsyncs ``nth`` .. ``nth + count - 1`` from now; yields ``[fsyncs so far]``.
 
-    ``nth`` 0 fails nothing (it only counts).
+    ``nth`` 0 fails nothing (it only counts). With ``where``, ``nth`` counts only
+    the fsyncs of that path (the ``count`` failures are its ``nth`` and the fsyncs of
+    any file after it), and the count yielded starts at ``nth`` when it is reached.
     """
     assert nth >= 0 and count >= 1, (nth, count)
     real = os.fsync
     calls = [0]
+    seen = [0]  # the fsyncs of ``where`` before the first failure
 
     def fsync(fd: Any) -> None:
+        if where is not None and not calls[0]:
+            if nth == 0 or _path(fs, fd) != where:
+                real(fd)
+                return
+            seen[0] += 1
+            if seen[0] < nth:
+                real(fd)
+                return
+            calls[0] = nth - 1  # this one is the nth: count on from here
         calls[0] += 1
         if not nth <= calls[0] < nth + count or nth == 0:
             real(fd)
@@ -52,3 +69,11 @@ def failing_fsync(
         yield calls
     finally:
         os.fsync = real
+
+
+def _path(fs: FaultFS, fd: Any) -> str | None:
+    """The path of ``fd`` on ``fs`` (None for a descriptor it does not hold)."""
+    try:
+        return fs.fd_path(fd)
+    except (OSError, KeyError, TypeError):
+        return None

@@ -203,19 +203,28 @@ class CrashHarness:
         return CycleResult(False, None)
 
     def run_failing_fsyncs(
-        self, step: Step, nth: int, count: int = 1, *, written: bool = False
+        self,
+        step: Step,
+        nth: int,
+        count: int = 1,
+        *,
+        written: bool = False,
+        where: str | None = None,
     ) -> str:
         """Run ``step`` with fsyncs ``nth`` .. ``nth + count - 1`` inside it failing (EIO).
 
-        Returns ``done`` (no failure reached an answer: acknowledged as usual),
-        ``failed`` (the operation raised DurabilityError: it did not happen, and
-        must not come back after any crash) or ``undecided`` (OutcomeUnknownError:
-        it stays in flight, for the next crash and recovery to decide). Call
-        :meth:`crash_and_recover` next: after an I/O error the checks look at
-        what a restart makes of the disk.
+        With ``where`` (a file's path, say ``orch.logs.path_text(endpoint)``),
+        ``nth`` counts only that file's fsyncs (:func:`oracle.faults.failing_fsync`).
+        Returns ``done`` (no failure reached an answer: acknowledged as usual, or a
+        turn reported failed), ``failed`` (the operation raised DurabilityError: it did not
+        happen, and must not come back after any crash) or ``undecided``
+        (OutcomeUnknownError: it stays in flight, and only :meth:`crash_and_recover`
+        may follow). After ``done`` or ``failed`` the running orchestrator must
+        still equal the model (:func:`oracle.refused.check_after_eio`), and the
+        steps may go on on it.
         """
         self._checked = False
-        with self.fs, failing_fsync(self.fs, nth, count, written=written):
+        with self.fs, failing_fsync(self.fs, nth, count, written=written, where=where):
             try:
                 self.loop.run_until_complete(self.driver.perform(step))
             except OutcomeUnknownError:

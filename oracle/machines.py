@@ -42,9 +42,13 @@ from hypothesis.strategies import SearchStrategy
 
 from faultfs import MODES
 from oracle.draws import ENGINE_CHOICES, flag, integer, pick
+from oracle.eio_targets import USER_ENDPOINT, draw_target
 from oracle.harness import CrashHarness, held_interception, scripted_registry
+from oracle.refused import OUTCOMES_GOING_ON, check_after_eio
 from oracle.workload import STEP_KINDS, Step
+from substrat.agents import USER
 from substrat.checkpointer import CheckpointPolicy
+from substrat.errors import SubstratError
 from substrat.providers.registry import ProviderRegistry
 
 NAMES = ("ada", "bob", "cy", "dee", "eve")
@@ -277,20 +281,111 @@ class CrashRecoveryMachine(RuleBasedStateMachine):
         written = flag(data, "written back anyway")
         mode = pick(data, MODES, "mode")
         seed = integer(data, 0, IMAGE_SEEDS - 1, "image seed")
-        self.fail_fsyncs_and_crash(step, nth, count, written, mode, seed)
+        if flag(data, "go on after it"):
+            self.fail_fsyncs_and_go_on(step, nth, count, written, mode, seed)
+        else:
+            self.fail_fsyncs_and_crash(step, nth, count, written, mode, seed)
+
+    def fail_fsyncs_and_go_on(
+        self,
+        step: Step,
+        nth: int,
+        count: int,
+        written: bool,
+        mode: str,
+        seed: int,
+        where: str | None = None,
+    ) -> None:
+        """The EIO rules' step without a crash (the call a counterexample shows): the
+        running state is checked (:func:`oracle.refused.check_after_eio`) and the
+        next steps run on the same orchestrator; only an undecided outcome, which a
+        restart settles, crashes (in ``mode`` and image ``seed``) and recovers.
+        ``where`` names the file whose fsyncs ``nth`` counts (the targeted rule's)."""
+        self._show(
+            f"state.fail_fsyncs_and_go_on({step!r}, nth={nth}, count={count}, "
+            f"written={written}, mode={mode!r}, seed={seed}, where={where!r})"
+        )
+        self._go_on_after_eio(step, nth, count, written, mode, seed, where, "EIO, going on")
+
+    def _go_on_after_eio(
+        self,
+        step: Step,
+        nth: int,
+        count: int,
+        written: bool,
+        mode: str,
+        seed: int,
+        where: str | None,
+        label: str,
+    ) -> None:
+        outcome = self.harness.run_failing_fsyncs(step, nth, count, written=written, where=where)
+        if outcome in OUTCOMES_GOING_ON and self.harness.model.inflight is None:
+            check_after_eio(self.harness, outcome)
+            event(f"{label}: {outcome}")
+            return
+        # undecided (a turn of the wake loop's too, left in flight): a restart settles it
+        self.harness.crash_and_recover(mode, seed)
+        self.crashes += 1
+        event(f"{label}: {outcome}, then a crash")
 
     def fail_fsyncs_and_crash(
-        self, step: Step, nth: int, count: int, written: bool, mode: str, seed: int
+        self,
+        step: Step,
+        nth: int,
+        count: int,
+        written: bool,
+        mode: str,
+        seed: int,
+        where: str | None = None,
     ) -> None:
         """The EIO rule's step with what it drew (the call a counterexample shows)."""
         self._show(
             f"state.fail_fsyncs_and_crash({step!r}, nth={nth}, count={count}, "
-            f"written={written}, mode={mode!r}, seed={seed})"
+            f"written={written}, mode={mode!r}, seed={seed}"
+            + ("" if where is None else f", where={where!r}")
+            + ")"
         )
-        outcome = self.harness.run_failing_fsyncs(step, nth, count, written=written)
+        outcome = self.harness.run_failing_fsyncs(step, nth, count, written=written, where=where)
         self.harness.crash_and_recover(mode, seed)
         self.crashes += 1
         event(f"after EIO: {outcome}")
+
+    @precondition(_has_agents)
+    @rule(data=st.data())
+    def fsync_failure_where_it_matters(self, data: Any) -> None:
+        """An EIO at the fsync that decides an operation (:mod:`oracle.eio_targets`): the
+        acknowledge of the user's inbox, a turn's start or commit (a send, a spawn, an
+        ``@inbox`` read, a parent's termination), a message's delivery, a leaf's
+        termination. Unless it draws a crash after it, the steps go on on the running
+        orchestrator (``fail_fsyncs_and_go_on``)."""
+        target = draw_target(data, self._paths(), self._leaves(), NAMES)
+        nth = integer(data, 1, target.fsyncs, "failing fsync of the log")
+        count = integer(data, 1, MAX_CONSECUTIVE_FAILURES, "failures in a row")
+        written = flag(data, "written back anyway")
+        mode = pick(data, MODES, "mode")
+        seed = integer(data, 0, IMAGE_SEEDS - 1, "image seed")
+        crash = flag(data, "crash after it")  # shrinks to going on, the running check
+        for step in target.setup:
+            self._show_step(step)
+        where = self._log_path(target.log_of)
+        if where is None:  # the setup's step did not make what the target needs
+            return
+        event(f"targeted EIO at: {target.kind}")
+        if crash:
+            self.fail_fsyncs_and_crash(target.step, nth, count, written, mode, seed, where)
+        else:
+            self.fail_fsyncs_and_go_on(target.step, nth, count, written, mode, seed, where)
+
+    def _log_path(self, endpoint: str) -> str | None:
+        """The log file of the agent at path ``endpoint`` (or the user's), None if none."""
+        orch = self.harness.orch
+        if endpoint == USER_ENDPOINT:
+            return orch.logs.path_text(USER)
+        try:
+            node = orch.tree.resolve(endpoint)
+        except SubstratError:
+            return None
+        return orch.logs.path_text(node.session_id)
 
     @precondition(_has_agents)
     @rule(data=st.data())

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from oracle.mutant_def import Mutant as Mutant
 from oracle.mutant_edges import EDGES
+from oracle.mutant_eio import EIO_IN_MEMORY
 
 CATALOG: tuple[Mutant, ...] = (
     # -- persistence.py: the durable primitives -------------------------------
@@ -572,6 +573,7 @@ CATALOG: tuple[Mutant, ...] = (
         "    return [s for s in sealed if s.first <= checkpoint.at.seq]  # planted\n",
     ),
     *EDGES,
+    *EIO_IN_MEMORY,
 )
 
 
