@@ -210,11 +210,13 @@ class CrashHarness:
         *,
         written: bool = False,
         where: str | None = None,
+        entry: str | None = None,
     ) -> str:
         """Run ``step`` with fsyncs ``nth`` .. ``nth + count - 1`` inside it failing (EIO).
 
         With ``where`` (a file's path, say ``orch.logs.path_text(endpoint)``),
-        ``nth`` counts only that file's fsyncs (:func:`oracle.faults.failing_fsync`).
+        ``nth`` counts only that file's fsyncs, of its ``entry`` appends if given
+        (:func:`oracle.faults.failing_fsync`).
         Returns ``done`` (no failure reached an answer: acknowledged as usual, or a
         turn reported failed), ``failed`` (the operation raised DurabilityError: it did not
         happen, and must not come back after any crash) or ``undecided``
@@ -224,7 +226,8 @@ class CrashHarness:
         steps may go on on it.
         """
         self._checked = False
-        with self.fs, failing_fsync(self.fs, nth, count, written=written, where=where):
+        failing = failing_fsync(self.fs, nth, count, written=written, where=where, entry=entry)
+        with self.fs, failing:
             try:
                 self.loop.run_until_complete(self.driver.perform(step))
             except OutcomeUnknownError:

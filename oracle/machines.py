@@ -286,48 +286,6 @@ class CrashRecoveryMachine(RuleBasedStateMachine):
         else:
             self.fail_fsyncs_and_crash(step, nth, count, written, mode, seed)
 
-    def fail_fsyncs_and_go_on(
-        self,
-        step: Step,
-        nth: int,
-        count: int,
-        written: bool,
-        mode: str,
-        seed: int,
-        where: str | None = None,
-    ) -> None:
-        """The EIO rules' step without a crash (the call a counterexample shows): the
-        running state is checked (:func:`oracle.refused.check_after_eio`) and the
-        next steps run on the same orchestrator; only an undecided outcome, which a
-        restart settles, crashes (in ``mode`` and image ``seed``) and recovers.
-        ``where`` names the file whose fsyncs ``nth`` counts (the targeted rule's)."""
-        self._show(
-            f"state.fail_fsyncs_and_go_on({step!r}, nth={nth}, count={count}, "
-            f"written={written}, mode={mode!r}, seed={seed}, where={where!r})"
-        )
-        self._go_on_after_eio(step, nth, count, written, mode, seed, where, "EIO, going on")
-
-    def _go_on_after_eio(
-        self,
-        step: Step,
-        nth: int,
-        count: int,
-        written: bool,
-        mode: str,
-        seed: int,
-        where: str | None,
-        label: str,
-    ) -> None:
-        outcome = self.harness.run_failing_fsyncs(step, nth, count, written=written, where=where)
-        if outcome in OUTCOMES_GOING_ON and self.harness.model.inflight is None:
-            check_after_eio(self.harness, outcome)
-            event(f"{label}: {outcome}")
-            return
-        # undecided (a turn of the wake loop's too, left in flight): a restart settles it
-        self.harness.crash_and_recover(mode, seed)
-        self.crashes += 1
-        event(f"{label}: {outcome}, then a crash")
-
     def fail_fsyncs_and_crash(
         self,
         step: Step,
@@ -337,18 +295,54 @@ class CrashRecoveryMachine(RuleBasedStateMachine):
         mode: str,
         seed: int,
         where: str | None = None,
+        entry: str | None = None,
     ) -> None:
         """The EIO rule's step with what it drew (the call a counterexample shows)."""
         self._show(
             f"state.fail_fsyncs_and_crash({step!r}, nth={nth}, count={count}, "
             f"written={written}, mode={mode!r}, seed={seed}"
-            + ("" if where is None else f", where={where!r}")
+            + ("" if where is None else f", where={where!r}, entry={entry!r}")
             + ")"
         )
-        outcome = self.harness.run_failing_fsyncs(step, nth, count, written=written, where=where)
+        outcome = self.harness.run_failing_fsyncs(
+            step, nth, count, written=written, where=where, entry=entry
+        )
         self.harness.crash_and_recover(mode, seed)
         self.crashes += 1
         event(f"after EIO: {outcome}")
+
+    def fail_fsyncs_and_go_on(
+        self,
+        step: Step,
+        nth: int,
+        count: int,
+        written: bool,
+        mode: str,
+        seed: int,
+        where: str | None = None,
+        entry: str | None = None,
+    ) -> None:
+        """The EIO rules' step without a crash (the call a counterexample shows): the
+        running state is checked (:func:`oracle.refused.check_after_eio`) and the
+        next steps run on the same orchestrator; only an undecided outcome, which a
+        restart settles, crashes (in ``mode`` and image ``seed``) and recovers.
+        ``where`` and ``entry`` name the appends whose fsyncs ``nth`` counts (the targeted
+        rule's, see :func:`oracle.faults.failing_fsync`)."""
+        self._show(
+            f"state.fail_fsyncs_and_go_on({step!r}, nth={nth}, count={count}, "
+            f"written={written}, mode={mode!r}, seed={seed}, where={where!r}, entry={entry!r})"
+        )
+        outcome = self.harness.run_failing_fsyncs(
+            step, nth, count, written=written, where=where, entry=entry
+        )
+        if outcome in OUTCOMES_GOING_ON and self.harness.model.inflight is None:
+            check_after_eio(self.harness, outcome)
+            event(f"EIO, going on: {outcome}")
+            return
+        # undecided (a turn of the wake loop's too, left in flight): a restart settles it
+        self.harness.crash_and_recover(mode, seed)
+        self.crashes += 1
+        event(f"EIO, going on: {outcome}, then a crash")
 
     @precondition(_has_agents)
     @rule(data=st.data())
@@ -359,7 +353,7 @@ class CrashRecoveryMachine(RuleBasedStateMachine):
         termination. Unless it draws a crash after it, the steps go on on the running
         orchestrator (``fail_fsyncs_and_go_on``)."""
         target = draw_target(data, self._paths(), self._leaves(), NAMES)
-        nth = integer(data, 1, target.fsyncs, "failing fsync of the log")
+        log_of, entry = pick(data, target.points, "failing append")
         count = integer(data, 1, MAX_CONSECUTIVE_FAILURES, "failures in a row")
         written = flag(data, "written back anyway")
         mode = pick(data, MODES, "mode")
@@ -367,14 +361,15 @@ class CrashRecoveryMachine(RuleBasedStateMachine):
         crash = flag(data, "crash after it")  # shrinks to going on, the running check
         for step in target.setup:
             self._show_step(step)
-        where = self._log_path(target.log_of)
+        where = self._log_path(log_of)
         if where is None:  # the setup's step did not make what the target needs
             return
-        event(f"targeted EIO at: {target.kind}")
+        event(f"targeted EIO at: {target.kind} ({entry})")
+        args = (target.step, 1, count, written, mode, seed, where, entry)
         if crash:
-            self.fail_fsyncs_and_crash(target.step, nth, count, written, mode, seed, where)
+            self.fail_fsyncs_and_crash(*args)
         else:
-            self.fail_fsyncs_and_go_on(target.step, nth, count, written, mode, seed, where)
+            self.fail_fsyncs_and_go_on(*args)
 
     def _log_path(self, endpoint: str) -> str | None:
         """The log file of the agent at path ``endpoint`` (or the user's), None if none."""

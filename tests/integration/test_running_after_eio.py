@@ -87,8 +87,8 @@ def test_a_send_whose_commit_failed_reaches_no_running_inbox(
     harness: CrashHarness, ask: bool
 ) -> None:
     step = Step("ask" if ask else "send", "ada", "ada/bob")
-    # the turn's second fsync of its log is its commit, turn.complete
-    outcome = harness.run_failing_fsyncs(step, 2, where=_log_of(harness, "ada"))
+    where = _log_of(harness, "ada")
+    outcome = harness.run_failing_fsyncs(step, 1, where=where, entry="turn.complete")
     assert outcome == "done"  # the driver took the turn's failure (the model has it failed)
     assert harness.model.trace[-1].status.startswith("failed"), harness.model.trace[-1]
     check_after_eio(harness, outcome)
@@ -119,7 +119,7 @@ def test_the_check_sees_a_failed_sends_message_in_the_running_inbox(
     monkeypatch.setattr(Orchestrator, "emit", emit)
     monkeypatch.setattr(Orchestrator, "_stage_commit", stage)
     outcome = harness.run_failing_fsyncs(
-        Step("send", "ada", "ada/bob"), 2, where=_log_of(harness, "ada")
+        Step("send", "ada", "ada/bob"), 1, where=_log_of(harness, "ada"), entry="turn.complete"
     )
     assert outcome == "done" and staged
     with pytest.raises(OracleViolation, match="shown as done though never acknowledged"):
@@ -153,3 +153,22 @@ def test_where_counts_only_that_files_fsyncs_and_fails_the_next_ones_of_any(
             os.fsync = real
     assert failed == [log], failed  # its second: the turn's commit
     assert calls[0] > 2  # counted on from it: the take-back's fsyncs came after
+
+
+def test_entry_counts_only_the_fsyncs_of_that_events_appends(harness: CrashHarness) -> None:
+    """With ``entry``, the fsync that fails is the one of that event's append (bob's
+    ``@inbox`` turn restores its session, starts, then commits: the third append)."""
+    harness.run(Step("evict", "ada/bob"))  # so its next turn restores the session first
+    harness.run(Step("send", "ada", "ada/bob"))
+    log = _log_of(harness, "ada/bob")
+    outcome = harness.run_failing_fsyncs(
+        Step("inbox", "ada/bob"), 1, where=log, entry="turn.complete"
+    )
+    assert outcome == "done"
+    assert harness.model.trace[-1].status.startswith("failed"), harness.model.trace[-1]
+    # bob's log: session.created, agent.created, message.enqueued, session.restored,
+    # turn.start, then turn.complete, the sixth (and the first two fsyncs were not failed)
+    assert "append of entry 6 " in harness.model.trace[-1].status
+    check_after_eio(harness, outcome)  # the message it read is still in its inbox
+    bob = harness.orch.tree.resolve("ada/bob").agent_id
+    assert len(harness.orch.inboxes.inbox(bob).all()) == 1
