@@ -298,15 +298,7 @@ class CrashRecoveryMachine(RuleBasedStateMachine):
         entry: str | None = None,
     ) -> None:
         """The EIO rule's step with what it drew (the call a counterexample shows)."""
-        self._show(
-            f"state.fail_fsyncs_and_crash({step!r}, nth={nth}, count={count}, "
-            f"written={written}, mode={mode!r}, seed={seed}"
-            + ("" if where is None else f", where={where!r}, entry={entry!r}")
-            + ")"
-        )
-        outcome = self.harness.run_failing_fsyncs(
-            step, nth, count, written=written, where=where, entry=entry
-        )
+        outcome = self._fail_fsyncs("crash", step, nth, count, written, mode, seed, where, entry)
         self.harness.crash_and_recover(mode, seed)
         self.crashes += 1
         event(f"after EIO: {outcome}")
@@ -325,16 +317,8 @@ class CrashRecoveryMachine(RuleBasedStateMachine):
         """The EIO rules' step without a crash (the call a counterexample shows): the
         running state is checked (:func:`oracle.refused.check_after_eio`) and the
         next steps run on the same orchestrator; only an undecided outcome, which a
-        restart settles, crashes (in ``mode`` and image ``seed``) and recovers.
-        ``where`` and ``entry`` name the appends whose fsyncs ``nth`` counts (the targeted
-        rule's, see :func:`oracle.faults.failing_fsync`)."""
-        self._show(
-            f"state.fail_fsyncs_and_go_on({step!r}, nth={nth}, count={count}, "
-            f"written={written}, mode={mode!r}, seed={seed}, where={where!r}, entry={entry!r})"
-        )
-        outcome = self.harness.run_failing_fsyncs(
-            step, nth, count, written=written, where=where, entry=entry
-        )
+        restart settles, crashes (in ``mode`` and image ``seed``) and recovers."""
+        outcome = self._fail_fsyncs("go_on", step, nth, count, written, mode, seed, where, entry)
         if outcome in OUTCOMES_GOING_ON and self.harness.model.inflight is None:
             check_after_eio(self.harness, outcome)
             event(f"EIO, going on: {outcome}")
@@ -343,6 +327,24 @@ class CrashRecoveryMachine(RuleBasedStateMachine):
         self.harness.crash_and_recover(mode, seed)
         self.crashes += 1
         event(f"EIO, going on: {outcome}, then a crash")
+
+    def _fail_fsyncs(
+        self, then: str, step: Step, nth: int, count: int, written: bool, *drawn: Any
+    ) -> str:
+        """Show the call ``state.fail_fsyncs_and_<then>(...)`` and run ``step`` with its
+        fsyncs failing; ``drawn`` is (mode, seed, where, entry): ``where`` and ``entry``
+        name the appends whose fsyncs ``nth`` counts (the targeted rule's, see
+        :func:`oracle.faults.failing_fsync`)."""
+        mode, seed, where, entry = drawn
+        self._show(
+            f"state.fail_fsyncs_and_{then}({step!r}, nth={nth}, count={count}, "
+            f"written={written}, mode={mode!r}, seed={seed}"
+            + ("" if where is None else f", where={where!r}, entry={entry!r}")
+            + ")"
+        )
+        return self.harness.run_failing_fsyncs(
+            step, nth, count, written=written, where=where, entry=entry
+        )
 
     @precondition(_has_agents)
     @rule(data=st.data())
