@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import glob
 import os
 import shlex
 import shutil
@@ -100,6 +102,27 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 BYTECODE_PREFIX_KEY = pytest.StashKey[tuple[str, str]]()
+BYTECODE_PREFIX_NAME = "substrat-tests-pyc-"
+"""How the session's bytecode cache is named (in the temporary directory)."""
+
+
+def other_user_bytecode_prefix(uid: int) -> str | None:
+    """A bytecode cache beside the session's that a child running as ``uid`` can write.
+
+    The session's cache is private to the user running the tests, so a child run as
+    another user (tests/support/privileges.py) compiled substrat and its dependencies
+    from source at each start. This one (``<session cache>-uid<uid>``, that user's,
+    mode 0700) is shared by that user's children and removed with the session's.
+    None when the run has no session cache of its own (nothing to be beside).
+    """
+    prefix = os.environ.get("PYTHONPYCACHEPREFIX", "")
+    if not os.path.basename(prefix).startswith(BYTECODE_PREFIX_NAME):
+        return None
+    theirs = f"{prefix}-uid{uid}"
+    with contextlib.suppress(FileExistsError):  # an xdist worker made it first
+        os.mkdir(theirs, 0o700)
+    os.chown(theirs, uid, uid)
+    return theirs
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -120,7 +143,7 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     if not os.environ.get("PYTHONDONTWRITEBYTECODE") or os.environ.get("PYTHONPYCACHEPREFIX"):
         return
-    prefix = tempfile.mkdtemp(prefix="substrat-tests-pyc-")
+    prefix = tempfile.mkdtemp(prefix=BYTECODE_PREFIX_NAME)
     config.stash[BYTECODE_PREFIX_KEY] = (prefix, os.environ["PYTHONDONTWRITEBYTECODE"])
     os.environ["PYTHONPYCACHEPREFIX"] = prefix
     del os.environ["PYTHONDONTWRITEBYTECODE"]
@@ -134,3 +157,5 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     os.environ.pop("PYTHONPYCACHEPREFIX", None)
     os.environ["PYTHONDONTWRITEBYTECODE"] = dont_write
     shutil.rmtree(prefix, ignore_errors=True)
+    for theirs in glob.glob(f"{glob.escape(prefix)}-uid*"):  # other_user_bytecode_prefix's
+        shutil.rmtree(theirs, ignore_errors=True)

@@ -11,11 +11,14 @@ would be. For a test run that is not root there is nothing to drop.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
+
+from tests.conftest import other_user_bytecode_prefix
 
 PR_CAPBSET_DROP = 24
 CAP_DAC_OVERRIDE = 1
@@ -65,13 +68,23 @@ OTHER_UID = 65534
 
 
 def as_other_user(uid: int = OTHER_UID) -> tuple[list[str], dict[str, str]] | str:
+    """A copy of :func:`_other_user`'s answer (asked once per process: its probe is a start
+    of the CLI as ``uid``)."""
+    how = _other_user(uid)
+    return how if isinstance(how, str) else (list(how[0]), dict(how[1]))
+
+
+@functools.cache
+def _other_user(uid: int) -> tuple[list[str], dict[str, str]] | str:
     """``(argv prefix, env)`` running ``python`` as ``uid`` with this checkout importable, or
     why that cannot be done here (for a skip reason).
 
     ``setpriv`` switches the uid; this interpreter may live where ``uid`` cannot read it
     (pyenv under a mode-0700 /root), so the first interpreter of the same Python version
     that ``uid`` can run is used, given this checkout and this environment's packages on
-    ``PYTHONPATH`` (both must be readable by ``uid``).
+    ``PYTHONPATH`` (both must be readable by ``uid``), and a bytecode cache of its own
+    beside the session's (tests/conftest.py), so that its children do not compile
+    substrat, its dependencies and the standard library from source at each start.
     """
     import shutil
     import site
@@ -84,6 +97,9 @@ def as_other_user(uid: int = OTHER_UID) -> tuple[list[str], dict[str, str]] | st
     checkout = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([checkout, *site.getsitepackages()]))
     env.pop("PYTHONHOME", None)
+    theirs = other_user_bytecode_prefix(uid)
+    if theirs is not None:
+        env["PYTHONPYCACHEPREFIX"] = theirs
     switch = [setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
     why = "no interpreter"

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from tests import conftest
+from tests.support import privileges
 
 
 def fake_config(worker: bool = False) -> Any:
@@ -68,3 +69,29 @@ def test_a_chosen_prefix_a_run_writing_bytecode_and_workers_are_left_alone(
         if n in os.environ
     }
     assert seen == environment
+
+
+def test_another_users_children_share_a_cache_of_their_own_removed_at_the_end(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The session's cache is private (mode 0700), so a child run as another user
+    (tests/support/privileges.py) compiled everything from source at each start."""
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    monkeypatch.delenv("PYTHONPYCACHEPREFIX", raising=False)
+    config = fake_config()
+    conftest.pytest_configure(config)
+    prefix = os.environ["PYTHONPYCACHEPREFIX"]
+    try:
+        how = privileges._other_user.__wrapped__(privileges.OTHER_UID)  # not the cached answer
+        if isinstance(how, str):
+            pytest.skip(how)
+        argv, env = how
+        theirs = Path(env["PYTHONPYCACHEPREFIX"])
+        assert theirs == Path(f"{prefix}-uid{privileges.OTHER_UID}")
+        assert theirs.stat().st_uid == privileges.OTHER_UID
+        assert theirs.stat().st_mode & 0o777 == 0o700
+        subprocess.run([*argv, "-c", "import substrat.errors"], env=env, cwd="/", check=True)
+        assert [p.name for p in theirs.rglob("errors*.pyc")]  # compiled once, kept for the next
+    finally:
+        conftest.pytest_unconfigure(config)
+    assert not Path(prefix).exists() and not theirs.exists()
