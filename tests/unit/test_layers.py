@@ -10,6 +10,7 @@ disk into a value that the orchestrator applies.
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "substrat"
@@ -22,8 +23,11 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+@functools.cache  # parsing every module is most of each test's time: once for the three
 def import_graph() -> dict[str, set[str]]:
-    """Module -> the substrat modules it imports (every statement, lazy and typing ones too)."""
+    """Module -> the substrat modules it imports (every statement, lazy and typing ones too).
+
+    One graph for every caller: read it, do not change it."""
     modules = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
     graph: dict[str, set[str]] = {name: set() for name in modules}
     for name, path in modules.items():
