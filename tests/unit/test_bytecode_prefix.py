@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -95,3 +96,29 @@ def test_another_users_children_share_a_cache_of_their_own_removed_at_the_end(
     finally:
         conftest.pytest_unconfigure(config)
     assert not Path(prefix).exists() and not theirs.exists()
+
+
+def test_the_installed_bytecode_is_linked_in_and_read_from_there(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A process with a prefix reads bytecode only there: without the links every worker
+    and the first children compiled the standard library and the packages from source."""
+    import json
+
+    installed = importlib.util.cache_from_source(json.__file__)  # beside the source
+    if not os.path.exists(installed):
+        pytest.skip(f"this interpreter has no compiled standard library ({installed})")
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    monkeypatch.delenv("PYTHONPYCACHEPREFIX", raising=False)
+    config = fake_config()
+    conftest.pytest_configure(config)
+    prefix = os.environ["PYTHONPYCACHEPREFIX"]
+    try:
+        where = Path(prefix, Path(json.__file__).parent.relative_to("/"), Path(installed).name)
+        assert where.is_symlink() and where.resolve() == Path(installed).resolve()
+        subprocess.run([sys.executable, "-c", "import json"], check=True, env=os.environ)
+        assert where.is_symlink()  # valid, so read as it is: a compiled one would replace it
+        stdlib = Path(prefix, Path(json.__file__).parent.parent.relative_to("/"))
+        assert not (stdlib / "test").exists()  # not the standard library's own tests
+    finally:
+        conftest.pytest_unconfigure(config)
