@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -72,16 +71,21 @@ def test_a_chosen_prefix_a_run_writing_bytecode_and_workers_are_left_alone(
     assert seen == environment
 
 
+def session_cache(monkeypatch: pytest.MonkeyPatch) -> tuple[Any, str]:
+    """The session's cache as the controller makes it (bytecode writing off): (config, prefix)."""
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    monkeypatch.delenv("PYTHONPYCACHEPREFIX", raising=False)
+    config = fake_config()
+    conftest.pytest_configure(config)
+    return config, os.environ["PYTHONPYCACHEPREFIX"]
+
+
 def test_another_users_children_share_a_cache_of_their_own_removed_at_the_end(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The session's cache is private (mode 0700), so a child run as another user
     (tests/support/privileges.py) compiled everything from source at each start."""
-    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
-    monkeypatch.delenv("PYTHONPYCACHEPREFIX", raising=False)
-    config = fake_config()
-    conftest.pytest_configure(config)
-    prefix = os.environ["PYTHONPYCACHEPREFIX"]
+    config, prefix = session_cache(monkeypatch)
     try:
         how = privileges._other_user.__wrapped__(privileges.OTHER_UID)  # not the cached answer
         if isinstance(how, str):
@@ -105,20 +109,17 @@ def test_the_installed_bytecode_is_linked_in_and_read_from_there(
     and the first children compiled the standard library and the packages from source."""
     import json
 
-    installed = importlib.util.cache_from_source(json.__file__)  # beside the source
-    if not os.path.exists(installed):
+    source = Path(json.__file__)
+    installed = source.parent / "__pycache__" / f"__init__.{sys.implementation.cache_tag}.pyc"
+    if not installed.exists():
         pytest.skip(f"this interpreter has no compiled standard library ({installed})")
-    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
-    monkeypatch.delenv("PYTHONPYCACHEPREFIX", raising=False)
-    config = fake_config()
-    conftest.pytest_configure(config)
-    prefix = os.environ["PYTHONPYCACHEPREFIX"]
+    config, prefix = session_cache(monkeypatch)
     try:
-        where = Path(prefix, Path(json.__file__).parent.relative_to("/"), Path(installed).name)
-        assert where.is_symlink() and where.resolve() == Path(installed).resolve()
+        where = Path(prefix, source.parent.relative_to("/"), installed.name)
+        assert where.is_symlink() and where.resolve() == installed.resolve()
         subprocess.run([sys.executable, "-c", "import json"], check=True, env=os.environ)
         assert where.is_symlink()  # valid, so read as it is: a compiled one would replace it
-        stdlib = Path(prefix, Path(json.__file__).parent.parent.relative_to("/"))
+        stdlib = Path(prefix, source.parent.parent.relative_to("/"))
         assert not (stdlib / "test").exists()  # not the standard library's own tests
     finally:
         conftest.pytest_unconfigure(config)
