@@ -62,6 +62,7 @@ from substrat.conversation import conversation_from_entries
 from substrat.errors import DurabilityError
 from substrat.eventlog import Clock, utc_now_iso
 from substrat.logs import LogPool
+from substrat.oserrors import with_advice
 
 log = logging.getLogger("substrat.checkpointer")
 
@@ -347,8 +348,8 @@ class Checkpointer:
         try:
             start_summary.write(self.store.path.parent.parent)
         except OSError as exc:  # a later start reads the store and the logs as always
-            self.stats.fail(f"writing the start summary: {exc}")
-            log.warning("writing the start summary failed: %s", exc)
+            self.stats.fail(with_advice(f"writing the start summary: {exc}", exc))
+            log.warning("%s", with_advice(f"writing the start summary failed: {exc}", exc))
 
     # -- capture (the caller's thread), build and append (the worker) ----------------------
 
@@ -398,7 +399,7 @@ class Checkpointer:
             try:
                 checkpoint = _build(task)
             except (OSError, ValueError) as exc:
-                out.append(_Done(task.endpoint, None, f"{task.endpoint}: {exc}"))
+                out.append(_Done(task.endpoint, None, with_advice(f"{task.endpoint}: {exc}", exc)))
                 continue
             if checkpoint is None:
                 out.append(_Done(task.endpoint, None))
@@ -407,7 +408,8 @@ class Checkpointer:
         try:
             written = self.store.append([c for _, c in built])
         except DurabilityError as exc:
-            return out + [_Done(t.endpoint, None, str(exc)) for t, _ in built]
+            said = with_advice(str(exc), exc)
+            return out + [_Done(t.endpoint, None, said) for t, _ in built]
         for task, checkpoint in built:
             if not any(c is checkpoint for c in written):
                 out.append(_Done(task.endpoint, None, f"{task.endpoint}: checkpoint too large"))
@@ -433,7 +435,7 @@ class Checkpointer:
                     segments.archive(segment)
                     self.stats.archived += 1
         except (OSError, ValueError) as exc:  # ValueError: a damaged base (nothing deleted)
-            return f"compacting {path.parent.name}: {exc}"
+            return with_advice(f"compacting {path.parent.name}: {exc}", exc)
         return None
 
     def _finish(self, done: list[_Done]) -> None:
@@ -466,11 +468,11 @@ class Checkpointer:
                 self.stats.rolled += 1
         except segments.StartNotWritten as exc:  # sealed: only its start record is missing
             self.stats.rolled += 1
-            self.stats.fail(f"sealing {endpoint}: {exc}")
-            log.warning("sealing a segment of %s: %s", endpoint, exc)
+            self.stats.fail(with_advice(f"sealing {endpoint}: {exc}", exc))
+            log.warning("%s", with_advice(f"sealing a segment of {endpoint}: {exc}", exc))
         except OSError as exc:
-            self.stats.fail(f"sealing {endpoint}: {exc}")
-            log.warning("sealing a segment of %s failed: %s", endpoint, exc)
+            self.stats.fail(with_advice(f"sealing {endpoint}: {exc}", exc))
+            log.warning("%s", with_advice(f"sealing a segment of {endpoint} failed: {exc}", exc))
 
     def _rewrite_store_if_big(self) -> None:
         if self._busy or self.store.broken is not None:
@@ -482,7 +484,7 @@ class Checkpointer:
             self.store.rewrite(self._all_kept())
         except OSError as exc:
             self.store.broken = str(exc)
-            self.stats.fail(f"rewriting the checkpoint store: {exc}")
+            self.stats.fail(with_advice(f"rewriting the checkpoint store: {exc}", exc))
 
 
 REWRITE_MIN_BYTES = 4 << 20

@@ -74,7 +74,7 @@ def with_advice(text: str, exc: BaseException, *, first: bool = False) -> str:
     """``text`` (about ``exc``), followed by what fixes ``exc`` when :func:`advice` knows
     (``first``: preceded by it, for a text that ends in its own, lesser, instruction)."""
     hint = advice(exc)
-    if not hint:
+    if not hint or hint in text:  # a message built on one that already says it
         return text
     return f"{hint}; {text}" if first else f"{text}; {hint}"
 

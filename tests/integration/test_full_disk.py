@@ -94,3 +94,31 @@ def test_a_segment_sealed_before_the_disk_filled_is_reported_sealed(
     assert (agent / "events.start").is_file()
     history = sum(len(read_log(s).entries) for s in [*sealed, agent / "events.jsonl"])
     assert history >= entries
+
+
+def test_compact_on_a_full_disk_says_to_free_space_and_loses_nothing(disk: Path) -> None:
+    """An operator compacts to make room; on a disk with none left every error line
+    ends in the remedy (as the daemon's do), and the logs are what they were."""
+    root = disk / "root"
+    assert roots.cli(root, "agent", "create", "lead").returncode == 0
+    for n in range(6):
+        assert roots.cli(root, "agent", "send", "lead", f"turn {n} " + "x" * 200).returncode == 0
+    assert roots.cli(root, "daemon", "stop").returncode == 0
+    filler = mounts.fill(disk)
+
+    done = roots.cli(root, "compact", "--policy", "delete", "--segment-bytes", "1")
+    assert done.returncode == 1, done.stdout + done.stderr
+    errors = json.loads(done.stdout)["errors"]
+    assert errors, done.stdout
+    remedy = "the disk is full: free space on the root's file system"
+    assert all(remedy in e for e in errors), errors
+    warned = [line for line in done.stderr.splitlines() if "failed" in line]
+    assert all(remedy in line for line in warned), done.stderr
+    assert "Traceback" not in done.stderr
+
+    filler.unlink()
+    checked = roots.cli(root, "fsck")
+    assert not [f for f in json.loads(checked.stdout)["findings"] if f["severity"] == "damage"]
+    assert roots.cli(root, "compact").returncode == 0
+    history = json.loads(roots.cli(root, "log", "lead").stdout)["turns"]
+    assert [t["prompt"].split()[1] for t in history] == [str(n) for n in range(6)]
