@@ -121,18 +121,24 @@ class RootInfo:
         return self.state in (RootState.ROOT, RootState.LEGACY)
 
 
-def _unusable(path: Path, exc: OSError, doing: str) -> RootUnusableError:
+def _unusable(path: Path, exc: OSError, doing: str) -> RootUnusableError | RootPermissionError:
     if exc.errno == errno.EACCES:
         try:
             info = os.stat(path)
         except OSError:
             info = None
+        if info is not None and stat.S_ISDIR(info.st_mode) and info.st_uid != os.getuid():
+            # another user's private root (0700, as every root is): say whose, as for
+            # one that can be listed, not only "permission denied"
+            return _foreign(path, info.st_uid, is_root=False)
         if info is not None and info.st_uid == os.getuid() and stat.S_ISDIR(info.st_mode):
             mode = stat.S_IMODE(info.st_mode)
             return RootUnusableError(
                 f"cannot use {path} as a substrat root: {doing} failed: its mode {mode:04o} "
                 f"does not let you read and write it; `chmod 700 {path}` fixes that"
             )
+    if exc.errno == errno.EEXIST and os.path.islink(path):
+        return _dangling(path)
     reason = {
         errno.EROFS: "it is on a read-only file system",
         errno.EACCES: "permission denied",
@@ -152,6 +158,23 @@ def _unusable(path: Path, exc: OSError, doing: str) -> RootUnusableError:
         fix = f"free space on its file system (or {fix})"
     return RootUnusableError(
         f"cannot use {path} as a substrat root: {doing} failed: {reason}; {fix}"
+    )
+
+
+def _dangling(path: Path) -> RootUnusableError:
+    """A symlink to nothing where a root is to be made: say so, and where it points."""
+    target = os.readlink(path)
+    made_by = os.lstat(path).st_uid
+    if made_by != os.getuid():  # maybe planted: never suggest making its target
+        return RootUnusableError(
+            f"cannot use {path} as a substrat root: it is a symlink to {target}, which "
+            f"does not exist, made by uid {made_by}{user_name(made_by)}, not by you; "
+            "use --root or SUBSTRAT_HOME to pick a directory of your own"
+        )
+    return RootUnusableError(
+        f"cannot use {path} as a substrat root: it is a symlink to {target}, which does "
+        f"not exist; make that directory (`mkdir -m 700 {target}`), or remove the link, "
+        "or use --root or SUBSTRAT_HOME to pick another directory"
     )
 
 

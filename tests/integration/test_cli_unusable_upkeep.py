@@ -17,6 +17,7 @@ that cannot be used: never a traceback. The cases an operator met:
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import subprocess
 import tempfile
@@ -155,3 +156,38 @@ def test_the_cli_against_another_users_daemon_says_so(
     finally:
         with contextlib.suppress(Exception):
             _as(other_user, root, "daemon", "stop")
+
+
+def test_another_users_private_root_says_whose_it_is(
+    other_user: tuple[list[str], dict[str, str]], shared_tmp: Path
+) -> None:
+    """A root as substrat leaves it (0700, not listable by others): every command still
+    says whose root it is, not only "listing it failed: permission denied"."""
+    root = shared_tmp / "root"
+    assert roots.cli(root, "agent", "create", "lead").returncode == 0
+    stop_daemon(root, timeout_s=30)
+    assert root.stat().st_mode & 0o777 == 0o700
+    for args in [*UPKEEP, ("agent", "list"), ("daemon", "start"), ("agent", "create", "x")]:
+        proc = _as(other_user, root, *args)
+        assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
+        line = one_line(proc)
+        assert "belongs to uid 0" in line and "permission denied" not in line, (args, line)
+    assert sorted(p.name for p in (root / "agents").iterdir()), "nothing was made or taken"
+
+
+def test_a_dangling_symlink_as_the_root_says_where_it_points(tmp_path: Path) -> None:
+    """`ln -s /data/substrat ~/.substrat` before /data/substrat exists: the line says it
+    is a symlink to nothing and what to do, not "creating it failed: File exists"; a link
+    another user made is named as theirs and its target is not suggested."""
+    target = tmp_path / "data" / "substrat"
+    link = tmp_path / "home-substrat"
+    link.symlink_to(target)
+    proc = roots.cli(link, "daemon", "start", as_json=False)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    line = one_line(proc)
+    assert f"symlink to {target}, which does not exist" in line, line
+    assert f"mkdir -m 700 {target}" in line and "File exists" not in line, line
+    os.lchown(link, OTHER_UID, OTHER_UID)
+    planted = one_line(roots.cli(link, "agent", "create", "lead", as_json=False))
+    assert f"made by uid {OTHER_UID}" in planted and "mkdir" not in planted, planted
+    assert not target.exists() and not target.parent.exists()
