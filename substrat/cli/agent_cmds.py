@@ -170,17 +170,26 @@ def list_agents(opts: Opts, show_all: bool, quiet: bool) -> None:
     """List the live agents (with --all, the terminated ones too)."""
     agents = opts.call("agent.list", {"all": show_all})
     # agents the start could not use are not gone: say so where every agent is listed
-    held = (opts.call("daemon.status").get("unreadable") or []) if show_all and not quiet else []
+    # (and without --all, count them: "no agents yet" after a start on a full disk read
+    # as if they were gone)
+    asks = not quiet and (show_all or not opts.json)
+    held = (opts.call("daemon.status").get("unreadable") or []) if asks else []
     if quiet:
         for a in agents:
             click.echo(render.short(a["agent_id"]))
     elif opts.json:
         emit_json(agents + [_held_entry(item) for item in held])
-    elif not agents:
-        opts.out.print("no agents yet: [bold]substrat agent create NAME[/]")
-    else:
+    elif agents:
         opts.out.print(render.agents_table(agents, opts.out.width))
-    if not (quiet or opts.json):
+    elif not held:
+        opts.out.print("no agents yet: [bold]substrat agent create NAME[/]")
+    if not (quiet or opts.json) and held and not show_all:
+        opts.out.print(
+            f"[yellow]{plural(len(held), 'agent')} held back since the daemon started "
+            "(files it could not use): `substrat agent list --all` says which and what "
+            "to do[/]"
+        )
+    elif not (quiet or opts.json):
         for item in held:
             who = item.get("name") or render.short(item["session_id"])
             opts.out.print(

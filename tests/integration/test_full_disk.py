@@ -18,6 +18,7 @@ from substrat import compaction, segments
 from substrat.client import stop_daemon
 from substrat.eventlog import read_log
 from tests.support import mounts, roots
+from tests.support.cli import kill_daemon
 
 
 @pytest.fixture
@@ -122,3 +123,67 @@ def test_compact_on_a_full_disk_says_to_free_space_and_loses_nothing(disk: Path)
     assert roots.cli(root, "compact").returncode == 0
     history = json.loads(roots.cli(root, "log", "lead").stdout)["turns"]
     assert [t["prompt"].split()[1] for t in history] == [str(n) for n in range(6)]
+
+
+def test_a_create_refused_on_a_full_disk_says_to_free_space(disk: Path) -> None:
+    """The refusal names the remedy, as a refused send does: the write that failed
+    (the record's atomic write) keeps its ENOSPC as its cause."""
+    root = disk / "root"
+    assert roots.cli(root, "agent", "create", "lead").returncode == 0
+    filler = mounts.fill(disk)
+    refused = roots.cli(root, "agent", "create", "second", as_json=False)
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    said = " ".join(refused.stderr.split())
+    assert "not acknowledged" in said, said
+    assert "The disk is full: free space on the root's file system" in said, said
+    filler.unlink()
+
+
+def test_daemon_log_lines_the_full_disk_refused_are_counted_not_a_cut_traceback(
+    disk: Path,
+) -> None:
+    """The background daemon logs to daemon.log on the full disk itself: a line it cannot
+    write is dropped and counted once space is back, not reported as `--- Logging
+    error ---` with a traceback into the same full file."""
+    root = disk / "root"
+    assert roots.cli(root, "agent", "create", "lead").returncode == 0
+    filler = mounts.fill(disk)
+    log_path = root / "daemon.log"
+    dropped = False
+    for n in range(60):  # each failed send logs a line, until the log's last page is full
+        before = log_path.read_bytes().count(b"agent.send failed")
+        failed = roots.cli(root, "agent", "send", "lead", f"full {n} " + "y" * 300).returncode
+        if failed and log_path.read_bytes().count(b"agent.send failed") == before:
+            dropped = True  # its line was refused
+            break
+    assert dropped, "no log line was refused: the disk never filled up"
+    filler.unlink()
+    assert roots.cli(root, "agent", "send", "lead", "space again").returncode == 0
+    assert roots.cli(root, "daemon", "stop").returncode == 0
+    text = log_path.read_text(errors="replace")
+    assert "Logging error" not in text and "Traceback" not in text, text[-3000:]
+    assert "could not be written: No space left on device" in text, text[-3000:]
+
+
+def test_agent_list_counts_agents_a_full_disk_held_back(disk: Path) -> None:
+    """After a kill -9, a start on a full disk holds the agent back (recovery cannot
+    write); plain `agent list` said "no agents yet: substrat agent create NAME", as if it
+    were gone. It says how many are held and where to look."""
+    root = disk / "root"
+    assert roots.cli(root, "agent", "create", "lead").returncode == 0
+    assert roots.cli(root, "agent", "send", "lead", "hello").returncode == 0
+    kill_daemon(root)
+    filler = mounts.fill(disk)
+    assert roots.cli(root, "daemon", "start").returncode == 0
+    held = json.loads(roots.cli(root, "daemon", "status").stdout)["unreadable"]
+    assert len(held) == 1 and "free space" in held[0]["what_to_do"], held
+
+    listed = roots.cli(root, "agent", "list", as_json=False)
+    assert listed.returncode == 0, listed.stderr
+    shown = " ".join(listed.stdout.split())
+    assert "no agents yet" not in shown, shown
+    assert "1 agent held back" in shown and "agent list --all" in shown, shown
+    filler.unlink()
+    assert roots.cli(root, "daemon", "restart").returncode == 0
+    back = json.loads(roots.cli(root, "agent", "list").stdout)
+    assert [a["path"] for a in back] == ["lead"]
