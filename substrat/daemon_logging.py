@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import re
 import sys
-from typing import TextIO
 
 _URL_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)[^\s/?#@]+@")
 _SECRET_QUERY = re.compile(
@@ -32,44 +31,8 @@ class RedactingFormatter(logging.Formatter):
         return redact(super().format(record))
 
 
-class HostTolerantHandler(logging.StreamHandler):
-    """A stream handler that drops a line the host refuses (a full disk, a read-only
-    remount) and says so once it can write again.
-
-    The background daemon's stderr is daemon.log itself: logging's own report of the
-    failure (``--- Logging error ---`` and a traceback) went to the same full file and
-    left a cut traceback there, and the line was lost without a word.
-    """
-
-    def __init__(self, stream: TextIO) -> None:
-        super().__init__(stream)
-        self.dropped = 0
-        self.why = ""
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if self.dropped:
-            try:
-                self.stream.write(
-                    f"(substrat: {self.dropped} log line(s) before this one could not be "
-                    f"written: {self.why})" + self.terminator
-                )
-                self.flush()
-                self.dropped = 0
-            except OSError:
-                pass  # still refused: this record fails too and is counted
-        super().emit(record)
-
-    def handleError(self, record: logging.LogRecord) -> None:
-        failed = sys.exc_info()[1]
-        if isinstance(failed, OSError):
-            self.dropped += 1
-            self.why = failed.strerror or str(failed)
-            return
-        super().handleError(record)
-
-
 def configure(level: str) -> None:
     """The daemon's logging: ``level`` and up to stderr, credentials in URLs masked."""
-    handler = HostTolerantHandler(sys.stderr)
+    handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(RedactingFormatter(FORMAT))
     logging.basicConfig(level=level.upper(), handlers=[handler])
