@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from substrat import events
 from substrat.agents import (
@@ -212,19 +212,21 @@ class CommitMixin:
             },
         )
 
-    def _take_back_creation(self, session_id: str, exc: OSError) -> OSError:
+    def _take_back_creation(self, session_id: str, exc: OSError) -> NoReturn:
         """Remove what a root creation refused before its commit point (a host limit:
-        no descriptor, a full disk) made; what it raises then: ``exc``, or, if some of it
-        stays, ``exc`` saying so."""
+        no descriptor, a full disk) made, then raise: ``exc`` itself, or, if some of it
+        stays, a DurabilityError saying so, caused by ``exc``."""
         self.sessions.pop(session_id, None)
         self.logs.close(session_id)
         stayed = self.store.take_back_new(session_id, (LOG_NAME, PENDING_NAME))
         if stayed is None:
-            return exc
-        return DurabilityError(
+            # exc as it is: `raise exc from exc` made exc its own cause, and the code that
+            # adds the host's remedy (a full disk: free space) then no longer saw the OSError
+            raise exc
+        raise DurabilityError(
             f"{exc}; nothing of it was done, but its session directory could not be "
             f"removed ({stayed}): the next start's recovery terminates it"
-        )
+        ) from exc
 
     def materialize_child(self, spawn: dict[str, Any], parent: AgentNode) -> AgentNode | None:
         """Create a child staged by a committed turn; a no-op if it exists already."""

@@ -318,12 +318,7 @@ class Orchestrator(QueryMixin, CommitMixin, WakeMixin):
         except OSError as exc:  # before the commit point: nothing of it may stay
             self._contexts.pop(node.agent_id, None)
             stop_later(live)
-            refused = self._take_back_creation(node.session_id, exc)
-            if refused is exc:
-                # `raise exc from exc` would make exc its own cause and hide the OSError
-                # under a DurabilityError, and with it the host's remedy
-                raise
-            raise refused from exc
+            self._take_back_creation(node.session_id, exc)  # raises
         self.tree.add(node)
         self.turn_counts[node.agent_id] = 0
         self.settled_turns[node.agent_id] = 0
