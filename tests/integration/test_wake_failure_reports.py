@@ -58,25 +58,32 @@ def errors_in_user_inbox(client: Client) -> list[str]:
     return [m["payload"] for m in client.call("inbox.list")["messages"] if m["kind"] == "error"]
 
 
+def openai_env(server: ChatServer) -> dict[str, str]:
+    """The daemon's environment: the openai provider on the loopback server, no retries."""
+    return {
+        **os.environ,
+        "SUBSTRAT_OPENAI_BASE_URL": server.base_url,
+        "SUBSTRAT_OPENAI_API_KEY": "loopback",
+        "SUBSTRAT_OPENAI_MAX_RETRIES": "0",
+    }
+
+
+def create_agents(client: Client, *names: str) -> None:
+    """Root agents on the openai provider, each instructed with its own name."""
+    for name in names:
+        client.call(
+            "agent.create",
+            {"name": name, "instructions": name, "provider": "openai", "model": "m"},
+        )
+
+
 def test_a_failing_woken_agent_is_reported_once_per_failing_streak(tmp_path: Path) -> None:
     root = tmp_path / "root"
     endpoint = Endpoint()
     with ChatServer(endpoint) as server:
-        env = dict(os.environ)
-        env.update(
-            {
-                "SUBSTRAT_OPENAI_BASE_URL": server.base_url,
-                "SUBSTRAT_OPENAI_API_KEY": "loopback",
-                "SUBSTRAT_OPENAI_MAX_RETRIES": "0",
-            }
-        )
-        with DaemonProcess(root, env=env).start(timeout_s=START_TIMEOUT_S):
+        with DaemonProcess(root, env=openai_env(server)).start(timeout_s=START_TIMEOUT_S):
             with Client(root) as client:
-                for name in ("b1", "b2"):
-                    client.call(
-                        "agent.create",
-                        {"name": name, "instructions": name, "provider": "openai", "model": "m"},
-                    )
+                create_agents(client, "b1", "b2")
                 endpoint.failing.set()
                 client.call("agent.send", {"agent": "b1", "prompt": "job one"})
                 wait_for(lambda: endpoint.b2_failures >= 4, "b2 to be retried")
@@ -125,21 +132,9 @@ def test_a_failing_woken_agent_does_not_keep_the_others_waiting(tmp_path: Path) 
     root = tmp_path / "root"
     endpoint = TwoWorkers()
     with ChatServer(endpoint) as server:
-        env = dict(os.environ)
-        env.update(
-            {
-                "SUBSTRAT_OPENAI_BASE_URL": server.base_url,
-                "SUBSTRAT_OPENAI_API_KEY": "loopback",
-                "SUBSTRAT_OPENAI_MAX_RETRIES": "0",
-            }
-        )
-        with DaemonProcess(root, env=env).start(timeout_s=START_TIMEOUT_S):
+        with DaemonProcess(root, env=openai_env(server)).start(timeout_s=START_TIMEOUT_S):
             with Client(root) as client:
-                for name in ("b1", "b2", "b3"):
-                    client.call(
-                        "agent.create",
-                        {"name": name, "instructions": name, "provider": "openai", "model": "m"},
-                    )
+                create_agents(client, "b1", "b2", "b3")
                 client.call("agent.send", {"agent": "b1", "prompt": "b2 job for b2"})
                 wait_for(lambda: endpoint.b2_failures >= 3, "b2 to fail a few times")
                 client.call("agent.send", {"agent": "b1", "prompt": "b3 job for b3"})
