@@ -9,6 +9,7 @@ after ``--repair`` as an unrecoverable session.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -161,3 +162,40 @@ def test_agent_list_counts_agents_a_full_disk_held_back(disk: Path) -> None:
     assert roots.cli(root, "daemon", "restart").returncode == 0
     back = json.loads(roots.cli(root, "agent", "list").stdout)
     assert [a["path"] for a in back] == ["lead"]
+
+
+@pytest.mark.parametrize("unbuffered", ["1", ""], ids=["PYTHONUNBUFFERED", "buffered"])
+def test_daemon_log_lines_the_full_disk_refused_are_counted_not_a_cut_traceback(
+    disk: Path, monkeypatch: pytest.MonkeyPatch, unbuffered: str
+) -> None:
+    """The background daemon logs to daemon.log on the full disk itself. A line the disk
+    refuses, or cuts short, is counted and said on a line of its own once space is back:
+    not `--- Logging error ---` and a cut traceback into the same full file, and not lost
+    without a word (with PYTHONUNBUFFERED, as in the landing runs, Python's stderr drops
+    the rest of a short write and reports nothing)."""
+    monkeypatch.setenv("PYTHONUNBUFFERED", unbuffered)  # the daemon the CLI starts inherits it
+    root = disk / "root"
+    assert roots.cli(root, "agent", "create", "lead").returncode == 0
+    filler = mounts.fill(disk)
+    log_path = root / "daemon.log"
+    refused = False
+    for n in range(60):  # each failed send logs a line, until the log's last page is full
+        lines = log_path.read_bytes().count(b"\n")
+        failed = roots.cli(root, "agent", "send", "lead", f"full {n} " + "y" * 300).returncode
+        if failed and log_path.read_bytes().count(b"\n") == lines:
+            refused = True  # its line was refused or cut short
+            break
+    assert refused, "no log line was refused: the disk never filled up"
+    filler.unlink()
+    assert roots.cli(root, "agent", "send", "lead", "space again").returncode == 0
+    assert roots.cli(root, "daemon", "stop").returncode == 0
+    text = log_path.read_text(errors="replace")
+    assert "Logging error" not in text and "Traceback" not in text, text[-3000:]
+    notes = [line for line in text.splitlines() if "could not be written" in line]
+    assert len(notes) == 1, text[-3000:]
+    assert re.fullmatch(
+        r"\(substrat: \d+ log line\(s\) before this one could not be written: "
+        r"No space left on device\)",
+        notes[0],
+    ), notes  # on a line of its own: a cut line was ended first
+    assert text.endswith("stopped cleanly: sessions suspended\n"), text[-500:]
