@@ -43,6 +43,13 @@ class DurabilityError(SubstratError, OSError):
     """
 
 
+REOPEN_NOTE = "(reopen the log before writing again)"
+"""How a failed append's DurabilityError ends (substrat.eventlog): what its library caller
+must do. The daemon reopens a log itself, so its answer says what an operator does instead
+(``OPERATOR_NOTE``, substrat.rpc.protocol)."""
+OPERATOR_NOTE = "(nothing acknowledged is lost; try again once that is fixed)"
+
+
 class OutcomeUnknownError(DurabilityError):
     """A write failed where its outcome cannot be known: the operation may have happened.
 

@@ -123,6 +123,9 @@ def error_for_exception(
         if isinstance(exc, kind):
             if code in (DURABILITY_FAILED, OUTCOME_UNKNOWN):
                 message = _with_advice(message, exc, agents)
+            if code == DURABILITY_FAILED and message.endswith(errors.REOPEN_NOTE):
+                # the daemon reopens the log itself: the note is for a library caller
+                message = message[: -len(errors.REOPEN_NOTE)] + errors.OPERATOR_NOTE
             return code, message, data
     if isinstance(exc, OSError) and exc.errno is not None:
         message = f"{message}; nothing of it was done"

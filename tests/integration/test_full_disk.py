@@ -199,3 +199,23 @@ def test_daemon_log_lines_the_full_disk_refused_are_counted_not_a_cut_traceback(
         notes[0],
     ), notes  # on a line of its own: a cut line was ended first
     assert text.endswith("stopped cleanly: sessions suspended\n"), text[-500:]
+
+
+def test_a_send_refused_on_a_full_disk_tells_the_operator_what_to_do(disk: Path) -> None:
+    """The refusal ended in "(reopen the log before writing again)", a note for the
+    library's caller: the daemon reopens the log itself. The operator reads the remedy
+    and that nothing acknowledged is lost; the send works again once space is back."""
+    root = disk / "root"
+    assert roots.cli(root, "agent", "create", "lead").returncode == 0
+    filler = mounts.fill(disk)
+    for n in range(60):  # the log's last page may still hold a few turns
+        refused = roots.cli(root, "agent", "send", "lead", f"full {n} " + "y" * 300, as_json=False)
+        if refused.returncode != 0:
+            break
+    assert refused.returncode != 0, refused.stdout
+    said = " ".join(refused.stderr.split())
+    assert "reopen the log" not in said, said
+    assert "free space on the root's file system" in said, said
+    assert said.endswith("(nothing acknowledged is lost; try again once that is fixed)"), said
+    filler.unlink()
+    assert roots.cli(root, "agent", "send", "lead", "space again").returncode == 0

@@ -402,7 +402,7 @@ def test_a_failed_append_whose_cut_back_failed_is_cut_on_the_next_open(
 def test_a_failed_append_says_what_fixes_the_host_first_in_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int
 ) -> None:
-    from substrat import oserrors
+    from substrat import errors, oserrors
     from substrat.errors import DurabilityError
     from substrat.rpc import protocol
 
@@ -419,9 +419,11 @@ def test_a_failed_append_says_what_fixes_the_host_first_in_one_line(
     assert hint is not None
     said = str(failed.value)
     assert said.startswith(f"{hint}; append of entry 1 to "), said
-    assert said.endswith("(reopen the log before writing again)") and "\n" not in said
+    assert said.endswith(errors.REOPEN_NOTE) and "\n" not in said  # the library's caller
     # the daemon's answer: the remedy once, still first (with the descriptor budget)
     _, answer, _ = protocol.error_for_exception(failed.value, agents=3)
     full = oserrors.advice(failed.value, agents=3)
     assert full is not None and answer.startswith(f"{full}; append of entry 1"), answer
     assert answer.count("free space") + answer.count("ulimit -n") == 1, answer
+    # the operator's: the daemon reopens the log itself; nothing acknowledged was lost
+    assert errors.REOPEN_NOTE not in answer and answer.endswith(errors.OPERATOR_NOTE), answer
