@@ -17,13 +17,12 @@ import itertools
 import os
 import signal
 import socket
-import subprocess
 import sys
 import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from substrat import provider_env
 from substrat.errors import (
@@ -51,6 +50,9 @@ from substrat.rpc.starting import (
     wait_until,
 )
 from substrat.rpc.transport import connect, socket_path
+
+if TYPE_CHECKING:
+    import subprocess
 
 DEFAULT_TIMEOUT_S = 30.0
 CONNECT_TIMEOUT_S = 5.0
@@ -389,6 +391,8 @@ class DaemonProcess:
         # -P: the working directory is not put on sys.path, so a directory named like one
         # of our packages there (a clone's parent holds ``substrat/``) is not what runs.
         command = [sys.executable, "-P", "-m", "substrat.daemon", "--root", str(self.root)]
+        import subprocess  # here: a command on a running daemon starts no process
+
         with open(self.log_path, "ab") as out:
             since = out.tell()  # what this start writes: an older traceback is not its cause
             self.proc = subprocess.Popen(
@@ -428,6 +432,8 @@ class DaemonProcess:
         assert self.proc is not None, "not started"
         if self.proc.poll() is None:
             self.proc.terminate()
+        import subprocess  # loaded already: it started the process
+
         try:
             return self.proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 from substrat import __version__, codeid, daemon_logging, start_summary
 from substrat.checkpointer import CheckpointPolicy
+from substrat.daemon_providers import build_registry
 from substrat.errors import RootError, RootLockedError, SubstratError
 from substrat.eventlog import utc_now_iso
 from substrat.oserrors import advice, is_host_limit
@@ -59,7 +60,6 @@ from substrat.words import plural
 
 if TYPE_CHECKING:
     from substrat.orchestrator import Orchestrator
-    from substrat.providers.registry import ProviderRegistry
 
 log = logging.getLogger("substrat.daemon")
 
@@ -112,16 +112,6 @@ class DaemonConfig:
     limits: Limits = field(default_factory=Limits)
     wake: bool = True
     """Run agents that have pending messages (the wake loop) in the background."""
-
-
-def build_registry() -> ProviderRegistry:
-    """The default providers plus ``paced`` (scripted with a pause per turn, for demos)."""
-    from substrat.demo import PacedProvider
-    from substrat.providers.registry import default_registry
-
-    registry = default_registry()
-    registry.register("paced", PacedProvider)
-    return registry
 
 
 class Daemon:

@@ -13,7 +13,6 @@ The fingerprint is a hash: the record never holds a key or a URL.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Mapping
@@ -45,6 +44,8 @@ def fingerprint(env: Mapping[str, str] | None = None) -> str | None:
     values = effective(env)
     if not values:
         return None
+    import hashlib  # OpenSSL's library: loaded only by a shell with provider settings
+
     return hashlib.sha256(json.dumps(sorted(values.items())).encode()).hexdigest()[:16]
 
 

@@ -9,6 +9,7 @@ after ``--timeout`` seconds of silence. Exit codes are listed in
 
 from __future__ import annotations
 
+import importlib
 import io
 import json
 import sys
@@ -18,14 +19,24 @@ from typing import Any
 import click
 
 from substrat import __version__
-from substrat.cli.agent_cmds import agent_group, inbox
-from substrat.cli.chat import chat
 from substrat.cli.common import group_options, leave_quietly, stdout_closed
-from substrat.cli.compact_cmds import compact
-from substrat.cli.daemon_cmds import daemon_group
-from substrat.cli.events_cmds import log, watch
 from substrat.cli.examples import add_examples
-from substrat.cli.offline_cmds import demo, fsck, recover
+
+COMMANDS = {
+    "daemon": ("daemon_cmds", "daemon_group"),
+    "agent": ("agent_cmds", "agent_group"),
+    "inbox": ("agent_cmds", "inbox"),
+    "chat": ("chat", "chat"),
+    "log": ("events_cmds", "log"),
+    "watch": ("events_cmds", "watch"),
+    "fsck": ("offline_cmds", "fsck"),
+    "recover": ("offline_cmds", "recover"),
+    "compact": ("compact_cmds", "compact"),
+    "demo": ("offline_cmds", "demo"),
+}
+"""Each command's module under ``substrat.cli`` and its name there, imported when the
+command is asked for: a process runs one command, and loading the others' modules (with
+what they import, and click's objects for their options) was about a tenth of its start."""
 
 
 class _Main(click.Group):
@@ -34,7 +45,28 @@ class _Main(click.Group):
     click reports a bad option or argument before any command runs, as plain
     text; a script that asked for ``--json`` reads ``{"error": ...}`` on stderr
     for every failure, this one included.
+
+    Its commands are loaded when asked for (:data:`COMMANDS`); an unknown name loads
+    them all, so that click's "did you mean" sees every one.
     """
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands:
+            for name in [cmd_name] if cmd_name in COMMANDS else [*COMMANDS]:
+                self._load(name)
+        return self.commands.get(cmd_name)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *COMMANDS})
+
+    def _load(self, name: str) -> None:
+        if name in self.commands:
+            return
+        module, attribute = COMMANDS[name]
+        command = getattr(importlib.import_module(f"substrat.cli.{module}"), attribute)
+        assert isinstance(command, click.Command) and command.name == name, name
+        add_examples(command, name)
+        self.add_command(command)
 
     def main(self, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -96,8 +128,6 @@ def main(group_root: Path | None, group_json: bool) -> None:
         sys.stdin.reconfigure(errors="surrogateescape")
 
 
-for command in (daemon_group, agent_group, inbox, chat, log, watch, fsck, recover, compact, demo):
-    main.add_command(command)
-add_examples(main)
+add_examples(main, "", walk=False)
 
 __all__ = ["main"]

@@ -19,6 +19,7 @@ from substrat.cli.common import (
 )
 from substrat.cli.turns import PromptCommand, TurnView, read_prompt
 from substrat.errors import BadInputError, DaemonError
+from substrat.provider_names import BUILTIN, DAEMON_ONLY
 from substrat.words import plural, when
 
 if TYPE_CHECKING:
@@ -51,7 +52,7 @@ def agent_group(group_root: Path | None, group_json: bool) -> None:
 @click.option("-i", "--instructions", default="", help="The agent's system prompt.")
 @click.option(
     "--provider",
-    type=LazyChoice(_provider_names),
+    type=LazyChoice(_provider_names, sure=(*BUILTIN, *DAEMON_ONLY)),
     default="scripted",
     show_default=True,
     help="Which backend runs the agent (README: Providers).",
@@ -88,7 +89,7 @@ def _check_create(opts: Opts, name: str, provider: str, model: str | None) -> No
         raise BadInputError(f"{exc}; nothing was created") from None
     if not opts.new_root:
         return
-    from substrat.daemon import build_registry
+    from substrat.daemon_providers import build_registry
     from substrat.providers.base import new_agent_model
 
     try:

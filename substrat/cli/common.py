@@ -417,13 +417,27 @@ class LazyChoice(click.Choice):
     """A ``click.Choice`` whose choices are looked up when an option of it is used or shown.
 
     The provider names come from an entry-point scan of every installed package,
-    which every command would otherwise pay at start-up.
+    which every command would otherwise pay at start-up; a value among ``sure`` (the
+    built-in names) is accepted without it.
     """
 
-    def __init__(self, names: Callable[[], Sequence[str]]) -> None:
+    def __init__(self, names: Callable[[], Sequence[str]], sure: Sequence[str] = ()) -> None:
         self._names = names
+        self._sure = frozenset(sure)
+        """Names certainly among ``names()``: one of them is taken without the look-up."""
         self._choices: tuple[str, ...] | None = None
         super().__init__(())
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        # What click's Choice returns for a name in the list, as it is written: that name.
+        if (
+            isinstance(value, str)
+            and value in self._sure
+            and self.case_sensitive
+            and (ctx is None or ctx.token_normalize_func is None)
+        ):
+            return value
+        return super().convert(value, param, ctx)
 
     @property
     def choices(self) -> tuple[str, ...]:

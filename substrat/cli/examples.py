@@ -1,8 +1,9 @@
 """An example (or a few) at the end of every ``--help`` page.
 
 Kept in one place so that none is forgotten: :func:`add_examples` puts them
-in each command's epilog (Click's ``\\b`` keeps the lines as written), and
-the tests check that every command has some.
+in each command's epilog (Click's ``\\b`` keeps the lines as written) when its
+module is loaded (substrat.cli.COMMANDS), and the tests check that every command
+has some.
 """
 
 from __future__ import annotations
@@ -65,18 +66,24 @@ EXAMPLES: dict[str, list[str]] = {
 def _walk(command: click.Command, path: str) -> list[tuple[str, click.Command]]:
     found = [(path, command)]
     if isinstance(command, click.Group):
-        for name, sub in command.commands.items():
+        # through get_command: the ``substrat`` group loads its commands when asked for
+        ctx = click.Context(command, info_name=path or "substrat")
+        for name in command.list_commands(ctx):
+            sub = command.get_command(ctx, name)
+            assert sub is not None, name
             found += _walk(sub, f"{path} {name}".strip())
     return found
 
 
-def add_examples(main: click.Group) -> None:
-    """Put each command's examples into its epilog; every command must have some."""
-    for path, command in _walk(main, ""):
-        lines = EXAMPLES.get(path)
-        assert lines, f"no examples for `substrat {path}`"
+def add_examples(command: click.Command, path: str, *, walk: bool = True) -> None:
+    """Put the examples of ``command`` (``path`` names it: ``"agent"``, ``""`` for
+    ``substrat``) into its epilog, and with ``walk`` those of every command under it;
+    every command must have some."""
+    for where, each in _walk(command, path) if walk else [(path, command)]:
+        lines = EXAMPLES.get(where)
+        assert lines, f"no examples for `substrat {where}`"
         body = "\n".join(f"  {line}" for line in lines)
-        command.epilog = f"\b\nExamples:\n{body}"
+        each.epilog = f"\b\nExamples:\n{body}"
 
 
 def commands(main: click.Group) -> list[tuple[str, click.Command]]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -257,6 +256,8 @@ def demo(as_json: bool, keep: bool, root: Path | None) -> None:
 
     Exits 1 if an acknowledged turn did not survive (it never should).
     """
+    import tempfile  # with shutil, random and the compressors: only the demo's
+
     where = root or group_root()
     opts = Opts(
         root=where.expanduser().absolute() if where else Path(tempfile.gettempdir()),

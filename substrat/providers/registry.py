@@ -12,6 +12,7 @@ from collections.abc import Callable
 from importlib.metadata import EntryPoint, entry_points
 
 from substrat.errors import UnknownProviderError
+from substrat.provider_names import BUILTIN, DAEMON_ONLY
 from substrat.providers.base import Provider
 
 ENTRY_POINT_GROUP = "substrat.providers"
@@ -124,11 +125,6 @@ def _advertised() -> tuple[EntryPoint, ...]:
     process, as before.
     """
     return tuple(entry_points(group=ENTRY_POINT_GROUP))
-
-
-BUILTIN = ("scripted", "fake", "openai", "claude-code")
-DAEMON_ONLY = ("paced",)
-"""Registered by the daemon itself (``substrat.daemon.build_registry``)."""
 
 
 def provider_names() -> list[str]:

@@ -99,3 +99,54 @@ def test_the_daemon_starts_from_a_directory_holding_a_substrat_directory(tmp_pat
         assert answer is not None and answer["pong"] is True, answer
     finally:
         stop_daemon(root)
+
+
+def test_a_command_loads_its_own_module_only_and_what_a_start_needs_only_to_start(
+    tmp_path: Path,
+) -> None:
+    # The other commands' modules (with tempfile, shutil and the compressors for `demo`),
+    # subprocess (to start a daemon) and hashlib (a fingerprint of provider settings) are
+    # not needed to send a request to a running daemon.
+    root = tmp_path / "root"
+    prepare_root(root)
+    done, loaded = loaded_by(
+        tmp_path, "agent", "list", "--json", "--no-autostart", "--root", str(root)
+    )
+    assert "DaemonNotRunningError" in done.stderr  # it ran: the root is fine, no daemon
+    others = {
+        f"substrat.cli.{name}"
+        for name in ("daemon_cmds", "offline_cmds", "chat", "events_cmds", "compact_cmds")
+    }
+    assert not loaded & others, sorted(loaded & others)
+    assert not loaded & {"tempfile", "subprocess", "hashlib"}, sorted(loaded)
+    done, loaded = loaded_by(tmp_path, "daemon", "status", "--json", "--root", str(root))
+    assert '"running": false' in done.stdout
+    assert "substrat.cli.daemon_cmds" in loaded and "substrat.cli.agent_cmds" not in loaded
+
+
+def test_agent_create_with_a_built_in_provider_scans_no_installed_package(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "root"
+    prepare_root(root)
+    done, loaded = loaded_by(
+        tmp_path, "agent", "create", "x", "--provider", "fake", "--json", "--no-autostart",
+        "--root", str(root),
+    )  # fmt: skip
+    assert "DaemonNotRunningError" in done.stderr  # the name and the provider passed
+    assert not loaded & {"importlib.metadata", "substrat.providers.registry"}
+
+
+def test_agent_create_on_a_new_root_asks_the_provider_without_loading_the_daemon(
+    tmp_path: Path,
+) -> None:
+    # A new root's daemon would refuse the model: the command asks the provider as that
+    # daemon would, from the daemon's providers, not from the daemon's whole module.
+    new = tmp_path / "new"
+    done, loaded = loaded_by(
+        tmp_path, "agent", "create", "x", "--provider", "fake", "--model", "nope",
+        "--root", str(new),
+    )  # fmt: skip
+    assert "the fake provider has one model" in done.stderr and "no root was made" in done.stderr
+    assert not new.exists()
+    assert not loaded & {"substrat.daemon", "asyncio", "substrat.demo", "substrat.orchestrator"}

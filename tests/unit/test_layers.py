@@ -98,7 +98,7 @@ def test_the_graph_sees_lazy_and_typing_imports() -> None:
     # a module-level import, a TYPE_CHECKING one and a function-level one
     assert "substrat.events" in graph["substrat.commit"]
     assert "substrat.orchestrator" in graph["substrat.rpc.methods"]  # under TYPE_CHECKING
-    assert "substrat.demo" in graph["substrat.daemon"]  # inside a function
+    assert "substrat.demo" in graph["substrat.daemon_providers"]  # inside a function
 
 
 def test_no_import_circle_in_substrat() -> None:
