@@ -9,24 +9,22 @@ from __future__ import annotations
 
 import enum
 import itertools
-import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from itertools import repeat
 from operator import itemgetter
 from typing import Any
 
+from substrat.agent_names import MAX_NAME_CHARS as MAX_NAME_CHARS
+from substrat.agent_names import NAME as _NAME
+from substrat.agent_names import PARENT as PARENT
+from substrat.agent_names import RESERVED as _RESERVED
+from substrat.agent_names import USER as USER
+from substrat.agent_names import validate_name as validate_name
 from substrat.agent_refs import ambiguous, did_you_mean, id_prefix_matches, too_short_note
 from substrat.errors import AgentNotFoundError, NameCollisionError
 from substrat.lazy import LazyDict
 from substrat.words import natural_key
-
-USER = "user"
-"""The user's endpoint id: it sends prompts and has an inbox like any agent."""
-PARENT = "parent"
-"""What an agent calls its parent in tool calls (the user, for a root)."""
-
-MAX_NAME_CHARS = 64
 
 
 def _by_name(item: tuple[str, str]) -> tuple[str, str]:
@@ -44,8 +42,6 @@ def _name_key(name: str) -> str:
 
 
 _natural_key = natural_key.__wrapped__
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
-_RESERVED = frozenset({USER, PARENT})
 
 MESSAGE_KINDS = frozenset({"request", "reply", "notification", "broadcast", "result", "error"})
 _STRINGS = ("message_id", "sender", "recipient", "payload", "timestamp")
@@ -62,22 +58,6 @@ class AgentState(enum.Enum):
     BUSY = "busy"
     WAITING = "waiting"
     TERMINATED = "terminated"
-
-
-def validate_name(name: object) -> str:
-    """An agent name: 1-64 characters of letters, digits, ``_ . -``, not starting with a symbol."""
-    if not isinstance(name, str) or len(name) > MAX_NAME_CHARS or not _NAME.fullmatch(name):
-        raise ValueError(
-            f"invalid agent name {name!r}: use 1-{MAX_NAME_CHARS} letters, digits, '_', '.', '-', "
-            "starting with a letter or digit"
-        )
-    if name == USER:
-        raise ValueError(f"{USER!r} is reserved for the user's endpoint")
-    if name == PARENT:
-        # the tools read "parent" as the caller's parent: an agent of that name could not
-        # be reached by name, and messages meant for it would silently go elsewhere
-        raise ValueError(f"{PARENT!r} is reserved: agents use it to address their parent")
-    return name
 
 
 @dataclass(slots=True)

@@ -81,7 +81,7 @@ def _check_create(opts: Opts, name: str, provider: str, model: str | None) -> No
     asked of the provider as the new daemon would ask it (it starts from this shell, with
     this environment; an existing root's daemon has its own, so it alone judges there).
     """
-    from substrat.agents import validate_name
+    from substrat.agent_names import validate_name
 
     try:
         validate_name(name)
