@@ -7,8 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from substrat import client
 from substrat.client import ping, stop_daemon
 from substrat.rootdir import prepare_root
+from substrat.rpc.transport import socket_path
 from tests.support.cli import SUBSTRAT
 
 PROBE = """
@@ -150,3 +154,31 @@ def test_agent_create_on_a_new_root_asks_the_provider_without_loading_the_daemon
     assert "the fake provider has one model" in done.stderr and "no root was made" in done.stderr
     assert not new.exists()
     assert not loaded & {"substrat.daemon", "asyncio", "substrat.demo", "substrat.orchestrator"}
+
+
+class _Running:
+    """A daemon process that runs and never answers (``_wait_for_ping`` polls it)."""
+
+    pid = 0
+
+    def poll(self) -> int | None:
+        return None
+
+
+def test_a_start_pings_the_daemon_only_once_its_socket_is_there(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Each failed ping also looks for a daemon whose socket was removed: while the new
+    # daemon recovers (no socket yet) the wait looks for the socket only.
+    root = prepare_root(tmp_path / "root")
+    pinged: list[Path] = []
+
+    def ping(where: Path, timeout_s: float = 2.0) -> None:
+        pinged.append(where)
+
+    monkeypatch.setattr(client, "ping", ping)
+    assert client._wait_for_ping(root, 0.3, _Running()) is None  # type: ignore[arg-type]
+    assert pinged == []
+    socket_path(root).touch()  # bound (a plain file does as well: nobody answers on it)
+    assert client._wait_for_ping(root, 0.3, _Running()) is None  # type: ignore[arg-type]
+    assert pinged and set(pinged) == {root}
