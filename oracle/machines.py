@@ -68,7 +68,9 @@ class CrashPlan:
     ``boundary`` counts I/O boundaries from the operation's start (past its
     last one, the crash lands right after it); ``seed`` picks the image among
     the mode's; ``recovery_crash`` is the boundary inside recovery where a
-    power loss hits before the recovery that is checked.
+    power loss hits before the recovery that is checked (past recovery's last
+    boundary, recovery finishes and is itself the one checked; see
+    :meth:`oracle.harness.CrashHarness.crash_and_recover`).
     """
 
     boundary: int
