@@ -68,6 +68,26 @@ status=0
 python -m pytest --run-stress -n "$workers" --timeout "$timeout_s" -rfEs "$@" "${mine[@]}" \
     2>&1 | tee "$log" || status=${PIPESTATUS[0]}
 
+# The shard's ids that failed or errored, whole. Ids hold spaces and quotes
+# (test_sweep[checkpoints and deletion-12of12], test_matrix[durable_mkdir['a/b/c', 'a/d', 'e']-posix]),
+# so the summary lines are matched against the ids this shard ran, not cut at a space.
+failed_ids() {
+    local plain id
+    plain="$(sed -E 's/\x1b\[[0-9;]*m//g' "$log")"  # FORCE_COLOR or PY_COLORS may be set
+    for id in "${mine[@]}"; do
+        if grep -qxF -e "FAILED $id" -e "ERROR $id" <<<"$plain" \
+            || grep -qF -e "FAILED $id - " -e "ERROR $id - " <<<"$plain"; then
+            printf '%s\n' "$id"
+        fi
+    done
+}
+
+# One shell word, in single quotes (a quote inside becomes '\'').
+quoted() {
+    local q="'\\''"
+    printf "'%s'" "${1//\'/$q}"
+}
+
 if [ "$status" -ne 0 ]; then
     {
         echo "## Nightly fuzzing failure: shard $shard_index of $shard_count"
@@ -86,9 +106,9 @@ if [ "$status" -ne 0 ]; then
         echo "failing example first:"
         echo
         echo '```'
-        grep -E '^(FAILED|ERROR) ' "$log" | awk '{print $2}' | sort -u \
-            | sed -e "s/^/HYPOTHESIS_PROFILE=$HYPOTHESIS_PROFILE python -m pytest --run-stress '/" \
-                  -e "s/\$/'/" || true
+        while IFS= read -r id; do
+            echo "HYPOTHESIS_PROFILE=$HYPOTHESIS_PROFILE python -m pytest --run-stress $(quoted "$id")"
+        done < <(failed_ids)
         echo '```'
         echo
         echo "### Falsifying examples"

@@ -455,3 +455,72 @@ def test_ci_run_runs_the_stress_suite_even_when_the_tests_fail_and_reports_both(
         lines[-2],
     ), lines[-2]
     assert lines[-1] == "ci: FAIL: tests FAIL (exit 1), stress (ci profile) FAIL (exit 1)"
+
+
+ODDLY_NAMED_FAILURES = """
+import pytest
+
+pytestmark = pytest.mark.stress
+
+
+@pytest.mark.parametrize("case", ["two words", "it's", "a[1, 2]"])
+def test_oddly_named(case):
+    assert case == "never"
+"""
+
+
+def test_nightly_report_reproduces_test_ids_with_spaces_and_quotes(tmp_path: Path) -> None:
+    # Stress ids such as test_sweep[checkpoints and deletion-12of12] or
+    # test_matrix[durable_mkdir['a/b/c', 'a/d', 'e']-posix]: the report's command was cut at
+    # the first space, and a quote ended its quoting.
+    root = _fake_project(tmp_path / "project", ODDLY_NAMED_FAILURES)
+    result = _run_script(root, "nightly.sh")
+    assert result.returncode == 1, result.stdout + result.stderr
+    report = (root / "nightly-logs" / "report-shard-0.md").read_text()
+    commands = [line for line in report.splitlines() if "python -m pytest --run-stress" in line]
+    assert len(commands) == 3, report
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "HYPOTHESIS_"))}
+    ran = set()
+    for command in commands:
+        rerun = subprocess.run(
+            ["bash", "-c", command + " -p no:xdist -rf"],
+            cwd=root,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=SCRIPT_TIMEOUT_S,
+        )
+        assert rerun.returncode == 1, command + "\n" + rerun.stdout + rerun.stderr
+        assert "1 failed" in rerun.stdout, command + "\n" + rerun.stdout
+        ran |= {case for case in ("two words", "it's", "a[1, 2]") if f"[{case}]" in rerun.stdout}
+    assert ran == {"two words", "it's", "a[1, 2]"}
+
+
+SLOW_FUZZER = """
+import time
+
+import pytest
+from hypothesis import given, strategies as st
+
+pytestmark = pytest.mark.stress
+
+
+@pytest.mark.timeout(3, func_only=True)  # the call only: setup's imports vary with the load
+@given(st.integers())
+def test_slow_fuzzer(n):
+    time.sleep(0.1)
+"""
+
+
+def test_a_fuzzer_over_its_cap_fails_as_a_timeout_not_as_flaky(tmp_path: Path) -> None:
+    # 200 examples of 100 ms against a 3 s cap. pytest-timeout's own Failed("Timeout") was
+    # taken by Hypothesis for a failing example, and the replay, which ends in time, made it
+    # "FlakyStrategyDefinition: Inconsistent data generation!" or "FlakyFailure".
+    root = _fake_project(tmp_path / "project", SLOW_FUZZER)
+    result = _run_script(root, "nightly.sh")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "Flaky" not in result.stdout, result.stdout
+    cap = "StressTestTimeout: tests/stress/test_fake.py::test_slow_fuzzer ran past its per-test cap"
+    assert f"{cap} of 3 s" in result.stdout, result.stdout
+    report = (root / "nightly-logs" / "report-shard-0.md").read_text()
+    assert "- FAILED tests/stress/test_fake.py::test_slow_fuzzer" in report
