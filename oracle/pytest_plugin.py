@@ -99,17 +99,25 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(StressTimer(), "substrat-stress-timer")
 
 
-class StressTestTimeout(BaseException):
+class StressTestTimeout(Exception):
     """A stress test ran past its per-test cap (pytest-timeout's ``--timeout``).
 
-    Raised instead of pytest-timeout's ``pytest.fail("Timeout ...")``, whose ``Failed``
-    Hypothesis takes for a failing example: it replays the example to shrink it, the
+    Replaces pytest-timeout's ``pytest.fail("Timeout ...")`` for stress tests. Hypothesis
+    takes that ``Failed`` for a failing example: it replays the example to shrink it, the
     replay ends before the cap, and the test failed as ``FlakyStrategyDefinition``
     ("Inconsistent data generation!") or ``FlakyFailure``, a strategy bug that is not
-    there, with "Timeout" in one traceback line of the log. Hypothesis passes a
-    BaseException through untouched: the run stops at once and says why. (Hypothesis
-    still saves the example in flight, so the next run with this corpus replays it
-    first; a real hang shows up there at once.)
+    there, with "Timeout" in one traceback line of the log.
+    """
+
+
+class _CapReached(KeyboardInterrupt):
+    """What the alarm raises inside the test: the one exception Hypothesis stops on.
+
+    Any other exception, BaseExceptions included, Hypothesis records as the example's
+    outcome on the way out, which ends in ``FlakyStrategyDefinition`` just the same; a
+    KeyboardInterrupt it passes through untouched and saves nothing. pytest would end
+    the whole session on it, so :class:`StressTimer` turns it into
+    :class:`StressTestTimeout` as it leaves the test phase.
     """
 
 
@@ -143,9 +151,9 @@ class StressTimer:
         self._in_phase = True
         try:
             return (yield)
-        except StressTestTimeout:
+        except _CapReached as reached:
             self._expired = True  # it got out: no second alarm in a later phase
-            raise
+            raise StressTestTimeout(str(reached)).with_traceback(reached.__traceback__) from None
         finally:
             self._in_phase = False
 
@@ -166,13 +174,12 @@ class StressTimer:
             signal.setitimer(signal.ITIMER_REAL, 1.0)  # again, in case this one is lost
             if not self._in_phase:
                 return
-            raise StressTestTimeout(
+            raise _CapReached(
                 f"{item.nodeid} ran past its per-test cap of {cap:g} s (pytest --timeout;"
                 " NIGHTLY_TEST_TIMEOUT_S in ci/nightly.sh, STRESS_TEST_TIMEOUT_S in"
                 " ci/stress.sh). A fuzzer stopped here ran fewer examples than its profile"
-                " asks; that is a time limit, not a failing example: raise the cap or"
-                " run fewer tests per job. If it hangs, the next run with this corpus"
-                " replays the example in flight first."
+                " asks; that is a time limit, not a failing example (none was saved to"
+                " the corpus): raise the cap or split the run into more shards."
             )
 
         def cancel() -> None:

@@ -509,6 +509,10 @@ pytestmark = pytest.mark.stress
 @given(st.integers())
 def test_slow_fuzzer(n):
     time.sleep(0.1)
+
+
+def test_the_next_test_still_runs():
+    pass
 """
 
 
@@ -524,3 +528,6 @@ def test_a_fuzzer_over_its_cap_fails_as_a_timeout_not_as_flaky(tmp_path: Path) -
     assert f"{cap} of 3 s" in result.stdout, result.stdout
     report = (root / "nightly-logs" / "report-shard-0.md").read_text()
     assert "- FAILED tests/stress/test_fake.py::test_slow_fuzzer" in report
+    assert "1 failed, 1 passed" in result.stdout  # the session went on
+    # the example in flight did not fail: nothing to replay
+    assert not list((root / ".hypothesis").glob("examples/*/*"))
