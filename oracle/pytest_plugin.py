@@ -192,6 +192,21 @@ class StressTimer:
         return True
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--run-stress"):
+        # An explicit --timeout wins; a test's own timeout marker too.
+        if config.pluginmanager.hasplugin("timeout") and config.getoption("timeout") is None:
+            cap = pytest.mark.timeout(STRESS_TEST_TIMEOUT_S)
+            for item in items:
+                if STRESS_MARK in item.keywords and item.get_closest_marker("timeout") is None:
+                    item.add_marker(cap)
+        return
+    skip = pytest.mark.skip(reason=_SKIP_REASON)
+    for item in items:
+        if STRESS_MARK in item.keywords:
+            item.add_marker(skip)
+
+
 _PROJECT_MODULES_IMPORTED = False
 
 
