@@ -64,9 +64,62 @@ if [ "${#mine[@]}" -eq 0 ]; then
 fi
 printf '%s\n' "${mine[@]}" >"$log_dir/shard-$shard_index.tests"
 
+# One shell word, in single quotes (a quote inside becomes '\'').
+quoted() {
+    local q="'\\''"
+    printf "'%s'" "${1//\'/$q}"
+}
+
+# A cancelled or timed-out job gets SIGINT, SIGTERM 7.5 s later, then SIGKILL: too soon
+# for pytest and its workers to end, so a report written after them was never written
+# and the log stopped before its summary. pytest runs in the background (bash defers a
+# trap while a foreground command runs), so the trap writes what is known at once.
+# shellcheck disable=SC2329  # called by the traps below
+cut_short() {
+    trap - INT TERM
+    {
+        echo "## Nightly fuzzing cut short: shard $shard_index of $shard_count"
+        echo
+        echo "- SIG$1 after $((SECONDS - started)) s, before pytest finished (a cancel, or the"
+        echo "  job's timeout-minutes): this report has only what was known then"
+        echo "- profile: \`$HYPOTHESIS_PROFILE\`, commit: \`$(git rev-parse HEAD 2>/dev/null || echo unknown)\`"
+        echo
+        echo "### Failed so far"
+        echo
+        grep -E '(^|[] ])(FAILED|ERROR) ' "$log" | grep -v '^E ' | sed -e 's/^/- /' || echo "- none seen"
+        echo
+        echo "### Replay"
+        echo
+        echo "Failing examples are saved to .hypothesis/ as they are found (this shard's"
+        echo "corpus-shard-$shard_index artifact); with it, this replays them first:"
+        echo
+        echo '```'
+        printf 'HYPOTHESIS_PROFILE=%s python -m pytest --run-stress' "$HYPOTHESIS_PROFILE"
+        for id in "${mine[@]}"; do printf ' %s' "$(quoted "$id")"; done
+        echo
+        echo '```'
+    } >"$report"
+    if [ -n "$pytest_pid" ]; then kill -s TERM "$pytest_pid" 2>/dev/null || true; fi
+    if [ -n "$tail_pid" ]; then kill "$tail_pid" 2>/dev/null || true; fi
+    echo "nightly: cut short by SIG$1; report written to $report" >&2
+    if [ "$1" = INT ]; then exit 130; fi
+    exit 143
+}
+
 status=0
-python -m pytest --run-stress -n "$workers" --timeout "$timeout_s" -rfEs "$@" "${mine[@]}" \
-    2>&1 | tee "$log" || status=${PIPESTATUS[0]}
+started=$SECONDS
+pytest_pid=""
+tail_pid=""
+trap 'cut_short INT' INT
+trap 'cut_short TERM' TERM
+python -m pytest --run-stress -n "$workers" --timeout "$timeout_s" -v -rfEs "$@" "${mine[@]}" \
+    >"$log" 2>&1 &
+pytest_pid=$!
+tail -n +1 -f --pid="$pytest_pid" "$log" &  # the log on stdout as it grows; ends with pytest
+tail_pid=$!
+wait "$pytest_pid" || status=$?
+wait "$tail_pid" || true
+trap - INT TERM
 
 # The shard's ids that failed or errored, whole. Ids hold spaces and quotes
 # (test_sweep[checkpoints and deletion-12of12], test_matrix[durable_mkdir['a/b/c', 'a/d', 'e']-posix]),
@@ -80,12 +133,6 @@ failed_ids() {
             printf '%s\n' "$id"
         fi
     done
-}
-
-# One shell word, in single quotes (a quote inside becomes '\'').
-quoted() {
-    local q="'\\''"
-    printf "'%s'" "${1//\'/$q}"
 }
 
 if [ "$status" -ne 0 ]; then

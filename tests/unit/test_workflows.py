@@ -7,12 +7,15 @@ leaves a report with the reproduction.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -531,3 +534,75 @@ def test_a_fuzzer_over_its_cap_fails_as_a_timeout_not_as_flaky(tmp_path: Path) -
     assert "1 failed, 1 passed" in result.stdout  # the session went on
     # the example in flight did not fail: nothing to replay
     assert not list((root / ".hypothesis").glob("examples/*/*"))
+
+
+FOUND_THEN_SLOW = """
+import time
+
+import pytest
+from hypothesis import given, strategies as st
+
+pytestmark = pytest.mark.stress
+
+
+@given(st.integers(min_value=0, max_value=1000))
+def test_finds_a_bug(n):
+    assert n < 500
+
+
+def test_still_running():
+    time.sleep(300)
+"""
+
+
+def test_a_nightly_shard_cut_short_by_a_cancel_still_reports(tmp_path: Path) -> None:
+    # A cancel or the job's timeout-minutes: SIGINT, SIGTERM 7.5 s later, SIGKILL. The shard
+    # had found a bug, but the script waited on pytest and died with it: no report.
+    root = _fake_project(tmp_path / "project", FOUND_THEN_SLOW)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "HYPOTHESIS_"))}
+    env.update({"NIGHTLY_WORKERS": "0", "HYPOTHESIS_PROFILE": "default"})
+
+    def default_sigint() -> None:  # as on a runner: a background job here starts ignoring it
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+    log = root / "nightly-logs" / "shard-0.log"
+    with subprocess.Popen(
+        ["bash", str(root / "ci" / "nightly.sh")],
+        cwd=root,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=default_sigint,
+        start_new_session=True,
+    ) as shard:
+        try:
+            deadline = time.monotonic() + SCRIPT_TIMEOUT_S
+            while "test_still_running" not in (log.read_text() if log.exists() else ""):
+                assert shard.poll() is None and time.monotonic() < deadline
+                time.sleep(0.2)
+            shard.send_signal(signal.SIGINT)  # to the script alone, as the runner does
+            out, err = shard.communicate(timeout=30)
+        finally:
+            if shard.poll() is None:
+                os.killpg(shard.pid, signal.SIGKILL)
+    assert shard.returncode == 130, out + err
+    assert "cut short by SIGINT" in err
+    report = (root / "nightly-logs" / "report-shard-0.md").read_text()
+    assert "cut short: shard 0 of 1" in report
+    assert "FAILED" in report and "test_finds_a_bug" in report.split("### Replay")[0]
+    assert "'tests/stress/test_fake.py::test_still_running'" in report
+    assert list((root / ".hypothesis").glob("examples/*/*")), "the found bug is in the corpus"
+    try:  # pytest got SIGTERM from the script; give it a moment to go
+        deadline = time.monotonic() + 30
+        while _session_processes(shard.pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _session_processes(shard.pid), "pytest outlived the script"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(shard.pid, signal.SIGKILL)
+
+
+def _session_processes(session: int) -> list[str]:
+    found = subprocess.run(["ps", "-s", str(session), "-o", "stat=,args="], capture_output=True)
+    return [line for line in found.stdout.decode().splitlines() if not line.startswith("Z")]
