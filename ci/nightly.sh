@@ -99,7 +99,10 @@ cut_short() {
         echo
         echo '```'
     } >"$report"
-    if [ -n "$pytest_pid" ]; then kill -s TERM "$pytest_pid" 2>/dev/null || true; fi
+    if [ -n "$pytest_pid" ]; then  # its xdist workers first: they outlive a killed controller
+        pkill -TERM -P "$pytest_pid" 2>/dev/null || true
+        kill -s TERM "$pytest_pid" 2>/dev/null || true
+    fi
     if [ -n "$tail_pid" ]; then kill "$tail_pid" 2>/dev/null || true; fi
     echo "nightly: cut short by SIG$1; report written to $report" >&2
     if [ "$1" = INT ]; then exit 130; fi
