@@ -37,6 +37,17 @@ def loaded_by(where: Path, *args: str) -> tuple[subprocess.CompletedProcess[str]
     return done, set(json.loads(done.stderr.strip().splitlines()[-1]))
 
 
+def loaded_on_a_root(where: Path, *args: str) -> set[str]:
+    """What a ``--json`` command loads on a root (``where/root``) with no daemon: it runs
+    up to its request, which finds none."""
+    root = where / "root"
+    if not root.exists():
+        prepare_root(root)
+    done, loaded = loaded_by(where, *args, "--no-autostart", "--root", str(root))
+    assert "DaemonNotRunningError" in done.stderr, done.stderr  # it got as far as sending
+    return loaded
+
+
 def test_a_json_command_loads_neither_rich_nor_the_daemons_side(tmp_path: Path) -> None:
     done, loaded = loaded_by(
         tmp_path, "agent", "list", "--json", "--no-autostart", "--root", str(tmp_path)
@@ -111,19 +122,14 @@ def test_a_command_loads_its_own_module_only_and_what_a_start_needs_only_to_star
     # The other commands' modules (with tempfile, shutil and the compressors for `demo`),
     # subprocess (to start a daemon) and hashlib (a fingerprint of provider settings) are
     # not needed to send a request to a running daemon.
-    root = tmp_path / "root"
-    prepare_root(root)
-    done, loaded = loaded_by(
-        tmp_path, "agent", "list", "--json", "--no-autostart", "--root", str(root)
-    )
-    assert "DaemonNotRunningError" in done.stderr  # it ran: the root is fine, no daemon
+    loaded = loaded_on_a_root(tmp_path, "agent", "list", "--json")
     others = {
         f"substrat.cli.{name}"
         for name in ("daemon_cmds", "offline_cmds", "chat", "events_cmds", "compact_cmds")
     }
     assert not loaded & others, sorted(loaded & others)
     assert not loaded & {"tempfile", "subprocess", "hashlib"}, sorted(loaded)
-    done, loaded = loaded_by(tmp_path, "daemon", "status", "--json", "--root", str(root))
+    done, loaded = loaded_by(tmp_path, "daemon", "status", "--json", "--root", f"{tmp_path}/root")
     assert '"running": false' in done.stdout
     assert "substrat.cli.daemon_cmds" in loaded and "substrat.cli.agent_cmds" not in loaded
 
@@ -131,13 +137,7 @@ def test_a_command_loads_its_own_module_only_and_what_a_start_needs_only_to_star
 def test_agent_create_with_a_built_in_provider_scans_no_installed_package(
     tmp_path: Path,
 ) -> None:
-    root = tmp_path / "root"
-    prepare_root(root)
-    done, loaded = loaded_by(
-        tmp_path, "agent", "create", "x", "--provider", "fake", "--json", "--no-autostart",
-        "--root", str(root),
-    )  # fmt: skip
-    assert "DaemonNotRunningError" in done.stderr  # the name and the provider passed
+    loaded = loaded_on_a_root(tmp_path, "agent", "create", "x", "--provider", "fake", "--json")
     assert not loaded & {"importlib.metadata", "substrat.providers.registry"}
 
 
