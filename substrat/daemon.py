@@ -51,6 +51,7 @@ from substrat.oserrors import advice, is_host_limit
 from substrat.provider_env import kept as kept_provider_env
 from substrat.root_hold import RootHold
 from substrat.rootdir import check_serving, prepare_root, user_log_failure
+from substrat.rootguard import RootGuard
 from substrat.rpc.lock import RootLock
 from substrat.rpc.methods import build_methods
 from substrat.rpc.server import Limits, RpcServer
@@ -119,12 +120,15 @@ class Daemon:
 
     def __init__(self, config: DaemonConfig) -> None:
         self.config = config
-        self.root = config.root
+        # the directory the path names now: a symlink repointed later must not move the
+        # daemon's by-path writes into another root (substrat.rootguard)
+        self.root = Path(os.path.realpath(config.root))
         self.heartbeat_s = config.heartbeat_s
         self.pid = os.getpid()
         self.started_at = utc_now_iso()
         self._started_mono = time.monotonic()
         self.orch: Orchestrator
+        self.guard: RootGuard
         self.server = RpcServer(build_methods(self), limits=config.limits, grace_s=config.grace_s)
         self.previous_shutdown = "none"
         self._notice: dict[str, Any] | None = None
@@ -199,6 +203,7 @@ class Daemon:
             # before the lock says "running": a root an application has open is
             # refused with the previous daemon's shutdown state left as it was
             hold = RootHold.take(self.root)
+            self.guard = RootGuard(self.root)
         except BaseException:
             lock.release()
             raise
@@ -243,6 +248,8 @@ class Daemon:
         unsubscribe = self.orch.subscribe(self._on_event)
         self.server.agent_count = lambda: len(self.orch.tree)
         self.orch.on_unapplied = self._wake.set  # the wake loop retries it (wakeloop)
+        self.server.before_answer = self.guard.enforce  # no answer from a moved root
+        guard = asyncio.create_task(self.guard.watch())
         path = socket_path(self.root)
         sock = bind_private(path)
         listener = await asyncio.start_unix_server(self.server.handle, sock=sock)
@@ -270,11 +277,14 @@ class Daemon:
             self.server.stopping = True
             self._wake.set()
             await self._finish_tasks(tasks)
+            guard.cancel()
+            await asyncio.gather(guard, return_exceptions=True)
             unsubscribe()
             farewell = {"reason": self._stop_reason or "shutdown", "time": utc_now_iso()}
             await self.server.close_connections(farewell)
             with contextlib.suppress(Exception):
                 await listener.wait_closed()
+            self.guard.enforce()  # the clean stop writes by path: not into a moved root's old one
             await self.orch.close()
         lock.write(
             pid=self.pid, started_at=self.started_at, state="stopped", stopped_at=utc_now_iso()

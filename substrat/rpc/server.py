@@ -246,6 +246,8 @@ class RpcServer:
         """How many agents the daemon serves (for the descriptor budget in advice)."""
         self.last_io_error: dict[str, Any] | None = None
         """The last request an I/O failure answered (``daemon status`` shows it)."""
+        self.before_answer: Callable[[], None] | None = None
+        """Run before each answer is sent (the daemon's root check, substrat.rootguard)."""
         self._ids = itertools.count(1)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._handlers: set[asyncio.Task[Any]] = set()
@@ -380,6 +382,8 @@ class RpcServer:
                 if answer is not None:
                     answers.append(answer)
             if answers:
+                if self.before_answer is not None:
+                    self.before_answer()
                 conn.send(answers if is_batch else answers[0])
         finally:
             conn.pending -= 1

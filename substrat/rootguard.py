@@ -1,0 +1,86 @@
+"""The daemon stops when its root's path no longer names the directory it serves.
+
+The daemon opens its files by path (``<root>/agents/<id>/session.json``, a new
+agent's directory, a log it had not opened yet), while the logs it has open are
+written through their descriptors. So a root moved, renamed, removed or
+replaced while its daemon runs splits the daemon in two: what it appends goes
+with the old directory (or into a file the move deleted, for a move to another
+file system, where ``mv`` copies and then removes), and what it opens by path
+goes to whatever the old path names now, which may be another root with its
+own daemon. An outside review did each of these: a spawn and an inbox message
+written into the new root made at the old path, and a turn acknowledged after
+a move to another file system that the moved root did not have.
+
+A daemon cannot serve a root under two names, so it does what a kill would do:
+it stops at once, writing nothing more (a clean stop writes by path too), and
+the next start at the root's new path recovers it as after a crash. Nothing
+acknowledged is lost, because the check runs before every answer is sent: a
+turn committed after the move is reported to its client as the daemon's death
+(outcome unknown), never as committed. The check also runs every
+:data:`CHECK_EVERY_S` seconds, so a daemon whose root went away does not live on
+unseen (no command finds it by the old path, and it would write into a root made
+there later). A symlink given as the root is resolved when the daemon starts
+(``Daemon``), so repointing the link is not a move of the root.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+CHECK_EVERY_S = 1.0
+"""How often a serving daemon checks its root's path (a stat: about 2 microseconds)."""
+
+EXIT_ROOT_GONE = 1
+"""The daemon's exit status when it stops for this (1: it did not stop cleanly)."""
+
+
+class RootGuard:
+    """What ``root`` named when the daemon took it: its device and inode."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        st = os.stat(root)
+        self.identity = (st.st_dev, st.st_ino)
+
+    def problem(self) -> str | None:
+        """Why the root's path no longer names the root (None: it does)."""
+        try:
+            st = os.stat(self.root)
+        except FileNotFoundError:
+            return f"{self.root} no longer exists (the root was moved, renamed or removed)"
+        except OSError as exc:
+            return f"{self.root} cannot be checked ({exc})"
+        if (st.st_dev, st.st_ino) != self.identity:
+            return (
+                f"{self.root} now names another directory (the root was moved or replaced, "
+                "e.g. restored from a backup, while its daemon ran)"
+            )
+        return None
+
+    def enforce(self) -> None:
+        """Stop the process at once if the root's path no longer names the root."""
+        why = self.problem()
+        if why is None:
+            return
+        log.error(
+            "stopping without a clean shutdown: %s; this daemon writes nothing more (it would "
+            "write at the old path). Nothing acknowledged is lost: start the daemon on the "
+            "root's new path (`substrat daemon start --root NEW`), which recovers it",
+            why,
+        )
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        # as a kill would: every acknowledged operation is already durable, and any
+        # clean-stop write (session records, checkpoints) would land at the old path
+        os._exit(EXIT_ROOT_GONE)
+
+    async def watch(self, every_s: float = CHECK_EVERY_S) -> None:
+        """Check every ``every_s`` seconds until cancelled."""
+        while True:
+            await asyncio.sleep(every_s)
+            self.enforce()
