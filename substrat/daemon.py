@@ -52,6 +52,7 @@ from substrat.provider_env import kept as kept_provider_env
 from substrat.root_hold import RootHold
 from substrat.rootdir import check_serving, prepare_root, user_log_failure
 from substrat.rootguard import RootGuard
+from substrat.rootlinks import refuse_linked
 from substrat.rpc.lock import RootLock
 from substrat.rpc.methods import build_methods
 from substrat.rpc.server import Limits, RpcServer
@@ -470,6 +471,7 @@ def main(argv: list[str] | None = None) -> int:
     daemon: Daemon | None = None
     try:
         config.root = prepare_root(config.root)
+        refuse_linked(config.root)
         check_serving(config.root)
         daemon = Daemon(config)
         return asyncio.run(daemon.run())

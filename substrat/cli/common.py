@@ -46,6 +46,7 @@ from substrat.errors import (
     SocketPathTooLongError,
     SubstratError,
 )
+from substrat.rootlinks import refuse_linked
 from substrat.rpc import protocol
 
 if TYPE_CHECKING:
@@ -85,6 +86,7 @@ class Opts:
             self.new_root = state in (rootdir.RootState.MISSING, rootdir.RootState.EMPTY)
         else:
             rootdir.require_root(self.root)
+        refuse_linked(self.root)  # a `cp -al` copy: one set of files under two roots
 
     @property
     def out(self) -> Console:
