@@ -19,17 +19,14 @@ from pathlib import Path
 
 import pytest
 
-from substrat.rpc import lock
-from tests.support.cli import SUBSTRAT, run, stop_all
+from tests.support.cli import SUBSTRAT, cli_roots, run
 
 pytestmark = pytest.mark.skipif(not SUBSTRAT, reason="the substrat console script is not installed")
 
 
 @pytest.fixture
 def roots() -> Iterator[list[Path]]:
-    paths: list[Path] = []
-    yield paths
-    stop_all(paths)
+    yield from cli_roots()
 
 
 def logs(root: Path) -> dict[Path, bytes]:
@@ -39,13 +36,11 @@ def logs(root: Path) -> dict[Path, bytes]:
 def test_a_hard_linked_copy_never_touches_the_original_or_its_daemon(
     tmp_path: Path, roots: list[Path]
 ) -> None:
-    original, copy = tmp_path / "team", tmp_path / "team-snapshot"
-    roots += [original, copy]
-    assert run(original, "agent", "create", "lead").returncode == 0
-    assert run(original, "agent", "send", "lead", "one").returncode == 0
-    info = lock.read_info(original)
-    assert info is not None and info.pid is not None
-    pid = info.pid
+    roots += [original := tmp_path / "team", copy := tmp_path / "team-snapshot"]
+    made = run(original, "agent", "create", "lead")
+    sent = run(original, "agent", "send", "lead", "one")
+    assert made.returncode == sent.returncode == 0, (made.stderr, sent.stderr)
+    pid = int(run(original, "daemon", "status", "--pid").stdout)
     subprocess.run(["cp", "-al", str(original), str(copy)], check=True)
     before = logs(original)
 

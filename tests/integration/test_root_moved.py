@@ -21,17 +21,14 @@ from pathlib import Path
 import pytest
 
 from substrat.rpc import lock
-from tests.support.cli import SUBSTRAT, run, spawn, stop_all, wait_busy
+from tests.support.cli import SUBSTRAT, cli_roots, run, spawn, wait_busy
 
 pytestmark = pytest.mark.skipif(not SUBSTRAT, reason="the substrat console script is not installed")
 
 
 @pytest.fixture
 def roots() -> Iterator[list[Path]]:
-    """The roots a test ran commands on: their daemons are gone afterwards."""
-    paths: list[Path] = []
-    yield paths
-    stop_all(paths)
+    yield from cli_roots()
 
 
 def daemon_pid(root: Path) -> int:

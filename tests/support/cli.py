@@ -240,6 +240,14 @@ def stop_all(roots: list[Path]) -> None:
             stop_or_kill(roots.pop())
 
 
+def cli_roots() -> Iterator[list[Path]]:
+    """The body of a ``roots`` fixture: the list a test adds the roots it ran commands on
+    to; their daemons are gone afterwards."""
+    paths: list[Path] = []
+    yield paths
+    stop_all(paths)
+
+
 def cli_root(tmp_path: Path) -> Iterator[Path]:
     """The body of a ``root`` fixture: a fresh root path, its daemon gone afterwards."""
     path = tmp_path / "root"
