@@ -262,6 +262,8 @@ def verify(
     return line_mismatch(at, line)
 
 
+LOG_SHORTER = "the log ends before entry"
+"""How a reason starts when the log is shorter than its checkpoint: it lost durable entries."""
 _CRC_OF_OPEN_BRACE = zlib.crc32(b"{")
 _BODY_START = len(b'{"crc":"00000000",')
 
@@ -278,7 +280,7 @@ def line_mismatch(at: LogPoint, line: bytes) -> str | None:
     if _is_the_line(at, line):
         return None
     if len(line) < at.length or not line.endswith(b"\n"):
-        return f"the log ends before entry {at.seq} (it is shorter than the checkpoint)"
+        return f"{LOG_SHORTER} {at.seq} (it is shorter than the checkpoint)"
     entry = decode_line(line[:-1])
     if isinstance(entry, str):
         return f"no valid entry where entry {at.seq} was ({entry})"

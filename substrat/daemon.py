@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 from substrat import __version__, codeid, daemon_logging, start_summary
 from substrat.checkpointer import CheckpointPolicy
+from substrat.checkpoints import LOG_SHORTER
 from substrat.daemon_providers import build_registry
 from substrat.errors import RootError, RootLockedError, SubstratError
 from substrat.eventlog import utc_now_iso
@@ -332,6 +333,15 @@ class Daemon:
             )
         if data.get("registry_problem"):
             log.error("root registry: %s", data["registry_problem"])
+        for endpoint, why in sorted((data.get("checkpoints_rejected") or {}).items()):
+            if why.startswith(LOG_SHORTER):  # an older copy restored: nothing else says so
+                log.error(
+                    "the log of %s is shorter than its checkpoint (%s): entries that were "
+                    "durable in it are missing (an older copy of the log restored, or writes "
+                    "lost); to get them back, stop the daemon and restore a newer copy",
+                    endpoint,
+                    why,
+                )
         unused = summary_unused(data)
         if unused is not None and unused["damaged"]:
             log.warning("%s", unused["message"])

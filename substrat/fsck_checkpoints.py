@@ -29,7 +29,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 from substrat import persistence, start_summary
-from substrat.checkpoints import Checkpoint, CheckpointStore, read_store, store_path, verify
+from substrat.checkpoints import (
+    LOG_SHORTER,
+    Checkpoint,
+    CheckpointStore,
+    read_store,
+    store_path,
+    verify,
+)
 from substrat.eventlog import LOG_NAME
 from substrat.logbase import BASE_NAME, BaseUnreadable, first_kept, read_base
 from substrat.logs import USER_DIR
@@ -74,7 +81,7 @@ def disagreement(checkpoint: Checkpoint, log_path: Path) -> str | None:
         if (file_first, offset) == (at.file_first, at.offset):
             break
     else:
-        return f"the log ends before entry {at.seq}"
+        return f"{LOG_SHORTER} {at.seq}"
     if (size, crc) != (at.prefix_bytes, at.prefix_crc):
         return (
             f"the {size} bytes before and including entry {at.seq} are not the "
@@ -114,7 +121,19 @@ def inspect(root: Path, add: Add) -> None:
             why = disagreement(items[-1], log_path)
         except OSError:
             continue  # an unreadable log is reported (and held back) as such
-        if why is not None:
+        if why is not None and why.startswith(LOG_SHORTER):
+            add(
+                "log_behind_checkpoint",
+                path,
+                DAMAGE,
+                f"{os.path.relpath(log_path, root)} is shorter than its checkpoint ({why}): "
+                f"entries up to {items[-1].at.seq} were durable in it when the checkpoint was "
+                "written and are missing now (an older copy of the log restored, or writes "
+                "lost); recovery reads the log as it is",
+                repair="drop it; the missing entries are gone (restore a newer copy of the "
+                "log first, if there is one)",
+            )
+        elif why is not None:
             add(
                 "checkpoint_mismatch",
                 path,
