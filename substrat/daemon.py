@@ -250,6 +250,7 @@ class Daemon:
         unsubscribe = self.orch.subscribe(self._on_event)
         self.server.agent_count = lambda: len(self.orch.tree)
         self.orch.on_unapplied = self._wake.set  # the wake loop retries it (wakeloop)
+        self.guard.note_marker()  # after the open, which may have upgraded it
         self.server.before_answer = self.guard.enforce  # no answer from a moved root
         guard = asyncio.create_task(self.guard.watch())
         path = socket_path(self.root)

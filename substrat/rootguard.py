@@ -13,7 +13,10 @@ a move to another file system that the moved root did not have.
 
 A daemon cannot serve a root under two names, so it does what a kill would do:
 it stops at once, writing nothing more (a clean stop writes by path too), and
-the next start at the root's new path recovers it as after a crash. Nothing
+the next start at the root's new path recovers it as after a crash. A backup
+restored over the running root is the same split (the restored files are new
+inodes, the daemon appends to the old ones): the root's marker, replaced with
+them, tells it (:meth:`RootGuard.note_marker`). Nothing
 acknowledged is lost, because the check runs before every answer is sent: a
 turn committed after the move is reported to its client as the daemon's death
 (outcome unknown), never as committed. The check also runs every
@@ -26,9 +29,12 @@ there later). A symlink given as the root is resolved when the daemon starts
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 from pathlib import Path
+
+from substrat.rootnest import MARKER_NAME
 
 log = logging.getLogger(__name__)
 
@@ -39,26 +45,53 @@ EXIT_ROOT_GONE = 1
 """The daemon's exit status when it stops for this (1: it did not stop cleanly)."""
 
 
+def _identity(path: str) -> tuple[int, int]:
+    st = os.stat(path)
+    return (st.st_dev, st.st_ino)
+
+
 class RootGuard:
-    """What ``root`` named when the daemon took it: its device and inode."""
+    """What ``root`` named when the daemon took it: its device and inode (and its
+    marker's, once :meth:`note_marker` ran)."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        st = os.stat(root)
-        self.identity = (st.st_dev, st.st_ino)
+        self._paths = (os.fspath(root), os.fspath(root / MARKER_NAME))  # built once: per answer
+        self.identity = _identity(self._paths[0])
+        self.marker: tuple[int, int] | None = None
+
+    def note_marker(self) -> None:
+        """Watch the root's marker too, from now on: called once the root is open (the
+        open may raise an older marker, by a rename). Nothing rewrites it while a daemon
+        holds the root, but a backup restored over the running root (``tar -x`` in it)
+        replaces it, as it replaces the logs the daemon appends to through descriptors:
+        the root directory itself stays, so its inode alone would not tell."""
+        with contextlib.suppress(OSError):
+            self.marker = _identity(self._paths[1])
 
     def problem(self) -> str | None:
         """Why the root's path no longer names the root (None: it does)."""
         try:
-            st = os.stat(self.root)
+            identity = _identity(self._paths[0])
         except FileNotFoundError:
             return f"{self.root} no longer exists (the root was moved, renamed or removed)"
         except OSError as exc:
             return f"{self.root} cannot be checked ({exc})"
-        if (st.st_dev, st.st_ino) != self.identity:
+        if identity != self.identity:
             return (
                 f"{self.root} now names another directory (the root was moved or replaced, "
                 "e.g. restored from a backup, while its daemon ran)"
+            )
+        if self.marker is None:
+            return None
+        try:
+            marker: tuple[int, int] | None = _identity(self._paths[1])
+        except OSError:
+            marker = None
+        if marker != self.marker:
+            return (
+                f"{_REPLACED} {MARKER_NAME} was replaced or removed (a backup restored over the "
+                "running root?), so the files this daemon has open are not the root's any more"
             )
         return None
 
@@ -70,11 +103,13 @@ class RootGuard:
         log.error(
             "stopping without a clean shutdown: %s; this daemon writes nothing more (it would "
             "write at the old path). Nothing acknowledged is lost: start the daemon on the "
-            "root's new path (`substrat daemon start --root NEW`), which recovers it",
+            "root's path (`substrat daemon start --root PATH`), which recovers it",
             why,
         )
         for handler in logging.getLogger().handlers:
             handler.flush()
+        if why.startswith(_REPLACED):
+            _tell_restored_log(self.root, why)
         # as a kill would: every acknowledged operation is already durable, and any
         # clean-stop write (session records, checkpoints) would land at the old path
         os._exit(EXIT_ROOT_GONE)
@@ -84,3 +119,19 @@ class RootGuard:
         while True:
             await asyncio.sleep(every_s)
             self.enforce()
+
+
+_REPLACED = "its marker"
+
+
+def _tell_restored_log(root: Path, why: str) -> None:
+    """Say why in the ``daemon.log`` the root has now, too: a restore replaced the one
+    this process writes to (its stderr), where nobody would read it. Only when the
+    directory is still the root (its files were replaced, it was not moved): the old
+    path of a moved root may be another root's by now."""
+    path = root / "daemon.log"
+    with contextlib.suppress(OSError):
+        if os.path.samestat(os.stat(path), os.fstat(2)):
+            return
+        with open(path, "a", encoding="utf-8") as handle:
+            handle.write(f"substrat daemon pid {os.getpid()} stopped: {why}\n")

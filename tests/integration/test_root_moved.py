@@ -1,4 +1,5 @@
-"""A root moved, removed or reached through a repointed symlink while its daemon runs
+"""A root moved, removed, restored over or reached through a repointed symlink while its
+daemon runs
 (docs/daemon.md, "A root moved while its daemon runs"; substrat/rootguard.py).
 
 An outside review (an operator running several roots on one machine) found the daemon
@@ -120,3 +121,38 @@ def test_a_daemon_started_through_a_symlink_keeps_its_root_when_the_link_moves(
     assert "two" in run(blue, "log", "lead").stdout
     assert run(blue, "daemon", "stop").returncode == 0
     assert run(blue, "fsck").returncode == 0
+
+
+def restore_like_rsync(backup: Path, root: Path) -> None:
+    """``rsync -a backup/ root/`` as rsync writes: each file to a temporary name in its
+    directory, then renamed over the live one (rsync itself is not installed everywhere)."""
+    for source in sorted(backup.rglob("*")):
+        target = root / source.relative_to(backup)
+        if source.is_dir() or source.is_socket():
+            continue
+        temp = target.with_name(f".{target.name}.rsync")
+        temp.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source, temp)
+        os.replace(temp, target)
+
+
+def test_a_backup_restored_over_the_running_root_stops_its_daemon(
+    tmp_path: Path, roots: list[Path]
+) -> None:
+    # the restored files are new inodes: the daemon would go on appending to the old,
+    # deleted logs and acknowledge turns the restored root never gets
+    root, backup = tmp_path / "team", tmp_path / "backup"
+    roots.append(root)
+    assert run(root, "agent", "create", "lead").returncode == 0
+    assert run(root, "agent", "send", "lead", "one").returncode == 0
+    subprocess.run(["cp", "-a", str(root), str(backup)], check=True)
+    pid = daemon_pid(root)
+    assert run(root, "agent", "send", "lead", "two").returncode == 0
+    restore_like_rsync(backup, root)
+
+    assert wait_gone(pid), "the daemon kept serving the files the restore replaced"
+    assert "was replaced or removed" in (root / "daemon.log").read_text()
+    sent = run(root, "agent", "send", "lead", "three")
+    assert sent.returncode == 0, sent.stderr
+    history = run(root, "log", "lead").stdout
+    assert "three" in history and "one" in history, history
