@@ -67,7 +67,11 @@ class RootGuard:
         replaces it, as it replaces the logs the daemon appends to through descriptors:
         the root directory itself stays, so its inode alone would not tell."""
         with contextlib.suppress(OSError):
-            self.marker = _identity(self._paths[1])
+            # kept open, so its inode number is not handed to the file a restore puts in
+            # its place (tar unlinks, then creates: a freed number is reused at once)
+            fd = os.open(self._paths[1], os.O_RDONLY | os.O_CLOEXEC)
+            st = os.fstat(fd)
+            self.marker = (st.st_dev, st.st_ino)
 
     def problem(self) -> str | None:
         """Why the root's path no longer names the root (None: it does)."""

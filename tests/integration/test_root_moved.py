@@ -136,19 +136,26 @@ def restore_like_rsync(backup: Path, root: Path) -> None:
         os.replace(temp, target)
 
 
+@pytest.mark.parametrize("tool", ["tar", "rsync"])
 def test_a_backup_restored_over_the_running_root_stops_its_daemon(
-    tmp_path: Path, roots: list[Path]
+    tmp_path: Path, roots: list[Path], tool: str
 ) -> None:
-    # the restored files are new inodes: the daemon would go on appending to the old,
-    # deleted logs and acknowledge turns the restored root never gets
+    # the restored files are new inodes (tar unlinks each file and creates it again, rsync
+    # renames a copy over it): the daemon would go on appending to the old, deleted logs
+    # and acknowledge turns the restored root never gets
     root, backup = tmp_path / "team", tmp_path / "backup"
     roots.append(root)
     assert run(root, "agent", "create", "lead").returncode == 0
     assert run(root, "agent", "send", "lead", "one").returncode == 0
+    archive = tmp_path / "team.tar"
     subprocess.run(["cp", "-a", str(root), str(backup)], check=True)
+    subprocess.run(["tar", "-C", str(tmp_path), "-cf", str(archive), "team"], capture_output=True)
     pid = daemon_pid(root)
     assert run(root, "agent", "send", "lead", "two").returncode == 0
-    restore_like_rsync(backup, root)
+    if tool == "tar":
+        subprocess.run(["tar", "-C", str(tmp_path), "-xf", str(archive)], check=True)
+    else:
+        restore_like_rsync(backup, root)
 
     assert wait_gone(pid), "the daemon kept serving the files the restore replaced"
     assert "was replaced or removed" in (root / "daemon.log").read_text()
