@@ -36,7 +36,7 @@ from substrat.errors import (
     RpcError,
 )
 from substrat.rootdir import DAEMON_LOG_NAME, check_serving, foreign_daemon, prepare_root
-from substrat.rpc import lock, protocol
+from substrat.rpc import lock, protocol, starting
 from substrat.rpc.starting import (
     busy_message,
     check_socket,
@@ -475,7 +475,7 @@ def start_daemon(
     a daemon still recovering) is waited for, up to ``timeout_s``. Raises
     DaemonStartError (with the log's tail) if the daemon exits or stays silent.
     """
-    root_path = prepare_root(root, create=create)
+    root_path = prepare_root(starting.refuse_held_root(root), create=create)  # held: no write
     answer = ping(root_path)
     if answer is not None and not answer.get("stopping"):
         return int(answer["pid"]), False

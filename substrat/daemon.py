@@ -481,16 +481,24 @@ def main(argv: list[str] | None = None) -> int:
         return int(exc.code) if isinstance(exc.code, int) else EXIT_USAGE
     daemon: Daemon | None = None
     try:
+        # A look at the root's hold before prepare_root may write its marker (and run its
+        # lock file): one that an application holds gets nothing of this start (outside
+        # review s21f, F8). Taking it writes nothing; run takes it again for good.
+        with contextlib.suppress(OSError):  # none there yet, or prepare_root says why
+            RootHold.take(config.root).release()
         config.root = prepare_root(config.root)
         refuse_linked(config.root)
         check_serving(config.root)
         daemon = Daemon(config)
         return asyncio.run(daemon.run())
     except RootLockedError as exc:
+        from substrat.rpc.lock import in_use, is_held
         from substrat.rpc.starting import offline_work
 
-        # an offline compact/fsck/recover: when to retry, not "stop it" (no daemon runs)
-        log.error("%s", offline_work(config.root) or exc)
+        # an offline compact/fsck/recover: when to retry, not "stop it" (no daemon runs); a
+        # daemon as its lock file names it (the look above refused this start first)
+        held = in_use(config.root) if is_held(config.root) else None
+        log.error("%s", offline_work(config.root) or held or exc)
         return EXIT_LOCKED
     except RootError as exc:
         log.error("cannot start: %s", exc)

@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from substrat.errors import DaemonError, DaemonUnreachableError, RpcError
+from substrat.errors import DaemonError, DaemonUnreachableError, RootLockedError, RpcError
 from substrat.rootdir import DAEMON_LOG_NAME
 from substrat.rpc import lock, protocol
 from substrat.rpc.lock import cmdline, flock_holder, offline_work
@@ -56,6 +56,59 @@ def root_holder(root: Path) -> int | None:
     on the directory, which a daemon keeps when its ``daemon.lock`` or socket is removed by
     hand); None when nobody holds it, or without /proc."""
     return flock_holder(root)
+
+
+def refuse_held_root(root: str | os.PathLike[str]) -> Path:
+    """Raise RootLockedError, naming the holder and what to do, when a process other than
+    a substrat daemon holds ``root`` (an application's Orchestrator, fsck, recover,
+    compact). A start calls this before it writes anything into the root (the marker,
+    the start lock's ``daemon.log``): the daemon would be refused the root, and what it
+    left there would be litter in a root that is not its to touch (outside review s21f,
+    F8). A daemon's hold, or offline work's that holds the lock file too, passes (the
+    start waits for it, or uses the daemon), and so does a missing directory (a new root:
+    nobody can hold it). Returns the root's absolute path."""
+    root = Path(root).expanduser().absolute()
+    try:
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return root  # missing, or not a directory: preparing the root says what is wrong
+    try:
+        if lock.flock_within(fd, 0):
+            return root  # nobody holds it (closing the descriptor lets go at once)
+    except OSError:
+        return root  # a file system without directory locks: nothing to tell from here
+    finally:
+        os.close(fd)
+    pid = root_holder(root)
+    args = cmdline(pid) if pid is not None else None
+    if args is not None and _a_daemon(args):
+        return root  # starting, serving or stopping: waited for, or used
+    if lock.is_held(root):
+        return root  # offline work holding the lock file too (without /proc, a daemon)
+    if pid is not None and pid != os.getpid():
+        offline = offline_work(root, pid)  # fsck without --repair holds no lock file
+        if offline is not None:
+            raise RootLockedError(f"{offline}; nothing was written to it")
+    who = f"pid {pid}" if pid is not None else "a process"
+    if args:
+        who += f" ({' '.join(args)[:80]})"
+    raise RootLockedError(
+        f"root {root} is already open: in another process, {who}, not a substrat daemon "
+        "(an application using substrat's Python API, or fsck, recover or compact), so no "
+        "daemon can serve it now and nothing was written to it. Close it there first "
+        "(Orchestrator.close, or end that program), then run the command again; or use "
+        "another root"
+    )
+
+
+def _a_daemon(args: list[str]) -> bool:
+    """Whether a process that holds a root directory is a substrat daemon, from its argv:
+    ``python -m substrat.daemon``, or ``substrat daemon start --foreground`` (no other
+    ``substrat daemon`` command holds a root)."""
+    if "substrat.daemon" in args:
+        return True
+    cli = next((i for i, a in enumerate(args) if os.path.basename(a) == "substrat"), None)
+    return cli is not None and "daemon" in args[cli + 1 :]
 
 
 def unreachable_daemon(root: Path) -> int | None:
@@ -102,6 +155,7 @@ def take_start_lock(
     (``pid``, if known) holds it. Not got in time (another start stuck that long) or
     not lockable (a file system without flock): the descriptor is handed back all the
     same, unlocked; a start that loses the race finds the winner afterwards."""
+    refuse_held_root(root)  # before the log's open creates it
     name = _lock_name(root)
     try:
         fd = os.open(name, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
