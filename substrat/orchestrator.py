@@ -24,7 +24,7 @@ import asyncio
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from substrat import events, paths, recovery, restore, rootdir
 from substrat.agents import (
@@ -39,7 +39,6 @@ from substrat.agents import (
 from substrat.checkpointer import DEFAULT_POLICY, Checkpointer, CheckpointPolicy
 from substrat.checkpoints import Settled
 from substrat.commit import CommitMixin, TurnResult, Unapplied, Unfinished
-from substrat.conversation import conversation_from_log
 from substrat.errors import (
     AgentBusyError,
     AgentError,
@@ -49,11 +48,13 @@ from substrat.errors import (
     OutcomeUnknownError,
 )
 from substrat.eventlog import Clock, utc_now_iso
+from substrat.live_sessions import LiveSessionsMixin
 from substrat.logs import AgentLog, LogPool
 from substrat.multiplexer import Multiplexer, stop_later
+from substrat.opening import Opening, release_when_dropped, take_hold
 from substrat.owner import API, Owner, guard
 from substrat.prompts import check_instructions, check_message_ids, check_prompt
-from substrat.providers.base import ProviderSession, new_agent_model
+from substrat.providers.base import new_agent_model
 from substrat.providers.registry import ProviderRegistry, default_registry
 from substrat.queries import AgentInfo, QueryMixin
 from substrat.registry import RootRegistry
@@ -74,7 +75,7 @@ def uuid_hex() -> str:
     return uuid.uuid4().hex
 
 
-class Orchestrator(QueryMixin, CommitMixin, WakeMixin):
+class Orchestrator(QueryMixin, CommitMixin, WakeMixin, LiveSessionsMixin):
     """Runs a root of agents. Create it with :meth:`open`, which recovers first."""
 
     def __init__(
@@ -123,28 +124,36 @@ class Orchestrator(QueryMixin, CommitMixin, WakeMixin):
         self.closed = False
 
     @classmethod
-    async def open(
+    def open(
         cls, root: str | Path, *, hold: RootHold | None = None, **kwargs: Any
-    ) -> Orchestrator:
+    ) -> Opening[Self]:
         """Open a root: recover everything the logs hold, then serve.
 
-        ``root`` is created when missing. A directory that holds anything
-        substrat does not put in a root (a mistyped path to a project, a home
-        directory) is refused with :class:`~substrat.errors.NotARootError`
-        before anything is written; a root of a newer format with
-        :class:`~substrat.errors.RootUnusableError`. A root already open in
-        another orchestrator (a daemon, another process, this one) is refused
-        with :class:`~substrat.errors.RootLockedError` before anything is
-        read: :meth:`close` lets the next one open it. ``hold`` is a hold the
-        caller already has on the root (the daemon's, fsck's; they keep and
-        release it); without one, open takes its own, and :meth:`close` gives
-        it back.
+        ``await Orchestrator.open(root)``, or ``async with Orchestrator.open(root)
+        as orch:``, which closes it when the block ends (substrat.opening; so does
+        ``async with orch:``). ``root`` is created when missing. A directory that
+        holds anything substrat does not put in a root (a mistyped path to a
+        project, a home directory) is refused with
+        :class:`~substrat.errors.NotARootError` before anything is written; a root
+        of a newer format with :class:`~substrat.errors.RootUnusableError`. A root
+        already open in another orchestrator (a daemon, another process, this
+        one) is refused with :class:`~substrat.errors.RootLockedError` before
+        anything is read: :meth:`close` lets the next one open it, and so does
+        dropping it (the collector lets go, as after a crash). ``hold`` is a hold
+        the caller already has on the root (the daemon's, fsck's; they keep and
+        release it); without one, open takes its own, and :meth:`close` gives it
+        back.
         """
+        return Opening(cls._open(root, hold, kwargs))
+
+    @classmethod
+    async def _open(cls, root: str | Path, hold: RootHold | None, kwargs: Any) -> Self:
         rootdir.refuse_strangers(root)
         orch = cls(root, **kwargs)
         orch.store.make_root_durable()  # here, not in the first request's latency
         if hold is None:
-            orch.hold = hold = RootHold.take(orch.root)  # see substrat.root_hold
+            orch.hold = hold = take_hold(orch.root)  # see substrat.root_hold
+            release_when_dropped(orch, hold)
         try:
             orch.recover()
         except BaseException:
@@ -152,6 +161,12 @@ class Orchestrator(QueryMixin, CommitMixin, WakeMixin):
                 orch.hold.release()
             raise
         return orch
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
 
     def recover(self) -> recovery.RecoveryReport:
         """Rebuild everything from the root's logs (what :meth:`open` does first).
@@ -340,63 +355,6 @@ class Orchestrator(QueryMixin, CommitMixin, WakeMixin):
 
     def log_provider_note(self, node: AgentNode, event: str, data: dict[str, Any]) -> None:
         self.logs.get(node.session_id).log(event, data)
-
-    # -- sessions: restore and suspend (called by the multiplexer) ----------------
-
-    async def _load_session(self, node: AgentNode) -> ProviderSession:
-        session = self.sessions[node.session_id]
-        backend = self.registry.get(node.provider)
-        context = self._context(node)
-        current = session.state_seq >= self.last_complete_seq.get(node.agent_id, 0)
-        blob = session.provider_state if current else b""
-        source = "blob" if blob else "log"
-        live: ProviderSession | None = None
-        restored: dict[str, Any] = {"provider": node.provider, "model": node.model}
-        if blob:
-            try:
-                live = await backend.restore(
-                    blob, [], model=node.model, system_prompt=node.instructions, context=context
-                )
-            except Exception as exc:  # the log has it all; say why the blob was not used
-                source, restored["blob_refused"] = "log", failure_reason(exc)
-        if live is None:
-            history = conversation_from_log(self.logs.path(node.session_id))
-            if not history and session.state is SessionState.CREATED:
-                source = "new"
-                live = await backend.create(node.model, node.instructions, context)
-            else:
-                live = await backend.restore(
-                    b"", history, model=node.model, system_prompt=node.instructions, context=context
-                )
-        self.logs.get(node.session_id).log(events.SESSION_RESTORED, {**restored, "source": source})
-        # A session discarded after a failed turn was never suspended: still ACTIVE.
-        if session.state is not SessionState.ACTIVE:
-            self.store.transition(session, SessionState.ACTIVE)
-        return live
-
-    async def _save_session(self, node: AgentNode, live: ProviderSession) -> None:
-        session = self.sessions[node.session_id]
-        try:
-            blob = await live.suspend()
-            error = None
-        except Exception as exc:  # the blob is only a fast path: the log has it all
-            blob, error = b"", f"{type(exc).__name__}: {exc}"
-        # fetched after the await: meanwhile the open-log bound may have closed it
-        log = self.logs.get(node.session_id)
-        session.provider_state = blob
-        session.state_seq = log.last_seq
-        self.store.transition(session, SessionState.SUSPENDED)
-        data: dict[str, Any] = {"state_size": len(blob)}
-        if error:
-            data["error"] = error
-        log.log(events.SUSPEND_RESULT, data)
-        if self.checkpointer.policy.on_evict:
-            self.checkpointer.due(node.session_id)
-            self.checkpointer.poke()
-        try:
-            await live.stop()
-        except Exception:
-            pass
 
     async def evict(self, agent: str) -> bool:
         """Suspend the agent's live session now (as an LRU eviction would)."""

@@ -107,6 +107,13 @@ def _in_use(root: Path) -> str:
             f"daemon (the substrat CLI, or substrat.client.Client), or stop it with "
             f"`substrat daemon stop --root {root}` before opening the root here"
         )
+    if holder == os.getpid():  # (a dropped one was collected first: substrat.opening)
+        return (
+            f"root {root} is already open in another Orchestrator of this process, which is "
+            "still in use; close that one first (await orch.close(), or open it with "
+            "`async with Orchestrator.open(root) as orch:`, which closes it when the block "
+            "ends), or use another root"
+        )
     return (
         f"root {root} is already open: in another process (an application using substrat's "
         "Python API, fsck, recover or compact) or in another Orchestrator of this one; close "
