@@ -64,6 +64,15 @@ class OrchestratorClosedError(SubstratError):
     """The orchestrator was closed (its hold on the root given back): open the root again."""
 
 
+class WrongLoopError(SubstratError, RuntimeError):
+    """An orchestrator was called in an event loop while another one it waits in is open.
+
+    asyncio binds what a wait uses to one loop. A loop that ``asyncio.run`` has closed
+    is let go; one still open (``new_event_loop`` beside ``asyncio.run``) may yet run
+    waiters. Nothing was done; drive an orchestrator from one loop.
+    """
+
+
 class WrongThreadError(SubstratError, RuntimeError):
     """An orchestrator was called from a thread or a forked process other than its opener's.
 

@@ -14,7 +14,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from substrat.errors import ProviderError
+from substrat.errors import ProviderError, WrongLoopError
 from substrat.providers.base import ProviderSession
 
 if TYPE_CHECKING:
@@ -63,7 +63,36 @@ class Multiplexer:
         self._loading: dict[str, int] = {}
         """Sessions being restored, per pool: each holds a slot before it is in the pool."""
         self._changed = asyncio.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        """The loop ``_changed`` was last waited in: asyncio binds an event to one loop."""
         self.evictions = 0
+
+    def check_loop(self, method: str) -> None:
+        """Refuse, before anything is done, a call from another event loop than the one
+        the slot waits are bound to, while that one is open (WrongLoopError). One bound to
+        a closed loop (the previous ``asyncio.run``'s: its waiters are gone) is let go, so
+        ``asyncio.run`` per call works; before, its next wait raised asyncio's "bound to a
+        different event loop" (outside review s21f, F10)."""
+        bound = self._loop
+        if bound is None or bound is asyncio.get_running_loop():
+            return
+        if bound.is_closed():
+            self._loop, self._changed = None, asyncio.Event()
+            return
+        raise WrongLoopError(
+            f"Orchestrator.{method} called in another event loop than the one this "
+            "orchestrator's waits for a provider slot are bound to, which is still open: an "
+            "orchestrator serves one event loop at a time. Nothing was done; drive it from "
+            "one loop (one asyncio.run around the program's async code), or close the other "
+            "loop (loop.close()) before using this one"
+        )
+
+    async def _wait_changed(self, timeout: float | None = None) -> None:
+        """Wait until a slot or session changes (``timeout``: TimeoutError after it)."""
+        self.check_loop("wait")
+        self._loop = asyncio.get_running_loop()
+        self._changed.clear()
+        await asyncio.wait_for(self._changed.wait(), timeout)
 
     def _pool(self, name: str) -> OrderedDict[str, tuple[AgentNode, ProviderSession]]:
         pool = self._pools.get(name)
@@ -83,8 +112,7 @@ class Multiplexer:
         """The node's live session, restored if needed; marked in use until release."""
         while node.agent_id in self._suspending:
             # this very session is being evicted: let that finish, then restore it
-            self._changed.clear()
-            await self._changed.wait()
+            await self._wait_changed()
         assert node.agent_id not in self._in_use, f"{node.agent_id} acquired twice"
         pool = self._pool(node.provider)
         entry = pool.get(node.agent_id)
@@ -163,9 +191,8 @@ class Multiplexer:
                     f"all {self.slots} {provider} slots are busy for {ACQUIRE_TIMEOUT_S:.0f} s; "
                     "raise the slot count or wait for turns to finish"
                 )
-            self._changed.clear()
             try:
-                await asyncio.wait_for(self._changed.wait(), remaining)
+                await self._wait_changed(remaining)
             except TimeoutError:
                 continue
 

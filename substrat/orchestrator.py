@@ -101,6 +101,7 @@ class Orchestrator(QueryMixin, CommitMixin, WakeMixin, LiveSessionsMixin):
         self.inboxes = InboxRegistry()
         self.scheduler = TurnScheduler()
         self.mux = Multiplexer(slots, self._load_session, self._save_session)
+        self.owner.loop_check = self.mux.check_loop  # see Multiplexer.check_loop
         self.sessions: dict[str, Session] = {}
         self.turn_counts: dict[str, int] = {}
         self.failing_wakes: set[str] = set()

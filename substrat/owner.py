@@ -59,12 +59,15 @@ API = (
 class Owner:
     """The thread and process an orchestrator belongs to."""
 
-    __slots__ = ("name", "pid", "thread")
+    __slots__ = ("loop_check", "name", "pid", "thread")
 
     def __init__(self) -> None:
         self.thread = threading.get_ident()
         self.name = threading.current_thread().name
         self.pid = os.getpid()
+        self.loop_check: Callable[[str], None] | None = None
+        """Called with the method's name at the start of every async method (after the
+        thread's check): the multiplexer's, which refuses a second open event loop."""
 
     def check(self, method: str) -> None:
         """Raise WrongThreadError unless the caller is the owner's thread in its process."""
@@ -97,7 +100,10 @@ def _guarded(method: Callable[..., Any], name: str) -> Callable[..., Any]:
 
         @functools.wraps(method)
         async def checked_async(self: Any, *args: Any, **kwargs: Any) -> Any:
-            self.owner.check(name)
+            owner = self.owner
+            owner.check(name)
+            if owner.loop_check is not None:
+                owner.loop_check(name)
             return await method(self, *args, **kwargs)
 
         return checked_async
