@@ -19,10 +19,31 @@ ENTRY_POINT_GROUP = "substrat.providers"
 ProviderFactory = Callable[[], Provider]
 
 
-class ProviderRegistry:
-    """Provider factories by name; a provider is built once, on first use."""
+LIBRARY_HINT = (
+    "this process's providers are the built-in ones, the entry points installed when it "
+    "first loaded them, and those the application registered: register yours with "
+    "ProviderRegistry.register and open the root with Orchestrator.open(root, "
+    "registry=...) (docs/orchestrator.md, Providers in an application), or restart the "
+    "program after installing one"
+)
+"""What an unknown name tells the caller of a registry the library made."""
+DAEMON_HINT = (
+    "providers are loaded when the daemon starts: one installed since needs "
+    "`substrat daemon restart`"
+)
+"""What it tells a daemon's client (a registry with the daemon's own providers)."""
 
-    def __init__(self) -> None:
+
+class ProviderRegistry:
+    """Provider factories by name; a provider is built once, on first use.
+
+    ``unknown_hint`` ends the error for a name nobody registered: what to do depends on
+    who made the registry. None (the default): the daemon's words once a provider only
+    the daemon registers is in it (its registry, and the CLI's check that mirrors it),
+    else an application's."""
+
+    def __init__(self, *, unknown_hint: str | None = None) -> None:
+        self.unknown_hint = unknown_hint
         self._factories: dict[str, ProviderFactory] = {}
         self._built: dict[str, Provider] = {}
         self.load_errors: dict[str, str] = {}
@@ -42,11 +63,8 @@ class ProviderRegistry:
             known = ", ".join(sorted(self._factories)) or "none"
             if name in self.load_errors:
                 hint = f" (failed to load: {self.load_errors[name]})"
-            else:  # the usual cause: a plugin installed after this process started
-                hint = (
-                    " (providers are loaded when the daemon starts: one installed since "
-                    "needs `substrat daemon restart`)"
-                )
+            else:  # the usual causes: a plugin installed since, or not registered here
+                hint = f" ({self._unknown_hint()})"
             raise UnknownProviderError(f"no provider named {name!r}{hint}; registered: {known}")
         if name not in self._built:
             built = self._factories[name]()
@@ -62,6 +80,11 @@ class ProviderRegistry:
                 )
             self._built[name] = built
         return self._built[name]
+
+    def _unknown_hint(self) -> str:
+        if self.unknown_hint is not None:
+            return self.unknown_hint
+        return DAEMON_HINT if any(n in self._factories for n in DAEMON_ONLY) else LIBRARY_HINT
 
     def names(self) -> list[str]:
         return sorted(self._factories)
