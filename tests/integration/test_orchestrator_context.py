@@ -54,8 +54,8 @@ def test_a_dropped_orchestrator_lets_go_of_its_root(root: Path) -> None:
         await orch.run_turn("app", "kept")
         gc.disable()  # only open's own collection may free it
         try:
-            del orch
             with pytest.warns(ResourceWarning, match="dropped without close"):
+                del orch  # (freed here if nothing refers back to it, else by open)
                 again = await Orchestrator.open(root)
         finally:
             gc.enable()
