@@ -292,7 +292,7 @@ CATALOG: tuple[Mutant, ...] = (
     Mutant(
         "stale_blob_trusted",
         "a session is restored from its stored blob even when the log has newer turns",
-        "orchestrator.py",
+        "live_sessions.py",
         "        current = session.state_seq >= self.last_complete_seq.get(node.agent_id, 0)\n",
         "        current = True  # planted: trust the blob whatever its age\n",
     ),
