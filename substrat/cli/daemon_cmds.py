@@ -305,11 +305,12 @@ def restart(opts: Opts, timeout_s: float, extra: list[str]) -> None:
     """Stop the daemon (if it runs) and start it again (on a path that holds no root, it
     makes one, and says so)."""
     from substrat import rootdir
-    from substrat.rpc.starting import start_lock
+    from substrat.rpc.starting import refuse_held_root, start_lock
 
     # The start lock across the stop and the start: a command that finds no daemon in
-    # between waits for this start and uses its daemon (this shell's environment).
-    with start_lock(rootdir.prepare_root(opts.root), timeout_s):
+    # between waits for this start and uses its daemon (this shell's environment). A root
+    # an application holds is refused before prepare_root writes anything into it.
+    with start_lock(rootdir.prepare_root(refuse_held_root(opts.root)), timeout_s):
         try:
             old = client_mod.stop_daemon(opts.root, timeout_s=client_mod.STOP_TIMEOUT_S)
         except DaemonStoppedUncleanlyError as died:

@@ -39,6 +39,7 @@ START_COMMANDS = [
     pytest.param(("agent", "create", "x"), id="autostart"),
     pytest.param(("daemon", "start"), id="daemon-start"),
     pytest.param(("daemon", "start", "--foreground"), id="foreground"),
+    pytest.param(("daemon", "restart"), id="restart"),
 ]
 
 
