@@ -165,6 +165,7 @@ CATALOG: tuple[Mutant, ...] = (
         "eventlog.py",
         "            persistence.write_all(self._fd, line)\n"
         "            persistence.fsync_fd(self._fd, self.path)\n"
+        "            _check_linked(self._fd, self.path)\n"
         "        except OSError as exc:\n"
         "            # A simulated kill (BaseException) is deliberately not caught here:\n"
         "            # a killed process runs no cleanup.\n"
@@ -187,6 +188,7 @@ CATALOG: tuple[Mutant, ...] = (
         "            persistence.write_all(self._fd, line)\n"
         "            self._appended(line)  # planted: counted before its fsync\n"
         "            persistence.fsync_fd(self._fd, self.path)\n"
+        "            _check_linked(self._fd, self.path)\n"
         "        except OSError as exc:\n"
         "            # A simulated kill (BaseException) is deliberately not caught here:\n"
         "            # a killed process runs no cleanup.\n"

@@ -49,6 +49,7 @@ described in a :class:`DamageReport`.
 
 from __future__ import annotations
 
+import errno
 import gc
 import os
 from collections.abc import Callable, Mapping
@@ -400,6 +401,7 @@ class EventLog:
             _pwrite_all(self._pending_fd, line)
             persistence.write_all(self._fd, line)
             persistence.fsync_fd(self._fd, self.path)
+            _check_linked(self._fd, self.path)
         except OSError as exc:
             # A simulated kill (BaseException) is deliberately not caught here:
             # a killed process runs no cleanup.
@@ -485,6 +487,23 @@ class EventLog:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def _check_linked(fd: int, path: Path) -> None:
+    """Refuse an entry synced to a log file no directory names any more.
+
+    A root removed (``rm -rf``) under a running daemon leaves its open logs unlinked:
+    writes and fsyncs still succeed, into files nothing will ever read again. One
+    fstat per append (measured: docs/benchmarks.md) makes that a refusal, taken back
+    like any failed append, instead of an acknowledged turn that cannot be recovered.
+    """
+    if os.fstat(fd).st_nlink == 0:
+        raise FileNotFoundError(
+            errno.ENOENT,
+            "the file was deleted while open (its root or agent directory was removed?): "
+            "nothing written to it can be recovered",
+            str(path),
+        )
 
 
 def _pwrite_all(fd: int, data: bytes) -> None:

@@ -427,3 +427,24 @@ def test_a_failed_append_says_what_fixes_the_host_first_in_one_line(
     assert answer.count("free space") + answer.count("ulimit -n") == 1, answer
     # the operator's: the daemon reopens the log itself; nothing acknowledged was lost
     assert errors.REOPEN_NOTE not in answer and answer.endswith(errors.OPERATOR_NOTE), answer
+
+
+def test_an_append_to_a_log_whose_directory_was_removed_is_refused(tmp_path: Path) -> None:
+    """`rm -rf` of the root under an open log: the write and the fsync still succeed,
+    into a file no directory names. The entry can never be read again, so it is refused
+    (not acknowledged), and the log cannot be reopened there to write again."""
+    import shutil
+
+    from substrat.errors import DurabilityError
+
+    directory = tmp_path / "agent"
+    directory.mkdir()
+    log = EventLog(directory / "events.jsonl")
+    assert log.log("turn.start", {"prompt": "kept"}) == 1
+    shutil.rmtree(directory)
+    with pytest.raises(DurabilityError) as refused:
+        log.log("turn.start", {"prompt": "into a deleted file"})
+    assert "was deleted while open" in str(refused.value), refused.value
+    assert "it will not appear" in str(refused.value)
+    with pytest.raises(OSError):
+        EventLog(directory / "events.jsonl")
