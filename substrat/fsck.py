@@ -548,12 +548,8 @@ def _inspect_plan(root: Path, report: FsckReport, unreadable: dict[str, Unreadab
                 f"not served while its ancestor {item.held_by} is unreadable; {item.what_to_do}",
             )
         else:
-            report.add(
-                "unreadable",
-                store.session_dir(sid),
-                DAMAGE,
-                f"{item.error} on {item.path}: the daemon holds this agent back; {item.what_to_do}",
-            )
+            detail = fsck_checkpoints.unreadable_detail(root, item)
+            report.add("unreadable", store.session_dir(sid), DAMAGE, detail)
     for lost in plan.lost_roots:
         report.add("lost_root", lost["path"], DAMAGE, lost["what_to_do"])
     for sid in plan.roots_to_register:

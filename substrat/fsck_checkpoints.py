@@ -29,6 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from substrat import persistence, start_summary
+from substrat.access import Unreadable
 from substrat.checkpoints import (
     LOG_SHORTER,
     Checkpoint,
@@ -51,7 +52,7 @@ from substrat.segments import (
     read_start,
     start_path,
 )
-from substrat.session.store import AGENTS_DIR
+from substrat.session.store import AGENTS_DIR, RECORD_NAME
 
 Add = Callable[..., None]
 """``report.add(kind, path, severity, detail, *, count=1, repair=None)`` of substrat.fsck."""
@@ -162,6 +163,29 @@ def inspect_summary(root: Path, add: Add) -> None:
         f"{why}; the next start reads the checkpoint store and every record instead",
         repair="rebuild it from the store, the records and the logs (or remove it)",
     )
+
+
+def unreadable_detail(root: Path, item: Unreadable) -> str:
+    """What is true of an agent whose files a start could not use: held back, unless it
+    is only its record and the start summary vouches for it (a clean stop wrote it, and
+    the log is as it then was): a start from the summary does not read the record, serves
+    the agent, and writes the record again when it next changes (its next turn)."""
+    found = f"{item.error} on {item.path}"
+    if Path(item.path).name == RECORD_NAME:
+        summary, _ = start_summary.load(root)
+        if summary is not None:
+            try:
+                vouched = summary.record(item.session_id, item.path) is not None
+            finally:
+                summary.close()
+            if vouched:
+                return (
+                    f"{found}: the next start serves this agent from the start summary "
+                    "(it does not read this file) and writes the file again at the agent's "
+                    "next turn; a start without the summary (after a crash) holds it back; "
+                    f"{item.what_to_do}"
+                )
+    return f"{found}: the daemon holds this agent back; {item.what_to_do}"
 
 
 def inspect_segments(log_path: Path, add: Add) -> None:

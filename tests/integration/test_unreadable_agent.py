@@ -232,3 +232,34 @@ def test_eio_on_one_log_holds_that_agent_back(
             await orch.close()
 
     assert asyncio.run(fixed()) == set(sessions)
+
+
+@needs_unprivileged
+def test_fsck_on_an_unreadable_record_the_start_summary_vouches_for_says_it_is_served(
+    root: Path, daemons: list[Path]
+) -> None:
+    """After a clean stop, `chmod 000 session.json`: fsck said "the daemon holds this
+    agent back", but a start from the start summary does not read the record: it serves
+    the agent and writes the record again at its next turn. fsck says that."""
+    sessions = asyncio.run(roots.three_roots(root))
+    record = root / "agents" / sessions["beta"] / "session.json"
+    assert os.path.exists(start_summary.summary_path(root))
+    record.chmod(0o000)
+    try:
+        checked = cli(root, "fsck")
+        found = [f for f in json.loads(checked.stdout)["findings"] if f["kind"] == "unreadable"]
+        assert len(found) == 1, checked.stdout
+        detail = found[0]["detail"]
+        assert "holds this agent back;" not in detail, detail
+        assert "the next start serves this agent from the start summary" in detail, detail
+        assert "chmod" in detail, detail  # and still what fixes the file
+
+        daemons.append(root)
+        assert cli(root, "daemon", "start").returncode == 0
+        with Client(root) as client:  # what fsck said: served, and the record written
+            assert "beta" in {a["path"] for a in client.call("agent.list")}
+            client.call("agent.send", {"agent": "beta", "prompt": "served?"})
+        assert record.stat().st_mode & 0o777 == 0o600
+    finally:
+        if record.exists() and record.stat().st_mode & 0o777 == 0:
+            record.chmod(0o600)
