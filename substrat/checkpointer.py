@@ -62,7 +62,7 @@ from substrat.conversation import conversation_from_entries
 from substrat.errors import DurabilityError
 from substrat.eventlog import Clock, utc_now_iso
 from substrat.logs import LogPool
-from substrat.oserrors import with_advice
+from substrat.oserrors import os_error_of, with_advice
 
 log = logging.getLogger("substrat.checkpointer")
 
@@ -198,6 +198,8 @@ class Checkpointer:
         self.store = CheckpointStore(root, clock=clock)
         self._clock = clock
         self.stats = Stats()
+        self.summary_unsaved: str | None = None
+        """Why the clean stop's start summary could not be written (:meth:`summarize`)."""
         self._logs = logs
         self._host = host
         self._latest: dict[str, list[Checkpoint]] = {}
@@ -348,6 +350,8 @@ class Checkpointer:
         try:
             start_summary.write(self.store.path.parent.parent)
         except OSError as exc:  # a later start reads the store and the logs as always
+            failed = os_error_of(exc)  # the errno's words, not the whole atomic write's
+            self.summary_unsaved = (failed.strerror if failed else None) or str(exc)
             self.stats.fail(with_advice(f"writing the start summary: {exc}", exc))
             log.warning("%s", with_advice(f"writing the start summary failed: {exc}", exc))
 

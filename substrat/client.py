@@ -561,12 +561,12 @@ def stop_daemon(root: str | os.PathLike[str], *, timeout_s: float = STOP_TIMEOUT
                 os.kill(pid, signal.SIGTERM)
     if wait_until(lambda: not lock.is_held(root_path), timeout_s):
         after = lock.read_info(root_path)
-        if after is not None and after.state == "running":
-            # It exited without the clean shutdown's last write: it died while stopping.
+        if after is not None and after.state == "running":  # no clean stop's last write
+            why = lock.read_only_note(root_path) or f"see {root_path / LOG_NAME} for why"
             raise DaemonStoppedUncleanlyError(
-                f"the daemon (pid {pid}) exited without a clean shutdown; see "
-                f"{root_path / LOG_NAME} for why. Nothing acknowledged is lost: the next "
-                "start recovers the root (`substrat fsck` shows what it will do)"
+                f"the daemon (pid {pid}) exited without a clean shutdown; {why}. Nothing "
+                "acknowledged is lost: the next start recovers the root (`substrat fsck` "
+                "shows what it will do)"
             )
         return pid
     raise DaemonError(

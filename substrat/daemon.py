@@ -289,13 +289,20 @@ class Daemon:
                 await listener.wait_closed()
             self.guard.enforce()  # the clean stop writes by path: not into a moved root's old one
             await self.orch.close()
+        # `daemon stop` says it: the next start reads the logs instead, nothing is lost
+        unsaved = self.orch.checkpointer.summary_unsaved
         lock.write(
-            pid=self.pid, started_at=self.started_at, state="stopped", stopped_at=utc_now_iso()
+            pid=self.pid,
+            started_at=self.started_at,
+            state="stopped",
+            stopped_at=utc_now_iso(),
+            **({"summary_unsaved": unsaved} if unsaved else {}),
         )
         # after "stopped": until then a missing socket would read as one removed by hand
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
-        log.info("stopped cleanly: sessions suspended")
+        no_summary = f"; the start summary was not saved ({unsaved})" if unsaved else ""
+        log.info("stopped cleanly: sessions suspended%s", no_summary)
         return EXIT_OK
 
     async def _finish_tasks(self, tasks: list[asyncio.Task[None]]) -> None:

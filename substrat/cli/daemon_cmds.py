@@ -289,12 +289,20 @@ def _status(opts: Opts) -> dict[str, Any] | None:
 def stop(opts: Opts, timeout_s: float) -> None:
     """Stop the daemon cleanly: running turns finish, sessions are suspended."""
     pid = client_mod.stop_daemon(opts.root, timeout_s=timeout_s)
+    after = lock.read_info(opts.root) if pid is not None else None
+    unsaved = after.summary_unsaved if after is not None and after.pid == pid else None
     if opts.json:
-        emit_json({"stopped": pid is not None, "pid": pid, "root": str(opts.root)})
+        stopped = {"stopped": pid is not None, "pid": pid, "root": str(opts.root)}
+        emit_json(stopped | ({"summary_unsaved": unsaved} if unsaved else {}))
     elif pid is None:
         opts.out.print(f"no daemon running on {esc(opts.root)}")
     else:
         opts.out.print(f"daemon stopped [bold](pid {pid})[/]")
+    if unsaved and not opts.json:
+        opts.err.print(
+            f"the start summary was not saved ({esc(unsaved)}): nothing is lost, the next "
+            "start reads the logs instead (slower for a large root)"
+        )
 
 
 @daemon_group.command("restart")

@@ -77,6 +77,8 @@ class LockInfo:
     after its daemon died: the next daemon has nothing left to recover."""
     provider_env: str | None = None
     """The fingerprint of the daemon's provider settings (substrat.provider_env)."""
+    summary_unsaved: str | None = None
+    """Why a clean stop could not write its start summary (a full disk, say)."""
 
     @classmethod
     def parse(cls, raw: bytes) -> LockInfo:
@@ -96,6 +98,7 @@ class LockInfo:
             socket_ino=_opt_int(body.get("socket_ino")),
             recovered_by=_opt_str(body.get("recovered_by")),
             provider_env=_opt_str(body.get("provider_env")),
+            summary_unsaved=_opt_str(body.get("summary_unsaved")),
         )
 
     def describe(self) -> str:
@@ -120,6 +123,18 @@ def read_info(root: str | os.PathLike[str]) -> LockInfo | None:
     except FileNotFoundError:
         return None
     return LockInfo.parse(raw) if raw else None
+
+
+def read_only_note(root: str | os.PathLike[str]) -> str | None:
+    """What to say when the root's file system refuses writes (None when it does not).
+    An ext4 that hit an error (errors=remount-ro) refuses them while statvfs still says
+    read-write: opening the lock file for writing (no byte written) asks the file system."""
+    try:
+        os.close(os.open(lock_path(root), os.O_WRONLY | os.O_CLOEXEC))
+    except OSError as exc:
+        if exc.errno == errno.EROFS:
+            return "the root's file system is read-only (daemon.log too): remount it read-write"
+    return None
 
 
 def is_held(root: str | os.PathLike[str]) -> bool:

@@ -43,3 +43,44 @@ def fill(directory: Path) -> Path:
             except OSError:  # ENOSPC: on to smaller writes, for the last bytes
                 pass
     return filler
+
+
+@contextlib.contextmanager
+def ext4_that_fails(mount_point: Path, image: Path, why: str) -> Iterator[Path]:
+    """A small ext4 on a loop device at ``mount_point`` (made here), mounted with
+    ``errors=remount-ro``: :func:`fail_ext4` makes it refuse every write from then on, as
+    a disk error would, while the files stay open (a tmpfs cannot be remounted read-only
+    under a process writing to it). Skips the test, saying ``why``, where it cannot."""
+    mount_point.mkdir()
+    with open(image, "wb") as handle:
+        handle.truncate(16 << 20)
+    made = subprocess.run(["mkfs.ext4", "-q", "-F", str(image)], capture_output=True)
+    mounted = made.returncode == 0 and (
+        subprocess.run(
+            ["mount", "-o", "loop,errors=remount-ro", str(image), str(mount_point)],
+            capture_output=True,
+        ).returncode
+        == 0
+    )
+    if not mounted:
+        image.unlink(missing_ok=True)
+        pytest.skip(f"cannot mount an ext4 image {why} (needs mkfs.ext4, loop devices, root)")
+    try:
+        yield mount_point
+    finally:
+        for _ in range(50):
+            if subprocess.run(["umount", str(mount_point)], capture_output=True).returncode == 0:
+                break
+            time.sleep(0.1)
+        image.unlink(missing_ok=True)
+
+
+def fail_ext4(mount_point: Path) -> None:
+    """Make the ext4 at ``mount_point`` hit an error: it refuses writes from now on (EROFS)."""
+    device = subprocess.run(
+        ["findmnt", "-n", "-o", "SOURCE", str(mount_point)], capture_output=True, text=True
+    ).stdout.strip()
+    trigger = Path("/sys/fs/ext4") / Path(device).name / "trigger_fs_error"
+    if not trigger.exists():
+        pytest.skip(f"this kernel cannot make an ext4 fail on purpose (no {trigger})")
+    trigger.write_text("1")
