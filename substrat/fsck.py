@@ -548,7 +548,8 @@ def _inspect_plan(root: Path, report: FsckReport, unreadable: dict[str, Unreadab
                 f"not served while its ancestor {item.held_by} is unreadable; {item.what_to_do}",
             )
         else:
-            detail = fsck_checkpoints.unreadable_detail(root, item)
+            state = fsck_checkpoints.unreadable_state(root, sid, item.path)
+            detail = f"{item.error} on {item.path}: {state}; {item.what_to_do}"
             report.add("unreadable", store.session_dir(sid), DAMAGE, detail)
     for lost in plan.lost_roots:
         report.add("lost_root", lost["path"], DAMAGE, lost["what_to_do"])

@@ -29,7 +29,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 from substrat import persistence, start_summary
-from substrat.access import Unreadable
 from substrat.checkpoints import (
     LOG_SHORTER,
     Checkpoint,
@@ -165,27 +164,25 @@ def inspect_summary(root: Path, add: Add) -> None:
     )
 
 
-def unreadable_detail(root: Path, item: Unreadable) -> str:
-    """What is true of an agent whose files a start could not use: held back, unless it
-    is only its record and the start summary vouches for it (a clean stop wrote it, and
-    the log is as it then was): a start from the summary does not read the record, serves
-    the agent, and writes the record again when it next changes (its next turn)."""
-    found = f"{item.error} on {item.path}"
-    if Path(item.path).name == RECORD_NAME:
+def unreadable_state(root: Path, session_id: str, path: str) -> str:
+    """What a start does with an agent whose file ``path`` it could not use: holds it back,
+    unless that file is only its record and the start summary vouches for the agent (a
+    clean stop wrote it, and the log is as it then was): a start from the summary does not
+    read the record, serves the agent, and writes the record again at its next turn."""
+    if Path(path).name == RECORD_NAME:
         summary, _ = start_summary.load(root)
         if summary is not None:
             try:
-                vouched = summary.record(item.session_id, item.path) is not None
+                vouched = summary.record(session_id, path) is not None
             finally:
                 summary.close()
             if vouched:
                 return (
-                    f"{found}: the next start serves this agent from the start summary "
-                    "(it does not read this file) and writes the file again at the agent's "
-                    "next turn; a start without the summary (after a crash) holds it back; "
-                    f"{item.what_to_do}"
+                    "the next start serves this agent from the start summary (it does not "
+                    "read this file) and writes the file again at the agent's next turn; a "
+                    "start without the summary (after a crash) holds it back"
                 )
-    return f"{found}: the daemon holds this agent back; {item.what_to_do}"
+    return "the daemon holds this agent back"
 
 
 def inspect_segments(log_path: Path, add: Add) -> None:
