@@ -26,10 +26,15 @@ def tmpfs(mount_point: Path, size: str, why: str) -> Iterator[Path]:
     try:
         yield mount_point
     finally:
-        for _ in range(50):
-            if subprocess.run(["umount", str(mount_point)], capture_output=True).returncode == 0:
-                break
-            time.sleep(0.1)
+        _unmount(mount_point)
+
+
+def _unmount(mount_point: Path) -> None:
+    """Unmount, retrying while a process that just exited still holds a file there."""
+    for _ in range(50):
+        if subprocess.run(["umount", str(mount_point)], capture_output=True).returncode == 0:
+            break
+        time.sleep(0.1)
 
 
 def fill(directory: Path) -> Path:
@@ -68,10 +73,7 @@ def ext4_that_fails(mount_point: Path, image: Path, why: str) -> Iterator[Path]:
     try:
         yield mount_point
     finally:
-        for _ in range(50):
-            if subprocess.run(["umount", str(mount_point)], capture_output=True).returncode == 0:
-                break
-            time.sleep(0.1)
+        _unmount(mount_point)
         image.unlink(missing_ok=True)
 
 
