@@ -29,6 +29,7 @@ from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
+from hypothesis.errors import InvalidArgument
 
 from oracle.corpus import example_database
 from oracle.local_constants import import_project_modules
@@ -69,15 +70,33 @@ settings.register_profile(
 )
 
 
+NOT_CI = frozenset({"0", "false", "no", "off"})
+"""Values of ``CI`` that say "not CI" (a ``CI=false`` used to select the ``ci`` profile)."""
+
+
 def selected_profile() -> str:
     """The profile this run uses: ``HYPOTHESIS_PROFILE``, else ``ci`` under CI."""
     explicit = os.environ.get("HYPOTHESIS_PROFILE")
     if explicit:
         return explicit
-    return "ci" if os.environ.get("CI") else "default"
+    ci = os.environ.get("CI", "").strip().lower()
+    return "ci" if ci and ci not in NOT_CI else "default"
 
 
-settings.load_profile(selected_profile())
+def _load_selected_profile() -> None:
+    name = selected_profile()
+    try:
+        settings.load_profile(name)
+    except InvalidArgument:
+        # Hypothesis's own message names neither the variable nor the profiles there are.
+        raise pytest.UsageError(
+            f"HYPOTHESIS_PROFILE={name!r} is not a Hypothesis profile: substrat's are"
+            " default (local runs), ci (derandomized, the PR gate) and nightly (the long"
+            " campaign); set one of them, or unset HYPOTHESIS_PROFILE"
+        ) from None
+
+
+_load_selected_profile()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -16,6 +16,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from oracle.pytest_plugin import STRESS_TEST_TIMEOUT_S
 
 CHILD_TIMEOUT_S = 120
@@ -76,3 +78,37 @@ def test_a_stress_test_gets_the_stress_cap_not_the_quick_tests_timeout(tmp_path:
 def test_an_explicit_timeout_wins_over_the_stress_cap(tmp_path: Path) -> None:
     caps = _caps(tmp_path, "--run-stress", "--timeout", "600")
     assert caps == {"stress": "None", "own": "42", "quick": "None"}
+
+
+def _header(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "pytest.ini").write_text(PROJECT_INI)
+    (tmp_path / "test_nothing.py").write_text("def test_nothing():\n    pass\n")
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "HYPOTHESIS_"))}
+    base.pop("CI", None)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "oracle.pytest_plugin"],
+        cwd=tmp_path,
+        env={**base, **env},
+        capture_output=True,
+        text=True,
+        timeout=CHILD_TIMEOUT_S,
+    )
+
+
+def test_a_misspelled_profile_is_refused_naming_the_profiles(tmp_path: Path) -> None:
+    # It was a Hypothesis traceback under "Error while loading plugin", ending in
+    # "Profile 'nighlty' is not registered".
+    result = _header(tmp_path, HYPOTHESIS_PROFILE="nighlty")
+    assert result.returncode == pytest.ExitCode.USAGE_ERROR, result.stdout + result.stderr
+    assert "HYPOTHESIS_PROFILE='nighlty' is not a Hypothesis profile" in result.stderr
+    assert "default (local runs), ci (derandomized" in result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(
+    ("ci", "profile"), [("true", "ci"), ("1", "ci"), ("false", "default"), ("0", "default")]
+)
+def test_ci_false_is_not_ci(tmp_path: Path, ci: str, profile: str) -> None:
+    result = _header(tmp_path, CI=ci)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"substrat: hypothesis profile={profile}," in result.stdout
