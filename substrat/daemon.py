@@ -173,6 +173,7 @@ class Daemon:
             "unreadable": list(held.get("unreadable") or []),
             "lost_roots": list(held.get("lost_roots") or []),
             "registry_problem": held.get("registry_problem"),
+            "logs_behind_checkpoint": _behind(held),
             "start_summary_unused": summary_unused(held),
             "checkpoints": _checkpoint_health(orch),
             # the running daemon's memory is behind its log here (docs/daemon.md)
@@ -341,15 +342,8 @@ class Daemon:
             )
         if data.get("registry_problem"):
             log.error("root registry: %s", data["registry_problem"])
-        for endpoint, why in sorted((data.get("checkpoints_rejected") or {}).items()):
-            if why.startswith(LOG_SHORTER):  # an older copy restored: nothing else says so
-                log.error(
-                    "the log of %s is shorter than its checkpoint (%s): entries that were "
-                    "durable in it are missing (an older copy of the log restored, or writes "
-                    "lost); to get them back, stop the daemon and restore a newer copy",
-                    endpoint,
-                    why,
-                )
+        for line in _behind(data):  # an older copy restored: nothing else says so
+            log.error("%s", line)
         unused = summary_unused(data)
         if unused is not None and unused["damaged"]:
             log.warning("%s", unused["message"])
@@ -576,6 +570,17 @@ def _loop_error(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> Non
             log.error("%s", line)
         return
     loop.default_exception_handler(context)
+
+
+def _behind(report: dict[str, Any]) -> list[str]:
+    """A line per log shorter than its checkpoint (entries that were durable are gone)."""
+    return [
+        f"the log of {endpoint} is shorter than its checkpoint ({why}): entries that were "
+        "durable in it are missing (an older copy of the log restored, or writes lost); to "
+        "get them back, stop the daemon and restore a newer copy"
+        for endpoint, why in sorted((report.get("checkpoints_rejected") or {}).items())
+        if why.startswith(LOG_SHORTER)
+    ]
 
 
 def _unapplied(orch: Orchestrator | None) -> list[dict[str, Any]]:

@@ -421,6 +421,8 @@ def status(opts: Opts, only_pid: bool, timeout_s: float) -> None:
     unused = answer.get("start_summary_unused")
     if unused:  # as daemon.log says it: what the start read without its summary, and why
         out.print(f"  [{'yellow' if unused['damaged'] else 'dim'}]{esc(unused['message'])}[/]")
+    for line in answer.get("logs_behind_checkpoint") or []:  # entries gone: until a restart
+        out.print(f"  [bold red]{esc(line)}[/]")
     failing = answer.get("checkpoints")
     if failing:  # nothing is lost by it, but starts read more of the logs until it is fixed
         out.print(f"  [yellow]{esc(checkpoint_trouble(failing))}[/]")

@@ -48,3 +48,5 @@ def test_an_older_copy_of_a_log_is_reported_as_missing_entries(root: Path, tmp_p
     assert run(root, "daemon", "start").returncode == 0
     said = (root / "daemon.log").read_text()
     assert "is shorter than its checkpoint" in said and "restore a newer copy" in said
+    status = run(root, "daemon", "status")
+    assert "is shorter than its checkpoint" in status.stdout, status.stdout
