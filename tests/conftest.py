@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from tests.support import rewrite_ahead
+
 
 @pytest.fixture
 def root(tmp_path: Path) -> Path:
@@ -103,6 +105,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 BYTECODE_PREFIX_KEY = pytest.StashKey[tuple[str, str]]()
+REWRITE_AHEAD_KEY = pytest.StashKey[rewrite_ahead.RewriteAhead]()
 BYTECODE_PREFIX_NAME = "substrat-tests-pyc-"
 """How the session's bytecode cache is named (in the temporary directory)."""
 
@@ -197,7 +200,21 @@ def pytest_configure(config: pytest.Config) -> None:
     del os.environ["PYTHONDONTWRITEBYTECODE"]
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's DSession starts the workers
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """In a distributed run with the session's cache, rewrite the test modules once for all
+    workers while they start (tests/support/rewrite_ahead.py)."""
+    saved = session.config.stash.get(BYTECODE_PREFIX_KEY, None)
+    if saved is not None:
+        ahead = rewrite_ahead.start(session.config, saved[0])
+        if ahead is not None:
+            session.config.stash[REWRITE_AHEAD_KEY] = ahead
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
+    ahead = config.stash.get(REWRITE_AHEAD_KEY, None)
+    if ahead is not None:
+        ahead.stop()
     saved = config.stash.get(BYTECODE_PREFIX_KEY, None)
     if saved is None:
         return

@@ -1,0 +1,141 @@
+"""The test modules' assertion rewriting, done once for all xdist workers of a run.
+
+pytest compiles every test module (and ``conftest.py``) through its assertion
+rewriter and keeps the result as a ``.pyc`` in the bytecode cache. The session's
+cache (tests/conftest.py) starts empty, and the xdist workers all start at once:
+each of them rewrote the same 200-odd test modules, about 4.5 CPU s apiece on this
+machine (docs/benchmarks.md, the main job's other costs). Here the controller, which
+runs no test, rewrites them in a thread while the workers start, into the cache
+where the workers look; a worker that finds a module's ``.pyc`` loads it, one that
+gets there first rewrites the module itself as before. The ``.pyc`` is pytest's own
+(its rewriter, its file format, its atomic write), so what a worker loads is what it
+would have written.
+
+pytest has no public interface for this (``_pytest.assertion.rewrite``); if a
+release changes one of the functions used here, nothing is written and the run costs
+what it did before (tests/unit/test_rewrite_ahead.py then fails and says so).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import importlib.util
+import itertools
+import os
+import sys
+import threading
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+def module_files(paths: Iterable[Path], patterns: Iterable[str]) -> Iterator[Path]:
+    """The files under ``paths`` pytest would rewrite as test modules, in collection order.
+
+    ``conftest.py`` and files matching ``patterns`` (pytest's ``python_files``);
+    hidden directories and ``__pycache__`` are skipped, as pytest's collection does.
+    """
+    patterns = tuple(patterns)
+
+    def wanted(name: str) -> bool:
+        return name == "conftest.py" or any(fnmatch.fnmatch(name, p) for p in patterns)
+
+    for path in paths:
+        if path.is_file():
+            if wanted(path.name):
+                yield path
+            continue
+        for where, dirs, names in os.walk(path):
+            dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d != "__pycache__")
+            for name in sorted(names):
+                if name.endswith(".py") and wanted(name):
+                    yield Path(where, name)
+
+
+def marked_package_files() -> Iterator[Path]:
+    """The modules of this project's packages that pytest rewrites (its distribution
+    registers a ``pytest11`` plugin, so pytest rewrites all of it; every worker imports all
+    of it before its first test, oracle.local_constants)."""
+    from oracle.local_constants import PACKAGES
+
+    marked: set[str] = set()
+    for finder in sys.meta_path:
+        marked.update(getattr(finder, "_must_rewrite", ()))
+    for name in PACKAGES:
+        spec = importlib.util.find_spec(name)
+        if name not in marked or spec is None or not spec.submodule_search_locations:
+            continue
+        for location in spec.submodule_search_locations:
+            for where, dirs, names in os.walk(location):
+                dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d != "__pycache__")
+                for file in sorted(names):
+                    if file.endswith(".py") and file != "__main__.py":
+                        yield Path(where, file)
+
+
+def rewrite_into(
+    config: pytest.Config, files: Iterable[Path], prefix: str, stop: threading.Event
+) -> int:
+    """Rewrite ``files`` as pytest does and store each where a process with bytecode
+    prefix ``prefix`` looks for it; how many were written.
+
+    Files already there and current are left alone; a file that does not parse is
+    left to the worker, which reports it.
+    """
+    from _pytest.assertion import rewrite  # private: see the module docstring
+
+    state = config.stash[rewrite.assertstate_key]
+    written = 0
+    for fn in files:
+        if stop.is_set():
+            break
+        fn = fn.resolve()
+        cache_dir = Path(prefix, *fn.parts[1:-1])  # rewrite.get_cache_dir under that prefix
+        pyc = cache_dir / (fn.name[:-3] + rewrite.PYC_TAIL)
+        if rewrite._read_pyc(fn, pyc) is not None:
+            continue
+        try:
+            source_hash, code = rewrite._rewrite_test(fn, config)
+        except (SyntaxError, ValueError, OSError):
+            continue
+        if not rewrite.try_makedirs(cache_dir):
+            return written
+        written += rewrite._write_pyc(state, code, source_hash, pyc)
+    return written
+
+
+class RewriteAhead:
+    """:func:`rewrite_into` on a daemon thread; :meth:`stop` ends it and waits."""
+
+    def __init__(self, config: pytest.Config, prefix: str) -> None:
+        root = config.invocation_params.dir
+        paths = [Path(root, arg.split("::")[0]) for arg in config.args]
+        files = itertools.chain(
+            module_files(paths, config.getini("python_files")), marked_package_files()
+        )
+        self._stop = threading.Event()
+        self.written: int | None = None
+        self._thread = threading.Thread(
+            target=self._run, args=(config, files, prefix), name="rewrite-ahead", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, config: pytest.Config, files: Iterable[Path], prefix: str) -> None:
+        try:
+            self.written = rewrite_into(config, files, prefix, self._stop)
+        except (ImportError, AttributeError, TypeError, KeyError) as exc:
+            # pytest changed its private rewriting functions: the workers rewrite as before.
+            print(f"rewrite ahead: not done ({exc!r})", file=sys.stderr)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def start(config: Any, prefix: str) -> RewriteAhead | None:
+    """Rewrite the run's test modules ahead of its xdist workers (None: not a distributed run)."""
+    if config.pluginmanager.getplugin("dsession") is None:
+        return None
+    return RewriteAhead(config, prefix)

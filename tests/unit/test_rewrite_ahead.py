@@ -1,0 +1,118 @@
+"""The xdist controller rewrites the test modules once for all workers (rewrite_ahead.py)."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from _pytest.assertion import rewrite
+
+from tests.support import rewrite_ahead
+
+SAMPLE = "def test_sum():\n    total = 1 + 1\n    assert total == 2, total\n"
+
+
+def test_a_worker_loads_the_module_rewritten_ahead_instead_of_rewriting_it(
+    pytestconfig: pytest.Config, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    source = tmp_path / "src" / "test_ahead_sample.py"
+    source.parent.mkdir()
+    source.write_text(SAMPLE)
+    prefix = tmp_path / "pyc"
+    stop = threading.Event()
+    assert rewrite_ahead.rewrite_into(pytestconfig, [source], str(prefix), stop) == 1
+    assert rewrite_ahead.rewrite_into(pytestconfig, [source], str(prefix), stop) == 0  # current
+
+    # A worker: bytecode written under the prefix; pytest's import hook finds the module.
+    monkeypatch.setattr(sys, "pycache_prefix", str(prefix))
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    monkeypatch.syspath_prepend(str(source.parent))
+
+    def no_rewrite(fn: Path, config: pytest.Config) -> None:
+        raise AssertionError(f"{fn} was rewritten again")
+
+    monkeypatch.setattr(rewrite, "_rewrite_test", no_rewrite)
+    try:
+        module = importlib.import_module("test_ahead_sample")
+        assert isinstance(module.__loader__, rewrite.AssertionRewritingHook)
+        module.test_sum()
+    finally:
+        sys.modules.pop("test_ahead_sample", None)
+
+
+def test_a_source_that_does_not_parse_is_left_to_the_worker(
+    pytestconfig: pytest.Config, tmp_path: Path
+) -> None:
+    bad, good = tmp_path / "test_bad.py", tmp_path / "test_good.py"
+    bad.write_text("def test_x(:\n")
+    good.write_text(SAMPLE)
+    prefix = tmp_path / "pyc"
+    assert (
+        rewrite_ahead.rewrite_into(pytestconfig, [bad, good], str(prefix), threading.Event()) == 1
+    )
+    assert [p.name.split(".")[0] for p in prefix.rglob("*.pyc")] == ["test_good"]
+
+
+def test_a_stopped_rewrite_writes_nothing_more(pytestconfig: pytest.Config, tmp_path: Path) -> None:
+    (tmp_path / "test_one.py").write_text(SAMPLE)
+    stop = threading.Event()
+    stop.set()
+    assert rewrite_ahead.rewrite_into(pytestconfig, [tmp_path / "test_one.py"], "/x", stop) == 0
+
+
+def test_the_files_are_pytest_s_test_modules_and_conftests_in_collection_order(
+    tmp_path: Path,
+) -> None:
+    for name in (
+        "b/test_two.py",
+        "b/helper.py",
+        "a/conftest.py",
+        "a/test_one.py",
+        "a/one_test.py",
+        ".hidden/test_no.py",
+        "a/__pycache__/test_no.py",
+        "test_top.py",
+        "test_notes.txt",
+    ):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("")
+    found = rewrite_ahead.module_files([tmp_path, tmp_path / "b/helper.py"], ["test_*.py"])
+    assert [p.relative_to(tmp_path).as_posix() for p in found] == [
+        "test_top.py",
+        "a/conftest.py",
+        "a/test_one.py",
+        "b/test_two.py",
+    ]
+
+
+def test_the_project_s_packages_are_rewritten_too_but_not_their_main_modules() -> None:
+    files = {p.as_posix() for p in rewrite_ahead.marked_package_files()}
+    root = Path(rewrite_ahead.__file__).resolve().parents[2].as_posix()
+    assert f"{root}/substrat/daemon.py" in files
+    assert f"{root}/oracle/checks.py" in files
+    assert f"{root}/faultfs/__init__.py" in files
+    assert not [f for f in files if f.endswith("/__main__.py")]
+
+
+def test_only_an_xdist_controller_rewrites_ahead(pytestconfig: pytest.Config) -> None:
+    # This process is a plain pytest run or an xdist worker: neither has a DSession.
+    assert rewrite_ahead.start(pytestconfig, "/nowhere") is None
+
+
+def test_a_pytest_without_those_functions_leaves_the_workers_to_rewrite(
+    pytestconfig: pytest.Config,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.delattr(rewrite, "_rewrite_test")
+    ahead = rewrite_ahead.RewriteAhead.__new__(rewrite_ahead.RewriteAhead)
+    ahead.written, ahead._stop = None, threading.Event()
+    (tmp_path / "test_one.py").write_text(SAMPLE)
+    ahead._run(pytestconfig, [tmp_path / "test_one.py"], str(tmp_path / "pyc"))
+    assert ahead.written is None
+    assert "rewrite ahead: not done" in capsys.readouterr().err
+    assert not (tmp_path / "pyc").exists()
