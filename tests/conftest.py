@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import itertools
 import os
 import shlex
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
 from tests.support import rewrite_ahead
+
+T = TypeVar("T")
 
 
 @pytest.fixture
@@ -64,6 +68,22 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     return auto_workers(usable_cpus())
 
 
+def steals_work(config: pytest.Config) -> bool:
+    """Whether this xdist run hands tests out by work stealing (ours or a chosen one)."""
+    dist = config.getoption("dist")
+    return dist == "worksteal" or (dist == "load" and not dist_named(config))
+
+
+STEALS_WORK = "substrat_steals_work"
+"""The key of a worker's ``workerinput`` that says :func:`steals_work` of its controller
+(a worker's own options say ``--dist no``)."""
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    node.workerinput[STEALS_WORK] = steals_work(node.config)
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """``-n N`` without a ``--dist``: xdist's work-stealing scheduler, not ``load``.
@@ -91,7 +111,8 @@ the same session: the main job ran both, the small one for nothing."""
 
 @pytest.hookimpl(trylast=True)  # after -k and -m have deselected what they deselect
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under ``--run-stress``, skip each :data:`COVERED_MARK` test whose cover runs too."""
+    """Under ``--run-stress``, skip each :data:`COVERED_MARK` test whose cover runs too; on
+    an xdist worker that steals work, order the items as :func:`stress_first_in_each_share`."""
     if not config.getoption("--run-stress", default=False):
         return
     running = {item.nodeid.split("[")[0] for item in items}
@@ -102,6 +123,52 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         (cover,) = mark.args
         if cover in running:
             item.add_marker(pytest.mark.skip(reason=f"covered under --run-stress by {cover}"))
+    workerinput = getattr(config, "workerinput", {})
+    workers = workerinput.get("workercount", 1)
+    if workers > 1 and workerinput.get(STEALS_WORK):
+        items[:] = stress_first_in_each_share(
+            items, workers, lambda i: i.get_closest_marker("stress") is not None
+        )
+
+
+def worksteal_shares(count: int, workers: int) -> list[int]:
+    """How many of ``count`` items xdist's work stealing hands each worker at the start.
+
+    Consecutive runs of the collection: the first worker gets ``count // workers``, each
+    next one an equal part of what is left (``WorkStealingScheduling.check_schedule``)."""
+    shares = []
+    for i in range(workers):
+        shares.append((count - sum(shares)) // (workers - i))
+    return shares
+
+
+def stress_first_in_each_share(
+    items: list[T], workers: int, is_stress: Callable[[T], bool]
+) -> list[T]:
+    """The items reordered so each worker's first share starts with an equal part of the
+    stress items, the rest of it the other items in collection order.
+
+    In collection order the stress items (about half the main job's CPU in a tenth of
+    its items) all fell in the last worker's share: the others stole them from its end
+    half a queue at a time, so the run ended on whichever long stress items were left,
+    one worker busy and the others idle (docs/benchmarks.md, the main job's other
+    costs). Dealt out like cards, every worker starts on its part of the long items,
+    the quick tests come after them and are what idle workers steal, and the run ends
+    on quick tests. Each share keeps a module's items in their order, so a module's
+    fixtures are set up at most once per share. The same order on every worker, as
+    xdist requires: it depends on the collection and the worker count only.
+    """
+    stress = [item for item in items if is_stress(item)]
+    if not stress:
+        return items
+    others = iter([item for item in items if not is_stress(item)])
+    ordered: list[T] = []
+    for k, share in enumerate(worksteal_shares(len(items), workers)):
+        dealt = stress[k::workers]
+        ordered += dealt
+        ordered += itertools.islice(others, max(0, share - len(dealt)))
+    ordered += others  # a share smaller than its stress part: the rest at the end
+    return ordered
 
 
 BYTECODE_PREFIX_KEY = pytest.StashKey[tuple[str, str]]()

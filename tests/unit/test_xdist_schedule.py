@@ -4,16 +4,23 @@ says otherwise (tests/conftest.py)."""
 from __future__ import annotations
 
 import dataclasses
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from xdist.scheduler import WorkStealingScheduling
 
 from tests.conftest import (
+    STEALS_WORK,
     auto_workers,
+    pytest_configure_node,
     pytest_xdist_auto_num_workers,
     pytest_xdist_make_scheduler,
+    stress_first_in_each_share,
     usable_cpus,
+    worksteal_shares,
 )
+from tests.conftest import pytest_collection_modifyitems as conftest_modifyitems
 
 
 @pytest.fixture
@@ -78,3 +85,85 @@ def test_the_variable_and_logical_are_left_to_xdist(
     assert pytest_xdist_auto_num_workers(pytestconfig) == auto_workers(usable_cpus())
     monkeypatch.setattr(pytestconfig.option, "numprocesses", "logical")
     assert pytest_xdist_auto_num_workers(pytestconfig) is None
+
+
+@pytest.mark.parametrize(("count", "workers"), [(10, 3), (2065, 3), (7, 2), (5, 4)])
+def test_the_shares_are_the_ones_work_stealing_hands_out(count: int, workers: int) -> None:
+    class Node:
+        shutting_down = False
+
+        def __init__(self) -> None:
+            self.sent: list[int] = []
+
+        def send_runtest_some(self, indices: list[int]) -> None:
+            self.sent += indices
+
+        def shutdown(self) -> None:
+            pass
+
+    scheduler: Any = WorkStealingScheduling.__new__(WorkStealingScheduling)
+    nodes = [Node() for _ in range(workers)]
+    scheduler.node2pending = {node: [] for node in nodes}
+    scheduler.pending = list(range(count))
+    scheduler.steal_requested_from_node = None
+    scheduler.check_schedule()
+    assert [len(node.sent) for node in nodes] == worksteal_shares(count, workers)
+    assert [i for node in nodes for i in node.sent] == list(range(count))  # consecutive runs
+
+
+def test_each_share_starts_with_its_part_of_the_stress_items() -> None:
+    # 3 workers, 12 items: s = stress, q = quick; shares of 4.
+    items = ["q0", "q1", "q2", "q3", "q4", "q5", "s0", "q6", "s1", "s2", "s3", "s4"]
+    ordered = stress_first_in_each_share(items, 3, lambda i: i[0] == "s")
+    assert ordered == ["s0", "s3", "q0", "q1", "s1", "s4", "q2", "q3", "s2", "q4", "q5", "q6"]
+    assert sorted(ordered) == sorted(items)
+
+
+def test_without_stress_items_the_order_is_the_collection_s() -> None:
+    items = ["q0", "q1", "q2"]
+    assert stress_first_in_each_share(items, 2, lambda i: False) is items
+
+
+def test_more_stress_than_a_share_holds_keeps_every_item() -> None:
+    items = ["s0", "s1", "s2", "s3", "q0"]
+    ordered = stress_first_in_each_share(items, 2, lambda i: i[0] == "s")
+    assert ordered == ["s0", "s2", "s1", "s3", "q0"]
+
+
+def test_a_worker_that_steals_work_deals_the_stress_items_out(
+    monkeypatch: pytest.MonkeyPatch, n2: pytest.Config
+) -> None:
+    stress = pytest.mark.stress
+    items: list[Any] = [
+        SimpleNamespace(nodeid=f"t{i}", get_closest_marker={"stress": stress.mark}.get)
+        if i >= 4
+        else SimpleNamespace(nodeid=f"t{i}", get_closest_marker={}.get)
+        for i in range(6)
+    ]
+    monkeypatch.setattr(n2.option, "run_stress", True, raising=False)
+    for steals, order in ((True, [4, 0, 1, 5, 2, 3]), (False, list(range(6)))):
+        workerinput = {"workercount": 2, STEALS_WORK: steals}
+        monkeypatch.setattr(n2, "workerinput", workerinput, raising=False)
+        got = list(items)
+        conftest_modifyitems(n2, got)
+        assert [i.nodeid for i in got] == [f"t{i}" for i in order]
+
+
+def test_the_controller_tells_its_workers_whether_they_steal_work(
+    monkeypatch: pytest.MonkeyPatch, n2: pytest.Config
+) -> None:
+    def told() -> bool:
+        node = SimpleNamespace(config=n2, workerinput={})
+        pytest_configure_node(node)
+        return bool(node.workerinput[STEALS_WORK])
+
+    assert told()  # -n 2: ours
+    monkeypatch.setattr(n2.option, "dist", "worksteal")
+    assert told()
+    for mode in ("loadfile", "loadscope", "each"):
+        monkeypatch.setattr(n2.option, "dist", mode)
+        assert not told()
+    monkeypatch.setattr(n2.option, "dist", "load")
+    params = dataclasses.replace(n2.invocation_params, args=("-n", "2", "--dist", "load"))
+    monkeypatch.setattr(n2, "invocation_params", params)
+    assert not told()  # load, as asked
