@@ -196,7 +196,9 @@ class Daemon:
 
     # -- life cycle ---------------------------------------------------------------
 
-    async def run(self) -> int:
+    async def run(self, early: RootHold | None = None) -> int:
+        """Serve until stopped; ``early``: the root's hold, taken by :func:`main` before
+        anything was written (taken here when None). The caller releases it on failure."""
         from substrat.orchestrator import Orchestrator
         from substrat.recovery import gc_paused
 
@@ -205,7 +207,7 @@ class Daemon:
         try:
             # before the lock says "running": a root an application has open is
             # refused with the previous daemon's shutdown state left as it was
-            hold = RootHold.take(self.root)
+            hold = early or RootHold.take(self.root)
             self.guard = RootGuard(self.root)
         except BaseException:
             lock.release()
@@ -481,23 +483,24 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:
         return int(exc.code) if isinstance(exc.code, int) else EXIT_USAGE
     daemon: Daemon | None = None
+    hold: RootHold | None = None
     try:
-        # A look at the root's hold before prepare_root may write its marker (and run its
-        # lock file): one that an application holds gets nothing of this start (outside
-        # review s21f, F8). Taking it writes nothing; run takes it again for good.
+        # The root's hold before prepare_root may write its marker (and run its lock file),
+        # kept by run: one that an application holds gets nothing of this start, and none
+        # can open it meanwhile (outside review s21f, F8). Taking it writes nothing.
         with contextlib.suppress(OSError):  # none there yet, or prepare_root says why
-            RootHold.take(config.root).release()
+            hold = RootHold.take(config.root)
         config.root = prepare_root(config.root)
         refuse_linked(config.root)
         check_serving(config.root)
         daemon = Daemon(config)
-        return asyncio.run(daemon.run())
+        return asyncio.run(daemon.run(hold))
     except RootLockedError as exc:
         from substrat.rpc.lock import in_use, is_held
         from substrat.rpc.starting import offline_work
 
         # an offline compact/fsck/recover: when to retry, not "stop it" (no daemon runs); a
-        # daemon as its lock file names it (the look above refused this start first)
+        # daemon as its lock file names it (the hold above refused this start first)
         held = in_use(config.root) if is_held(config.root) else None
         log.error("%s", offline_work(config.root) or held or exc)
         return EXIT_LOCKED
@@ -528,6 +531,9 @@ def main(argv: list[str] | None = None) -> int:
     except Exception:
         log.exception("daemon failed")
         return EXIT_FAILED
+    finally:
+        if hold is not None:
+            hold.release()  # (idempotent: run gives it back itself once it served)
 
 
 def _checkpoint_health(orch: Orchestrator | None) -> dict[str, Any] | None:
