@@ -103,34 +103,10 @@ def test_the_daemon_holds_the_root_from_before_its_first_write(
     seen: list[str] = []
 
     def prepare(path: Path) -> Path:
-        seen.append(_other_process_opens(path))
+        seen.append(roots.other_process_opens(path))
         raise RootError("stop the start here")  # main() answers EXIT_USAGE, nothing served
 
     monkeypatch.setattr(daemon, "prepare_root", prepare)
     assert daemon.main(["--root", str(root)]) == daemon.EXIT_USAGE
     assert len(seen) == 1 and seen[0].startswith("refused: root "), seen
-    assert _other_process_opens(root) == "opened"  # and main() let go of it
-
-
-PROBE = (
-    "import asyncio, sys\n"
-    "from substrat.errors import RootLockedError\n"
-    "from substrat.orchestrator import Orchestrator\n"
-    "async def main():\n"
-    "    try:\n"
-    "        orch = await Orchestrator.open(sys.argv[1])\n"
-    "    except RootLockedError as exc:\n"
-    "        print('refused:', exc)\n"
-    "    else:\n"
-    "        await orch.close()\n"
-    "        print('opened')\n"
-    "asyncio.run(main())\n"
-)
-
-
-def _other_process_opens(root: Path) -> str:
-    proc = subprocess.run(
-        [sys.executable, "-c", PROBE, str(root)], capture_output=True, text=True, timeout=120
-    )
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout.strip()
+    assert roots.other_process_opens(root) == "opened"  # and main() let go of it

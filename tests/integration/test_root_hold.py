@@ -36,42 +36,18 @@ async def _turns(root: Path, agent: str) -> list[str]:
         await orch.close()
 
 
-PROBE = (
-    "import asyncio, sys\n"
-    "from substrat.errors import RootLockedError\n"
-    "from substrat.orchestrator import Orchestrator\n"
-    "async def main():\n"
-    "    try:\n"
-    "        orch = await Orchestrator.open(sys.argv[1])\n"
-    "    except RootLockedError as exc:\n"
-    "        print('refused:', exc)\n"
-    "    else:\n"
-    "        await orch.close()\n"
-    "        print('opened')\n"
-    "asyncio.run(main())\n"
-)
-
-
-def _other_process_opens(root: Path) -> str:
-    proc = subprocess.run(
-        [sys.executable, "-c", PROBE, str(root)], capture_output=True, text=True, timeout=120
-    )
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout.strip()
-
-
 def test_a_process_keeps_its_root_from_others_until_its_orchestrator_goes(root: Path) -> None:
     async def scenario() -> None:
         first = await Orchestrator.open(root)
         await first.create_root("app", "You help.")
         await first.run_turn("app", "one")
-        assert _other_process_opens(root).startswith("refused: ")
+        assert roots.other_process_opens(root).startswith("refused: ")
         await first.close()
-        assert _other_process_opens(root) == "opened"
+        assert roots.other_process_opens(root) == "opened"
         killed = await Orchestrator.open(root)
-        assert _other_process_opens(root).startswith("refused: ")
+        assert roots.other_process_opens(root).startswith("refused: ")
         abandon(killed)  # a kill -9: the kernel drops its hold with the process
-        assert _other_process_opens(root) == "opened"
+        assert roots.other_process_opens(root) == "opened"
         assert await _turns(root, "app") == ["one"]
 
     asyncio.run(scenario())

@@ -19,6 +19,32 @@ CLI = [sys.executable, "-c", "import sys; from substrat.cli import main; sys.exi
 """``substrat`` through this interpreter (no console script on PATH needed)."""
 
 
+OPEN_PROBE = (
+    "import asyncio, sys\n"
+    "from substrat.errors import RootLockedError\n"
+    "from substrat.orchestrator import Orchestrator\n"
+    "async def main():\n"
+    "    try:\n"
+    "        orch = await Orchestrator.open(sys.argv[1])\n"
+    "    except RootLockedError as exc:\n"
+    "        print('refused:', exc)\n"
+    "    else:\n"
+    "        await orch.close()\n"
+    "        print('opened')\n"
+    "asyncio.run(main())\n"
+)
+
+
+def other_process_opens(root: Path) -> str:
+    """What an application in another process gets from ``Orchestrator.open(root)``:
+    ``opened`` (it closed it again) or ``refused: <the RootLockedError>``."""
+    proc = subprocess.run(
+        [sys.executable, "-c", OPEN_PROBE, str(root)], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip()
+
+
 async def three_roots(root: Path) -> dict[str, str]:
     """Roots alpha (with a child, kid), beta and gamma, one turn each; path -> session id."""
     orch = await Orchestrator.open(root)
