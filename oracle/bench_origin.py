@@ -34,10 +34,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from oracle.bench_fuzz import WARM_UP_EXAMPLES
+
 ORIGIN_REPOSITORY = "Hardcode84/2"
 ORIGIN_CPU = 1
 """The CPU the origin's processes are pinned to (``taskset -c``); pin ours the same way."""
-WARM_UP_EXAMPLES = 3
 ORIGIN_CRASH_STEPS = 50
 """The origin's crash fuzzer runs its own ``stateful_step_count`` (50; ours 30): longer
 examples share the engine's per-example cost among more cycles, 1.3-1.4x its rate at 30
