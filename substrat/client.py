@@ -35,11 +35,12 @@ from substrat.errors import (
     RootPermissionError,
     RpcError,
 )
-from substrat.rootdir import DAEMON_LOG_NAME, check_serving, foreign_daemon, prepare_root
+from substrat.rootdir import DAEMON_LOG_NAME, check_serving, prepare_root
 from substrat.rpc import lock, protocol, starting
 from substrat.rpc.starting import (
     busy_message,
     check_socket,
+    died_error,
     log_tail,
     refused_while_stopping,
     restart_after_stop,
@@ -310,27 +311,8 @@ class Client:
 
     def _died(self, what: str) -> DaemonDiedError | RootPermissionError:
         self.close()
-        refused = foreign_daemon(self.socket_path)
-        if refused is not None:
-            return refused
-        info = lock.read_info(self.root)
-        pid = f" (pid {info.pid})" if info is not None and info.pid is not None else ""
-        # Give the kernel a moment to release a dead daemon's lock.
-        gone = wait_until(lambda: not lock.is_held(self.root), 0.5)
-        after = lock.read_info(self.root)
-        if self.daemon_stopping or (gone and after is not None and after.state == "stopped"):
-            cause = f"the daemon{pid} shut down"
-        elif gone:
-            cause = f"the daemon{pid} died (crashed or was killed)"
-        else:
-            cause = f"the daemon{pid} closed the connection"
-        if what == STREAM:  # no request was waiting: nothing may or may not have happened
-            return DaemonDiedError(f"{cause}; `substrat daemon start --root {self.root}` recovers")
-        return DaemonDiedError(
-            f"{cause} before answering {what}; the request may or may not have been applied. "
-            f"Run `substrat daemon start --root {self.root}` to recover, then check with "
-            "`substrat agent list` / `substrat log`."
-        )
+        request = None if what == STREAM else what  # no request waiting: nothing half-done
+        return died_error(self.root, self.socket_path, request, stopping=self.daemon_stopping)
 
 
 def _result_of(message: dict[str, Any]) -> Any:

@@ -42,14 +42,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from substrat import __version__, codeid, daemon_logging, start_summary
+from substrat import __version__, codeid, daemon_logging
 from substrat.checkpointer import CheckpointPolicy
-from substrat.checkpoints import LOG_SHORTER
 from substrat.daemon_providers import build_registry
 from substrat.errors import RootError, RootLockedError, SubstratError
 from substrat.eventlog import utc_now_iso
 from substrat.oserrors import advice, is_host_limit
 from substrat.provider_env import kept as kept_provider_env
+from substrat.recovery_words import logs_behind, summarize_recovery, summary_unused
 from substrat.root_hold import RootHold
 from substrat.rootdir import check_serving, prepare_root, user_log_failure
 from substrat.rootguard import RootGuard
@@ -173,7 +173,7 @@ class Daemon:
             "unreadable": list(held.get("unreadable") or []),
             "lost_roots": list(held.get("lost_roots") or []),
             "registry_problem": held.get("registry_problem"),
-            "logs_behind_checkpoint": _behind(held),
+            "logs_behind_checkpoint": logs_behind(held),
             "start_summary_unused": summary_unused(held),
             "checkpoints": _checkpoint_health(orch),
             # the running daemon's memory is behind its log here (docs/daemon.md)
@@ -344,7 +344,7 @@ class Daemon:
             )
         if data.get("registry_problem"):
             log.error("root registry: %s", data["registry_problem"])
-        for line in _behind(data):  # an older copy restored: nothing else says so
+        for line in logs_behind(data):  # an older copy restored: nothing else says so
             log.error("%s", line)
         unused = summary_unused(data)
         if unused is not None and unused["damaged"]:
@@ -374,58 +374,6 @@ class Daemon:
                 {key: status[key] for key in ("pid", "uptime_s", "agents", "busy_turns")}
                 | {"time": utc_now_iso()},
             )
-
-
-def summary_unused(data: dict[str, Any]) -> dict[str, Any] | None:
-    """Why the start did not use the start summary, in a recovery report's ``data``:
-    ``{"message", "damaged"}``, or None when it used it (or there was none)."""
-    reason = data.get("start_summary")
-    if not reason:
-        return None
-    message = f"start summary not used: {reason}; every agent was read without it"
-    # stale is what a crash leaves; anything else is damage to say out loud
-    damaged = start_summary.STALE not in reason
-    if damaged:
-        message += ". `substrat fsck --repair` rebuilds it, and so does the next clean stop"
-    return {"message": message, "damaged": damaged}
-
-
-def summarize_recovery(data: dict[str, Any]) -> str:
-    """A one-line summary of a recovery report (for the log and the CLI)."""
-    parts = [plural(data.get("agents", 0), "agent")]
-    for key, one, many in (
-        ("lost_turns", "turn lost in flight", "turns lost in flight"),
-        ("redelivered", "message redelivered", "messages redelivered"),
-        ("reconciled", "effect reconciled", "effects reconciled"),
-        ("orphans_terminated", "orphan terminated", "orphans terminated"),
-        ("cascaded", "cut-short cascade finished", "cut-short cascades finished"),
-        ("unrecoverable", "session unrecoverable", "sessions unrecoverable"),
-        ("detached", "agent detached", "agents detached"),
-        ("quarantined", "record quarantined", "records quarantined"),
-        ("records_rebuilt", "record rebuilt", "records rebuilt"),
-        ("roots_registered", "root registered", "roots registered"),
-        (
-            "creations_rebuilt",
-            "root creation rebuilt from the registry",
-            "root creations rebuilt from the registry",
-        ),
-        ("lost_roots", "ROOT AGENT LOST", "ROOT AGENTS LOST"),
-        ("unreadable", "agent held back (files unreadable)", "agents held back (files unreadable)"),
-    ):
-        value = data.get(key)
-        if value:
-            parts.append(plural(len(value), one, many))
-    if data.get("summary_used"):
-        parts.append(f"{data['summary_used']} from the start summary")
-    if data.get("start_summary"):
-        parts.append("start summary not used")
-    damage = data.get("log_damage") or {}
-    if damage:
-        total = sum(sum(kinds.values()) for kinds in damage.values())
-        parts.append(f"{plural(total, 'damaged log line')} skipped in {plural(len(damage), 'log')}")
-    if data.get("registry_problem"):
-        parts.append(f"root registry unusable: {data['registry_problem']}")
-    return ", ".join(parts)
 
 
 def parse_args(argv: list[str] | None) -> DaemonConfig:
@@ -576,17 +524,6 @@ def _loop_error(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> Non
             log.error("%s", line)
         return
     loop.default_exception_handler(context)
-
-
-def _behind(report: dict[str, Any]) -> list[str]:
-    """A line per log shorter than its checkpoint (entries that were durable are gone)."""
-    return [
-        f"the log of {endpoint} is shorter than its checkpoint ({why}): entries that were "
-        "durable in it are missing (an older copy of the log restored, or writes lost); to "
-        "get them back, stop the daemon and restore a newer copy"
-        for endpoint, why in sorted((report.get("checkpoints_rejected") or {}).items())
-        if why.startswith(LOG_SHORTER)
-    ]
 
 
 def _unapplied(orch: Orchestrator | None) -> list[dict[str, Any]]:

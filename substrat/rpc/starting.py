@@ -35,8 +35,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from substrat.errors import DaemonError, DaemonUnreachableError, RootLockedError, RpcError
-from substrat.rootdir import DAEMON_LOG_NAME
+from substrat.errors import (
+    DaemonDiedError,
+    DaemonError,
+    DaemonUnreachableError,
+    RootLockedError,
+    RootPermissionError,
+    RpcError,
+)
+from substrat.rootdir import DAEMON_LOG_NAME, foreign_daemon
 from substrat.rpc import lock, protocol
 from substrat.rpc.lock import cmdline, flock_holder, offline_work
 from substrat.rpc.transport import socket_path
@@ -283,3 +290,34 @@ def log_tail(path: Path, since: int = 0, lines: int = 20) -> str:
     except OSError:
         return "(no log)"
     return "\n".join(text.splitlines()[-lines:]) or "(empty log)"
+
+
+def died_error(
+    root: Path, sock: Path, request: str | None, *, stopping: bool
+) -> DaemonDiedError | RootPermissionError:
+    """What to tell a client whose daemon closed the connection while it waited.
+
+    ``request``: the method it waited for (None: it only read the daemon's events);
+    ``stopping``: the daemon had announced a clean shutdown on that connection.
+    """
+    refused = foreign_daemon(sock)
+    if refused is not None:
+        return refused
+    info = lock.read_info(root)
+    pid = f" (pid {info.pid})" if info is not None and info.pid is not None else ""
+    # Give the kernel a moment to release a dead daemon's lock.
+    gone = wait_until(lambda: not lock.is_held(root), 0.5)
+    after = lock.read_info(root)
+    if stopping or (gone and after is not None and after.state == "stopped"):
+        cause = f"the daemon{pid} shut down"
+    elif gone:
+        cause = f"the daemon{pid} died (crashed or was killed)"
+    else:
+        cause = f"the daemon{pid} closed the connection"
+    if request is None:
+        return DaemonDiedError(f"{cause}; `substrat daemon start --root {root}` recovers")
+    return DaemonDiedError(
+        f"{cause} before answering {request}; the request may or may not have been applied. "
+        f"Run `substrat daemon start --root {root}` to recover, then check with "
+        "`substrat agent list` / `substrat log`."
+    )
