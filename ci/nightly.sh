@@ -115,6 +115,7 @@ pytest_pid=""
 tail_pid=""
 trap 'cut_short INT' INT
 trap 'cut_short TERM' TERM
+: >"$log"  # before tail: the background job opens it later, and tail gives up on no file
 python -m pytest --run-stress -n "$workers" --timeout "$timeout_s" -v -rfEs "$@" "${mine[@]}" \
     >"$log" 2>&1 &
 pytest_pid=$!
