@@ -33,6 +33,7 @@ import contextlib
 import logging
 import os
 from pathlib import Path
+from typing import Literal, NamedTuple
 
 from substrat.rootnest import MARKER_NAME
 
@@ -43,6 +44,19 @@ CHECK_EVERY_S = 1.0
 
 EXIT_ROOT_GONE = 1
 """The daemon's exit status when it stops for this (1: it did not stop cleanly)."""
+
+
+ProblemKind = Literal["gone", "unreadable", "moved", "marker_replaced"]
+"""What happened to the root: its path names nothing (``gone``), cannot be checked
+(``unreadable``), names another directory (``moved``), or its marker was replaced or
+removed in place (``marker_replaced``: a backup restored over the running root)."""
+
+
+class RootProblem(NamedTuple):
+    """Why the root's path no longer names the root: a kind to act on, a message to log."""
+
+    kind: ProblemKind
+    message: str
 
 
 def _identity(path: str) -> tuple[int, int]:
@@ -73,18 +87,21 @@ class RootGuard:
             st = os.fstat(fd)
             self.marker = (st.st_dev, st.st_ino)
 
-    def problem(self) -> str | None:
+    def problem(self) -> RootProblem | None:
         """Why the root's path no longer names the root (None: it does)."""
         try:
             identity = _identity(self._paths[0])
         except FileNotFoundError:
-            return f"{self.root} no longer exists (the root was moved, renamed or removed)"
+            return RootProblem(
+                "gone", f"{self.root} no longer exists (the root was moved, renamed or removed)"
+            )
         except OSError as exc:
-            return f"{self.root} cannot be checked ({exc})"
+            return RootProblem("unreadable", f"{self.root} cannot be checked ({exc})")
         if identity != self.identity:
-            return (
+            return RootProblem(
+                "moved",
                 f"{self.root} now names another directory (the root was moved or replaced, "
-                "e.g. restored from a backup, while its daemon ran)"
+                "e.g. restored from a backup, while its daemon ran)",
             )
         if self.marker is None:
             return None
@@ -93,17 +110,19 @@ class RootGuard:
         except OSError:
             marker = None
         if marker != self.marker:
-            return (
-                f"{_REPLACED} {MARKER_NAME} was replaced or removed (a backup restored over the "
-                "running root?), so the files this daemon has open are not the root's any more"
+            return RootProblem(
+                "marker_replaced",
+                f"its marker {MARKER_NAME} was replaced or removed (a backup restored over the "
+                "running root?), so the files this daemon has open are not the root's any more",
             )
         return None
 
     def enforce(self) -> None:
         """Stop the process at once if the root's path no longer names the root."""
-        why = self.problem()
-        if why is None:
+        found = self.problem()
+        if found is None:
             return
+        why = found.message
         log.error(
             "stopping without a clean shutdown: %s; this daemon writes nothing more (it would "
             "write at the old path). Nothing acknowledged is lost: start the daemon on the "
@@ -112,7 +131,7 @@ class RootGuard:
         )
         for handler in logging.getLogger().handlers:
             handler.flush()
-        if why.startswith(_REPLACED):
+        if found.kind == "marker_replaced":  # the directory is still the root: see below
             _tell_restored_log(self.root, why)
         # as a kill would: every acknowledged operation is already durable, and any
         # clean-stop write (session records, checkpoints) would land at the old path
@@ -123,9 +142,6 @@ class RootGuard:
         while True:
             await asyncio.sleep(every_s)
             self.enforce()
-
-
-_REPLACED = "its marker"
 
 
 def _tell_restored_log(root: Path, why: str) -> None:
