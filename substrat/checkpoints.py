@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import os
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -482,6 +482,8 @@ class CheckpointStore:
     def __init__(self, root: str | os.PathLike[str], *, clock: Clock = utc_now_iso) -> None:
         self.path = store_path(root)
         self._clock = clock
+        self.make_dir: Callable[[Path], object] = persistence.durable_mkdir
+        """Makes its directory durable: the orchestrator's is its SessionStore.make_dir."""
         self._fd: int | None = None
         self._next_seq = 1
         self._end = 0
@@ -491,7 +493,7 @@ class CheckpointStore:
     def _open(self) -> int:
         if self._fd is not None:
             return self._fd
-        persistence.durable_mkdir(self.path.parent)
+        self.make_dir(self.path.parent)
         if not os.path.exists(self.path):
             persistence.durable_create(self.path)
         read = read_store(self.path.parent.parent)

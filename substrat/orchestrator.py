@@ -96,7 +96,9 @@ class Orchestrator(QueryMixin, CommitMixin, WakeMixin, LiveSessionsMixin):
         self.store = SessionStore(self.root)
         self.logs = LogPool(self.store, clock=self.clock)
         self.graveyard = Graveyard(self.store)
-        self.roots = RootRegistry(self.root, clock=self.clock)
+        # roots/ and checkpoints/ made durable by the store, which knows the root is
+        # (open made it and every level above it durable): one fsync, not a walk up.
+        self.roots = RootRegistry(self.root, clock=self.clock, make_dir=self.store.make_dir)
         self.tree = AgentTree()
         self.inboxes = InboxRegistry()
         self.scheduler = TurnScheduler()
@@ -117,6 +119,7 @@ class Orchestrator(QueryMixin, CommitMixin, WakeMixin, LiveSessionsMixin):
         self.checkpointer = Checkpointer(
             self.root, self.logs, checkpoints or DEFAULT_POLICY, self, clock=self.clock
         )
+        self.checkpointer.store.make_dir = self.store.make_dir
         if self.checkpointer.policy.enabled:
             self.logs.on_append = self.checkpointer.appended
         self._contexts: dict[str, AgentToolContext] = {}

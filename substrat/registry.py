@@ -29,6 +29,7 @@ import errno
 import os
 import re
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -158,9 +159,19 @@ def _mode(path: Path) -> int | None:
 class RootRegistry:
     """The registry of one root, opened lazily, appended to by ``create_root``."""
 
-    def __init__(self, root: str | os.PathLike[str], *, clock: Clock = utc_now_iso) -> None:
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        *,
+        clock: Clock = utc_now_iso,
+        make_dir: Callable[[Path], object] = persistence.durable_mkdir,
+    ) -> None:
         self.path = registry_path(root)
         self._clock = clock
+        # The orchestrator's SessionStore.make_dir: the root and every level above it are
+        # durable since the open, so only the root is fsynced for roots/, not each level
+        # up to the file system's root again (durable_mkdir's default walk).
+        self._make_dir = make_dir
         self._log: EventLog | None = None
         self.read = RegistryRead()
         self._advice: str | None = None
@@ -212,7 +223,7 @@ class RootRegistry:
         assert set(data) == set(FIELDS), data
         self.check_usable()
         if self._log is None or self._log.closed:
-            persistence.durable_mkdir(self.path.parent)
+            self._make_dir(self.path.parent)
             resume, self._resume = self._resume, None
             context = {"endpoint": REGISTRY_DIR}
             self._log = EventLog(self.path, context, clock=self._clock, resume=resume)
