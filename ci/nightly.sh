@@ -9,6 +9,10 @@
 #   SHARD_COUNT             number of shards (default: 1 = everything)
 #   NIGHTLY_WORKERS         pytest-xdist workers (default: auto)
 #   NIGHTLY_TEST_TIMEOUT_S  per-test cap enforced by pytest-timeout (default: 3000)
+#   NIGHTLY_BUDGET_S        fuzzing time of this shard (default: 6000; 0 = no budget): the
+#                           fuzzers draw no new example after it, nor past 80% of their cap
+#                           (pytest --fuzz-budget, oracle/fuzz_budget.py), and pass saying
+#                           after how many examples they stopped
 #   NIGHTLY_LOG_DIR         where the log and failure report go (default: nightly-logs)
 #   extra arguments are passed to pytest
 #
@@ -24,6 +28,7 @@ shard_index="${SHARD_INDEX:-0}"
 shard_count="${SHARD_COUNT:-1}"
 workers="${NIGHTLY_WORKERS:-auto}"
 timeout_s="${NIGHTLY_TEST_TIMEOUT_S:-3000}"
+budget_s="${NIGHTLY_BUDGET_S:-6000}"
 log_dir="${NIGHTLY_LOG_DIR:-nightly-logs}"
 
 is_count() { [[ "$1" =~ ^[0-9]+$ ]]; }
@@ -37,6 +42,12 @@ if ! is_count "$timeout_s" || [ "$timeout_s" -lt 1 ]; then
     echo "nightly: NIGHTLY_TEST_TIMEOUT_S must be a positive number of seconds" >&2
     exit 2
 fi
+if ! is_count "$budget_s"; then
+    echo "nightly: NIGHTLY_BUDGET_S must be a number of seconds (0: no budget)" >&2
+    exit 2
+fi
+budget_args=()
+if [ "$budget_s" -gt 0 ]; then budget_args=(--fuzz-budget "$budget_s"); fi
 
 mkdir -p "$log_dir"
 log="$log_dir/shard-$shard_index.log"
@@ -57,7 +68,8 @@ mapfile -t mine < <(grep '::' "$collected" \
     | awk -v i="$shard_index" -v n="$shard_count" '(NR - 1) % n == i')
 total=$(grep -c '::' "$collected" || true)
 echo "nightly: profile=$HYPOTHESIS_PROFILE shard $shard_index/$shard_count runs ${#mine[@]}" \
-    "of $total stress tests; workers=$workers per-test timeout=${timeout_s}s"
+    "of $total stress tests; workers=$workers per-test timeout=${timeout_s}s" \
+    "fuzz budget=${budget_s}s"
 if [ "${#mine[@]}" -eq 0 ]; then
     echo "nightly: nothing for this shard to run"
     exit 0
@@ -116,14 +128,26 @@ tail_pid=""
 trap 'cut_short INT' INT
 trap 'cut_short TERM' TERM
 : >"$log"  # before tail: the background job opens it later, and tail gives up on no file
-python -m pytest --run-stress -n "$workers" --timeout "$timeout_s" -v -rfEs "$@" "${mine[@]}" \
-    >"$log" 2>&1 &
+python -m pytest --run-stress -n "$workers" --timeout "$timeout_s" "${budget_args[@]}" -v -rfEs \
+    "$@" "${mine[@]}" >"$log" 2>&1 &
 pytest_pid=$!
 tail -n +1 -f --pid="$pytest_pid" "$log" &  # the log on stdout as it grows; ends with pytest
 tail_pid=$!
 wait "$pytest_pid" || status=$?
 wait "$tail_pid" || true
 trap - INT TERM
+
+# The fuzzers the budget stopped, and after how many examples: in the job's summary too.
+budget_summary="$log_dir/budget-shard-$shard_index.txt"
+sed -E 's/\x1b\[[0-9;]*m//g' "$log" | sed -n '/=\{3,\} fuzz budget =\{3,\}/,/^=\{3,\}/p' \
+    | sed '1d;$d' >"$budget_summary" || true
+if [ -s "$budget_summary" ] && [ -n "${GITHUB_STEP_SUMMARY:-}" ]; then
+    {
+        echo "### Fuzz budget: shard $shard_index of $shard_count"
+        echo
+        sed -e 's/^/    /' "$budget_summary"
+    } >>"$GITHUB_STEP_SUMMARY"
+fi
 
 # The shard's ids that failed or errored, whole. Ids hold spaces and quotes
 # (test_sweep[checkpoints and deletion-12of12], test_matrix[durable_mkdir['a/b/c', 'a/d', 'e']-posix]),

@@ -24,6 +24,7 @@ import gc
 import os
 import signal
 import threading
+import time
 from types import FrameType, TracebackType
 from typing import Any
 
@@ -31,6 +32,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis.errors import InvalidArgument
 
+from oracle import fuzz_budget
 from oracle.corpus import example_database
 from oracle.local_constants import import_project_modules
 
@@ -107,6 +109,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=False,
         help="run tests marked 'stress' (crash-recovery fuzzers, sweeps, long SIGKILL runs)",
     )
+    group.addoption(
+        "--fuzz-budget",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="stress fuzzers draw no new example once SECONDS have passed since the session"
+        f" started, nor once a test has used {fuzz_budget.CAP_SHARE:.0%} of its per-test cap;"
+        " a test stopped so passes and the summary says after how many examples"
+        " (oracle/fuzz_budget.py; ci/nightly.sh's NIGHTLY_BUDGET_S)",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -116,6 +128,28 @@ def pytest_configure(config: pytest.Config) -> None:
     # Its hooks exist only with pytest-timeout; implementing them without it is an error.
     if config.pluginmanager.hasplugin("timeout"):
         config.pluginmanager.register(StressTimer(), "substrat-stress-timer")
+    _configure_fuzz_budget(config)
+
+
+def _configure_fuzz_budget(config: pytest.Config) -> None:
+    budget_s = config.getoption("--fuzz-budget")
+    if budget_s is None:
+        return
+    if not budget_s > 0:  # also refuses nan
+        raise pytest.UsageError(
+            f"--fuzz-budget must be a positive number of seconds, got {budget_s:g}"
+        )
+    unsupported = fuzz_budget.check_supported()
+    if unsupported:
+        raise pytest.UsageError(
+            f"--fuzz-budget cannot stop this Hypothesis's fuzzers: {unsupported}."
+            " Run without --fuzz-budget (NIGHTLY_BUDGET_S=0 for ci/nightly.sh) or install a"
+            " Hypothesis this project supports; see oracle/fuzz_budget.py"
+        )
+    budget = fuzz_budget.FuzzBudget(config, budget_s, STRESS_MARK)
+    budget.install()
+    config.pluginmanager.register(budget, "substrat-fuzz-budget")
+    config.add_cleanup(budget.uninstall)
 
 
 class StressTestTimeout(Exception):
@@ -197,6 +231,9 @@ class StressTimer:
 
     @pytest.hookimpl
     def pytest_timeout_set_timer(self, item: pytest.Item, settings: Any) -> bool | None:
+        if STRESS_MARK in item.keywords and settings.timeout:
+            # for --fuzz-budget: a fuzzer stops drawing examples well before this cap
+            item.stash[fuzz_budget.CAP_STARTED] = (time.monotonic(), settings.timeout)
         if (
             STRESS_MARK not in item.keywords
             or settings.method != "signal"
@@ -217,7 +254,8 @@ class StressTimer:
                 " NIGHTLY_TEST_TIMEOUT_S in ci/nightly.sh, STRESS_TEST_TIMEOUT_S in"
                 " ci/stress.sh). A fuzzer stopped here ran fewer examples than its profile"
                 " asks; that is a time limit, not a failing example (none was saved to"
-                " the corpus): raise the cap or split the run into more shards."
+                " the corpus): raise the cap, split the run into more shards, or stop the"
+                " fuzzers in time with --fuzz-budget (docs/ci.md, When time runs out)."
             )
 
         def cancel() -> None:
