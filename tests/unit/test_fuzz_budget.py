@@ -8,14 +8,13 @@ must stop at, not durations they are measured against, so the load does not matt
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 from oracle import fuzz_budget
-from tests.unit.test_workflows import SCRIPT_TIMEOUT_S, _fake_project, _run_script
+from tests.unit.test_workflows import _fake_project, _run_in, _run_script
 
 ENDLESS_FUZZERS = """
 import time
@@ -74,15 +73,8 @@ STOPPED = re.compile(r"(\S+): stopped at budget after (\d+) of (\d+) examples \(
 
 
 def _pytest(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "HYPOTHESIS_"))}
-    env["HYPOTHESIS_PROFILE"] = "default"
-    return subprocess.run(
-        [sys.executable, "-m", "pytest", "--run-stress", "-p", "no:randomly", *args],
-        cwd=root,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=SCRIPT_TIMEOUT_S,
+    return _run_in(
+        root, [sys.executable, "-m", "pytest", "--run-stress", "-p", "no:randomly", *args]
     )
 
 

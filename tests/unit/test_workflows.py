@@ -301,13 +301,18 @@ def _fake_project(root: Path, tests: str | None) -> Path:
 
 
 def _run_script(root: Path, script: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return _run_in(root, ["bash", str(root / "ci" / script)], **env)
+
+
+def _run_in(root: Path, command: list[str], **env: str) -> subprocess.CompletedProcess[str]:
+    """``command`` in the fake project ``root``, free of this run's pytest and profile."""
     base = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "HYPOTHESIS_"))}
     # the scripts run `python`: this one, whose oracle is the one under test
     base["PATH"] = os.path.dirname(sys.executable) + os.pathsep + base.get("PATH", "")
     base.update({"NIGHTLY_WORKERS": "0", "STRESS_WORKERS": "0", "HYPOTHESIS_PROFILE": "default"})
     base.update(env)
     return subprocess.run(
-        ["bash", str(root / "ci" / script)],
+        command,
         cwd=root,
         env=base,
         capture_output=True,
