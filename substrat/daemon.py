@@ -86,6 +86,7 @@ NOTABLE_RECOVERY_KEYS = (
     "registry_problem",
     "roots_registered",
     "creations_rebuilt",
+    "incidents",
 )
 """A report with any of these is published even after a clean shutdown."""
 
@@ -174,6 +175,8 @@ class Daemon:
             "lost_roots": list(held.get("lost_roots") or []),
             "registry_problem": held.get("registry_problem"),
             "logs_behind_checkpoint": logs_behind(held),
+            # open until `substrat fsck --acknowledge ID`, which needs the daemon stopped
+            "incidents": list(held.get("incidents") or []),
             "start_summary_unused": summary_unused(held),
             "checkpoints": _checkpoint_health(orch),
             # the running daemon's memory is behind its log here (docs/daemon.md)
@@ -346,6 +349,8 @@ class Daemon:
             log.error("root registry: %s", data["registry_problem"])
         for line in logs_behind(data):  # an older copy restored: nothing else says so
             log.error("%s", line)
+        for incident in data.get("incidents") or []:  # at every start until acknowledged
+            log.error("%s", incident["message"])
         unused = summary_unused(data)
         if unused is not None and unused["damaged"]:
             log.warning("%s", unused["message"])

@@ -30,6 +30,11 @@ LOG_START = "log.start"
 """Written only to a log's start record (``events.start``), when its active file is sealed
 (see :mod:`substrat.segments`)."""
 
+INCIDENT_RECORDED = "incident.recorded"
+"""Written only to the incident log (``incidents/events.jsonl``, :mod:`substrat.incidents`)."""
+INCIDENT_ACKNOWLEDGED = "incident.acknowledged"
+"""Written only to the incident log, by ``substrat fsck --acknowledge ID``."""
+
 KNOWN_EVENTS: frozenset[str] = frozenset(
     {
         SESSION_CREATED,
@@ -48,5 +53,7 @@ KNOWN_EVENTS: frozenset[str] = frozenset(
         CHECKPOINT,
         LOG_BASE,
         LOG_START,
+        INCIDENT_RECORDED,
+        INCIDENT_ACKNOWLEDGED,
     }
 )

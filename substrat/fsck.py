@@ -37,8 +37,8 @@ from __future__ import annotations
 
 import fcntl
 import os
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +48,13 @@ from substrat.errors import FsckError, RootLockedError
 from substrat.eventlog import LOG_NAME, PENDING_NAME, decode_line, read_log
 from substrat.facts import collect_facts
 from substrat.fsck_repair import repair_root
+from substrat.fsck_report import DAMAGE, LEFTOVER, NOTICE
+from substrat.fsck_report import EXIT_CLEAN as EXIT_CLEAN
+from substrat.fsck_report import EXIT_DAMAGE as EXIT_DAMAGE
+from substrat.fsck_report import EXIT_ERROR as EXIT_ERROR
+from substrat.fsck_report import Finding as Finding
+from substrat.fsck_report import FsckReport as FsckReport
+from substrat.incidents import Incident, IncidentError, acknowledge_all
 from substrat.logbase import BASE_NAME
 from substrat.logread import DAMAGED_ARCHIVE, describe_gaps
 from substrat.logs import USER_DIR
@@ -58,13 +65,9 @@ from substrat.rootnest import MARKER_NAME, root_within
 from substrat.rpc import lock as root_lock
 from substrat.segments import START_NAME, is_segment_name, list_sealed
 from substrat.session import SessionState, SessionStore
-from substrat.session.store import AGENTS_DIR, NESTED_ROOT, QUARANTINE_DIR, RECORD_NAME
+from substrat.session.store import NESTED_ROOT, QUARANTINE_DIR, RECORD_NAME
 from substrat.words import plural
 
-EXIT_CLEAN = 0
-EXIT_DAMAGE = 1
-EXIT_ERROR = 2
-DAMAGE, LEFTOVER, NOTICE = "damage", "leftover", "notice"
 _SESSION_FILES = frozenset({RECORD_NAME, LOG_NAME, PENDING_NAME, BASE_NAME, START_NAME})
 _ROOT_FILES = frozenset({*LEGACY_NAMES, MARKER_NAME})
 THEN = "run `substrat fsck` again"
@@ -83,91 +86,11 @@ _RECOVERS_LATER = "it recovers at the next start"
 _RECOVERED_NOW = "this repair recovered it (the next start has nothing to recover)"
 
 
-@dataclass
-class Finding:
-    """One thing fsck found: what, where (relative to the root), how bad, and the fix."""
-
-    kind: str
-    path: str
-    severity: str
-    detail: str
-    count: int = 1
-    repair: str | None = None
-    """What --repair does about it (None: nothing to do, or nothing fsck can do)."""
-    repaired: bool = False
-    agent: str | None = None
-    """The path of the agent whose files these are (``lead/scout``), when known."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
-
-@dataclass
-class FsckReport:
-    root: str
-    repair: bool
-    findings: list[Finding] = field(default_factory=list)
-    sessions: int = 0
-    logs: int = 0
-    entries: int = 0
-    recovery: dict[str, Any] | None = None
-    """With ``repair``: the report of the recovery run at the end."""
-    agents: dict[str, str] = field(default_factory=dict)
-    """Session id -> agent path (``lead/scout``), so findings can name their agent."""
-
-    def add(
-        self,
-        kind: str,
-        path: Path | str,
-        severity: str,
-        detail: str,
-        *,
-        count: int = 1,
-        repair: str | None = None,
-    ) -> None:
-        rel = os.path.relpath(path, self.root) if os.path.isabs(path) else str(path)
-        self.findings.append(Finding(kind, rel, severity, detail, count, repair))
-
-    @property
-    def problems(self) -> list[Finding]:
-        return [f for f in self.findings if f.severity != NOTICE]
-
-    def name_agents(self) -> None:
-        """Name each finding's agent from the session id in its path."""
-        for finding in self.findings:
-            parts = Path(finding.path).parts
-            if len(parts) >= 2 and parts[0] == AGENTS_DIR:
-                finding.agent = self.agents.get(parts[1])
-
-    def kinds(self, *, include_notices: bool = False) -> dict[str, int]:
-        """Count of findings per kind (weighted by ``count``)."""
-        tally: dict[str, int] = {}
-        for f in self.findings:
-            if include_notices or f.severity != NOTICE:
-                tally[f.kind] = tally.get(f.kind, 0) + f.count
-        return tally
-
-    @property
-    def exit_code(self) -> int:
-        return EXIT_DAMAGE if self.problems else EXIT_CLEAN
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "root": self.root,
-            "repair": self.repair,
-            "exit_code": self.exit_code,
-            "clean": not self.problems,
-            "sessions": self.sessions,
-            "logs": self.logs,
-            "entries": self.entries,
-            "findings": [f.to_dict() for f in self.findings],
-            "recovery": self.recovery,
-            "agents": dict(self.agents),
-        }
-
-
-def check(root: str | os.PathLike[str], *, repair: bool = False) -> FsckReport:
-    """Check ``root`` (and repair it if asked). Raises FsckError when it cannot run."""
+def check(
+    root: str | os.PathLike[str], *, repair: bool = False, acknowledge: Sequence[int] = ()
+) -> FsckReport:
+    """Check ``root`` (and repair it if asked), after acknowledging the open incidents
+    ``acknowledge`` names (see substrat.incidents). Raises FsckError when it cannot run."""
     path = Path(root).expanduser().absolute()
     if not path.is_dir():
         raise FsckError(f"{path} is not a directory (no substrat root there)")
@@ -181,7 +104,7 @@ def check(root: str | os.PathLike[str], *, repair: bool = False) -> FsckReport:
             f"{path} is in use by {holder}; fsck checks a stopped root: run "
             f"`substrat daemon stop --root {path}` first"
         )
-    release, held = _hold_lock(path, exclusive=repair)
+    release, held = _hold_lock(path, exclusive=repair or bool(acknowledge))
     try:
         hold = RootHold.take(path)  # no orchestrator appends while this looks
     except RootLockedError as exc:
@@ -192,6 +115,8 @@ def check(root: str | os.PathLike[str], *, repair: bool = False) -> FsckReport:
         raise FsckError(f"cannot check {path}: {access.failed(exc, then='run it again')}") from exc
     try:
         report = FsckReport(str(path), repair)
+        if acknowledge:
+            report.acknowledged = [i.to_dict() for i in _acknowledge(path, acknowledge)]
         _inspect(path, report)
         report.name_agents()
         if repair and report.problems:
@@ -212,6 +137,13 @@ def check(root: str | os.PathLike[str], *, repair: bool = False) -> FsckReport:
     finally:
         hold.release()
         release()
+
+
+def _acknowledge(root: Path, idents: Sequence[int]) -> list[Incident]:
+    try:
+        return acknowledge_all(root, idents, "substrat fsck --acknowledge")
+    except IncidentError as exc:
+        raise FsckError(str(exc)) from None
 
 
 def _hold_lock(
@@ -326,6 +258,9 @@ def _inspect(root: Path, report: FsckReport) -> None:
     fsck_rootfiles.inspect_nested_roots(root, report.add, good)
     fsck_rootfiles.inspect_user_log(root, report.add, lambda path: _inspect_log(path, report))
     fsck_rootfiles.inspect_registry(root, report.add, lambda path: _inspect_log(path, report))
+    fsck_rootfiles.inspect_incidents(
+        root, report.add, partial(_inspect_log, report=report, live=False)
+    )
     fsck_checkpoints.inspect(root, report.add)
     fsck_rootfiles.inspect_checkpoint_store(root, report.add)
     fsck_checkpoints.inspect_summary(root, report.add)

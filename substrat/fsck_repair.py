@@ -18,7 +18,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from substrat import events, fsck_checkpoints, persistence, rootmarker, start_summary
+from substrat import events, fsck_checkpoints, incidents, persistence, rootmarker, start_summary
+from substrat.checkpoints import read_store
 from substrat.errors import SubstratError
 from substrat.eventlog import LOG_NAME, PENDING_NAME, EventLog, decode_line
 from substrat.facts import names_turn, turn_ceiling
@@ -70,6 +71,9 @@ def repair_root(root: Path, report: _Report, hold: RootHold) -> None:
     # new one when it closes
     start_summary.retire(root)
     rootmarker.upgrade(root)  # as a recovery does (see substrat.rootmarker)
+    # before the checkpoints that tell it are dropped below (see substrat.incidents)
+    found = incidents.behind_in_store(root, read_store(root))
+    incidents.record(root, found, "substrat fsck --repair")
     store = SessionStore(root)
     quarantine = root / QUARANTINE_DIR
     kinds = {f.kind for f in report.problems}
@@ -90,7 +94,8 @@ def repair_root(root: Path, report: _Report, hold: RootHold) -> None:
     if "corrupt_record" in kinds:
         store.scan(quarantine=True)
     logs = [store.log_path(sid) for sid in store.list_dirs()[0]]
-    logs += [root / USER_DIR / LOG_NAME, registry_path(root)]
+    shared = (registry_path(root), incidents.incidents_path(root))  # no checkpoint counts on
+    logs += [root / USER_DIR / LOG_NAME, *shared]
     # entries missing whole (seq_gap): what a sender's checkpoint forgot may be among them
     # and a user's inbox moved aside: the senders' checkpoints forgot what it held
     lines_lost = "seq_gap" in kinds or "bad_user_log" in kinds
@@ -109,7 +114,7 @@ def repair_root(root: Path, report: _Report, hold: RootHold) -> None:
                 opened.close()  # and close removes the pending file
                 cut = opened.report.whole_lines_cut()
                 dropped = _drop_damaged_lines(log_path, quarantine, ceiling, closed)
-                if (dropped or cut) and log_path != registry_path(root):
+                if (dropped or cut) and log_path not in shared:
                     lines_lost = True  # an agent's or the user's: checkpoints count on it
         except OSError:
             continue  # unreadable (reported): it is left exactly as it is

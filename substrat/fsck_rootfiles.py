@@ -1,4 +1,5 @@
-"""fsck of the root's own logs: the user's inbox, the root registry, the checkpoint store.
+"""fsck of the root's own logs: the user's inbox, the root registry, the checkpoint store,
+the incident log.
 
 Each is one file every agent shares, so what the daemon does when one cannot be
 used differs (docs/daemon.md): without the user's inbox it refuses to start
@@ -21,6 +22,7 @@ from pathlib import Path
 from substrat import access, persistence
 from substrat.checkpoints import store_path
 from substrat.eventlog import LOG_NAME
+from substrat.incidents import incidents_path, read_incidents
 from substrat.logs import USER_DIR
 from substrat.registry import registry_path
 from substrat.rootnest import MARKER_NAME, NESTED_ROOT_ADVICE, root_within
@@ -54,7 +56,7 @@ def _inspect_shared_log(
     add: Add,
     inspect_log: Callable[[Path], None],
     path: Path,
-    bad: tuple[str, Path, str, str],
+    bad: tuple[str, Path, str, str | None],
     unreadable: tuple[str, str],
 ) -> None:
     """One root log: ``bad`` (kind, where, detail, repair) when it is not a file, else
@@ -153,3 +155,28 @@ def inspect_nested_roots(root: Path, add: Add, sessions: list[str]) -> None:
         if path == root / USER_DIR:
             detail += f" (then put this root's inbox, its {LOG_NAME}, back in a new {USER_DIR}/)"
         add("nested_root", path, DAMAGE, detail)
+
+
+def inspect_incidents(root: Path, add: Add, inspect_log: Callable[[Path], None]) -> None:
+    """``incidents/events.jsonl`` (:mod:`substrat.incidents`): read like any log (a damaged
+    record is reported, and ``--repair`` moves it to quarantine/), checked writable, and
+    each open incident reported as damage, which only ``--acknowledge ID`` clears."""
+    path = incidents_path(root)
+    if not os.path.lexists(path.parent):
+        return
+    bad = (
+        "bad_incidents",
+        path,
+        "the incident log is not a file: recovery can neither read nor record an incident "
+        "(a start that finds a log shorter than its checkpoint fails); look at it, then "
+        "move it out of the root",
+        None,
+    )
+    costs = "a start that finds a log shorter than its checkpoint cannot record it, and fails"
+    _inspect_shared_log(add, inspect_log, path, bad, ("unreadable_incidents", costs))
+    try:
+        read = read_incidents(root)
+    except OSError:
+        return  # reported just above
+    for incident in read.open():
+        add("incident_open", incident.data.get("log") or path, DAMAGE, incident.message())

@@ -54,7 +54,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from substrat import access, events, rollforward, rootmarker, start_summary
+from substrat import access, events, incidents, rollforward, rootmarker, start_summary
 from substrat.access import Unreadable
 from substrat.agents import AgentNode, AgentTree
 from substrat.checkpoints import CHECKPOINTS_DIR, Checkpoint, StoreRead, read_store
@@ -211,6 +211,7 @@ def _recover(
     candidates += [q.name for q in scan.quarantined if q.is_session]
 
     facts, user_facts, failed = _read_endpoints(root, sorted(set(candidates)), records, report)
+    _note_incidents(root, report)  # before anything rewrites the checkpoints that tell them
     doubt = _checkpoints_in_doubt(report)
     if doubt is not None:
         # Another log's checkpoint may count on what this log lost: a sender's
@@ -304,6 +305,17 @@ def _recover(
     )
 
 
+def _note_incidents(root: RootStores, report: RecoveryReport) -> None:
+    """Record each log found shorter than its checkpoint (durably, see
+    :mod:`substrat.incidents`), and report every incident not acknowledged yet."""
+    where = root.store.root
+    found = incidents.behind_in_recovery(where, root.checkpoints, report.checkpoints_rejected)
+    read = incidents.record(where, found, f"recovery (pid {os.getpid()})")
+    report.incidents = [i.to_dict() for i in read.open()]
+    if read.damage:
+        report.log_damage[incidents.INCIDENTS_DIR] = dict(read.damage)
+
+
 def _maybe_ended(session: Session, f: AgentFacts | None) -> bool:
     """Whether a live record may have to be marked TERMINATED (its log says so, or it
     may be an orphan: see :func:`_recover`)."""
@@ -357,7 +369,7 @@ def _checkpoints_in_doubt(report: RecoveryReport) -> str | None:
     for endpoint, gaps in sorted(report.log_gaps.items()):
         return f"{describe_gaps(gaps, shown=5)} from the log of {endpoint} (removed whole)"
     for endpoint, damage in sorted(report.log_damage.items()):
-        if endpoint in (CHECKPOINTS_DIR, REGISTRY_DIR):
+        if endpoint in (CHECKPOINTS_DIR, REGISTRY_DIR, incidents.INCIDENTS_DIR):
             continue  # the store's or the registry's own lines: no log lost anything
         lost = sorted(kind for kind in damage if kind != "torn_tail")
         if lost:

@@ -59,6 +59,9 @@ class RecoveryReport:
     """Agents started from their start summary entry (record and log end not read)."""
     summary_passed_over: list[str] = field(default_factory=list)
     """Agents whose start summary entry did not hold (read as without a summary)."""
+    incidents: list[dict[str, Any]] = field(default_factory=list)
+    """Every incident on record not acknowledged yet (substrat.incidents), as its
+    ``to_dict``: each says what happened and how to acknowledge it."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -92,4 +95,5 @@ class RecoveryReport:
             "start_summary": self.start_summary,
             "summary_used": self.summary_used,
             "summary_passed_over": list(self.summary_passed_over),
+            "incidents": list(self.incidents),
         }

@@ -61,13 +61,12 @@ _LISTED_MAX = 5
 def legacy_names() -> frozenset[str]:
     """What a root made before the marker may hold at its top level (``LEGACY_NAMES``).
 
-    The names belong to the storage modules, which are imported here, on first
-    use: every ``substrat`` command checks its root through this module, and
-    a root with the marker never needs them (importing them cost about a
-    quarter of a command's start-up). Kept once built: an open of a root without
-    the marker asks for them once per name at its top level.
+    The storage modules own them, imported on first use: every command checks its root
+    here, and a marked root never needs them (their import was a quarter of a command's
+    start-up). Kept once built: an unmarked root's open asks once per top-level name.
     """
     from substrat.checkpoints import CHECKPOINTS_DIR
+    from substrat.incidents import INCIDENTS_DIR
     from substrat.logs import USER_DIR
     from substrat.registry import REGISTRY_DIR
     from substrat.session.store import AGENTS_DIR, QUARANTINE_DIR, TERMINATED_DIR
@@ -80,6 +79,7 @@ def legacy_names() -> frozenset[str]:
             TERMINATED_DIR,
             REGISTRY_DIR,
             CHECKPOINTS_DIR,
+            INCIDENTS_DIR,
             lock.LOCK_NAME,
             SOCKET_NAME,
             DAEMON_LOG_NAME,

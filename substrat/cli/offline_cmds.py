@@ -36,23 +36,37 @@ SEVERITY_STYLE = {"damage": "bold red", "leftover": "yellow", "notice": "dim"}
 @click.command("fsck")
 @offline_command()
 @click.option("--repair", is_flag=True, help="Repair what is found (the daemon must be stopped).")
-def fsck(opts: Opts, repair: bool) -> None:
+@click.option(
+    "--acknowledge",
+    "acknowledge",
+    type=click.IntRange(min=1),
+    multiple=True,
+    metavar="ID",
+    help="Acknowledge open incident ID (fsck lists them), then check; repeatable.",
+)
+def fsck(opts: Opts, repair: bool, acknowledge: tuple[int, ...]) -> None:
     """Check a stopped root offline: logs, records, pending and temp files, orphans.
 
-    Without --repair nothing on disk changes. Exit codes: 0 clean (notices
-    allowed), 1 damage or leftovers found (repaired, with --repair), 2 the
-    check could not run.
+    Without --repair nothing on disk changes, except the acknowledgements that
+    --acknowledge records: an incident (entries found missing from a log, say) is
+    reported at every start and by every check until it is acknowledged. Exit
+    codes: 0 clean (notices allowed), 1 damage or leftovers found (repaired, with
+    --repair), 2 the check could not run.
     """
     from substrat import fsck as fsck_mod
 
-    if repair:  # refused before anything is written, as daemon start, compact, recover
-        rootdir.check_inbox_not_a_root(opts.root, "repair")
+    if repair or acknowledge:  # refused before anything is written, as daemon start, compact
+        rootdir.check_inbox_not_a_root(
+            opts.root, "repair" if repair else "acknowledge an incident in"
+        )
         rootdir.prepare_root(opts.root, create=False)  # writable? (an old root gets its marker)
-    report = fsck_mod.check(opts.root, repair=repair)
+    report = fsck_mod.check(opts.root, repair=repair, acknowledge=acknowledge)
     if opts.json:
         emit_json(report.to_dict())
         sys.exit(report.exit_code)
     out = opts.out
+    for incident in report.acknowledged:  # durable: it is not reported again
+        out.print(f"acknowledged incident {incident['id']} ({esc(incident['log'])})")
     out.print(
         f"fsck {esc(report.root)}: {plural(report.sessions, 'session')}, "
         f"{plural(report.logs, 'log')}, {plural(report.entries, 'entry', 'entries')}"

@@ -306,7 +306,8 @@ def quarantine_line(item: dict[str, Any]) -> str:
 
 
 def problem_lines(report: dict[str, Any]) -> list[str]:
-    """Lost roots, agents held back, an unusable registry: each with what to do (markup)."""
+    """Lost roots, agents held back, an unusable registry, open incidents: each with what
+    to do (markup)."""
     lines = []
     for lost in report.get("lost_roots") or []:
         lines.append(f"[bold red]lost root agent:[/] {esc(lost.get('what_to_do'))}")
@@ -320,6 +321,8 @@ def problem_lines(report: dict[str, Any]) -> list[str]:
         )
     if report.get("registry_problem"):
         lines.append(f"[bold red]root registry unusable:[/] {esc(report['registry_problem'])}")
+    for incident in report.get("incidents") or []:  # open until acknowledged (substrat.incidents)
+        lines.append(f"[bold red]open incident:[/] {esc(incident.get('message'))}")
     if report.get("read_only"):
         lines.append(
             "[yellow]read-only file system:[/] this is what recovery would do; it can run "
