@@ -52,7 +52,7 @@ EXAMPLES: dict[str, list[str]] = {
         "substrat watch -e turn.tool -e turn.completed --json",
         "substrat watch --follow-restarts",
     ],
-    "fsck": ["substrat fsck", "substrat fsck --repair"],
+    "fsck": ["substrat fsck", "substrat fsck --repair", "substrat fsck --acknowledge 1"],
     "recover": ["substrat recover --dry-run", "substrat recover"],
     "compact": [
         "substrat compact --dry-run",
