@@ -167,12 +167,11 @@ def inspect_incidents(root: Path, add: Add, inspect_log: Callable[[Path], None])
     bad = (
         "bad_incidents",
         path,
-        "the incident log is not a file: recovery can neither read nor record an incident "
-        "(a start that finds a log shorter than its checkpoint fails); look at it, then "
-        "move it out of the root",
+        "the incident log is not a file: recovery can neither read nor record an incident, "
+        "so the daemon cannot start; look at it, then move it out of the root",
         None,
     )
-    costs = "a start that finds a log shorter than its checkpoint cannot record it, and fails"
+    costs = "recovery reads it at every start: the daemon cannot start"
     _inspect_shared_log(add, inspect_log, path, bad, ("unreadable_incidents", costs))
     try:
         read = read_incidents(root)

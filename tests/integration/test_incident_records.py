@@ -7,6 +7,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
+
 from oracle.kill import exit_without_close
 from substrat import fsck, incidents
 from substrat.checkpointer import CheckpointPolicy
@@ -101,3 +103,13 @@ def test_a_damaged_incident_record_costs_that_record_only(tmp_path: Path) -> Non
     assert [f.kind for f in after.problems] == ["incident_open", "incident_open"], after.problems
     assert sorted(incidents.read_incidents(root).incidents) == [1, 3]
     assert any((root / "quarantine").iterdir())
+
+
+def test_an_incident_log_that_is_not_a_file_stops_the_start_saying_why(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    run(_turns(root, "one"))
+    incidents_path(root).mkdir(parents=True)  # a directory where the log belongs
+    with pytest.raises(incidents.IncidentError, match="incident log cannot be read"):
+        _open(root, clean=True)
+    kinds = [f.kind for f in fsck.check(root).problems]
+    assert kinds == ["bad_incidents"], kinds

@@ -11,8 +11,6 @@ checkpoint that tells it, and fsck, every start and ``daemon status`` report it 
 from __future__ import annotations
 
 import json
-import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,28 +19,11 @@ from substrat import events
 from substrat.eventlog import read_log
 from substrat.incidents import incidents_path
 from tests.integration.test_orchestrator_e2e import documented_events
-from tests.support.cli import SUBSTRAT, cli_root, run
+from tests.integration.test_restored_old_log import restore_older_log
+from tests.integration.test_restored_old_log import root as root  # the fixture
+from tests.support.cli import SUBSTRAT, run
 
 pytestmark = pytest.mark.skipif(not SUBSTRAT, reason="the substrat console script is not installed")
-
-
-@pytest.fixture
-def root(tmp_path: Path) -> Iterator[Path]:
-    yield from cli_root(tmp_path)
-
-
-def restore_older_log(root: Path, tmp_path: Path) -> None:
-    """Two turns acknowledged after a backup of the lead's log, then that backup restored."""
-    assert run(root, "agent", "create", "lead").returncode == 0
-    assert run(root, "agent", "send", "lead", "one").returncode == 0
-    assert run(root, "daemon", "stop").returncode == 0  # a clean stop checkpoints the log
-    (log,) = root.glob("agents/*/events.jsonl")
-    backup = tmp_path / "events.jsonl.backup"
-    shutil.copy2(log, backup)
-    for prompt in ("two", "three"):
-        assert run(root, "agent", "send", "lead", prompt).returncode == 0
-    assert run(root, "daemon", "stop").returncode == 0
-    shutil.copy2(backup, log)
 
 
 def fsck_findings(root: Path, *args: str) -> tuple[int, dict[str, list[dict]]]:
@@ -80,7 +61,8 @@ def test_a_restored_older_log_stays_reported_until_acknowledged(root: Path, tmp_
     assert code == 1 and [f["detail"] for f in found["incident_open"]] == [incident["message"]]
     assert found["incident_open"][0]["agent"] == "lead"  # ...the incident stays
 
-    assert run(root, "daemon", "start").returncode == 0  # every start reports it
+    started = run(root, "daemon", "start")  # every start reports it
+    assert started.returncode == 0 and "open incident: incident 1 (" in started.stdout, started
     said = (root / "daemon.log").read_text()
     assert said.count("incident 1 (") >= 2, said
     human = run(root, "daemon", "status")

@@ -27,7 +27,8 @@ def root(tmp_path: Path) -> Iterator[Path]:
     yield from cli_root(tmp_path)
 
 
-def test_an_older_copy_of_a_log_is_reported_as_missing_entries(root: Path, tmp_path: Path) -> None:
+def restore_older_log(root: Path, tmp_path: Path) -> None:
+    """Two turns acknowledged after a backup of the lead's log, then that backup restored."""
     assert run(root, "agent", "create", "lead").returncode == 0
     assert run(root, "agent", "send", "lead", "one").returncode == 0
     assert run(root, "daemon", "stop").returncode == 0  # a clean stop checkpoints the log
@@ -38,6 +39,10 @@ def test_an_older_copy_of_a_log_is_reported_as_missing_entries(root: Path, tmp_p
         assert run(root, "agent", "send", "lead", prompt).returncode == 0
     assert run(root, "daemon", "stop").returncode == 0
     shutil.copy2(backup, log)  # the older copy restored
+
+
+def test_an_older_copy_of_a_log_is_reported_as_missing_entries(root: Path, tmp_path: Path) -> None:
+    restore_older_log(root, tmp_path)
 
     fsck = run(root, "--json", "fsck")
     assert fsck.returncode == 1, fsck.stderr
