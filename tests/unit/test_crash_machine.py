@@ -72,3 +72,25 @@ def test_the_rules_that_pick_an_agent_print_as_calls(
     assert last.startswith(tuple(f"state._step(Step(kind={k!r}" for k in kinds)), lines
     assert not any("data=data(" in line for line in program), lines
     assert not any(line.startswith(f"state.{rule}(") for line in lines), lines
+
+
+@pytest.mark.parametrize("enabled_before", [True, False])
+def test_an_example_runs_without_automatic_collections(enabled_before: bool) -> None:
+    """While an example runs the collector makes no passes of its own (each crash
+    collects in full); after its teardown it is as it was before."""
+    import gc
+
+    was = gc.isenabled()
+    (gc.enable if enabled_before else gc.disable)()
+    try:
+        machine = CrashRecoveryMachine()
+        try:
+            assert not gc.isenabled()
+            machine.harness.run(Step("create_root", "ada"), crash_at=1)
+            machine.harness.crash_and_recover("power")
+            assert not gc.isenabled()
+        finally:
+            machine.teardown()
+        assert gc.isenabled() is enabled_before
+    finally:
+        (gc.enable if was else gc.disable)()
