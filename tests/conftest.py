@@ -68,6 +68,34 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     return auto_workers(usable_cpus())
 
 
+def every_cpu_by_default(config: pytest.Config) -> bool:
+    """Whether this run is the README's bare ``pytest`` (the whole suite, no ``-n``), which
+    runs on every CPU as ``-n auto`` would.
+
+    In one process the default run took 577-596 s on this 2-core machine, at the edge of
+    the ten minutes CI allows it; every test in it also runs in the main job under
+    ``-n auto``, so distributing it changes no result. A run that names paths (one file,
+    one test), asks for one process (``-n 0``, ``-p no:xdist``), a ``--dist`` mode, live
+    output (``-s``), ``--pdb``, step-wise runs or only a collection stays in one process.
+    """
+    if hasattr(config, "workerinput") or not config.pluginmanager.hasplugin("xdist"):
+        return False
+    if config.args_source != pytest.Config.ArgsSource.TESTPATHS:
+        return False
+    if config.option.numprocesses is not None or dist_named(config):
+        return False
+    single = ("collectonly", "usepdb", "stepwise", "stepwise_skip")
+    if any(config.getoption(name, False) for name in single):
+        return False
+    return bool(config.getoption("capture", "fd") != "no")
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which turns "auto" into a count
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    if every_cpu_by_default(config):
+        config.option.numprocesses = "auto"
+
+
 def steals_work(config: pytest.Config) -> bool:
     """Whether this xdist run hands tests out by work stealing (ours or a chosen one)."""
     dist = config.getoption("dist")

@@ -13,6 +13,8 @@ from xdist.scheduler import WorkStealingScheduling
 from tests.conftest import (
     STEALS_WORK,
     auto_workers,
+    every_cpu_by_default,
+    pytest_cmdline_main,
     pytest_configure_node,
     pytest_xdist_auto_num_workers,
     pytest_xdist_make_scheduler,
@@ -167,3 +169,64 @@ def test_the_controller_tells_its_workers_whether_they_steal_work(
     params = dataclasses.replace(n2.invocation_params, args=("-n", "2", "--dist", "load"))
     monkeypatch.setattr(n2, "invocation_params", params)
     assert not told()  # load, as asked
+
+
+@pytest.fixture
+def bare(pytestconfig: pytest.Config, monkeypatch: pytest.MonkeyPatch) -> pytest.Config:
+    """This run's config as the README's bare ``pytest`` would have it (no paths, no ``-n``)."""
+    monkeypatch.setattr(pytestconfig, "args_source", pytest.Config.ArgsSource.TESTPATHS)
+    monkeypatch.setattr(pytestconfig.option, "numprocesses", None)
+    monkeypatch.setattr(pytestconfig.option, "dist", "no")
+    for name in ("collectonly", "usepdb", "stepwise", "stepwise_skip"):
+        monkeypatch.setattr(pytestconfig.option, name, False, raising=False)
+    monkeypatch.setattr(pytestconfig.option, "capture", "fd")
+    monkeypatch.delenv("PYTEST_ADDOPTS", raising=False)
+    params = dataclasses.replace(pytestconfig.invocation_params, args=())
+    monkeypatch.setattr(pytestconfig, "invocation_params", params)
+    if hasattr(pytestconfig, "workerinput"):  # this test may itself run on an xdist worker
+        monkeypatch.delattr(pytestconfig, "workerinput")
+    return pytestconfig
+
+
+def test_the_bare_default_run_uses_every_cpu(bare: pytest.Config) -> None:
+    assert every_cpu_by_default(bare)
+    pytest_cmdline_main(bare)
+    assert bare.option.numprocesses == "auto"  # xdist's own hook turns it into a count
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("numprocesses", 0),  # -n 0
+        ("numprocesses", 4),
+        ("collectonly", True),
+        ("usepdb", True),
+        ("stepwise", True),
+        ("capture", "no"),  # -s: live output
+    ],
+)
+def test_a_run_that_asks_otherwise_stays_as_asked(
+    bare: pytest.Config, monkeypatch: pytest.MonkeyPatch, option: str, value: object
+) -> None:
+    monkeypatch.setattr(bare.option, option, value, raising=False)
+    assert not every_cpu_by_default(bare)
+    pytest_cmdline_main(bare)
+    assert bare.option.numprocesses == bare.getoption("numprocesses") != "auto"
+
+
+def test_a_run_of_named_paths_or_with_a_dist_mode_stays_in_one_process(
+    bare: pytest.Config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(bare, "args_source", pytest.Config.ArgsSource.ARGS)
+    assert not every_cpu_by_default(bare)
+    monkeypatch.setattr(bare, "args_source", pytest.Config.ArgsSource.TESTPATHS)
+    params = dataclasses.replace(bare.invocation_params, args=("--dist", "load"))
+    monkeypatch.setattr(bare, "invocation_params", params)
+    assert not every_cpu_by_default(bare)
+
+
+def test_without_xdist_nothing_changes(
+    bare: pytest.Config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(bare.pluginmanager, "hasplugin", lambda name: name != "xdist")
+    assert not every_cpu_by_default(bare)
