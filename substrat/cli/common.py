@@ -15,18 +15,16 @@ Exit codes of every command (docs/daemon.md):
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import importlib.util
 import json
-import os
 import select
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import click
 from click.core import ParameterSource
@@ -34,6 +32,7 @@ from click.core import ParameterSource
 from substrat import client as client_mod
 from substrat import rootdir
 from substrat.cli.explain import reword
+from substrat.cli.output import Output, escape, leave_quietly
 from substrat.errors import (
     BadInputError,
     DaemonError,
@@ -49,14 +48,10 @@ from substrat.errors import (
 from substrat.rootlinks import refuse_linked
 from substrat.rpc import protocol
 
-if TYPE_CHECKING:
-    from rich.console import Console
-
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_UNAVAILABLE = 3
-EXIT_CLOSED_STDOUT = 141
 
 F = TypeVar("F", bound=Callable[..., Any])
 PING_S = 5.0
@@ -89,12 +84,12 @@ class Opts:
         refuse_linked(self.root)  # a `cp -al` copy: one set of files under two roots
 
     @property
-    def out(self) -> Console:
-        return _console_class()(highlight=False, soft_wrap=True)
+    def out(self) -> Output:
+        return Output()
 
     @property
-    def err(self) -> Console:
-        return _console_class()(stderr=True, highlight=False, soft_wrap=True)
+    def err(self) -> Output:
+        return Output(stderr=True)
 
     def connect(self) -> client_mod.Client:
         """A connected client; starts the daemon if none runs (unless --no-autostart)."""
@@ -318,30 +313,6 @@ def stdout_closed() -> bool:
         return False
 
 
-def leave_quietly() -> None:
-    """Exit 141 with no message once standard output's reader has gone (the recipe of
-    Python's signal docs: what is still buffered goes to /dev/null, not to a traceback
-    at exit)."""
-    with contextlib.suppress(OSError, ValueError, AttributeError):
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    sys.exit(EXIT_CLOSED_STDOUT)
-
-
-@functools.cache
-def _console_class() -> type[Console]:
-    """rich's Console, but a closed output exits 141 as every command does (rich's own
-    exits 1, which reads as a failure)."""
-    from rich.console import Console
-
-    class QuietOnClosedPipe(Console):
-        def on_broken_pipe(self) -> None:
-            self.quiet = True
-            leave_quietly()
-
-    return QuietOnClosedPipe
-
-
 def fail(opts: Opts, exc: BaseException, exit_code: int, *, code: int | None = None) -> None:
     """Report an error on stderr (JSON with --json) and exit."""
     message = str(exc)
@@ -351,18 +322,12 @@ def fail(opts: Opts, exc: BaseException, exit_code: int, *, code: int | None = N
             body["code"] = code
         click.echo(json.dumps({"error": body}), err=True)
     else:
-        opts.err.print(f"[bold red]error:[/] {_escape(message)}")
+        opts.err.print(f"[bold red]error:[/] {escape(message)}")
     sys.exit(exit_code)
 
 
 def emit_json(value: Any) -> None:
     click.echo(json.dumps(value, ensure_ascii=False))
-
-
-def _escape(text: str) -> str:
-    from rich.markup import escape
-
-    return escape(text)
 
 
 # Control characters a terminal acts on (cursor moves, colours, window titles, clipboard
@@ -392,7 +357,7 @@ def for_terminal(text: str) -> str:
 
 def esc(text: object) -> str:
     """Escape text for rich markup, its control characters made visible."""
-    return _escape(visible(str(text)))
+    return escape(visible(str(text)))
 
 
 def lazy_module(name: str) -> ModuleType:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from rich.console import Console, JustifyMethod, RenderableType
+from rich.console import JustifyMethod, RenderableType
 from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
@@ -14,6 +14,7 @@ from rich.tree import Tree
 
 from substrat.agent_refs import SHORT_ID_CHARS
 from substrat.cli.common import esc
+from substrat.cli.output import Output
 from substrat.lost_notice import user_prompt
 from substrat.session.model import is_session_id
 from substrat.words import plural, when
@@ -225,7 +226,7 @@ def messages_table(messages: list[dict[str, Any]], names: dict[str, str], width:
     return fitted_table(width, cols, rows)
 
 
-def print_turn(console: Console, turn: dict[str, Any], index: int | None = None) -> None:
+def print_turn(console: Output, turn: dict[str, Any], index: int | None = None) -> None:
     head = f"turn {turn['turn_id']}" + (f" (#{index})" if index is not None else "")
     console.print(f"[bold blue]── {esc(head)}[/]")
     console.print(f"[green]>[/] {esc(turn['prompt'])}")

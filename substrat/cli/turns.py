@@ -31,8 +31,9 @@ from substrat.rpc.protocol import OUTCOME_UNKNOWN
 from substrat.words import plural
 
 if TYPE_CHECKING:
-    from rich.console import Console
     from rich.status import Status
+
+    from substrat.cli.output import Output
 
 
 class PromptCommand(click.Command):
@@ -114,7 +115,7 @@ def describe_status(agent: str, params: dict[str, Any]) -> str:
 class TurnView:
     """Shows one turn (see the module docstring). Use as a context manager."""
 
-    def __init__(self, out: Console, err: Console, agent: str) -> None:
+    def __init__(self, out: Output, err: Output, agent: str) -> None:
         self.out = out
         self.err = err
         self.agent = agent

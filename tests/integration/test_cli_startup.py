@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -31,15 +32,19 @@ print(json.dumps(sorted(set(sys.modules) - at_startup)), file=sys.stderr)
 """
 
 
-def loaded_by(where: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], set[str]]:
-    """Run ``substrat *args`` in ``where``; the modules it loaded beyond the interpreter's
-    own start-up."""
+def loaded_by(
+    where: Path, *args: str, env: dict[str, str] | None = None
+) -> tuple[subprocess.CompletedProcess[str], set[str]]:
+    """Run ``substrat *args`` in ``where`` (its output into pipes: no terminal); the modules
+    it loaded beyond the interpreter's own start-up."""
+    environ = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "TTY_COMPATIBLE")}
     done = subprocess.run(
         [sys.executable, "-c", PROBE, *args],
         capture_output=True,
         text=True,
         timeout=60,
         cwd=where,  # as a user would run it: not from the source tree
+        env={**environ, **(env or {})},
     )
     return done, set(json.loads(done.stderr.strip().splitlines()[-1]))
 
@@ -60,16 +65,28 @@ def test_a_json_command_loads_neither_rich_nor_the_daemons_side(tmp_path: Path) 
         tmp_path, "agent", "list", "--json", "--no-autostart", "--root", str(tmp_path)
     )
     assert "NotARootError" in done.stderr  # it ran: an empty directory is no root
-    assert not {m for m in loaded if m == "rich" or m.startswith("rich.")}
+    assert not rich_in(loaded)
     # The daemon's RPC methods (asyncio, the server) and the entry-point scan of the
     # provider names (importlib.metadata) are not needed to send a request.
     assert not loaded & {"asyncio", "substrat.rpc.methods", "substrat.rpc.server"}
     assert "importlib.metadata" not in loaded
 
 
-def test_people_get_rich_output_and_the_provider_choices_when_asked(tmp_path: Path) -> None:
-    done, loaded = loaded_by(tmp_path, "agent", "list", "--no-autostart", "--root", str(tmp_path))
-    assert "no substrat root" in done.stderr and "rich.console" in loaded  # the error, drawn
+def rich_in(loaded: set[str]) -> set[str]:
+    return {m for m in loaded if m == "rich" or m.startswith("rich.")}
+
+
+def test_an_error_for_people_is_drawn_by_rich_on_a_terminal_only(tmp_path: Path) -> None:
+    # Into a pipe rich would write the bare text: the line is written without it.
+    args = ("agent", "list", "--no-autostart", "--root", str(tmp_path))
+    done, loaded = loaded_by(tmp_path, *args)
+    assert done.stderr.startswith("error: no substrat root at") and not rich_in(loaded)
+    # FORCE_COLOR makes rich take the pipe for a terminal: the styles are drawn, by rich
+    done, loaded = loaded_by(tmp_path, *args, env={"FORCE_COLOR": "1"})
+    assert "\x1b[1;31merror:" in done.stderr and "rich.console" in loaded
+
+
+def test_the_provider_choices_are_listed_when_asked(tmp_path: Path) -> None:
     done, _ = loaded_by(tmp_path, "agent", "create", "--help")
     assert "[claude-code|fake|openai|paced|scripted]" in done.stdout
     done, _ = loaded_by(
@@ -140,6 +157,29 @@ def test_a_command_loads_its_own_module_only_and_what_a_start_needs_only_to_star
     done, loaded = loaded_by(tmp_path, "daemon", "status", "--json", "--root", f"{tmp_path}/root")
     assert '"running": false' in done.stdout
     assert "substrat.cli.daemon_cmds" in loaded and "substrat.cli.agent_cmds" not in loaded
+
+
+def test_the_commonest_commands_print_for_people_without_rich(tmp_path: Path) -> None:
+    # What the test suite and scripts run most, their output into a pipe: rich would
+    # draw no style there, and importing it was a quarter of each command's CPU.
+    root = tmp_path / "root"
+    try:
+        for args, says in (
+            (("daemon", "start"), "daemon started"),
+            (("agent", "create", "lead"), "created lead"),
+            (("agent", "send", "lead", "hello"), "scripted reply"),
+            (("agent", "send", "lead", "hello", "--no-stream"), "scripted reply"),
+            (("agent", "send", "nobody", "hello"), "no agent nobody"),
+            (("agent", "rm", "lead"), "terminated 1 agent: lead"),
+            (("daemon", "status"), "running pid"),
+            (("daemon", "stop"), "daemon stopped"),
+            (("daemon", "status"), "no daemon running"),
+        ):
+            done, loaded = loaded_by(tmp_path, *args, "--root", str(root))
+            assert says in done.stdout + done.stderr, (args, done.stdout, done.stderr)
+            assert not rich_in(loaded), (args, sorted(rich_in(loaded))[:3])
+    finally:
+        stop_daemon(root)
 
 
 def test_agent_create_with_a_built_in_provider_scans_no_installed_package(
