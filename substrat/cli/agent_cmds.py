@@ -23,9 +23,10 @@ from substrat.provider_names import BUILTIN, DAEMON_ONLY
 from substrat.words import plural, when
 
 if TYPE_CHECKING:
-    from substrat.cli import render
+    from substrat.cli import lines, render
 else:
     render = lazy_module("substrat.cli.render")  # rich, loaded when something is drawn
+    lines = lazy_module("substrat.cli.lines")  # loaded when a line says something
 
 SEND_TIMEOUT_S = 600.0
 
@@ -177,7 +178,7 @@ def list_agents(opts: Opts, show_all: bool, quiet: bool) -> None:
     held = (opts.call("daemon.status").get("unreadable") or []) if asks else []
     if quiet:
         for a in agents:
-            click.echo(render.short(a["agent_id"]))
+            click.echo(lines.short(a["agent_id"]))
     elif opts.json:
         emit_json(agents + [_held_entry(item) for item in held])
     elif agents:
@@ -192,9 +193,9 @@ def list_agents(opts: Opts, show_all: bool, quiet: bool) -> None:
         )
     elif not (quiet or opts.json):
         for item in held:
-            who = item.get("name") or render.short(item["session_id"])
+            who = item.get("name") or lines.short(item["session_id"])
             opts.out.print(
-                f"[yellow]held back: {esc(who)} (session {render.short(item['session_id'])}): "
+                f"[yellow]held back: {esc(who)} (session {lines.short(item['session_id'])}): "
                 f"{esc(item['error'])}; {esc(item['what_to_do'])}[/]"
             )
 
@@ -237,13 +238,13 @@ def show(opts: Opts, agent: str) -> None:
     """Everything about AGENT: state, inbox, recent turns, a turn lost in a crash."""
     with opts.connect() as conn:
         info = conn.call("agent.show", {"agent": agent})
-        names = render.names_of(conn.call("agent.list", {"all": True}))
+        names = lines.names_of(conn.call("agent.list", {"all": True}))
     if opts.json:
         emit_json(info)
         return
     out = opts.out
     a = info["agent"]
-    out.print(f"[bold]{esc(a['path'])}[/]  {a['agent_id']}  {render.state(a['state'])}")
+    out.print(f"[bold]{esc(a['path'])}[/]  {a['agent_id']}  {lines.state(a['state'])}")
     if a.get("terminated_at"):
         out.print(
             f"  [red]terminated at {esc(when(a['terminated_at']))}[/]; its log is kept "
@@ -251,9 +252,9 @@ def show(opts: Opts, agent: str) -> None:
         )
     out.print(f"  session {a['session_id']}  provider {esc(a['provider'])}/{esc(a['model'])}")
     if a.get("instructions"):
-        out.print(f"  instructions: {esc(render.excerpt(a['instructions']))}")
-    parent = render.endpoint(a["parent_id"], names) if a.get("parent_id") else "-"
-    children = ", ".join(render.endpoint(c, names) for c in a.get("children", [])) or "-"
+        out.print(f"  instructions: {esc(lines.excerpt(a['instructions']))}")
+    parent = lines.endpoint(a["parent_id"], names) if a.get("parent_id") else "-"
+    children = ", ".join(lines.endpoint(c, names) for c in a.get("children", [])) or "-"
     out.print(f"  parent {esc(parent)}  children {esc(children)}")
     out.print(f"  turns {info['turns']}  live session: {'yes' if info.get('live') else 'no'}")
     if info.get("waiting_on"):
@@ -262,13 +263,13 @@ def show(opts: Opts, agent: str) -> None:
         lost = info["lost_turn"]
         out.print(
             f"  [red]lost in a crash:[/] turn {esc(lost.get('turn_id'))} "
-            f"({esc(render.lost_prompt(lost, 50))}); it is told at its next turn"
+            f"({esc(lines.lost_prompt(lost, 50))}); it is told at its next turn"
         )
     if info.get("inbox"):
         out.print("[bold]inbox[/]")
         out.print(render.messages_table(info["inbox"], names, out.width))
     for turn in info.get("recent_turns", []):
-        render.print_turn(out, turn)
+        lines.print_turn(out, turn)
 
 
 @agent_group.command("rm")
@@ -281,7 +282,7 @@ def rm(opts: Opts, agent: str, cascade: bool) -> None:
     if opts.json:
         emit_json(result)
     else:
-        names = result.get("paths") or [render.short(i) for i in result["terminated"]]
+        names = result.get("paths") or [lines.short(i) for i in result["terminated"]]
         opts.out.print(f"terminated {plural(len(names), 'agent')}: {esc(', '.join(names))}")
 
 
@@ -292,7 +293,7 @@ def inbox(opts: Opts, collect: bool) -> None:
     """Messages agents sent to you (replies, results, errors)."""
     with opts.connect() as conn:
         messages = conn.call("inbox.list")["messages"]
-        names = render.names_of(conn.call("agent.list"))
+        names = lines.names_of(conn.call("agent.list"))
         acked: list[str] = []
         if collect and messages:
             ids = [m["message_id"] for m in messages]

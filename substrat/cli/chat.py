@@ -41,9 +41,9 @@ from substrat.rpc import protocol
 from substrat.words import plural
 
 if TYPE_CHECKING:
-    from substrat.cli import render
+    from substrat.cli import lines
 else:
-    render = lazy_module("substrat.cli.render")  # rich, loaded when something is drawn
+    lines = lazy_module("substrat.cli.lines")  # loaded when a line says something
 
 HELP = """\
 /help        this list
@@ -150,7 +150,7 @@ class ChatSession:
             )
 
     def _tell_lost(self, lost: dict[str, Any]) -> None:
-        prompt = render.lost_prompt(lost, 50)
+        prompt = lines.lost_prompt(lost, 50)
         self.say(
             f"[red]turn {esc(lost.get('turn_id'))} was lost in the crash[/] "
             f"[dim](prompt: {esc(prompt)})[/]; {esc(self.path)} is told at its next turn",
@@ -238,7 +238,7 @@ class ChatSession:
                 if self.opts.json:
                     emit_json({"event": "log", "number": first + offset, **turn})
                 else:
-                    render.print_turn(self.opts.out, turn, first + offset)
+                    lines.print_turn(self.opts.out, turn, first + offset)
         else:
             self.say(f"[red]unknown command {esc(word)}[/]; /help lists them", event="error")
         return True

@@ -363,8 +363,9 @@ def esc(text: object) -> str:
 def lazy_module(name: str) -> ModuleType:
     """Module ``name``, run on first use of one of its attributes.
 
-    The command modules take their rich renderers this way: rich costs about a
-    third of a command's start-up, and ``--json`` or an error never uses it.
+    The command modules take their rich renderers (``render``) and their lines
+    (``lines``, with the session model it may need) this way: a command loads them
+    only when it prints what needs them.
     """
     loaded = sys.modules.get(name)
     if loaded is not None:

@@ -11,9 +11,10 @@ from substrat.cli.common import Opts, emit_json, esc, fail, lazy_module, offline
 from substrat.words import natural_key, plural
 
 if TYPE_CHECKING:
-    from substrat.cli import render
+    from substrat.cli import lines, render
 else:
     render = lazy_module("substrat.cli.render")  # rich, loaded when something is drawn
+    lines = lazy_module("substrat.cli.lines")  # loaded when a line says something
 
 
 EXIT_INTERRUPTED = 130
@@ -82,7 +83,7 @@ def compact(opts: Opts, dry_run: bool, segment_bytes: int | None, policy: str) -
     else:
         out = opts.out
         if report.recovery is not None:  # it ran the crash recovery: the report is its to give
-            for line in render.recovery_lines(report.recovery, report.recovery["names"]):
+            for line in lines.recovery_lines(report.recovery, report.recovery["names"]):
                 out.print(line)
         out.print(
             f"compact: {plural(report.checkpoints, 'checkpoint')} written, "
@@ -123,7 +124,7 @@ def _print_plan(opts: Opts, planned: object, policy: str) -> None:
     ]
     rows = []
     for who, item in sorted(
-        ((item.path or render.short(item.endpoint), item) for item in planned.logs),
+        ((item.path or lines.short(item.endpoint), item) for item in planned.logs),
         key=lambda pair: natural_key(pair[0]),
     ):  # as other commands name agents, in their order
         would = [f"delete {len(item.to_delete)}"] if item.to_delete else []

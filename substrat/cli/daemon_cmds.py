@@ -31,9 +31,9 @@ from substrat.rpc.transport import socket_path
 from substrat.words import plural, when
 
 if TYPE_CHECKING:
-    from substrat.cli import render
+    from substrat.cli import lines
 else:
-    render = lazy_module("substrat.cli.render")  # rich, loaded when something is drawn
+    lines = lazy_module("substrat.cli.lines")  # loaded when a line says something
 
 
 _SERVING_POLL_S = 0.05
@@ -163,8 +163,8 @@ def start(opts: Opts, foreground: bool, timeout_s: float, extra: list[str]) -> N
     notice = (status or {}).get("last_recovery")
     if started and notice:
         with client_mod.Client(opts.root, timeout_s=opts.timeout_s).connect() as conn:
-            names = render.names_of(conn.call("agent.list"))
-        for line in render.recovery_lines(notice, names):
+            names = lines.names_of(conn.call("agent.list"))
+        for line in lines.recovery_lines(notice, names):
             opts.out.print(f"  {line}")
 
 
@@ -445,9 +445,9 @@ def status(opts: Opts, only_pid: bool, timeout_s: float) -> None:
     notice = answer.get("last_recovery")
     if notice:
         with client_mod.Client(opts.root, timeout_s=opts.timeout_s).connect() as conn:
-            names = render.names_of(conn.call("agent.list"))
+            names = lines.names_of(conn.call("agent.list"))
         out.print("  [bold]last recovery:[/]")
-        for line in render.recovery_lines(notice, names):
+        for line in lines.recovery_lines(notice, names):
             out.print(f"    {line}")
 
 

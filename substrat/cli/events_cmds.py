@@ -24,9 +24,9 @@ from substrat.rpc.protocol import EVENT_NAMES
 from substrat.words import plural
 
 if TYPE_CHECKING:
-    from substrat.cli import render
+    from substrat.cli import lines
 else:
-    render = lazy_module("substrat.cli.render")  # rich, loaded when something is drawn
+    lines = lazy_module("substrat.cli.lines")  # loaded when a line says something
 
 ALWAYS = ("daemon.heartbeat", "daemon.recovered", "daemon.stopping")
 Event = tuple[str, dict[str, Any]]
@@ -196,7 +196,7 @@ def watch(
 
     def learn_names(conn: client_mod.Client, _reconnected: bool) -> None:
         if not opts.json:  # agents by path in the lines printed for people
-            names.update(render.names_of(conn.call("agent.list")))
+            names.update(lines.names_of(conn.call("agent.list")))
 
     def catch_up(conn: client_mod.Client, replayed: list[Event]) -> list[Event]:
         """What the daemon did before this watch was back: how it started (the notice a
@@ -239,9 +239,9 @@ def watch(
         if opts.json:
             emit_json({"event": name, "params": params})
         else:
-            opts.out.print(render.event_text(name, params, names))
+            opts.out.print(lines.event_text(name, params, names))
             if name == "daemon.recovered":
-                for line in render.recovery_lines(params, names):
+                for line in lines.recovery_lines(params, names):
                     opts.out.print(f"    {line}")
             elif name == "connection.lost":
                 opts.out.print("    [dim]waiting for the daemon to come back...[/]")
@@ -287,7 +287,7 @@ def log(opts: Opts, agent: str, limit: int, follow: bool, follow_restarts: bool)
         if opts.json:
             emit_json({"event": "turn", "agent_id": state["agent_id"], "number": number, **turn})
         else:
-            render.print_turn(opts.out, turn, number)
+            lines.print_turn(opts.out, turn, number)
 
     def catch_up(conn: client_mod.Client, reconnected: bool) -> None:
         want = 10_000 if reconnected else limit
@@ -340,7 +340,7 @@ def log(opts: Opts, agent: str, limit: int, follow: bool, follow_restarts: bool)
             if opts.json:  # a script sees the restart too, in the lines watch --json prints
                 emit_json({"event": name, "params": params})
             else:
-                opts.out.print(render.event_text(name, params, {}))
+                opts.out.print(lines.event_text(name, params, {}))
             if name == "daemon.recovered":
                 _show_lost(opts, params, state["agent_id"])
             continue
@@ -373,5 +373,5 @@ def _show_lost(opts: Opts, notice: dict[str, Any], agent_id: str) -> None:
         else:
             opts.out.print(
                 f"[red]turn {esc(lost.get('turn_id'))} was lost in the crash[/] "
-                f"(prompt: {esc(render.lost_prompt(lost, 50))})"
+                f"(prompt: {esc(lines.lost_prompt(lost, 50))})"
             )

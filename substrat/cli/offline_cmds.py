@@ -26,9 +26,10 @@ from substrat.words import plural
 if TYPE_CHECKING:
     from rich.console import RenderableType
 
-    from substrat.cli import render
+    from substrat.cli import lines, render
 else:
     render = lazy_module("substrat.cli.render")  # rich, loaded when something is drawn
+    lines = lazy_module("substrat.cli.lines")  # loaded when a line says something
 
 SEVERITY_STYLE = {"damage": "bold red", "leftover": "yellow", "notice": "dim"}
 
@@ -88,7 +89,7 @@ def fsck(opts: Opts, repair: bool, acknowledge: tuple[int, ...]) -> None:
             + (f", [red]{len(left)} left[/]" if left else "")
         )
         if report.recovery:
-            for line in render.recovery_lines({"report": report.recovery}):
+            for line in lines.recovery_lines({"report": report.recovery}):
                 out.print(f"  {line}")
     else:
         out.print(
@@ -125,7 +126,7 @@ def recover(opts: Opts, dry_run: bool) -> None:
     if opts.json:
         emit_json(data)
     else:
-        for line in render.recovery_lines({"report": data}, names):
+        for line in lines.recovery_lines({"report": data}, names):
             opts.out.print(line)
 
 
@@ -173,7 +174,7 @@ def _findings(report: Any, repair: bool, width: int) -> list[RenderableType]:
             fix = esc(f.repair or "-")
         parts = Path(f.path).parts
         if len(parts) > 2 and parts[0] == "agents":
-            title = f"[bold]{esc(f.agent)}[/] [dim](session {render.short(parts[1])})[/]"
+            title = f"[bold]{esc(f.agent)}[/] [dim](session {lines.short(parts[1])})[/]"
             if not f.agent:
                 title = f"[bold]session {esc(parts[1])}[/] [dim](no agent.created)[/]"
             shown = str(Path(*parts[2:]))
@@ -220,10 +221,10 @@ def _print_plan(opts: Opts, plan: dict[str, Any]) -> None:
         title = f"[bold]{esc(name)}[/]" if name else "[bold]?[/] [dim](no agent.created)[/]"
         row = [
             esc(PLAN_STATUS.get(a["status"], a["status"])),
-            esc(f"{last.get('turn_id')}: {render.excerpt(last.get('prompt', ''), 40)}")
+            esc(f"{last.get('turn_id')}: {lines.excerpt(last.get('prompt', ''), 40)}")
             if last
             else "-",
-            f"[red]{esc(lost.get('turn_id'))}: {esc(render.lost_prompt(lost, 40))}[/]"
+            f"[red]{esc(lost.get('turn_id'))}: {esc(lines.lost_prompt(lost, 40))}[/]"
             + (
                 " [dim](outcome unknown: a damaged line follows it)[/]"
                 if lost.get("record_damaged")
@@ -235,7 +236,7 @@ def _print_plan(opts: Opts, plan: dict[str, Any]) -> None:
             str(len(a.get("to_reconcile") or [])),
             esc(damage or "-"),
         ]
-        groups.append((f"{title} [dim](session {render.short(a['session_id'])})[/]", [row]))
+        groups.append((f"{title} [dim](session {lines.short(a['session_id'])})[/]", [row]))
     if plan["agents"]:
         for part in render.grouped_tables(out.width, cols, groups):
             out.print(part)
@@ -250,8 +251,8 @@ def _print_plan(opts: Opts, plan: dict[str, Any]) -> None:
         else:
             out.print(f"[yellow]to quarantine:[/] {esc(q['name'])} ({esc(q['reason'])})")
     for sid in plan.get("roots_to_register", []):
-        out.print(f"root to register: {render.short(sid)}")
-    for line in render.problem_lines(plan):
+        out.print(f"root to register: {lines.short(sid)}")
+    for line in lines.problem_lines(plan):
         out.print(line)
 
 
@@ -320,7 +321,7 @@ def _print_demo(opts: Opts, result: dict[str, Any], keep: bool) -> None:
             collect(b.get("children", []))
 
     collect(result.get("tree") or [])
-    for line in render.recovery_lines(notice, names):
+    for line in lines.recovery_lines(notice, names):
         out.print(f"  {line}")
     verdict = "[green]yes[/]" if result.get("survived") else "[bold red]NO[/]"
     out.print(f"  every acknowledged turn survived: {verdict}")
@@ -328,7 +329,7 @@ def _print_demo(opts: Opts, result: dict[str, Any], keep: bool) -> None:
     for path, turns in (result.get("histories") or {}).items():
         out.print(f"[bold]{esc(path)}[/]: {plural(len(turns), 'completed turn')}")
         for turn in turns[-2:]:
-            out.print(f"  [green]>[/] {esc(render.excerpt(turn['prompt'], 60))}")
+            out.print(f"  [green]>[/] {esc(lines.excerpt(turn['prompt'], 60))}")
     fsck_report = result.get("fsck") or {}
     out.print(f"fsck after a clean stop: exit {fsck_report.get('exit_code')}")
     if keep:

@@ -170,6 +170,9 @@ def test_the_commonest_commands_print_for_people_without_rich(tmp_path: Path) ->
             (("agent", "send", "lead", "hello"), "scripted reply"),
             (("agent", "send", "lead", "hello", "--no-stream"), "scripted reply"),
             (("agent", "send", "nobody", "hello"), "no agent nobody"),
+            (("agent", "show", "lead"), "turns 2"),  # its turns: lines, not tables
+            (("log", "lead"), "── turn t2 (#2)"),
+            (("agent", "list", "-q"), ""),
             (("agent", "rm", "lead"), "terminated 1 agent: lead"),
             (("daemon", "status"), "running pid"),
             (("daemon", "stop"), "daemon stopped"),
