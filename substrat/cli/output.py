@@ -164,6 +164,8 @@ class Output:
     def print(self, *objects: Any, **options: Any) -> None:
         if len(objects) == 1 and not options and isinstance(objects[0], str):
             file = self.file
+            if file is None:  # started with the descriptor closed (`2>&-`): rich writes nowhere
+                return
             text = None if is_terminal(file) else plain_text(objects[0])
             if text is not None:
                 _write(file, text + "\n")

@@ -125,3 +125,11 @@ def test_a_closed_output_exits_141_as_riches_does(monkeypatch: pytest.MonkeyPatc
     with pytest.raises(SystemExit) as exited:
         Output().print("line")
     assert exited.value.code == 141
+
+
+def test_a_stream_closed_at_start_gets_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # `substrat ... 2>&-`: Python's sys.stderr is None; rich writes nowhere, and so does this
+    monkeypatch.setattr("sys.stderr", None)
+    Output(stderr=True).print("[bold red]error:[/] no root")
