@@ -352,7 +352,8 @@ def visible(text: str) -> str:
 
 def for_terminal(text: str) -> str:
     """``text`` made :func:`visible` when stdout is a terminal; raw into a pipe or a file."""
-    return visible(text) if sys.stdout.isatty() else text
+    stdout = sys.stdout  # None when the command started with it closed (`>&-`)
+    return visible(text) if stdout is not None and stdout.isatty() else text
 
 
 def esc(text: object) -> str:

@@ -153,8 +153,9 @@ class TurnView:
             if not text:
                 return
             self._stop_spinner()
-            click.echo(for_terminal(text), nl=False)
-            sys.stdout.flush()
+            click.echo(for_terminal(text), nl=False)  # (none if stdout was closed: `>&-`)
+            if sys.stdout is not None:
+                sys.stdout.flush()
             self.text_shown = True
             self._at_line_start = text.endswith("\n")
         elif method == "turn.status":

@@ -60,3 +60,24 @@ def test_a_closed_stdout_exits_141_quietly(root: Path) -> None:
         a: (141, "") for a in COMMANDS
     }
     assert run(root, "daemon", "status").returncode == 0  # the daemon is fine
+
+
+def _with_stdout_closed_at_start(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["sh", "-c", 'exec "$@" >&-', "sh", SUBSTRAT, *args],
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=60,
+        env=cli_env(root),
+    )
+
+
+def test_a_stdout_closed_from_the_start_takes_nothing_and_fails_nothing(root: Path) -> None:
+    # `substrat agent send lead hi >&-`: Python starts with sys.stdout None; the turn is
+    # sent and committed as with any other output (click and rich write nowhere), where
+    # the streamed text's terminal check failed with a traceback (exit 1).
+    assert run(root, "agent", "create", "lead").returncode == 0
+    sent = _with_stdout_closed_at_start(root, "agent", "send", "lead", "hello")
+    assert sent.returncode == 0 and "turn t1 committed" in sent.stderr, sent.stderr
+    shown = _with_stdout_closed_at_start(root, "agent", "show", "lead")
+    assert (shown.returncode, shown.stderr) == (0, "")
