@@ -19,9 +19,8 @@ from typing import Any
 import click
 
 from substrat import __version__
-from substrat.cli.common import group_options, stdout_closed
+from substrat.cli.common import group_options, leave_quietly, stdout_closed
 from substrat.cli.examples import add_examples
-from substrat.cli.output import leave_quietly
 
 COMMANDS = {
     "daemon": ("daemon_cmds", "daemon_group"),
@@ -104,7 +103,7 @@ class _Main(click.Group):
 
 def _flush_stdout() -> None:
     """The output's reader may be gone only at the last flush (`| head -1`): exit quietly
-    then (output.leave_quietly), not with a traceback at the interpreter's exit."""
+    then (common.leave_quietly), not with a traceback at the interpreter's exit."""
     try:
         sys.stdout.flush()
     except BrokenPipeError:
