@@ -32,6 +32,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import time
 from pathlib import Path
 from typing import Literal, NamedTuple
 
@@ -144,14 +145,32 @@ class RootGuard:
             self.enforce()
 
 
-def _tell_restored_log(root: Path, why: str) -> None:
+RESTORED_LOG_WAIT_S = 5.0
+"""How long a daemon stopped by a restore waits for it to replace ``daemon.log`` too."""
+
+
+def _tell_restored_log(root: Path, why: str, wait_s: float = RESTORED_LOG_WAIT_S) -> None:
     """Say why in the ``daemon.log`` the root has now, too: a restore replaced the one
     this process writes to (its stderr), where nobody would read it. Only when the
     directory is still the root (its files were replaced, it was not moved): the old
-    path of a moved root may be another root's by now."""
+    path of a moved root may be another root's by now.
+
+    The restore may not have reached ``daemon.log`` yet when the marker tells (``tar``
+    extracts in the archive's order, and the marker may come first; a landing run at
+    load 15 lost the line so): until ``wait_s`` has passed it waits for the file there
+    to be another one, then appends. One that stays this process's stderr already has
+    the line."""
     path = root / "daemon.log"
+    deadline = time.monotonic() + wait_s
     with contextlib.suppress(OSError):
-        if os.path.samestat(os.stat(path), os.fstat(2)):
-            return
+        while True:
+            try:
+                if not os.path.samestat(os.stat(path), os.fstat(2)):
+                    break
+            except FileNotFoundError:
+                pass  # between a restore's unlink and its create
+            if time.monotonic() >= deadline:
+                return
+            time.sleep(0.05)
         with open(path, "a", encoding="utf-8") as handle:
             handle.write(f"substrat daemon pid {os.getpid()} stopped: {why}\n")
