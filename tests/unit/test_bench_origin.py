@@ -143,6 +143,7 @@ def _constant_rates(monkeypatch: pytest.MonkeyPatch, origin: dict[str, float]) -
     }
     for name, rate in rates.items():
         monkeypatch.setattr(bench_fuzz, name, lambda rate=rate: rate)
+    monkeypatch.setattr(bench_fuzz, "in_fresh_process", lambda name: rates[name])
     monkeypatch.setattr(bench_origin, "origin_rate", lambda _o, kind, *_a: origin[kind])
 
 
@@ -175,3 +176,9 @@ def test_with_the_origin_its_rows_hold_the_measured_rates_and_judge_the_ratio(
     assert all("this run" in r.baseline_name for r in measured)
     assert [r.met for r in measured] == [False, True, True]
     assert [r.target for r in measured] == [">= 0.99x (340/342)", ">= 0.99x", ">= 1.5x"]
+
+
+def test_a_figure_of_ours_that_fails_in_its_fresh_process_stops_the_bench_saying_why() -> None:
+    with pytest.raises(RuntimeError, match="no_such_rate failed in a fresh process") as raised:
+        bench_fuzz.in_fresh_process("no_such_rate")
+    assert "has no attribute 'no_such_rate'" in str(raised.value)
