@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -13,15 +12,14 @@ from click.testing import CliRunner
 
 from substrat.cli.common import Opts
 from substrat.cli.offline_cmds import _print_demo
+from tests.support.cli import NOT_INSTALLED, SUBSTRAT
 
-SUBSTRAT = shutil.which("substrat")
 
-
-@pytest.mark.skipif(SUBSTRAT is None, reason="the substrat console script is not installed")
+@pytest.mark.skipif(not SUBSTRAT, reason=NOT_INSTALLED)
 def test_demo_kills_the_daemon_and_shows_what_came_back(tmp_path: Path) -> None:
     env = {**os.environ, "TMPDIR": str(tmp_path)}
     done = subprocess.run(
-        [str(SUBSTRAT), "demo", "--json"], capture_output=True, text=True, timeout=120, env=env
+        [SUBSTRAT, "demo", "--json"], capture_output=True, text=True, timeout=120, env=env
     )
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)

@@ -26,10 +26,9 @@ import pytest
 
 from substrat.rpc import lock
 from tests.support import mounts
-from tests.support.cli import stop_or_kill
+from tests.support.cli import NOT_INSTALLED, SUBSTRAT, stop_or_kill
 
-SUBSTRAT = shutil.which("substrat") or ""
-pytestmark = pytest.mark.skipif(not SUBSTRAT, reason="the substrat console script is not installed")
+pytestmark = pytest.mark.skipif(not SUBSTRAT, reason=NOT_INSTALLED)
 
 MARKER_NAME = "substrat-root.json"  # docs/daemon.md names it
 MARKER_VERSION = 2

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -22,10 +21,9 @@ from pathlib import Path
 import pytest
 
 from substrat.rpc import lock
-from tests.support.cli import stop_all, stop_or_kill
+from tests.support.cli import NOT_INSTALLED, SUBSTRAT, stop_all, stop_or_kill
 
-SUBSTRAT = shutil.which("substrat") or ""
-pytestmark = pytest.mark.skipif(not SUBSTRAT, reason="the substrat console script is not installed")
+pytestmark = pytest.mark.skipif(not SUBSTRAT, reason=NOT_INSTALLED)
 
 MARKER_NAME = "substrat-root.json"  # docs/daemon.md names it
 CREATING = [

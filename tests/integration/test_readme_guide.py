@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import shutil
 import signal
 import subprocess
 from collections.abc import Iterator
@@ -18,12 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cli import stop_or_kill
+from tests.support.cli import NOT_INSTALLED, SUBSTRAT, path_with_substrat, stop_or_kill
 
 README = Path(__file__).parents[2] / "README.md"
 BLOCK = re.compile(r"```sh\n(.*?)```", re.DOTALL)
 EXITS = re.compile(r"#\s*exits\s+(\d+)")
-SUBSTRAT = shutil.which("substrat")
 GUIDE_TIMEOUT_S = 90
 
 
@@ -61,6 +59,14 @@ def guide_root(tmp_path: Path) -> Iterator[Path]:
     stop_or_kill(root)
 
 
+def guide_env(root: Path) -> dict[str, str]:
+    """The guide's shell: its ``substrat`` is the one under test, whatever PATH had first."""
+    env = {**os.environ, "SUBSTRAT_HOME": str(root), "COLUMNS": "160"}
+    env["PATH"] = path_with_substrat()
+    env.pop("SUBSTRAT_NO_AUTOSTART", None)
+    return env
+
+
 def test_guide_has_the_walkthrough_commands() -> None:
     commands = [c for c, _ in guide_commands()]
     for needed in (
@@ -79,11 +85,10 @@ def test_guide_has_the_walkthrough_commands() -> None:
         assert any(c.startswith(needed) for c in commands), needed
 
 
-@pytest.mark.skipif(SUBSTRAT is None, reason="the substrat console script is not installed")
+@pytest.mark.skipif(not SUBSTRAT, reason=NOT_INSTALLED)
 def test_every_guide_command_runs_as_documented(guide_root: Path) -> None:
     script = guide_script(guide_commands())
-    env = {**os.environ, "SUBSTRAT_HOME": str(guide_root), "COLUMNS": "160"}
-    env.pop("SUBSTRAT_NO_AUTOSTART", None)
+    env = guide_env(guide_root)
     log_out, log_err = guide_root.parent / "guide.out", guide_root.parent / "guide.err"
     with open(log_out, "w") as out_file, open(log_err, "w") as err_file:
         # Its own process group: whatever the guide leaves running is killed with it.

@@ -8,9 +8,10 @@ import io
 import json
 import os
 import select
-import shutil
 import signal
 import subprocess
+import sys
+import sysconfig
 import time
 import weakref
 from collections.abc import Callable, Iterator
@@ -22,7 +23,34 @@ from substrat.eventlog import read_log
 from substrat.events import TURN_COMPLETE, TURN_FAILED, TURN_START
 from substrat.rpc import lock
 
-SUBSTRAT = shutil.which("substrat") or ""
+
+def installed_script(name: str = "substrat") -> str:
+    """The console script ``name`` of the Python running the tests ("" if it has none).
+
+    Looked up in this interpreter's scripts directories, not on PATH: run as
+    ``venv/bin/python -m pytest`` without the venv on PATH, the first ``substrat``
+    on PATH belonged to another Python (a pyenv shim to the image's Python, whose
+    editable install was another checkout), and the CLI tests drove that program.
+    """
+    for scheme in (None, f"{os.name}_user"):
+        scripts = sysconfig.get_path("scripts", scheme) if scheme else sysconfig.get_path("scripts")
+        path = os.path.join(scripts, name)
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    return ""
+
+
+SUBSTRAT = installed_script()
+NOT_INSTALLED = (
+    f"this Python ({sys.executable}) has no substrat console script: "
+    "`pip install -e .` with it, then run the tests again"
+)
+
+
+def path_with_substrat(path: str | None = None) -> str:
+    """PATH for a shell that runs ``substrat ...`` lines: :data:`SUBSTRAT`'s directory first."""
+    rest = os.environ.get("PATH", os.defpath) if path is None else path
+    return os.pathsep.join([os.path.dirname(SUBSTRAT), rest]) if SUBSTRAT else rest
 
 
 def cli_env(root: Path, columns: int = 200, **extra: str) -> dict[str, str]:
