@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,10 +19,9 @@ import pytest
 
 from substrat.rootdir import MAX_ROOT_PATH_CHARS
 from substrat.rpc import lock
-from tests.support.cli import stop_all, stop_or_kill
+from tests.support.cli import NOT_INSTALLED, SUBSTRAT, stop_all, stop_or_kill
 
-SUBSTRAT = shutil.which("substrat") or ""
-pytestmark = pytest.mark.skipif(not SUBSTRAT, reason="the substrat console script is not installed")
+pytestmark = pytest.mark.skipif(not SUBSTRAT, reason=NOT_INSTALLED)
 _TOUCHED: list[Path] = []
 
 
@@ -52,14 +50,25 @@ def one_line(proc: subprocess.CompletedProcess[str]) -> str:
 
 def long_path(base: Path, chars: int, last: str = "e") -> Path:
     """A path under ``base`` that takes ``chars`` characters in the lock record (a
-    non-ASCII ``last`` counts as its JSON escape, 6), in components of at most 201."""
+    non-ASCII character counts as its JSON escape, 6), in components of at most 201.
+    ``base`` is measured the same way: under a TMPDIR such as /tmp/é the path went
+    over the limit when it counted the base's characters."""
     path = str(base)
-    width = len(json.dumps(last)) - 2
-    while chars - len(path) - 1 - width > 200:
+    width = lock.record_chars(last)
+    while chars - lock.record_chars(path) - 1 - width > 200:
         path += "/" + "d" * 200
-    left = chars - len(path) - 1 - width
+    left = chars - lock.record_chars(path) - 1 - width
     assert 0 <= left <= 200
     return Path(path + "/" + "e" * left + last)
+
+
+@pytest.mark.parametrize("last", ["e", "é"])
+def test_long_path_measures_a_non_ascii_base_as_the_lock_record_does(
+    tmp_path: Path, last: str
+) -> None:
+    base = tmp_path / "tmp ü" / "deep"  # a TMPDIR like this one failed the tests below
+    for chars in (MAX_ROOT_PATH_CHARS, MAX_ROOT_PATH_CHARS + 1):
+        assert lock.record_chars(long_path(base, chars, last)) == chars
 
 
 CREATING = [("agent", "create", "lead"), ("daemon", "start"), ("daemon", "restart")]
