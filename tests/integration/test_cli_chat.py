@@ -6,6 +6,7 @@ The chat runs as a real process fed through a pipe, as a script would feed it
 
 from __future__ import annotations
 
+import os
 import queue
 import subprocess
 import threading
@@ -35,8 +36,10 @@ class Lines:
         threading.Thread(target=self._pump, args=(stream,), daemon=True).start()
 
     def _pump(self, stream: IO[str]) -> None:
-        for line in stream:
-            self._queue.put(line.rstrip("\n"))
+        # closed at its end: an unclosed pipe is a ResourceWarning (PYTHONWARNINGS=error)
+        with stream:
+            for line in stream:
+                self._queue.put(line.rstrip("\n"))
         self._queue.put(None)
 
     def expect(self, text: str, timeout_s: float = 60) -> str:
@@ -52,6 +55,20 @@ class Lines:
             if text in line:
                 return line
         raise AssertionError(f"no {text!r} within {timeout_s}s; saw {self.seen}")
+
+
+def test_lines_closes_its_stream_at_the_end() -> None:
+    """An unclosed pipe is a ResourceWarning: under PYTHONWARNINGS=error the chat tests failed."""
+    read_end, write_end = os.pipe()
+    stream = os.fdopen(read_end, encoding="utf-8")
+    lines = Lines(stream)
+    os.write(write_end, b"only line\n")
+    os.close(write_end)
+    assert lines.expect("only line") == "only line"
+    deadline = time.monotonic() + 30
+    while not stream.closed and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert stream.closed
 
 
 def start_chat(root: Path, *args: str) -> tuple[subprocess.Popen[str], Lines, Lines]:
@@ -82,6 +99,8 @@ def test_chat_sends_each_line_and_confirms_each_commit(root: Path) -> None:
     out.expect("── turn t2 (#2)")
     say(chat, "/quit")
     assert chat.wait(30) == 0
+    assert chat.stdin is not None
+    chat.stdin.close()  # unclosed, a ResourceWarning (PYTHONWARNINGS=error)
     turns = as_json(run(root, "log", "lead", "--json"))["turns"]
     assert [t["prompt"] for t in turns] == ["hello there", "two lines, \n@spawn scout look around"]
 

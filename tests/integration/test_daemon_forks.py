@@ -47,3 +47,12 @@ def test_a_forked_start_that_fails_says_how(tmp_path: Path) -> None:
                 ForkedDaemon(forks, root).start(timeout_s=30)
         finally:
             holder.kill()
+
+
+def test_closed_forks_leave_no_pipe_open() -> None:
+    """An unclosed pipe is a ResourceWarning: under PYTHONWARNINGS=error it failed the
+    tests that used the forks (3.13, 4 tests)."""
+    forks = DaemonForks()
+    forks.close()
+    assert forks.proc.stdin is not None and forks.proc.stdout is not None
+    assert forks.proc.stdin.closed and forks.proc.stdout.closed

@@ -84,9 +84,13 @@ class DaemonForks:
         return json.loads(answer)
 
     def close(self) -> None:
-        assert self.proc.stdin is not None
+        assert self.proc.stdin is not None and self.proc.stdout is not None
         self.proc.stdin.close()
-        assert self.proc.wait(timeout=30) == 0
+        try:
+            assert self.proc.wait(timeout=30) == 0
+        finally:
+            # unclosed, it is a ResourceWarning: an error under PYTHONWARNINGS=error
+            self.proc.stdout.close()
 
     def __enter__(self) -> DaemonForks:
         return self
