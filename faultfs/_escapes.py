@@ -26,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import dis
 import errno
-import functools
 import gc
 import os
 import sys
@@ -86,15 +85,16 @@ def not_binding(original: Any, replacement: Any) -> Any:
     A class body run while a FaultFS is active (a module the run imports) that says
     ``_sync = os.fsync`` holds faultfs's version; a plain function there binds as a
     method, and ``self._sync(fd)`` would pass ``self`` as the descriptor where the
-    builtin passes ``fd``. A :func:`functools.partial` does not bind, and calls the
-    function from C.
+    builtin passes ``fd``. A :class:`staticmethod` does not bind, and is callable
+    itself (3.10+). Not :func:`functools.partial`: Python 3.13 warns at every call
+    of one found on a class (FutureWarning, an error under ``-W error``), and 3.14
+    makes it bind like a function.
     """
     if not isinstance(original, BuiltinFunctionType) or type(replacement) is not FunctionType:
         return replacement
-    held = functools.partial(replacement)
-    functools.update_wrapper(held, replacement)
-    held.__wrapped__ = original  # type: ignore[attr-defined]
-    return held
+    # staticmethod copies the function's name and doc, and its __wrapped__ is the
+    # replacement, whose own __wrapped__ is the original (inspect.unwrap gets there)
+    return staticmethod(replacement)
 
 
 def wrapper(original: Any, make: Callable[[], Any], qualname: str) -> tuple[Any, bool]:
@@ -222,6 +222,9 @@ def unpatch_bindings(saved: list[Binding]) -> None:
 
 def _replaced(value: Any) -> Any:
     """The original of a replacement (a plain one or a staticmethod holding one), else None."""
+    hit = _replacements.get(id(value))
+    if hit is not None and hit[0] is value:  # one of ours (a not_binding one is a staticmethod)
+        return hit[1]
     held = value.__func__ if type(value) is staticmethod else value
     hit = _replacements.get(id(held))
     if hit is None or hit[0] is not held:

@@ -17,8 +17,10 @@ import os
 import sqlite3
 import sys
 import textwrap
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from types import MethodType
 
 import pytest
 
@@ -129,3 +131,24 @@ def test_a_class_made_during_a_run_calls_its_bound_builtins_as_builtins(lib_dir:
     assert [op.kind for op in fs.trace].count("fsync") == 1
     lib.Store().save(str(lib_dir / "real"))  # after the run: the originals, on the real disk
     assert (lib_dir / "real").read_text() == "x"
+
+
+def test_a_bound_builtin_on_a_class_calls_without_a_warning(lib_dir: Path) -> None:
+    """faultfs's non-binding versions were functools.partial objects: Python 3.13 warns at
+    each call through a class (FutureWarning: "functools.partial will be a method
+    descriptor"), an error in a project run with -W error, and 3.14 binds them."""
+    name = f"bound_lib_{next(_names)}"
+    (lib_dir / f"{name}.py").write_text(textwrap.dedent(BINDING_LIBRARY))
+    importlib.invalidate_caches()
+    fs = FaultFS("/faultfs-bound-names-root")
+    with fs:
+        lib = importlib.import_module(name)
+        store = lib.Store()
+        held = type(store).__dict__["_sync"]
+        assert getattr(held, "__get__", None) is None or not isinstance(
+            held.__get__(store, type(store)), MethodType
+        ), "a method: self._sync(fd) would pass self as the descriptor"
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            store.save(fs.path("f"))
+    assert [op.kind for op in fs.trace].count("fsync") == 1
