@@ -52,7 +52,7 @@ from substrat.provider_env import kept as kept_provider_env
 from substrat.recovery_words import logs_behind, summarize_recovery, summary_unused
 from substrat.root_hold import RootHold
 from substrat.rootdir import check_serving, prepare_root, user_log_failure
-from substrat.rootguard import RootGuard
+from substrat.rootguard import CHECK_EVERY_S, RootGuard, check_every_s
 from substrat.rootlinks import refuse_linked
 from substrat.rpc.lock import RootLock
 from substrat.rpc.methods import build_methods
@@ -116,6 +116,8 @@ class DaemonConfig:
     limits: Limits = field(default_factory=Limits)
     wake: bool = True
     """Run agents that have pending messages (the wake loop) in the background."""
+    root_check_s: float = CHECK_EVERY_S
+    """How often the root guard checks the root's path between answers (substrat.rootguard)."""
 
 
 class Daemon:
@@ -258,7 +260,7 @@ class Daemon:
         self.orch.on_unapplied = self._wake.set  # the wake loop retries it (wakeloop)
         self.guard.note_marker()  # after the open, which may have upgraded it
         self.server.before_answer = self.guard.enforce  # no answer from a moved root
-        guard = asyncio.create_task(self.guard.watch())
+        guard = asyncio.create_task(self.guard.watch(self.config.root_check_s))
         path = socket_path(self.root)
         sock = bind_private(path)
         listener = await asyncio.start_unix_server(self.server.handle, sock=sock)
@@ -415,6 +417,10 @@ def parse_args(argv: list[str] | None) -> DaemonConfig:
     ):
         if getattr(args, name) <= 0:
             parser.error(f"--{name.replace('_', '-')} must be positive")
+    try:
+        root_check_s = check_every_s(os.environ)
+    except ValueError as exc:
+        parser.error(str(exc))
     daemon_logging.configure(args.log_level)
     return DaemonConfig(
         root=Path(args.root).expanduser().absolute(),
@@ -427,6 +433,7 @@ def parse_args(argv: list[str] | None) -> DaemonConfig:
             max_concurrent_turns=args.max_turns,
         ),
         wake=not args.no_wake,
+        root_check_s=root_check_s,
     )
 
 

@@ -20,7 +20,7 @@ them, tells it (:meth:`RootGuard.note_marker`). Nothing
 acknowledged is lost, because the check runs before every answer is sent: a
 turn committed after the move is reported to its client as the daemon's death
 (outcome unknown), never as committed. The check also runs every
-:data:`CHECK_EVERY_S` seconds, so a daemon whose root went away does not live on
+:data:`CHECK_EVERY_S` seconds (:data:`CHECK_ENV` sets another interval), so a daemon whose root went away does not live on
 unseen (no command finds it by the old path, and it would write into a root made
 there later). A symlink given as the root is resolved when the daemon starts
 (``Daemon``), so repointing the link is not a move of the root.
@@ -33,6 +33,7 @@ import contextlib
 import logging
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal, NamedTuple
 
@@ -42,6 +43,34 @@ log = logging.getLogger(__name__)
 
 CHECK_EVERY_S = 1.0
 """How often a serving daemon checks its root's path (a stat: about 2 microseconds)."""
+
+CHECK_ENV = "SUBSTRAT_ROOT_CHECK_S"
+"""Sets :data:`CHECK_EVERY_S` for a daemon (seconds, :data:`CHECK_RANGE_S`). The check before
+every answer does not depend on it; only how soon a daemon whose root went away while
+nobody asked it anything notices. Tests that wait for that set it low (a wait of up to a
+second each, for nothing the test checks)."""
+
+CHECK_RANGE_S = (0.01, 60.0)
+
+
+def check_every_s(env: Mapping[str, str]) -> float:
+    """The interval :data:`CHECK_ENV` in ``env`` asks for (:data:`CHECK_EVERY_S` if unset).
+
+    Raises ValueError saying what to set when it is not a number in :data:`CHECK_RANGE_S`."""
+    text = env.get(CHECK_ENV, "").strip()
+    if not text:
+        return CHECK_EVERY_S
+    low, high = CHECK_RANGE_S
+    try:
+        every_s = float(text)
+    except ValueError:
+        every_s = float("nan")
+    if not low <= every_s <= high:  # nan fails too
+        raise ValueError(
+            f"{CHECK_ENV}={text!r} is not a number of seconds from {low:g} to {high:g}; "
+            f"set one, or unset it for the default ({CHECK_EVERY_S:g} s)"
+        )
+    return every_s
 
 EXIT_ROOT_GONE = 1
 """The daemon's exit status when it stops for this (1: it did not stop cleanly)."""

@@ -303,11 +303,15 @@ def test_log_follow_after_a_crash_prints_only_what_completed_meanwhile(root: Pat
     assert shown == ["connection.lost", "daemon.recovered", "connection.restored"], seen
 
 
-def test_stop_after_a_root_moved_under_its_daemon_finds_it_gone(root: Path, tmp_path: Path) -> None:
+def test_stop_after_a_root_moved_under_its_daemon_finds_it_gone(
+    root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # A root moved under a running daemon: the daemon stops by itself, without a clean
     # shutdown (substrat/rootguard.py; it used to try one on the old paths, fail, and
     # `daemon stop` said "daemon stopped", rc 0). Its guard looks every second, so the
-    # test waits for it rather than racing it.
+    # test waits for it rather than racing it. The one test of a root moved under a
+    # daemon that keeps the default interval (test_root_moved.py sets SUBSTRAT_ROOT_CHECK_S).
+    monkeypatch.delenv("SUBSTRAT_ROOT_CHECK_S", raising=False)
     assert run(root, "agent", "create", "lead").returncode == 0
     moved = tmp_path / "moved"
     root.rename(moved)

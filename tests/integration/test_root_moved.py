@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from substrat.rootguard import CHECK_ENV
 from substrat.rpc import lock
 from tests.support.cli import SUBSTRAT, cli_roots, run, spawn, wait_busy
 
@@ -30,6 +31,15 @@ pytestmark = pytest.mark.skipif(not SUBSTRAT, reason="the substrat console scrip
 @pytest.fixture
 def roots() -> Iterator[list[Path]]:
     yield from cli_roots()
+
+
+@pytest.fixture(autouse=True)
+def guard_looks_often(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The daemons these tests start check their root every 50 ms, not every second: the
+    tests wait for a daemon to notice its root went away, and with the default they
+    waited up to a second each for nothing they check. The default interval keeps its
+    own test (test_cli_commands.py, a root moved under its daemon)."""
+    monkeypatch.setenv(CHECK_ENV, "0.05")
 
 
 def daemon_pid(root: Path) -> int:
