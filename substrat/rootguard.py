@@ -20,10 +20,10 @@ them, tells it (:meth:`RootGuard.note_marker`). Nothing
 acknowledged is lost, because the check runs before every answer is sent: a
 turn committed after the move is reported to its client as the daemon's death
 (outcome unknown), never as committed. The check also runs every
-:data:`CHECK_EVERY_S` seconds (:data:`CHECK_ENV` sets another interval), so a daemon whose root went away does not live on
-unseen (no command finds it by the old path, and it would write into a root made
-there later). A symlink given as the root is resolved when the daemon starts
-(``Daemon``), so repointing the link is not a move of the root.
+:data:`CHECK_EVERY_S` seconds (:data:`CHECK_ENV` sets another interval), so a daemon
+whose root went away does not live on unseen (no command finds it by the old path,
+and it would write into a root made there later). A symlink given as the root is
+resolved when the daemon starts (``Daemon``), so repointing the link is not a move of the root.
 """
 
 from __future__ import annotations
