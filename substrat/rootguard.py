@@ -72,6 +72,7 @@ def check_every_s(env: Mapping[str, str]) -> float:
         )
     return every_s
 
+
 EXIT_ROOT_GONE = 1
 """The daemon's exit status when it stops for this (1: it did not stop cleanly)."""
 
