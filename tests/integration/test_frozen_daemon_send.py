@@ -12,12 +12,14 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from substrat import client as client_mod
+from substrat.cli import common as cli_common
 from substrat.cli.common import Opts
 from substrat.client import Client
 from substrat.errors import RequestTimeoutError
@@ -37,12 +39,23 @@ def daemon(tmp_path: Path) -> Iterator[tuple[int, Path]]:
     roots.cli(root, "daemon", "stop")
 
 
+QUICK_CLI = [
+    sys.executable,
+    "-c",
+    "import sys; from substrat import client; from substrat.cli import common, main; "
+    "client.SILENCE_CHECK_S = common.PING_S = 0.2; sys.exit(main())",
+]
+"""``substrat`` with its silence check and its ping's patience at 0.2 s instead of 20 and 5:
+the command's code is the same, and a stopped daemon answers no ping however long one
+waits, so the test waited 25 s (a worker's) for nothing it checks."""
+
+
 def test_a_send_to_a_frozen_daemon_gives_up(daemon: tuple[int, Path]) -> None:
     pid, root = daemon
     os.kill(pid, signal.SIGSTOP)
     try:
         sent = subprocess.run(
-            [*roots.CLI, "agent", "send", "slow", "frozen?", "--no-stream", "--root", str(root)],
+            [*QUICK_CLI, "agent", "send", "slow", "frozen?", "--no-stream", "--root", str(root)],
             capture_output=True,
             text=True,
             timeout=180,  # the old code waited out --timeout (600 s)
@@ -73,6 +86,9 @@ def test_a_busy_daemon_is_waited_for(
     assert result["turn_id"] == "t1"
     assert len(checks) >= 3, checks
 
+    # a stopped daemon answers no ping however long one waits: 0.2 s, not 5 (the busy one
+    # above had the default, which it needs under load)
+    monkeypatch.setattr(cli_common, "PING_S", 0.2)
     os.kill(pid, signal.SIGSTOP)
     try:
         with Client(root, timeout_s=60) as conn, pytest.raises(RequestTimeoutError) as gave_up:
