@@ -6,7 +6,11 @@ line with its node id, the process id, the CPU seconds of the process that ran i
 system, plus its child processes': those it waited for, such as a killed daemon, and
 those still alive, such as a fixture's server, for what they did during the item), its
 wall seconds and when it started and ended (Unix time). It works under xdist
-(each worker appends its own lines).
+(each worker appends its own lines). Where Linux reports it (``/proc/thread-self/schedstat``)
+the line also says how long the item's thread sat ready for a CPU that others held
+(``ready_s``) and how long it was blocked, neither on a CPU nor ready for one
+(``blocked_s``: sleeping, polling, waiting for a child process, a socket or the disk). On a
+loaded machine wall minus CPU is mostly the first; the second is what a wait costs.
 
 ``python -m oracle.item_cpu FILE [--workers 64]`` summarises a run: total CPU
 seconds, the longest items with their share of the total, and the wall time a
@@ -68,6 +72,19 @@ def _live_children_cpu_s() -> float:
     return total_ticks / _TICKS_PER_S
 
 
+_SCHEDSTAT = "/proc/thread-self/schedstat"
+
+
+def _thread_sched_s() -> tuple[float, float] | None:
+    """This thread's seconds on a CPU and ready for one so far (None: not reported)."""
+    try:
+        with open(_SCHEDSTAT) as handle:
+            on_cpu_ns, ready_ns, _ = handle.read().split()
+    except (OSError, ValueError):
+        return None
+    return int(on_cpu_ns) / 1e9, int(ready_ns) / 1e9
+
+
 def _cpu_s() -> float:
     """This process's CPU, its reaped children's, and its live children's so far."""
     t = os.times()
@@ -77,17 +94,24 @@ def _cpu_s() -> float:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, Any, None]:
     path = os.environ.get(ENV)
+    sched = _thread_sched_s()
     cpu, wall, start = _cpu_s(), time.perf_counter(), time.time()
     yield
     if path:
-        line = {
+        wall_s = time.perf_counter() - wall
+        line: dict[str, Any] = {
             "item": item.nodeid,
             "pid": os.getpid(),
             "cpu_s": round(_cpu_s() - cpu, 3),
-            "wall_s": round(time.perf_counter() - wall, 3),
+            "wall_s": round(wall_s, 3),
             "start": round(start, 3),
             "end": round(time.time(), 3),
         }
+        after = _thread_sched_s()
+        if sched is not None and after is not None:
+            on_cpu_s, ready_s = after[0] - sched[0], after[1] - sched[1]
+            line["ready_s"] = round(ready_s, 3)
+            line["blocked_s"] = round(max(0.0, wall_s - on_cpu_s - ready_s), 3)
         with open(path, "a", encoding="utf-8") as out:
             out.write(json.dumps(line) + "\n")
 
@@ -127,6 +151,18 @@ def load(path: str) -> dict[str, tuple[float, float]]:
     return out
 
 
+def blocked(path: str) -> dict[str, float]:
+    """Node id -> seconds its thread was blocked (lines without ``blocked_s`` left out)."""
+    out: dict[str, float] = {}
+    with open(path, encoding="utf-8") as lines:
+        for line in lines:
+            if line.strip():
+                row = json.loads(line)
+                if "blocked_s" in row:
+                    out[row["item"]] = row["blocked_s"]
+    return out
+
+
 def tails(path: str) -> dict[int, tuple[float, float]]:
     """Worker pid -> (seconds from its first item's start to its last item's end, seconds it
     sat idle at the end while another worker still ran items). Lines without times (from
@@ -162,6 +198,12 @@ def main(argv: list[str] | None = None) -> int:
     for n in args.workers:
         s = spread(cpu, n)
         print(f"| {n} | {s.bound_s:.1f} | {s.greedy_s:.1f} | {s.longest_s:.1f} |")
+    waits = blocked(args.file)
+    if waits:
+        print(f"\nblocked (neither on a CPU nor ready for one): {sum(waits.values()):.1f} s in all")
+        print("\n| item | blocked s | CPU s |\n|---|---:|---:|")
+        for item, seconds in sorted(waits.items(), key=lambda kv: -kv[1])[: args.shown]:
+            print(f"| `{item}` | {seconds:.1f} | {cpu.get(item, 0.0):.1f} |")
     workers = tails(args.file)
     if workers:
         print("\n| worker (pid) | busy span (s) | idle at the end (s) |\n|---:|---:|---:|")
