@@ -4,7 +4,9 @@ Load it into a run with ``-p oracle.item_cpu`` and name a file in
 ``SUBSTRAT_ITEM_CPU``: every item (set-up, call and teardown) appends one JSON
 line with its node id, the process id, the CPU seconds of the process that ran it (user and
 system, plus its child processes': those it waited for, such as a killed daemon, and
-those still alive, such as a fixture's server, for what they did during the item), its
+those still alive, such as a fixture's server, for what they did during the item; not a
+process that left its tree, such as a daemon a ``substrat`` command started, whose parent
+becomes init), its
 wall seconds and when it started and ended (Unix time). It works under xdist
 (each worker appends its own lines). Where Linux reports it (``/proc/thread-self/schedstat``)
 the line also says how long the item's thread sat ready for a CPU that others held
