@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from oracle import item_cpu
+from tests.support.pytest_run import run_pytest
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -44,14 +43,8 @@ def test_a_sleep_is_blocked_time_and_computing_is_not(
 ) -> None:
     (tmp_path / "test_items.py").write_text(ITEMS)
     out = tmp_path / "cpu.jsonl"
-    run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "oracle.item_cpu", "-p", "no:cacheprovider"]
-        + ["-q", "-p", "no:xdist", str(tmp_path / "test_items.py")],
-        cwd=tmp_path,
-        env={**os.environ, "SUBSTRAT_ITEM_CPU": str(out), "PYTHONPATH": str(REPO)},
-        capture_output=True,
-        text=True,
-    )
+    env = {**os.environ, "SUBSTRAT_ITEM_CPU": str(out), "PYTHONPATH": str(REPO)}
+    run = run_pytest(tmp_path, "-p", "oracle.item_cpu", "-p", "no:xdist", "test_items.py", env=env)
     assert run.returncode == 0, run.stdout + run.stderr
     rows = {json.loads(line)["item"].split("::")[1]: json.loads(line) for line in out.open()}
     sleeps, computes = rows["test_sleeps"], rows["test_computes"]
