@@ -33,12 +33,14 @@ def roots() -> Iterator[list[Path]]:
     yield from cli_roots()
 
 
-@pytest.fixture(autouse=True)
+@pytest.fixture
 def guard_looks_often(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The daemons these tests start check their root every 50 ms, not every second: the
-    tests wait for a daemon to notice its root went away, and with the default they
-    waited up to a second each for nothing they check. The default interval keeps its
-    own test (test_cli_commands.py, a root moved under its daemon)."""
+    """The daemons a test starts check their root every 50 ms, not every second: the tests
+    of a moved root wait for the daemon to notice, and with the default they waited up to
+    a second each for nothing they check. Not the restore tests: a guard that looks while
+    the restore still runs writes its note into a ``daemon.log`` that the restore then
+    replaces with the backup's (seen: tar, at load 20), and those tests read the note.
+    test_cli_commands.py's test of a moved root keeps the default too."""
     monkeypatch.setenv(CHECK_ENV, "0.05")
 
 
@@ -60,7 +62,7 @@ def wait_gone(pid: int, timeout_s: float = 30) -> bool:
 
 
 def test_a_renamed_root_stops_its_daemon_and_its_turns_land_in_it(
-    tmp_path: Path, roots: list[Path]
+    tmp_path: Path, roots: list[Path], guard_looks_often: None
 ) -> None:
     old, new = tmp_path / "team", tmp_path / "team-renamed"
     roots += [old, new]
@@ -85,7 +87,9 @@ def test_a_renamed_root_stops_its_daemon_and_its_turns_land_in_it(
     assert "kid" in run(new, "agent", "tree").stdout
 
 
-def test_a_root_moved_away_mid_turn_is_not_acknowledged(tmp_path: Path, roots: list[Path]) -> None:
+def test_a_root_moved_away_mid_turn_is_not_acknowledged(
+    tmp_path: Path, roots: list[Path], guard_looks_often: None
+) -> None:
     # `mv` to another file system copies, then removes: the daemon's open log is then
     # a deleted file, and a turn it commits there is not in the moved root
     old, new = tmp_path / "team", tmp_path / "elsewhere"
