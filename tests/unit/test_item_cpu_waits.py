@@ -32,7 +32,7 @@ def test_sleeps():
 
 
 def test_computes():
-    end = time.thread_time() + 0.2
+    end = time.thread_time() + 0.3
     while time.thread_time() < end:
         pass
 """
@@ -48,8 +48,9 @@ def test_a_sleep_is_blocked_time_and_computing_is_not(
     assert run.returncode == 0, run.stdout + run.stderr
     rows = {json.loads(line)["item"].split("::")[1]: json.loads(line) for line in out.open()}
     sleeps, computes = rows["test_sleeps"], rows["test_computes"]
-    assert sleeps["blocked_s"] >= 0.39, sleeps
-    assert computes["blocked_s"] < 0.2 <= computes["cpu_s"], computes
+    assert sleeps["blocked_s"] >= 0.35, sleeps  # the scheduler's clock is not perf_counter
+    # cpu_s comes from os.times, in clock ticks (10 ms here)
+    assert computes["blocked_s"] < 0.2 and computes["cpu_s"] >= 0.25, computes
     for row in rows.values():  # wall = on a CPU + ready for one + blocked
         assert row["ready_s"] >= 0 and row["blocked_s"] + row["ready_s"] <= row["wall_s"], row
 
