@@ -118,12 +118,18 @@ class Store:
 """
 
 
-def test_a_class_made_during_a_run_calls_its_bound_builtins_as_builtins(lib_dir: Path) -> None:
-    # Built-in functions do not bind as methods; faultfs's versions must not either, or
-    # ``self._sync(fd)`` in a class a run imports passes ``self`` as the descriptor.
+def _write_binding_library(lib_dir: Path) -> str:
+    """A fresh module of BINDING_LIBRARY in ``lib_dir``, not yet imported: its name."""
     name = f"bound_lib_{next(_names)}"
     (lib_dir / f"{name}.py").write_text(textwrap.dedent(BINDING_LIBRARY))
     importlib.invalidate_caches()
+    return name
+
+
+def test_a_class_made_during_a_run_calls_its_bound_builtins_as_builtins(lib_dir: Path) -> None:
+    # Built-in functions do not bind as methods; faultfs's versions must not either, or
+    # ``self._sync(fd)`` in a class a run imports passes ``self`` as the descriptor.
+    name = _write_binding_library(lib_dir)
     fs = FaultFS("/faultfs-bound-names-root")
     with fs:
         lib = importlib.import_module(name)
@@ -137,9 +143,7 @@ def test_a_bound_builtin_on_a_class_calls_without_a_warning(lib_dir: Path) -> No
     """faultfs's non-binding versions were functools.partial objects: Python 3.13 warns at
     each call through a class (FutureWarning: "functools.partial will be a method
     descriptor"), an error in a project run with -W error, and 3.14 binds them."""
-    name = f"bound_lib_{next(_names)}"
-    (lib_dir / f"{name}.py").write_text(textwrap.dedent(BINDING_LIBRARY))
-    importlib.invalidate_caches()
+    name = _write_binding_library(lib_dir)
     fs = FaultFS("/faultfs-bound-names-root")
     with fs:
         lib = importlib.import_module(name)

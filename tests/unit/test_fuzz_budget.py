@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from oracle import fuzz_budget
-from tests.unit.test_workflows import _fake_project, _run_in, _run_script
+from tests.support.ci_project import fake_project, run_in, run_script
 
 ENDLESS_FUZZERS = """
 import time
@@ -73,16 +73,16 @@ STOPPED = re.compile(r"(\S+): stopped at budget after (\d+) of (\d+) examples \(
 
 
 def _pytest(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return _run_in(
+    return run_in(
         root, [sys.executable, "-m", "pytest", "--run-stress", "-p", "no:randomly", *args]
     )
 
 
 def test_nightly_fuzzers_stop_at_the_shards_budget_and_pass_saying_so(tmp_path: Path) -> None:
     # Two fuzzers of 10^6 examples of 10 ms each (hours) on two xdist workers, 3 s of budget.
-    root = _fake_project(tmp_path / "project", ENDLESS_FUZZERS)
+    root = fake_project(tmp_path / "project", ENDLESS_FUZZERS)
     summary = tmp_path / "step-summary.md"
-    result = _run_script(
+    result = run_script(
         root,
         "nightly.sh",
         NIGHTLY_BUDGET_S="3",
@@ -105,7 +105,7 @@ def test_nightly_fuzzers_stop_at_the_shards_budget_and_pass_saying_so(tmp_path: 
 
 def test_a_fuzzer_stops_before_its_per_test_cap_instead_of_failing_at_it(tmp_path: Path) -> None:
     # Without the budget this is a StressTestTimeout at 20 s (test_workflows has such a case).
-    root = _fake_project(tmp_path / "project", CAPPED_FUZZER)
+    root = fake_project(tmp_path / "project", CAPPED_FUZZER)
     result = _pytest(root, "--fuzz-budget", "100000", "tests/stress")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "StressTestTimeout" not in result.stdout
@@ -115,7 +115,7 @@ def test_a_fuzzer_stops_before_its_per_test_cap_instead_of_failing_at_it(tmp_pat
 
 
 def test_a_bug_found_is_shrunk_reported_and_saved_not_stopped(tmp_path: Path) -> None:
-    root = _fake_project(tmp_path / "project", SLOW_BUG)
+    root = fake_project(tmp_path / "project", SLOW_BUG)
     result = _pytest(root, "--fuzz-budget", "0.1", "tests/stress")
     assert result.returncode == 1, result.stdout + result.stderr
     assert "1 failed" in result.stdout
@@ -125,12 +125,12 @@ def test_a_bug_found_is_shrunk_reported_and_saved_not_stopped(tmp_path: Path) ->
 
 
 def test_a_budget_that_is_not_a_positive_number_is_refused(tmp_path: Path) -> None:
-    root = _fake_project(tmp_path / "project", CAPPED_FUZZER)
+    root = fake_project(tmp_path / "project", CAPPED_FUZZER)
     for bad in ("0", "-5", "nan"):
         result = _pytest(root, "--fuzz-budget", bad, "tests/stress")
         assert result.returncode == 4, result.stdout + result.stderr
         assert "--fuzz-budget must be a positive number of seconds" in result.stderr
-    result = _run_script(root, "nightly.sh", NIGHTLY_BUDGET_S="soon")
+    result = run_script(root, "nightly.sh", NIGHTLY_BUDGET_S="soon")
     assert result.returncode == 2
     assert "NIGHTLY_BUDGET_S must be a number of seconds (0: no budget)" in result.stderr
 
