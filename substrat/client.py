@@ -375,7 +375,9 @@ class DaemonProcess:
         command = [sys.executable, "-P", "-m", "substrat.daemon", "--root", str(self.root)]
         import subprocess  # here: a command on a running daemon starts no process
 
-        with open(self.log_path, "ab") as out:
+        from substrat.deferred_signals import interrupts_held
+
+        with open(self.log_path, "ab") as out, interrupts_held():
             since = out.tell()  # what this start writes: an older traceback is not its cause
             self.proc = subprocess.Popen(
                 command + self.daemon_args,
