@@ -44,7 +44,7 @@ def interrupts_held() -> Iterator[None]:
     finally:
         for signum, handler in before.items():
             signal.signal(signum, handler)
-        for signum, frame in arrived:
-            handler = signal.getsignal(signum)  # a handler may change what comes next
-            if callable(handler):
-                handler(signum, frame)
+        for number, frame in arrived:
+            now = signal.getsignal(number)  # a handler may change what comes next
+            if callable(now):
+                now(number, frame)
