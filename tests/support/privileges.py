@@ -59,8 +59,20 @@ def why_not_available() -> str | None:
     if probe.returncode == 0:
         return "a child without CAP_DAC_OVERRIDE/CAP_DAC_READ_SEARCH still read a mode-000 file"
     if "PermissionError" not in probe.stderr:
-        return f"the probe failed for another reason: {probe.stderr.strip()[-200:]}"
+        return f"the probe failed for another reason: {last_line(probe.stderr)}"
     return None
+
+
+def last_line(output: str, limit_chars: int = 200) -> str:
+    """The last non-blank line of a child's output (a traceback's is the exception), whole
+    words only, for a skip reason that says what went wrong rather than a cut-off frame."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    if not lines:
+        return "no output"
+    line = lines[-1]
+    if len(line) <= limit_chars:
+        return line
+    return line[:limit_chars].rsplit(" ", 1)[0] + " ..."
 
 
 OTHER_UID = 65534
@@ -102,7 +114,7 @@ def _other_user(uid: int) -> tuple[list[str], dict[str, str]] | str:
         env["PYTHONPYCACHEPREFIX"] = theirs
     switch = [setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
-    why = "no interpreter"
+    whys = []
     for python in (sys.executable, f"/usr/bin/python{version}", "/usr/bin/python3"):
         # it must be able to start itself again (the CLI spawns the daemon with it)
         probe_code = (
@@ -120,9 +132,9 @@ def _other_user(uid: int) -> tuple[list[str], dict[str, str]] | str:
                 timeout=60,
             )
         except (OSError, subprocess.SubprocessError) as exc:
-            why = f"{python}: {exc}"
+            whys.append(f"{python}: {exc}")
             continue
         if probe.returncode == 0 and probe.stdout.strip() == str(sys.version_info[:2]):
             return [*switch, python], env
-        why = f"{python}: {(probe.stderr or probe.stdout).strip()[-200:]}"
-    return f"no Python {version} that uid {uid} can run with this checkout ({why})"
+        whys.append(f"{python}: {last_line(probe.stderr or probe.stdout)}")
+    return f"no Python {version} that uid {uid} can run with this checkout ({'; '.join(whys)})"
