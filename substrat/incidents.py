@@ -42,10 +42,14 @@ from substrat.checkpoints import LOG_SHORTER, Checkpoint, StoreRead, verify
 from substrat.errors import SubstratError
 from substrat.eventlog import LOG_NAME, EventLog, read_log
 from substrat.fsck_checkpoints import log_of
+from substrat.logread import DamageReport, iter_log
 
 INCIDENTS_DIR = "incidents"
 LOG_BEHIND = "log_behind_checkpoint"
 """The kind of incident this module records (the only one so far)."""
+PARENT_CHAIN_MAX = 64
+"""How many parents :func:`agent_path` follows up the tree: deeper than any tree a user
+builds by hand, and the end of a loop that damaged logs could make."""
 
 
 class IncidentError(SubstratError):
@@ -70,6 +74,9 @@ class Behind:
     log_end: dict[str, int]
     """Where the log ends now: ``last_seq`` (0: no entry reads), ``bytes`` (its active file)."""
     reason: str
+    agent: str | None = None
+    """The agent's path in the tree (``lead/worker``) as its logs tell it, or None if a log
+    on the way does not (an operator knows agents by name, not by session ID)."""
 
     @property
     def missing(self) -> int:
@@ -88,6 +95,7 @@ class Behind:
         return {
             "kind": LOG_BEHIND,
             "endpoint": self.endpoint,
+            "agent": self.agent,
             "log": self.log,
             "missing": self.missing,
             "checkpoint": dict(self.checkpoint),
@@ -127,7 +135,41 @@ def behind(root: str | os.PathLike[str], checkpoint: Checkpoint, reason: str) ->
         at.crc,
         {"last_seq": last, "bytes": size},
         reason,
+        agent_path(root, checkpoint.endpoint),
     )
+
+
+def _created(root: str | os.PathLike[str], session_id: str) -> Mapping[str, Any] | None:
+    """The data of the ``agent.created`` entry near the head of the agent's log, if any
+    (the first entries only: the log is not read to its end)."""
+    damage = DamageReport()
+    for entry in iter_log(log_of(Path(root), session_id), damage, known_events=None):
+        if entry.get("event") == events.AGENT_CREATED:
+            data = entry.get("data")
+            return data if isinstance(data, dict) else None
+        if int(entry.get("seq", 0)) > 2:  # session.created, then agent.created
+            return None
+    return None
+
+
+def agent_path(root: str | os.PathLike[str], session_id: str) -> str | None:
+    """``parent/child`` for the agent with ``session_id``, from the ``agent.created`` entry
+    of its log and of each parent's; None where one is missing or damaged (the session ID
+    is then all an incident can name)."""
+    names: list[str] = []
+    seen: set[str] = set()
+    current: str | None = session_id
+    while current is not None and len(names) < PARENT_CHAIN_MAX and current not in seen:
+        seen.add(current)
+        created = _created(root, current)
+        if created is None or not isinstance(created.get("name"), str):
+            return None
+        names.append(created["name"])
+        parent = created.get("parent_session_id")
+        current = parent if isinstance(parent, str) else None
+    if current is not None:  # a loop, or deeper than the limit
+        return None
+    return "/".join(reversed(names))
 
 
 def behind_in_store(root: str | os.PathLike[str], store: StoreRead) -> list[Behind]:
@@ -173,7 +215,7 @@ class Incident:
         checkpoint, end = data.get("checkpoint") or {}, data.get("log_end") or {}
         missing = data.get("missing")
         return (
-            f"incident {self.id} ({self.at}): the log of {data.get('endpoint')} "
+            f"incident {self.id} ({self.at}): the log of {_who(data)} "
             f"({data.get('log')}) was shorter than its checkpoint: {missing} "
             f"{'entry that was' if missing == 1 else 'entries that were'} durable in it "
             f"missing (the checkpoint had entry {checkpoint.get('seq')}, the log ended at "
@@ -190,6 +232,14 @@ class Incident:
             "acknowledged": self.acknowledged,
             "message": self.message(),
         }
+
+
+def _who(data: Mapping[str, Any]) -> str:
+    """The agent an incident is about, by path where it was known (records written before
+    the path was kept name the session only)."""
+    agent = data.get("agent")
+    endpoint = data.get("endpoint")
+    return f"agent {agent} (session {endpoint})" if isinstance(agent, str) else f"{endpoint}"
 
 
 @dataclass

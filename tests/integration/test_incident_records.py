@@ -55,6 +55,8 @@ def test_recovery_records_a_shorter_log_once_and_keeps_reporting_it(tmp_path: Pa
     first = _open(root, clean=False)  # a crash before any checkpoint is rewritten
     (incident,) = first.incidents
     assert incident["endpoint"] == log.parent.name and incident["missing"] >= 2, incident
+    assert incident["agent"] == "lead"
+    assert f"the log of agent lead (session {log.parent.name})" in incident["message"]
     assert incident["found_by"].startswith("recovery")
     again = _open(root, clean=True)  # the same loss: not recorded twice
     assert [i["id"] for i in again.incidents] == [incident["id"]]
@@ -72,6 +74,22 @@ def _loss(endpoint: str) -> Behind:
         {"last_seq": 4, "bytes": 400},
         "the log ends before entry 9 (it is shorter than the checkpoint)",
     )
+
+
+def test_an_incident_names_the_agent_by_its_path_in_the_tree(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    run(_turns(root, "@spawn a worker"))
+    paths = {
+        log.parent.name: incidents.agent_path(root, log.parent.name)
+        for log in (root / AGENTS_DIR).glob("*/events.jsonl")
+    }
+    assert sorted(paths.values()) == ["lead", "lead/a"]
+    child = next(sid for sid, path in paths.items() if path == "lead/a")
+    log = root / AGENTS_DIR / child / "events.jsonl"
+    log.write_bytes(log.read_bytes().splitlines(keepends=True)[0])  # agent.created lost
+    assert incidents.agent_path(root, child) is None
+    message = incidents.Incident(1, "now", _loss(child).to_data("test")).message()
+    assert f"the log of {child} (" in message  # the session ID is all it can name
 
 
 def test_a_damaged_incident_record_costs_that_record_only(tmp_path: Path) -> None:
