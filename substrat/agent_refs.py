@@ -8,7 +8,6 @@ lives here, beside the limits it cites.
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Iterable
 
@@ -56,6 +55,8 @@ def ambiguous(ref: str, candidates: dict[str, str], why: str = "") -> AmbiguousA
 
 def did_you_mean(ref: str, names: Iterable[str]) -> str:
     """``"; did you mean X?"`` for names close to ``ref`` (difflib), else ``""``."""
+    import difflib  # only for a name that names nothing: not part of every daemon's start
+
     names = list(names)
     close = difflib.get_close_matches(ref, names, n=3, cutoff=0.6)
     if not close:  # "scout" for "lead/scout": a child's own name is close enough

@@ -233,3 +233,31 @@ def test_a_start_pings_the_daemon_only_once_its_socket_is_there(
     socket_path(root).touch()  # bound (a plain file does as well: nobody answers on it)
     assert client._wait_for_ping(root, 0.3, _Running()) is None  # type: ignore[arg-type]
     assert pinged and set(pinged) == {root}
+
+
+DAEMON_PROBE = """
+import json, sys
+at_startup = set(sys.modules)
+from substrat.daemon import build_registry
+from substrat.providers import registry
+built = build_registry()
+declared = registry._may_declare(registry.ENTRY_POINT_GROUP)
+print(json.dumps({"loaded": sorted(set(sys.modules) - at_startup), "declared": declared}))
+"""
+
+
+def test_a_daemon_start_loads_no_entry_point_machinery_and_no_difflib(tmp_path: Path) -> None:
+    # The daemon's module and its providers, as every start builds them: the scan of the
+    # installed packages' entry points needs importlib.metadata (email, zipfile, csv: about
+    # a sixth of a start's CPU) only when a package declares a substrat provider, and the
+    # "did you mean" of an unknown agent name (difflib) only when one is asked for.
+    done = subprocess.run(
+        [sys.executable, "-c", DAEMON_PROBE], capture_output=True, text=True, timeout=60,
+        cwd=tmp_path,
+    )  # fmt: skip
+    probe = json.loads(done.stdout.strip().splitlines()[-1])
+    loaded = set(probe["loaded"])
+    assert "substrat.rpc.server" in loaded and "difflib" not in loaded
+    # (a package on this machine that declares a provider makes the scan needed: then
+    # importlib.metadata reads it, tests/unit/test_entry_point_scan.py)
+    assert probe["declared"] or "importlib.metadata" not in loaded
