@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
-import signal
 import socket
 import sys
 import time
@@ -526,6 +525,8 @@ def stop_daemon(root: str | os.PathLike[str], *, timeout_s: float = STOP_TIMEOUT
         pid = unreachable_daemon(root_path)
         if pid is None:
             return None
+        import signal  # (here: a command that only sends a request never needs it)
+
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
         if wait_until(lambda: root_holder(root_path) != pid, timeout_s):
@@ -541,6 +542,8 @@ def stop_daemon(root: str | os.PathLike[str], *, timeout_s: float = STOP_TIMEOUT
             pid = int(client.call("daemon.shutdown")["pid"])
     except (DaemonError, OSError, KeyError, TypeError, ValueError):
         if pid is not None:
+            import signal
+
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
     if wait_until(lambda: not lock.is_held(root_path), timeout_s):
