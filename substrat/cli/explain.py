@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shlex
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,6 +18,8 @@ from substrat.words import plural
 
 
 def _q(text: object) -> str:
+    import shlex  # (only for a refusal's advice: not part of every command's start)
+
     return shlex.quote(str(text))
 
 

@@ -17,7 +17,6 @@ are still reported, one plain line each.
 
 from __future__ import annotations
 
-import shlex
 import sys
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -75,6 +74,8 @@ class PromptCommand(click.Command):
         # what was given before the command's name goes with it, as the command takes it too
         given = ["--root", str(group_root())] if group_root() and "--root" not in args else []
         given += ["--json"] if group_json() and "--json" not in args else []
+        import shlex  # (only for this advice: not part of every command's start)
+
         return [ctx.command_path, *map(shlex.quote, given + moved)]
 
 
