@@ -95,26 +95,44 @@ def conversation_from_entries(entries: Iterable[Entry]) -> list[TurnRecord]:
     Every readable ``turn.complete`` is a turn of the conversation; its prompt is
     the one its ``turn.start`` logged, or the copy ``turn.complete`` carries.
     """
-    starts: dict[str, str] = {}
-    turns: list[TurnRecord] = []
-    for entry in entries:
-        event, data = entry.get("event"), entry.get("data") or {}
-        if event == events.TURN_START:
-            starts[str(data.get("turn_id"))] = str(data.get("prompt", ""))
-        elif event == events.TURN_COMPLETE:
-            turn_id = str(data.get("turn_id"))
-            # turn.complete is the commit record: the turn is in the history even when
-            # its turn.start line is damaged (the prompt is in both; logs written before
-            # turn.complete carried it show an empty prompt, and fsck says so)
-            prompt = starts.pop(turn_id, None)
-            if prompt is None:
-                prompt = str(data.get("prompt", ""))
-            turns.append(
-                TurnRecord(
-                    turn_id,
-                    prompt,
-                    str(data.get("response", "")),
-                    list(data.get("transcript") or []),
+    built = ConversationBuilder()
+    built.add_all(entries)
+    return built.turns
+
+
+class ConversationBuilder:
+    """:func:`conversation_from_entries`, fed a log's entries in batches, in file order:
+    recovery's one read of a log builds the conversation its first turn is restored
+    from (see :meth:`~substrat.logs.LogPool.keep_conversation`)."""
+
+    __slots__ = ("starts", "turns")
+
+    def __init__(self) -> None:
+        self.starts: dict[str, str] = {}
+        """Turn id -> the prompt its ``turn.start`` logged, until its ``turn.complete``."""
+        self.turns: list[TurnRecord] = []
+
+    def add_all(self, entries: Iterable[Entry]) -> None:
+        starts, turns = self.starts, self.turns
+        for entry in entries:
+            event = entry.get("event")
+            if event == events.TURN_START:
+                data = entry.get("data") or {}
+                starts[str(data.get("turn_id"))] = str(data.get("prompt", ""))
+            elif event == events.TURN_COMPLETE:
+                data = entry.get("data") or {}
+                turn_id = str(data.get("turn_id"))
+                # turn.complete is the commit record: the turn is in the history even when
+                # its turn.start line is damaged (the prompt is in both; logs written before
+                # turn.complete carried it show an empty prompt, and fsck says so)
+                prompt = starts.pop(turn_id, None)
+                if prompt is None:
+                    prompt = str(data.get("prompt", ""))
+                turns.append(
+                    TurnRecord(
+                        turn_id,
+                        prompt,
+                        str(data.get("response", "")),
+                        list(data.get("transcript") or []),
+                    )
                 )
-            )
-    return turns

@@ -59,7 +59,11 @@ class LiveSessionsMixin:
             except Exception as exc:  # the log has it all; say why the blob was not used
                 source, restored["blob_refused"] = "log", failure_reason(exc)
         if live is None:
-            history = conversation_from_log(self.logs.path(node.session_id))
+            # the first turn after a start: recovery's read of the log has it, if the
+            # log is as recovery left it (LogPool.kept_conversation says)
+            history = self.logs.kept_conversation(node.session_id)
+            if history is None:
+                history = conversation_from_log(self.logs.path(node.session_id))
             if not history and session.state is SessionState.CREATED:
                 source = "new"
                 live = await backend.create(node.model, node.instructions, context)

@@ -14,7 +14,7 @@ import os
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from substrat import paths, segments
 from substrat.agents import USER, AgentNode, AgentState
@@ -33,9 +33,16 @@ from substrat.lazy import LazyDict
 from substrat.session import SessionStore, validate_session_id
 from substrat.session.store import RECORD_NAME
 
+if TYPE_CHECKING:
+    from substrat.providers.base import TurnRecord
+
 _log = logging.getLogger(__name__)
 
 MAX_OPEN_LOGS = 256
+MAX_KEPT_LOG_BYTES = 8 << 20
+"""Recovery keeps the conversations of the logs it reads in full up to this many bytes
+of log in all (see :meth:`LogPool.keep_conversation`); past it, a first turn reads
+its log as any other restore does."""
 USER_DIR = "user"
 
 
@@ -56,6 +63,8 @@ class LogPool:
         self._ends: LazyDict[str, Resume] = LazyDict(build=_summarized_end)
         """Endpoint -> where its closed log ends; a log the start summary gave is kept as
         (offset, last seq) until asked for (see :meth:`remember_summarized`)."""
+        self._kept: dict[str, tuple[tuple[int, int, int, int], list[TurnRecord]]] = {}
+        self._kept_bytes = 0
         self.on_append: Callable[[str, int], None] | None = None
         self.closed = False
         """Set by :meth:`close_all`, the orchestrator's last: nothing is written after it."""
@@ -133,6 +142,45 @@ class LogPool:
         assert endpoint not in self._open, endpoint
         self._ends[endpoint] = resume
 
+    def keep_conversation(self, endpoint: str, turns: list[TurnRecord]) -> None:
+        """Hold ``turns``, the conversation recovery's read of the closed log found just
+        now (where :meth:`remember` says it ends), for :meth:`kept_conversation`: the
+        agent's first turn after the start is restored from it instead of reading the
+        whole log again. Kept with the active file's identity (device, inode), size and
+        modification time, which say whether anything changed the log since; up to
+        :data:`MAX_KEPT_LOG_BYTES` of log in all (the rest read as ever)."""
+        end = self._ends.get(endpoint)
+        if end is None or self._kept_bytes + end.offset > MAX_KEPT_LOG_BYTES:
+            return
+        try:
+            stamp = _stamp(os.stat(self.path_text(endpoint)))
+        except OSError:
+            return
+        if stamp[2] != end.offset:  # not the file recovery read: nothing to keep
+            return
+        self._kept[endpoint] = (stamp, turns)
+        self._kept_bytes += end.offset
+
+    def kept_conversation(self, endpoint: str) -> list[TurnRecord] | None:
+        """The conversation :meth:`keep_conversation` held, once, if the log's active file
+        is as it was then; None otherwise (then read the log: ``conversation_from_log``).
+
+        What changes a log changes its active file's stamp: an append grows it (a
+        failed one taken back leaves the same bytes), a seal (the first step of every
+        compaction and deletion) puts a new file in its place, a repair cuts it or
+        appends a pending entry, and a file written or replaced from outside has
+        another size, inode or modification time. Closing the log forgets it.
+        """
+        held = self._kept.pop(endpoint, None)
+        if held is None:
+            return None
+        stamp, turns = held
+        try:
+            now = _stamp(os.stat(self.path_text(endpoint)))
+        except OSError:
+            return None
+        return turns if now == stamp else None
+
     def remember_summarized(self, endpoint: str, offset: int, last_seq: int) -> None:
         """As :meth:`remember` of ``Resume(offset, last_seq, summarized=True)``, built
         when first asked for (a start from the summary gives thousands nobody opens)."""
@@ -192,6 +240,7 @@ class LogPool:
         """Close the log; the next open rescans it from the start."""
         log = self._open.pop(endpoint, None)
         self._ends.pop(endpoint, None)
+        self._kept.pop(endpoint, None)
         if log is not None:
             log.close()
 
@@ -226,6 +275,11 @@ class AgentLog:
 _FRESH_LISTING: Listed = ([], 1, frozenset({RECORD_NAME}))
 """What a listing of a session directory created just now shows: its record alone (no
 sealed segment, no start record, no pending entry, no log yet)."""
+
+
+def _stamp(st: os.stat_result) -> tuple[int, int, int, int]:
+    """An active file's device, inode, size and modification time (see kept_conversation)."""
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 def _summarized_end(endpoint: str, source: tuple[int, int]) -> Resume:

@@ -21,16 +21,19 @@ from substrat import access
 from substrat.access import Unreadable
 from substrat.agents import USER
 from substrat.checkpoints import Checkpoint, StoreRead, line_mismatch, verify
+from substrat.conversation import ConversationBuilder
 from substrat.eventlog import (
     PENDING_NAME,
     DamageReport,
+    Entry,
     Resume,
+    Sink,
     is_suspect,
     repair_log,
 )
 from substrat.events import KNOWN_EVENTS
 from substrat.facts import AgentFacts
-from substrat.logbase import base_candidates
+from substrat.logbase import BASE_NAME, base_candidates
 from substrat.logread import sealed_batches
 from substrat.logs import LogPool
 from substrat.recovery_report import RecoveryReport
@@ -153,7 +156,23 @@ def _read_log(root: RootStores, endpoint: str, path: Path, report: RecoveryRepor
             facts.add_all(batch)
     if hole is not None:
         damage.add_gap(*hole, START_NAME)
-    opened = repair_log(path, facts.add_all, resume, (sealed, first_active, names))
+    # A log that is one file from entry 1 (no checkpoint, segment, base or start
+    # record) is read whole here: its conversation comes with the facts, for the
+    # agent's first turn (LogPool.keep_conversation), from the entries a read of the
+    # repaired log gives (tests: test_conversation_builder).
+    built: ConversationBuilder | None = None
+    sink: Sink = facts.add_all
+    if (
+        checkpoint is None
+        and endpoint != USER
+        and not sealed
+        and first_active == 1
+        and BASE_NAME not in names
+        and START_NAME not in names
+    ):
+        built = ConversationBuilder()
+        sink = _feeding(facts.add_all, built.add_all)
+    opened = repair_log(path, sink, resume, (sealed, first_active, names))
     kept = opened.kept_damage()
     damage.items.extend(kept.items)
     damage.unknown_events.extend(kept.unknown_events)
@@ -191,7 +210,19 @@ def _read_log(root: RootStores, endpoint: str, path: Path, report: RecoveryRepor
         report.log_gaps[endpoint] = [[first, last] for first, last in gaps]
     report.events_read += facts.entries
     root.logs.remember(endpoint, opened.resume())
+    if built is not None:
+        root.logs.keep_conversation(endpoint, built.turns)
     return facts
+
+
+def _feeding(*sinks: Sink) -> Sink:
+    """One sink that hands each batch to every one of ``sinks``, in order."""
+
+    def feed(batch: list[Entry]) -> None:
+        for sink in sinks:
+            sink(batch)
+
+    return feed
 
 
 class HistoryGone(Exception):
