@@ -21,6 +21,9 @@ from typing import Any, Generic, TypeVar
 from faultfs import FaultFS
 
 T = TypeVar("T")
+Extend = Callable[[T, dict[str, Any], dict[str, Any]], T | None]
+"""(value derived from the files of then, the files then, the files now) -> the value of
+now, or None (see :meth:`FilesMemo.get`)."""
 VERIFY_EVERY = 16
 """One lookup in this many derives again and compares (0: never)."""
 
@@ -108,6 +111,7 @@ class FilesMemo(Generic[T]):
         self._memo: dict[str, tuple[dict[str, Any], T]] = {}
         self.lookups = 0
         self.derived = 0
+        self.extended = 0
 
     def get(
         self,
@@ -115,6 +119,7 @@ class FilesMemo(Generic[T]):
         path: str | os.PathLike[str],
         derive: Callable[[], T],
         files: dict[str, Any] | None = None,
+        extend: Extend[T] | None = None,
     ) -> T:
         """``derive()``, or the value it gave when the files at ``path`` held the same bytes.
 
@@ -122,7 +127,10 @@ class FilesMemo(Generic[T]):
         looks at one file for several memos reads it once), or the part of it the
         derivation reads (e.g. the session records below a directory that holds
         logs too); the periodic re-derivation still catches a derivation that
-        reads more than that.
+        reads more than that. ``extend``: when the files changed, ``extend(value,
+        files then, files now)`` may give what ``derive()`` would from the value of
+        then (None: it cannot, derive); every ``verify_every``-th such value is
+        derived again and compared.
         """
         key = os.fspath(path)
         if files is None:
@@ -139,8 +147,17 @@ class FilesMemo(Generic[T]):
                         "must not be used for it"
                     )
             return held[1]
-        value = derive()
-        self.derived += 1
+        value = None if held is None or extend is None else extend(held[1], held[0], files)
+        if value is None:
+            value = derive()
+            self.derived += 1
+        else:
+            self.extended += 1
+            if self.verify_every and self.extended % self.verify_every == 0 and derive() != value:
+                raise StaleMemo(
+                    f"the value extended from what {key} held before differs from a fresh "
+                    "derivation of its files: the extension is wrong"
+                )
         self._memo[key] = (files, value)
         return value
 

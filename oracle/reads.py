@@ -15,7 +15,8 @@ from oracle.errors import OracleViolation
 from oracle.incremental import files_below, log_files, log_part
 from oracle.log_start import start_record_problems
 from substrat import events
-from substrat.eventlog import LogRead, read_log
+from substrat.eventlog import LOG_NAME, DamageReport, Entry, LogRead, decode_line, read_log
+from substrat.events import KNOWN_EVENTS
 from substrat.logbase import BaseUnreadable, LogBase, read_base
 from substrat.registry import RegistryRead, read_registry, registry_path
 from substrat.session.store import RECORD_NAME
@@ -141,7 +142,11 @@ class Reads:
             else:
                 directory = log_files(path)
                 read = self.memos.reads.get(
-                    self.fs, directory, lambda: read_log(path), self.log_files(directory)
+                    self.fs,
+                    directory,
+                    lambda: read_log(path),
+                    self.log_files(directory),
+                    extended_read,
                 )
             self._reads[endpoint_session] = read
         return read
@@ -213,6 +218,50 @@ class Reads:
 
         node = self.orch.tree.resolve(agent_id)
         return conversation_with_base(self.base(node.session_id), self.log(node.session_id).entries)
+
+
+def extended_read(
+    then: LogRead, files_then: dict[str, Any], files_now: dict[str, Any]
+) -> LogRead | None:
+    """``read_log`` of a log's files now (``log_part`` of its directory), from its read
+    ``then``, when all that changed is whole, healthy lines appended to the active
+    file, each of a known event and numbered on from the highest ``seq`` before; None
+    otherwise (the caller reads the log whole).
+
+    After a crash most logs the check reads again only grew (a turn, a message), and
+    the read of then was clean (no damage, no unknown event, ending at the file's end):
+    ``read_log`` would give its entries, then those of the new lines, and no damage
+    (no duplicate, no gap: each new ``seq`` is one above the last), ending at the new
+    end. Anything else (a line cut or damaged, a file cut, rewritten or added, a seq
+    that skips or repeats) is read in full, as every read was before.
+    """
+    before, after = files_then.get(LOG_NAME), files_now.get(LOG_NAME)
+    if (
+        type(before) is not bytes
+        or type(after) is not bytes
+        or len(after) <= len(before)
+        or not then.entries
+        or then.damage.items
+        or then.damage.unknown_events
+        or then.valid_end != len(before)
+        or not after.startswith(before)
+        or files_then.keys() != files_now.keys()
+        or any(files_now[name] != data for name, data in files_then.items() if name != LOG_NAME)
+    ):
+        return None
+    last = then.entries[-1]["seq"]
+    if any(entry["seq"] >= last for entry in then.entries[:-1]):
+        return None  # the last entry is not the highest: a new seq might repeat one
+    added: list[Entry] = []
+    for raw in after[len(before) :].splitlines(keepends=True):
+        entry = decode_line(raw[:-1]) if raw.endswith(b"\n") else "torn"
+        if isinstance(entry, str) or entry["seq"] != last + 1:
+            return None
+        if entry.get("event") not in KNOWN_EVENTS:
+            return None
+        last += 1
+        added.append(entry)
+    return LogRead([*then.entries, *added], DamageReport(), len(after))
 
 
 def _base_or_why(path: str | os.PathLike[str]) -> LogBase | str | None:
