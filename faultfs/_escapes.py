@@ -323,8 +323,9 @@ def escape_message(frame: FrameType, what: str) -> str:
     if via is None:
         return (
             f"{_where(frame)}: {what}. The call went around faultfs's interceptors, through a "
-            "function faultfs does not intercept (io.FileIO used directly, for instance) or one "
-            f"bound before the FaultFS was activated. Use open(), os or pathlib instead. {_FIX}"
+            "function faultfs does not intercept (_io.FileIO, for instance) or one bound before "
+            "the FaultFS was activated (`from io import FileIO`, for instance: io.FileIO looked "
+            f"up at the call is intercepted). Use open(), io.FileIO, os or pathlib. {_FIX}"
         )
     name, original = via
     return (

@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import io
 import os
+from collections.abc import Callable
 from typing import Any
 
 from faultfs._buffered import track
@@ -54,6 +55,10 @@ class FaultFileIO(io.RawIOBase):
 
     def isatty(self) -> bool:
         return False
+
+    @property
+    def closefd(self) -> bool:
+        return self._closefd
 
     def fileno(self) -> int:
         if self.closed:
@@ -194,3 +199,88 @@ def open_file(
     except BaseException:
         raw.close()
         raise
+
+
+def open_raw(
+    fs: Syscalls, file: Any, path: str | None, mode: str, closefd: bool, opener: Any
+) -> FaultFileIO:
+    """What ``io.FileIO(file, mode, closefd, opener)`` opens, on the model."""
+    if type(mode) is not str:
+        raise TypeError(f"FileIO() argument 'mode' must be str, not {type(mode).__name__}")
+    kinds = [c for c in mode if c in "rwxa"]
+    if len(kinds) != 1 or mode.count("+") > 1 or not set(mode) <= set("rwxab+"):
+        if set(mode) <= set("rwxab+t") and "t" in mode:
+            raise ValueError(f"invalid mode: {mode}")
+        raise ValueError(
+            "Must have exactly one of create/read/write/append mode and at most one plus"
+        )
+    flags, raw_mode = _flags_for(mode.replace("b", "") or mode)
+    if "+" in raw_mode and not raw_mode.startswith(("a", "x")):
+        raw_mode = "rb+"  # as io.FileIO names "w+" and "r+"
+    if path is None:
+        fd = file
+    elif opener is not None:
+        fd = opener(path, flags)
+    else:
+        if not closefd:
+            raise ValueError("Cannot use closefd=False with file name")
+        fd = fs.open(path, flags, 0o666)
+    handle = fs._handle(fd)
+    if handle.is_dir:
+        if path is not None:
+            fs.close(fd)
+        raise oserror(errno.EISDIR, path)
+    raw = FaultFileIO(fs, fd, file, raw_mode, closefd, handle)
+    if "a" in mode:
+        raw.seek(0, os.SEEK_END)
+    return raw
+
+
+_REAL_FILEIO = io.FileIO
+
+
+class _FileIOType(type):
+    """The patched io.FileIO's type: isinstance and issubclass hold for real and simulated files."""
+
+    def __instancecheck__(cls, obj: Any) -> bool:
+        if "_faultfs_shim" not in cls.__dict__:  # a subclass made during the run
+            return type.__instancecheck__(cls, obj)
+        return isinstance(obj, _REAL_FILEIO | FaultFileIO)
+
+    def __subclasscheck__(cls, sub: Any) -> bool:
+        if "_faultfs_shim" not in cls.__dict__:
+            return type.__subclasscheck__(cls, sub)
+        return issubclass(sub, _REAL_FILEIO | FaultFileIO)
+
+
+def file_io_class(
+    route: Callable[[Any], tuple[Syscalls, str] | None], owner: Callable[[Any], Syscalls | None]
+) -> type:
+    """``io.FileIO`` while a FaultFS is active: a simulated raw file under a root, else a real one.
+
+    Libraries build their own stacks on it (safer opens ``io.FileIO(temp, "w")`` and
+    wraps it in io.BufferedWriter), so refusing it left them untestable. Calling the
+    class returns a FaultFileIO for a path under an active root or a simulated
+    descriptor, and a real io.FileIO otherwise; neither is an instance of the class
+    itself, so ``type.__call__`` runs no ``__init__`` on them.
+    """
+
+    class FileIO(_REAL_FILEIO, metaclass=_FileIOType):  # type: ignore[metaclass]
+        _faultfs_shim = True
+
+        def __new__(
+            cls, file: Any, mode: str = "r", closefd: bool = True, opener: Any = None
+        ) -> Any:
+            if cls is not FileIO:  # a subclass made during the run: a real file
+                return _REAL_FILEIO.__new__(cls, file, mode, closefd, opener)  # type: ignore[call-arg]
+            if type(file) is int:
+                fs = owner(file)
+                if fs is not None:
+                    return open_raw(fs, file, None, mode, closefd, opener)
+            elif (r := route(file)) is not None:
+                return open_raw(r[0], file, r[1], mode, closefd, opener)
+            return _REAL_FILEIO(file, mode, closefd, opener)
+
+    FileIO.__module__ = "io"
+    FileIO.__qualname__ = "FileIO"
+    return FileIO

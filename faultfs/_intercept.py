@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from faultfs import _cext, _escapes, _fdcalls, _late_imports, _others, _processes, _threads
 from faultfs._fdtable import FAKE_FD_BASE, FD_OWNERS, fd_owner, oserror
-from faultfs._fileobj import open_file
+from faultfs._fileobj import file_io_class, open_file
 from faultfs._outside import outside, prime_tempdir
 from faultfs._syscalls import Syscalls
 from faultfs.errors import ConfigError, UnsupportedOperation
@@ -475,6 +475,7 @@ def _patches() -> list[tuple[object, str, object]]:
     patches += [
         (builtins, "open", _builtin_open),
         (io, "open", _builtin_open),
+        (io, "FileIO", file_io_class(_route, _owner)),  # libraries stack their own buffers on it
         (fcntl, "flock", _flock),
         (fcntl, "lockf", _lockf),
         # shutil's descriptor-based rmtree and sendfile copy need calls the

@@ -376,11 +376,14 @@ def test_explore_refuses_paths_outside_the_root_by_default(tmp_path: Path) -> No
     assert not (tmp_path / "real-log").exists()
 
 
-def test_io_fileio_under_the_root_is_stopped(real_root: Path) -> None:
+_EARLY_FILEIO = io.FileIO  # bound at import: faultfs intercepts io.FileIO looked up at the call
+
+
+def test_io_fileio_bound_before_activation_is_stopped(real_root: Path) -> None:
     before = tree(real_root)
     with FaultFS(real_root, outside="refuse") as fs, pytest.raises(EscapeError) as info:
-        io.FileIO(fs.path("data.json"), "w")
-    assert "io.FileIO used directly" in str(info.value)
+        _EARLY_FILEIO(fs.path("data.json"), "w")
+    assert "`from io import FileIO`, for instance" in str(info.value)
     assert fs.escapes == [str(info.value)]
     untouched(real_root, before)
 

@@ -41,9 +41,11 @@ def test_swallowed_escape(faultfs):
     except Exception:
         pass
 
+from io import FileIO  # bound at import: faultfs intercepts io.FileIO looked up at the call
+
 def test_swallowed_fileio(faultfs):
     try:
-        io.FileIO(faultfs.path("raw"), "w")
+        FileIO(faultfs.path("raw"), "w")
     except Exception:
         pass
 
@@ -95,7 +97,7 @@ def test_swallowed_escapes_and_c_extension_writes_fail_the_test(tmp_path: Path) 
         "FAILED test_escapes.py::test_subprocess_told_the_root",
     } <= lines, out
     assert "calls os.open through `_open`, bound before the FaultFS was activated" in out
-    assert "io.FileIO used directly" in out
+    assert "`from io import FileIO`, for instance" in out
     # sqlite3 and mmap are named when they start, with what faultfs cannot see (even
     # when the code swallows the error); what a child process writes is found afterwards.
     assert out.count("sqlite3 reads and writes it from C") >= 2, out
