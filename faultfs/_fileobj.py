@@ -139,6 +139,27 @@ def _parse_mode(mode: str) -> tuple[int, str]:
     return flags | getattr(os, "O_CLOEXEC", 0), raw_mode
 
 
+def _raw_file(
+    fs: Syscalls, file: Any, path: str | None, flags: int, raw_mode: str, closefd: bool, opener: Any
+) -> FaultFileIO:
+    """The raw file open() and io.FileIO build on: ``path`` opened, or descriptor ``file``."""
+    if path is None:
+        fd = file
+    elif opener is not None:
+        fd = opener(path, flags)
+    else:
+        if not closefd:
+            raise ValueError("Cannot use closefd=False with file name")
+        fd = fs.open(path, flags, 0o666)
+    handle = fs._handle(fd)
+    if handle.is_dir:
+        if path is not None:
+            fs.close(fd)
+        raise oserror(errno.EISDIR, path)
+    raw = FaultFileIO(fs, fd, file, raw_mode, closefd, handle)
+    return raw
+
+
 def open_file(
     fs: Syscalls,
     file: Any,
@@ -156,20 +177,7 @@ def open_file(
     binary = "b" in mode
     if binary and (encoding is not None or errors is not None or newline is not None):
         raise ValueError("binary mode doesn't take an encoding, errors or newline argument")
-    if path is None:
-        fd = file
-    elif opener is not None:
-        fd = opener(path, flags)
-    else:
-        if not closefd:
-            raise ValueError("Cannot use closefd=False with file name")
-        fd = fs.open(path, flags, 0o666)
-    handle = fs._handle(fd)
-    if handle.is_dir:
-        if path is not None:
-            fs.close(fd)
-        raise oserror(errno.EISDIR, path)
-    raw = FaultFileIO(fs, fd, file, raw_mode, closefd, handle)
+    raw = _raw_file(fs, file, path, flags, raw_mode, closefd, opener)
     try:
         if "a" in mode:
             raw.seek(0, os.SEEK_END)
@@ -217,22 +225,13 @@ def open_raw(
     flags, raw_mode = _flags_for(mode.replace("b", "") or mode)
     if "+" in raw_mode and not raw_mode.startswith(("a", "x")):
         raw_mode = "rb+"  # as io.FileIO names "w+" and "r+"
-    if path is None:
-        fd = file
-    elif opener is not None:
-        fd = opener(path, flags)
-    else:
-        if not closefd:
-            raise ValueError("Cannot use closefd=False with file name")
-        fd = fs.open(path, flags, 0o666)
-    handle = fs._handle(fd)
-    if handle.is_dir:
-        if path is not None:
-            fs.close(fd)
-        raise oserror(errno.EISDIR, path)
-    raw = FaultFileIO(fs, fd, file, raw_mode, closefd, handle)
+    raw = _raw_file(fs, file, path, flags, raw_mode, closefd, opener)
     if "a" in mode:
-        raw.seek(0, os.SEEK_END)
+        try:
+            raw.seek(0, os.SEEK_END)
+        except BaseException:
+            raw.close()
+            raise
     return raw
 
 
