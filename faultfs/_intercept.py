@@ -41,6 +41,10 @@ _saved: list[tuple[object, str, object]] = []
 _saved_bindings: list[_escapes.Binding] = []
 _install_lock = threading.Lock()
 _froze_gc = False
+# The freeze count while nothing but faultfs has frozen anything: Python 3.12 starts
+# with tuples of its own in the permanent generation (375 on 3.12.1), and waiting
+# for 0 there meant never freezing, so each collection at exit walked the whole heap.
+_unfrozen_count = gc.get_freeze_count()
 _OS_NAMES = (
     *("open", "read", "pread", "write", "pwrite", "close", "fsync", "fdatasync", "ftruncate"),
     *("truncate", "lseek", "fstat", "stat", "lstat", "replace", "rename", "unlink", "remove"),
@@ -536,7 +540,7 @@ def activate(fs: FaultFS) -> None:
         if not _stack:
             # What exists now is frozen out of the collector, so collecting a
             # run's garbage before deactivation (collect()) costs only the run's.
-            _froze_gc = gc.get_freeze_count() == 0
+            _froze_gc = gc.get_freeze_count() == _unfrozen_count
             if _froze_gc:
                 gc.freeze()
             _escapes.patch_bindings(_saved_bindings)
@@ -565,6 +569,7 @@ def _patched_late() -> None:
 
 
 def deactivate(fs: FaultFS) -> None:
+    global _unfrozen_count
     with _install_lock:
         if fs not in _stack:
             raise ConfigError(f"FaultFS at {fs.root!r} is not active")
@@ -577,7 +582,8 @@ def deactivate(fs: FaultFS) -> None:
             _escapes.unpatch_bindings(_saved_bindings)
             _escapes.unbind_run()  # names the run's imports bound to a patch: the originals
             if _froze_gc:
-                gc.unfreeze()
+                gc.unfreeze()  # what was frozen before faultfs loaded too: none is left
+                _unfrozen_count = 0
 
 
 def active() -> list[FaultFS]:
