@@ -154,6 +154,11 @@ def _explore_profile(
         again = _fresh(snap, base)
         _run(again, workload)
         _health.check_deterministic(counting, again, off)
+    if HealthCheck.check_fails_at_start not in off:
+        start = _check(_fresh(snap, base), recover_and_check, off)
+        if start is not None:
+            at = f" (at {start.frame.display(os.getcwd())})" if start.frame is not None else ""
+            _health.check_start(start.error, at, off)
     report.boundaries = max(report.boundaries, counting.boundaries)
     results: dict[tuple[object, ...], Outcome | None] = {}
     checked = looked_at = 0

@@ -32,6 +32,8 @@ class HealthCheck(enum.Enum):
     nondeterministic = "nondeterministic"
     #: Nothing was acknowledged (no fs.ack, no acknowledging): no crash could lose anything.
     nothing_acknowledged = "nothing_acknowledged"
+    #: The check rejects the starting state (before the workload, nothing acknowledged).
+    check_fails_at_start = "check_fails_at_start"
 
     @classmethod
     def all(cls) -> list[HealthCheck]:
@@ -186,4 +188,23 @@ def check_images_looked_at(images: int, touched: int, off: frozenset[HealthCheck
         "open img.path('name'), list img.root, or use img.tree() / img.read_file('name'). "
         "A check that reads a real directory, a copy made before the crash, or nothing at all "
         "passes whatever the crash did.",
+    )
+
+
+def check_start(error: str, where: str, off: frozenset[HealthCheck]) -> None:
+    """The check failed on the starting state: no crash can explain that, so stop before sweeping.
+
+    Left to the sweep, a check that fails everywhere (a typo in it, a file it expects
+    that setup never made) fails every image, and cause analysis blames the code
+    under test for it: missing fsyncs in a library that has them all.
+    """
+    if HealthCheck.check_fails_at_start in off:
+        return
+    raise fail(
+        HealthCheck.check_fails_at_start,
+        f"recover_and_check fails on the starting state, before the workload ran (the files "
+        f"setup made, all durable; nothing acknowledged): {error}{where}",
+        "No crash can have caused that, so the sweep would blame the code under test for the "
+        "check's own failure. Fix the check (or the setup): with nothing acknowledged it must "
+        "accept what setup left (and, without setup, an empty root).",
     )
