@@ -11,44 +11,23 @@ stops explore with the check's error and line, before any cause is named.
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
 from faultfs import FailedHealthCheck, FaultFS, HealthCheck, explore
+from tests.support.faultfs_classic import config_check, config_setup, config_workload
 
-
-def _save(path: str, data: dict[str, int]) -> None:
-    """A durable save: fsync the file before the rename, then the directory."""
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(data, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fd = os.open(os.path.dirname(path), os.O_RDONLY)
-    os.fsync(fd)
-    os.close(fd)
-
-
-def _workload(fs: FaultFS) -> None:
-    for version in (1, 2):
-        _save(fs.path("state.json"), {"v": version})
-        fs.ack(version)
-
-
-def _setup(fs: FaultFS) -> None:
-    _save(fs.path("state.json"), {"v": 0})
+DURABLE = config_workload(file_sync=True, dir_sync=True)
 
 
 def _typo_check(img: FaultFS) -> None:
-    with open(img.path("state.json")) as f:
-        assert json.laod(f)["v"] >= max(img.acked, default=0)  # type: ignore[attr-defined]
+    with open(img.path("config.json")) as f:
+        assert json.laod(f)["version"] >= max(img.acked, default=0)  # type: ignore[attr-defined]
 
 
 def test_a_check_that_fails_before_any_crash_stops_explore_naming_its_error() -> None:
     with pytest.raises(FailedHealthCheck) as info:
-        explore(_workload, _typo_check, setup=_setup)
+        explore(DURABLE, _typo_check, setup=config_setup)
     assert info.value.health_check is HealthCheck.check_fails_at_start
     message = str(info.value)
     assert "fails on the starting state" in message
@@ -58,27 +37,15 @@ def test_a_check_that_fails_before_any_crash_stops_explore_naming_its_error() ->
 
 
 def test_a_check_that_needs_a_file_nobody_made_is_named_too() -> None:
-    def check(img: FaultFS) -> None:  # no setup: the root starts empty
-        with open(img.path("state.json")) as f:
-            assert json.load(f)["v"] >= max(img.acked, default=0)
-
     with pytest.raises(FailedHealthCheck, match="FileNotFoundError"):
-        explore(_workload, check)
+        explore(DURABLE, config_check)  # no setup: the root starts empty
 
 
 def test_suppressed_the_sweep_runs_as_before() -> None:
-    report = explore(
-        _workload,
-        _typo_check,
-        setup=_setup,
-        suppress_health_check=[HealthCheck.check_fails_at_start],
-    )
+    off = [HealthCheck.check_fails_at_start]
+    report = explore(DURABLE, _typo_check, setup=config_setup, suppress_health_check=off)
     assert not report.ok
 
 
 def test_a_check_that_accepts_the_start_runs_the_sweep() -> None:
-    def check(img: FaultFS) -> None:
-        with open(img.path("state.json")) as f:
-            assert json.load(f)["v"] >= max(img.acked, default=0)
-
-    assert explore(_workload, check, setup=_setup).ok
+    assert explore(DURABLE, config_check, setup=config_setup).ok
