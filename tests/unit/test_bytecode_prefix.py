@@ -22,11 +22,19 @@ def fake_config(worker: bool = False) -> Any:
     return config
 
 
+def without_installed_links(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The session's cache without the installed bytecode linked in, for a test that does
+    not look at the links: linking them (about 5,000) and removing them cost 1-2 CPU s a
+    time. test_the_installed_bytecode_is_linked_in_and_read_from_there checks the links."""
+    monkeypatch.setattr(conftest, "link_installed_bytecode", lambda prefix: 0)
+
+
 def test_with_bytecode_off_children_share_a_private_cache_removed_at_the_end(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
     monkeypatch.delenv("PYTHONPYCACHEPREFIX", raising=False)
+    without_installed_links(monkeypatch)
     config = fake_config()
     conftest.pytest_configure(config)
     prefix = Path(os.environ["PYTHONPYCACHEPREFIX"])
@@ -85,6 +93,7 @@ def test_another_users_children_share_a_cache_of_their_own_removed_at_the_end(
 ) -> None:
     """The session's cache is private (mode 0700), so a child run as another user
     (tests/support/privileges.py) compiled everything from source at each start."""
+    without_installed_links(monkeypatch)  # theirs has no links: it is a cache of its own
     config, prefix = session_cache(monkeypatch)
     try:
         how = privileges._other_user.__wrapped__(privileges.OTHER_UID)  # not the cached answer
@@ -123,3 +132,5 @@ def test_the_installed_bytecode_is_linked_in_and_read_from_there(
         assert not (stdlib / "test").exists()  # not the standard library's own tests
     finally:
         conftest.pytest_unconfigure(config)
+    assert not Path(prefix).exists()  # the links go with the cache
+    assert installed.exists()  # not what they pointed to
