@@ -16,6 +16,7 @@ from hypothesis.stateful import RuleBasedStateMachine, rule
 
 from oracle.item_cpu import load, spread, tails
 from oracle.shards import examples_per_shard, run_shard
+from tests.support.unused_plugins import PYTEST_ARGS
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -109,6 +110,7 @@ def test_the_plugin_records_each_item(tmp_path: Path) -> None:
             "-q",
             "-p",
             "no:xdist",
+            *PYTEST_ARGS,
             str(tmp_path / "test_x.py"),
         ],
         cwd=tmp_path,
@@ -163,7 +165,7 @@ def test_a_live_helper_process_is_charged_to_the_item_it_worked_for(tmp_path: Pa
     out = tmp_path / "cpu.jsonl"
     run = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "oracle.item_cpu", "-p", "no:cacheprovider"]
-        + ["-q", "-p", "no:xdist", str(tmp_path / "test_server.py")],
+        + ["-q", "-p", "no:xdist", *PYTEST_ARGS, str(tmp_path / "test_server.py")],
         cwd=tmp_path,
         env={**os.environ, "SUBSTRAT_ITEM_CPU": str(out), "PYTHONPATH": str(REPO)},
         capture_output=True,

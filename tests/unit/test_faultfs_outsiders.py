@@ -220,7 +220,7 @@ def test_fixtures_of_both_in_one_test_fail_it_with_the_reason_not_a_recursion(
     tmp_path: Path,
 ) -> None:
     (tmp_path / "test_both.py").write_text(PYFAKEFS_FIXTURES)
-    result = run_pytest(tmp_path, "-rA")
+    result = run_pytest(tmp_path, "-rA", plugins_off=("benchmark", "anyio"))  # pyfakefs's `fs`
     out = result.stdout + result.stderr
     assert "RecursionError" not in out and "numbered dir" not in out, out[-3000:]
     assert "3 passed, 2 errors" in out, out[-3000:]

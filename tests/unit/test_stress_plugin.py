@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from oracle.pytest_plugin import STRESS_TEST_TIMEOUT_S
+from tests.support.unused_plugins import PYTEST_ARGS
 
 CHILD_TIMEOUT_S = 120
 
@@ -57,7 +58,7 @@ def _caps(tmp_path: Path, *args: str) -> dict[str, str]:
     (tmp_path / "test_caps.py").write_text(TESTS)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-s", "-q", "-p", "no:cacheprovider"]
+        [sys.executable, "-m", "pytest", "-s", "-q", "-p", "no:cacheprovider", *PYTEST_ARGS]
         + ["-p", "oracle.rewrite_scope", "-p", "oracle.pytest_plugin", *args],
         cwd=tmp_path,
         env=env,
@@ -86,7 +87,8 @@ def _header(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
     base = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "HYPOTHESIS_"))}
     base.pop("CI", None)
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "oracle.pytest_plugin"],
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *PYTEST_ARGS]
+        + ["-p", "oracle.pytest_plugin"],
         cwd=tmp_path,
         env={**base, **env},
         capture_output=True,
