@@ -92,8 +92,7 @@ def test_one_unreadable_agent_costs_only_itself(
     directory = root / "agents" / sessions[agent]
     target = directory / file if file else directory
     before = _fingerprint(directory)
-    with_everything = root.parent / "reference"
-    _copy_and_serve(root, with_everything)
+    want = _reference_histories(root)
     if shape == "read_only":
         for child in directory.iterdir():
             child.chmod(0o400)
@@ -161,7 +160,6 @@ def test_one_unreadable_agent_costs_only_itself(
     # 3. fixed: it comes back whole, with the others' new turn kept
     assert cli(root, "daemon", "start").returncode == 0
     got = _histories(root)
-    want = _histories(with_everything)
     assert set(got) == set(sessions)
     for path in sessions:
         extra = [("t2", "still here?")] if path == "gamma" else []
@@ -170,19 +168,24 @@ def test_one_unreadable_agent_costs_only_itself(
     assert status["unreadable"] == []
 
 
-def _copy_and_serve(root: Path, copy: Path) -> None:
-    """A reference copy of the healthy root, served by a daemon for its histories."""
+def _reference_histories(root: Path) -> dict[str, list[tuple[str, str]]]:
+    """What :func:`_histories` gives for the healthy ``root``: read from a copy of it, in this
+    process, through the orchestrator calls the daemon's ``agent.list`` and ``agent.history``
+    answer from (a daemon of its own for the copy cost a start, a stop and two CLI processes)."""
+    copy = root.parent / "reference"
     shutil.copytree(root, copy)
-    started = roots.cli(copy, "daemon", "start")
-    assert started.returncode == 0, started.stderr
 
+    async def read() -> dict[str, list[tuple[str, str]]]:
+        orch = await Orchestrator.open(copy)
+        try:
+            return {
+                a.path: [(t.turn_id, t.prompt) for t in orch.history_and_gaps(a.agent_id)[0]]
+                for a in orch.agents()
+            }
+        finally:
+            await orch.close()
 
-@pytest.fixture(autouse=True)
-def _stop_reference(tmp_path: Path) -> Iterator[None]:
-    yield
-    reference = tmp_path / "reference"
-    if reference.exists():
-        stop_daemon(reference, timeout_s=30)
+    return asyncio.run(read())
 
 
 @pytest.mark.parametrize("where", ["log read in full", "checkpoint check"])
