@@ -272,12 +272,14 @@ class CommitMixin:
         self, node: AgentNode, session: Session, live: ProviderSession
     ) -> None:
         """A root's steps after its commit point (``agent.created`` in its log): its
-        registration (a registered root is one whose creation is durable), its record
-        ACTIVE, then a slot for its live session."""
+        registration (a registered root is one whose creation is durable), its session
+        ACTIVE, then a slot for its live session. ACTIVE in memory only: the record
+        stays the CREATED one written before the commit point, as a crash right after
+        the registration always left it (``SessionStore.activate``)."""
 
         def activate() -> None:  # not if terminated before a retry got to it
             if session.state is SessionState.CREATED:
-                self.store.transition(session, SessionState.ACTIVE)
+                self.store.activate(session)
 
         steps: list[Step] = [
             ("register", lambda: self.roots.register(root_entry(node))),

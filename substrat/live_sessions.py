@@ -73,8 +73,9 @@ class LiveSessionsMixin:
                 )
         self.logs.get(node.session_id).log(events.SESSION_RESTORED, {**restored, "source": source})
         # A session discarded after a failed turn was never suspended: still ACTIVE.
+        # In memory only: the record keeps the state a restart needs (store.activate).
         if session.state is not SessionState.ACTIVE:
-            self.store.transition(session, SessionState.ACTIVE)
+            self.store.activate(session)
         return live
 
     async def _save_session(self, node: AgentNode, live: ProviderSession) -> None:

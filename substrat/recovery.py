@@ -7,8 +7,9 @@ the tree of live agents with their sessions and turn counters, and the
 roll-forward plan (:mod:`substrat.rollforward`) that the orchestrator applies
 with its own commit code (:mod:`substrat.restore`).
 
-1. ``SessionStore.recover()``: ACTIVE records become SUSPENDED (no provider
-   session survives a crash); corrupt records are quarantined. A record that
+1. ``SessionStore.recover()``: ACTIVE records (only an older substrat wrote
+   them: see ``SessionStore.activate``) become SUSPENDED (no provider session
+   survives a crash); corrupt records are quarantined. A record that
    cannot be read at all (EACCES, EIO) is left alone: that agent is held back
    (see step 7). The record of a session with a terminated marker
    (``terminated/<id>``) is not read: the marker stands for it. A quiet agent

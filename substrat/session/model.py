@@ -22,7 +22,10 @@ _SESSION_ID = re.compile(r"[0-9a-f]{32}")
 
 
 class SessionState(enum.Enum):
-    """CREATED -> ACTIVE <-> SUSPENDED -> TERMINATED (any live state may terminate)."""
+    """CREATED -> ACTIVE <-> SUSPENDED -> TERMINATED (any live state may terminate).
+
+    ACTIVE (a live provider session) is a state in memory: a record on disk says
+    CREATED, SUSPENDED or TERMINATED (see ``SessionStore.activate``)."""
 
     CREATED = "created"
     ACTIVE = "active"

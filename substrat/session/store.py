@@ -1,6 +1,8 @@
 """The session store: session records under ``<root>/agents/<session-id>/``.
 
-A record is rewritten atomically on creation and on every state change. Loading
+A record is rewritten atomically on creation and on every state change a restart
+starts from: CREATED, SUSPENDED (with the provider's blob) and TERMINATED. ACTIVE
+is never written (see :meth:`SessionStore.activate`). Loading
 never lets one bad record stop the others: a record that cannot be read is
 moved into ``<root>/quarantine/`` with a reason file, reported, and skipped.
 The agent's event log stays where it is, so recovery can still rebuild the
@@ -208,8 +210,29 @@ class SessionStore:
             return exc
         return None
 
+    def activate(self, session: Session) -> None:
+        """Make ``session`` ACTIVE (its provider session is live) in memory only.
+
+        Nothing reads an ACTIVE record but a restart, which takes it for SUSPENDED (no
+        provider session survives a crash) and rewrites it so, with the same blob and
+        ``state_seq``. So ACTIVE on disk would say nothing the record before it does
+        not: a crash while the session is live leaves the record it had, SUSPENDED
+        (what recovery made of the ACTIVE one, byte for byte) or CREATED (no blob:
+        the session is rebuilt from the log, or made new if the log has no completed
+        turn, the same session a restore with nothing builds). Not writing it saves a
+        durable write at each root's creation and each restore, and the restart's
+        rewrite of every session a crash found live. Records an older substrat left
+        ACTIVE are still made SUSPENDED by :meth:`recover`. docs/orchestrator.md,
+        "Session records", has each crash point with and without the write.
+        """
+        session.transition(SessionState.ACTIVE)
+
     def transition(self, session: Session, target: SessionState) -> None:
-        """Change state and persist; the in-memory state changes only if the write did."""
+        """Change state and persist; the in-memory state changes only if the write did.
+
+        Any state is written as it is given (ACTIVE too: the store's contract tests
+        write one, as an older substrat did); substrat's own code makes a session
+        ACTIVE through :meth:`activate` only, which writes nothing."""
         previous = session.state
         session.transition(target)
         try:
@@ -341,7 +364,9 @@ class SessionStore:
         """Scan, flip every ACTIVE session to SUSPENDED on disk, and return the scan.
 
         After a crash no provider session is live, so a record that says ACTIVE
-        is stale. Running this twice gives the same result.
+        is stale. This substrat writes none (see :meth:`activate`): only a root an
+        older version wrote, or a record written by hand, has one. Running this
+        twice gives the same result.
         """
         result = self.scan(known=known, trust_markers=True, vouch=vouch)
         for session in list(result.sessions):

@@ -131,7 +131,10 @@ def test_create_root_is_logged_and_recorded(root: Path) -> None:
             "parent_session_id": None,
             "instructions": "be brief",
         }
-        assert record_state(orch, info.session_id) is SessionState.ACTIVE
+        # live, but its record is the one written before the commit point: ACTIVE is a
+        # state in memory only (SessionStore.activate)
+        assert orch.sessions[info.session_id].state is SessionState.ACTIVE
+        assert record_state(orch, info.session_id) is SessionState.CREATED
         await orch.close()
         assert record_state(orch, info.session_id) is SessionState.SUSPENDED
 
