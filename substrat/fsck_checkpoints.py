@@ -168,7 +168,8 @@ def unreadable_state(root: Path, session_id: str, path: str) -> str:
     """What a start does with an agent whose file ``path`` it could not use: holds it back,
     unless that file is only its record and the start summary vouches for the agent (a
     clean stop wrote it, and the log is as it then was): a start from the summary does not
-    read the record, serves the agent, and writes the record again at its next turn."""
+    read the record, serves the agent, and writes the record again when its session is
+    next suspended (a turn writes no record: ``SessionStore.activate``)."""
     if Path(path).name == RECORD_NAME:
         summary, _ = start_summary.load(root)
         if summary is not None:
@@ -179,8 +180,9 @@ def unreadable_state(root: Path, session_id: str, path: str) -> str:
             if vouched:
                 return (
                     "the next start serves this agent from the start summary (it does not "
-                    "read this file) and writes the file again at the agent's next turn; a "
-                    "start without the summary (after a crash) holds it back"
+                    "read this file) and writes the file again when the agent's session is "
+                    "next suspended (evicted, or at a clean stop); a start without the "
+                    "summary (after a crash) holds it back"
                 )
     return "the daemon holds this agent back"
 

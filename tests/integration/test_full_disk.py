@@ -18,6 +18,7 @@ import pytest
 from substrat import compaction, segments
 from substrat.client import stop_daemon
 from substrat.eventlog import read_log
+from substrat.session import SessionState, SessionStore
 from tests.support import mounts, roots
 from tests.support.cli import kill_daemon
 
@@ -141,13 +142,16 @@ def test_a_create_refused_on_a_full_disk_says_to_free_space(disk: Path) -> None:
 
 
 def test_agent_list_counts_agents_a_full_disk_held_back(disk: Path) -> None:
-    """After a kill -9, a start on a full disk holds the agent back (recovery cannot
-    write); plain `agent list` said "no agents yet: substrat agent create NAME", as if it
-    were gone. It says how many are held and where to look."""
+    """After a kill -9, a start on a full disk holds the agent back when recovery has to
+    write for it (here the ACTIVE record an older substrat left, which recovery rewrites
+    SUSPENDED: this one writes no ACTIVE record, so a kill alone leaves nothing to write,
+    see the next test); plain `agent list` said "no agents yet: substrat agent create
+    NAME", as if it were gone. It says how many are held and where to look."""
     root = disk / "root"
     assert roots.cli(root, "agent", "create", "lead").returncode == 0
     assert roots.cli(root, "agent", "send", "lead", "hello").returncode == 0
     kill_daemon(root)
+    _leave_active(root)
     filler = mounts.fill(disk)
     assert roots.cli(root, "daemon", "start").returncode == 0
     held = json.loads(roots.cli(root, "daemon", "status").stdout)["unreadable"]
@@ -162,6 +166,32 @@ def test_agent_list_counts_agents_a_full_disk_held_back(disk: Path) -> None:
     assert roots.cli(root, "daemon", "restart").returncode == 0
     back = json.loads(roots.cli(root, "agent", "list").stdout)
     assert [a["path"] for a in back] == ["lead"]
+
+
+def _leave_active(root: Path) -> None:
+    """Make the root's one session record say ACTIVE, as an older substrat left it."""
+    store = SessionStore(root)
+    [session] = store.scan(quarantine=False).sessions
+    session.state = SessionState.ACTIVE
+    store.save(session)
+
+
+def test_a_start_on_a_full_disk_after_a_kill_serves_the_agents_it_need_not_write_for(
+    disk: Path,
+) -> None:
+    """A kill leaves no ACTIVE record (SessionStore.activate), so the start after it has no
+    record to rewrite: on a full disk it serves the agent (before, its record's rewrite
+    was refused and the agent held back until space was freed)."""
+    root = disk / "root"
+    assert roots.cli(root, "agent", "create", "lead").returncode == 0
+    assert roots.cli(root, "agent", "send", "lead", "hello").returncode == 0
+    kill_daemon(root)
+    filler = mounts.fill(disk)
+    assert roots.cli(root, "daemon", "start").returncode == 0
+    assert json.loads(roots.cli(root, "daemon", "status").stdout)["unreadable"] == []
+    listed = json.loads(roots.cli(root, "agent", "list").stdout)
+    assert [a["path"] for a in listed] == ["lead"]
+    filler.unlink()
 
 
 @pytest.mark.parametrize("unbuffered", ["1", ""], ids=["PYTHONUNBUFFERED", "buffered"])

@@ -243,7 +243,8 @@ def test_fsck_on_an_unreadable_record_the_start_summary_vouches_for_says_it_is_s
 ) -> None:
     """After a clean stop, `chmod 000 session.json`: fsck said "the daemon holds this
     agent back", but a start from the start summary does not read the record: it serves
-    the agent and writes the record again at its next turn. fsck says that."""
+    the agent and writes the record again when its session is next suspended (a turn
+    writes none). fsck says that."""
     sessions = asyncio.run(roots.three_roots(root))
     record = root / "agents" / sessions["beta"] / "session.json"
     assert os.path.exists(start_summary.summary_path(root))
@@ -262,6 +263,8 @@ def test_fsck_on_an_unreadable_record_the_start_summary_vouches_for_says_it_is_s
         with Client(root) as client:  # what fsck said: served, and the record written
             assert "beta" in {a["path"] for a in client.call("agent.list")}
             client.call("agent.send", {"agent": "beta", "prompt": "served?"})
+            assert record.stat().st_mode & 0o777 == 0  # a turn writes no record
+        assert cli(root, "daemon", "stop").returncode == 0  # its session suspended
         assert record.stat().st_mode & 0o777 == 0o600
     finally:
         if record.exists() and record.stat().st_mode & 0o777 == 0:
