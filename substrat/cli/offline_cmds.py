@@ -156,12 +156,16 @@ async def _recover_now(root: Path) -> tuple[dict[str, Any], dict[str, str]]:
 
 
 def _findings(report: Any, repair: bool, width: int) -> list[RenderableType]:
-    """The findings grouped by agent (its path on a line of its own, never cut)."""
+    """The findings grouped by agent (its path on a line of its own, never cut).
+
+    A table where it fits with every file name whole; on a terminal too narrow for
+    that, each finding's file on a line of its own and the rest below it (a name
+    folded mid-word, ``daemon.soc`` over ``k``, is not a name one can type).
+    """
     cols = [
         render.Col("SEVERITY"),
         render.Col("KIND"),
-        # folded, never cut: a user acts on the whole path and the whole detail
-        render.Col("FILE", fold=True, min_width=12),
+        render.Col("FILE"),  # whole: a user acts on the path (a missing fsync, a file to remove)
         render.Col("DETAIL", fold=True, min_width=16),
         render.Col("REPAIRED" if repair else "REPAIR", fold=not repair, drop=1),
     ]
@@ -183,7 +187,19 @@ def _findings(report: Any, repair: bool, width: int) -> list[RenderableType]:
         groups.setdefault(title, []).append(
             [f"[{style}]{f.severity}[/]", esc(f.kind), esc(shown), esc(f.detail), fix]
         )
-    return render.grouped_tables(width, cols, list(groups.items()))
+    indent = 2
+    if render.fits(width - indent, cols, [row for rows in groups.values() for row in rows]):
+        return render.grouped_tables(width, cols, list(groups.items()), indent)
+    out: list[RenderableType] = []
+    for title, rows in groups.items():
+        out.append(title)
+        for severity, kind, name, detail, fix in rows:
+            # printed unwrapped (soft wrap): only the terminal breaks a line longer than itself
+            out.append(f"  {name}")
+            out.append(f"    {severity} {kind}: {detail}")
+            if fix != "-":
+                out.append(f"    {'repaired' if repair else 'repair'}: {fix}")
+    return out
 
 
 PLAN_STATUS = {

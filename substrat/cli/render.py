@@ -81,6 +81,13 @@ def fit_widths(width: int, cols: list[Col], rows: list[list[str]]) -> tuple[list
     return shown, widths
 
 
+def fits(width: int, cols: list[Col], rows: list[list[str]]) -> bool:
+    """Whether :func:`fit_widths` gets every row within ``width`` (else rich would cut
+    even the columns that are never cut)."""
+    shown, widths = fit_widths(width, cols, rows)
+    return sum(widths[i] for i in shown) + GAP * (len(shown) - 1) <= width
+
+
 def _table(
     cols: list[Col],
     rows: list[list[str]],
