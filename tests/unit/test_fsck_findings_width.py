@@ -15,19 +15,20 @@ from substrat.cli.offline_cmds import _findings
 from substrat.fsck_report import Finding, FsckReport
 
 SID = "9031480c0d2b4a3c9e5f6a7b8c9d0e1f"
+SEGMENT = "events-000001.jsonl.pending"
+GONE = "socket of a daemon that is gone"
+UNCLEAN = "the last daemon (pid 24297) did not shut down cleanly; it recovers at the next start"
+IN_LOG = "pending entry already in the log"
 
 
 def _report() -> FsckReport:
     report = FsckReport(root="/tmp/root", repair=False)
     report.findings = [
-        Finding("stale_socket", "daemon.sock", "leftover", "socket of a daemon that is gone",
-                repair="remove it"),
-        Finding("unclean_shutdown", "daemon.lock", "notice",
-                "the last daemon (pid 24297) did not shut down cleanly; it recovers at the next start"),
-        Finding("stale_pending", "roots/events.pending", "leftover", "pending entry already in the log",
-                repair="remove it"),
-        Finding("stale_pending", f"agents/{SID}/events-000001.jsonl.pending", "leftover",
-                "pending entry already in the log", repair="remove it", agent="lead/scout"),
+        Finding("stale_socket", "daemon.sock", "leftover", GONE, repair="remove it"),
+        Finding("unclean_shutdown", "daemon.lock", "notice", UNCLEAN),
+        Finding("stale_pending", "roots/events.pending", "leftover", IN_LOG, repair="remove it"),
+        Finding("stale_pending", f"agents/{SID}/{SEGMENT}", "leftover", IN_LOG,
+                repair="remove it", agent="lead/scout"),
     ]  # fmt: skip
     return report
 
@@ -44,7 +45,7 @@ def _printed(width: int, repair: bool = False) -> list[str]:
 @pytest.mark.parametrize("repair", [False, True])
 def test_every_file_name_and_kind_is_on_one_line_whole(width: int, repair: bool) -> None:
     printed = _printed(width, repair)
-    for name in ("daemon.sock", "daemon.lock", "roots/events.pending", "events-000001.jsonl.pending"):
+    for name in ("daemon.sock", "daemon.lock", "roots/events.pending", SEGMENT):
         assert any(name in line for line in printed), (name, printed)
     for kind in ("stale_socket", "unclean_shutdown", "stale_pending"):
         assert any(kind in line for line in printed), (kind, printed)
@@ -60,7 +61,7 @@ def test_a_narrow_terminal_gets_each_finding_in_full_below_its_file(width: int) 
         "    repair: remove it",
     ]
     assert "lead/scout (session 9031480c)" in printed
-    assert "  events-000001.jsonl.pending" in printed
+    assert f"  {SEGMENT}" in printed
 
 
 def test_a_wide_terminal_keeps_the_table() -> None:
