@@ -190,15 +190,23 @@ def _findings(report: Any, repair: bool, width: int) -> list[RenderableType]:
     indent = 2
     if render.fits(width - indent, cols, [row for rows in groups.values() for row in rows]):
         return render.grouped_tables(width, cols, list(groups.items()), indent)
+    from rich.padding import Padding
+    from rich.text import Text
+
+    def wrapped(markup: str) -> RenderableType:  # at spaces, within the width, indented
+        text = Text.from_markup(markup, overflow="fold")
+        text.no_wrap = False  # over the console's soft wrap, which would crop it
+        return Padding(text, (0, 0, 0, 2 * indent), expand=False)
+
     out: list[RenderableType] = []
     for title, rows in groups.items():
         out.append(title)
         for severity, kind, name, detail, fix in rows:
-            # printed unwrapped (soft wrap): only the terminal breaks a line longer than itself
-            out.append(f"  {name}")
-            out.append(f"    {severity} {kind}: {detail}")
+            # unwrapped (the console's soft wrap): only a name wider than the terminal breaks
+            out.append(f"{' ' * indent}{name}")
+            out.append(wrapped(f"{severity} {kind}: {detail}"))
             if fix != "-":
-                out.append(f"    {'repaired' if repair else 'repair'}: {fix}")
+                out.append(wrapped(f"{'repaired' if repair else 'repair'}: {fix}"))
     return out
 
 
