@@ -510,6 +510,8 @@ def _inspect_plan(root: Path, report: FsckReport, unreadable: dict[str, Unreadab
         where = store.session_dir(agent.session_id)
         if agent.path is not None:
             report.agents[agent.session_id] = agent.path
+            if agent.agent_id is not None:
+                report.agent_paths[agent.agent_id] = agent.path
         if agent.status.startswith("orphan"):
             report.add(
                 "orphan_session",

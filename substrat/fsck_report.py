@@ -46,6 +46,8 @@ class FsckReport:
     """With ``repair``: the report of the recovery run at the end."""
     agents: dict[str, str] = field(default_factory=dict)
     """Session id -> agent path (``lead/scout``), so findings can name their agent."""
+    agent_paths: dict[str, str] = field(default_factory=dict)
+    """Agent id -> agent path, so the repair's recovery lines name agents as a start's do."""
     acknowledged: list[dict[str, Any]] = field(default_factory=list)
     """With ``acknowledge``: the incidents acknowledged before the check (substrat.incidents)."""
 

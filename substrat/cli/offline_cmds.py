@@ -89,7 +89,7 @@ def fsck(opts: Opts, repair: bool, acknowledge: tuple[int, ...]) -> None:
             + (f", [red]{len(left)} left[/]" if left else "")
         )
         if report.recovery:
-            for line in lines.recovery_lines({"report": report.recovery}):
+            for line in lines.recovery_lines({"report": report.recovery}, report.agent_paths):
                 out.print(f"  {line}")
     else:
         out.print(

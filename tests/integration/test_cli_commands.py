@@ -229,6 +229,8 @@ def test_fsck_and_recover_exit_codes(root: Path, tmp_path: Path) -> None:
     # what the repair did, not what the next start would have done
     assert "this repair recovered it" in fixed.stdout, fixed.stdout
     assert "recovers at the next start" not in fixed.stdout, fixed.stdout
+    # the agent by its path, as a start and `recover` name it (it was its id, c8e0c3f7)
+    assert "lost in flight: slow turn t1 (prompt: doomed turn)" in fixed.stdout, fixed.stdout
     clean = run(root, "fsck")
     assert clean.returncode == 0 and "clean" in clean.stdout
     recovered = as_json(run(root, "recover", "--json"))
