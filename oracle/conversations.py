@@ -12,11 +12,13 @@ the entries decoded from them. When the directory still holds the active file
 alone and its old bytes are still its first bytes (one comparison, a
 ``memcmp``), only the appended lines are decoded (with substrat's own line
 decoder, and only if every one is a healthy, known entry numbered after the
-last), and substrat's ``conversation_from_entries`` rebuilds the turns from
-all the entries. A log met for the first time is taken as grown from nothing:
-an agent's first check comes right after its creation, when its log holds the
-creation's entries and no turn, where a full read gave the read path nothing
-to get wrong that a later full read of the same log does not also give it.
+last), and substrat's ``ConversationBuilder``, which takes a log's entries
+in batches, is fed the appended ones after those it was fed before: its turns
+are ``conversation_from_entries`` of all the entries. A log met for the first
+time is taken as grown from nothing: an agent's first check comes right after
+its creation, when its log holds the creation's entries and no turn, where a
+full read gave the read path nothing to get wrong that a later full read of the
+same log does not also give it.
 Anything else is rebuilt in full by ``Orchestrator.history`` (the read path
 under test): a log whose old bytes changed (an entry rewritten in place, a line
 cut or dropped from the middle), a new segment, base or start record, a
@@ -34,7 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from substrat.conversation import conversation_from_entries
+from substrat.conversation import ConversationBuilder
 from substrat.events import KNOWN_EVENTS
 from substrat.logline import Entry, decode_line
 from substrat.providers.base import TurnRecord
@@ -56,6 +58,9 @@ class _Held:
     """What those bytes decode to (``read_log``'s entries); empty without ``active``."""
     digest: str = ""
     """The chain's digest after the ``count`` turns (checked up to there)."""
+    built: ConversationBuilder | None = None
+    """``entries`` fed to substrat's builder (its turns are the conversation of those
+    bytes); None without ``active``, or when nothing was built yet (a new log)."""
 
 
 _GROWN_FROM = _Held({}, 0, b"", [])
@@ -122,6 +127,7 @@ class Conversations:
             return held.count  # the same bytes: the same conversation
         active = files.get(ACTIVE) if len(files) == 1 else None
         entries: list[Entry] | None = None
+        new: list[Entry] | None = None
         if held is None:
             held = _GROWN_FROM  # a log met for the first time: all of it appended
         # the old bytes unchanged (one memcmp): the log only appended
@@ -130,9 +136,18 @@ class Conversations:
             new = decoded(active, len(held.active), last)
             entries = None if new is None else held.entries + new
         checked, digest = 0, ""
+        built: ConversationBuilder | None = None
         if entries is not None and not full:
             self.appended += 1
-            turns = conversation_from_entries(entries)
+            # The builder of the old entries is fed the new ones only: it takes a log's
+            # entries in batches, in file order (recovery feeds it so), and its turns are
+            # then conversation_from_entries(entries), without going over the old ones again.
+            built = held.built
+            if built is None:
+                built = ConversationBuilder()
+                built.add_all(held.entries)
+            built.add_all(new or [])
+            turns = built.turns
             # the turns of the old entries are the old turns, already checked
             if len(turns) >= held.count:
                 checked, digest = held.count, held.digest
@@ -141,7 +156,10 @@ class Conversations:
             turns = history()
             if entries is None and active is not None:
                 entries = decoded(active)
-            if entries is not None and conversation_from_entries(entries) != turns:
+            if entries is not None:
+                built = ConversationBuilder()
+                built.add_all(entries)
+            if built is not None and built.turns != turns:
                 # a plain AssertionError: a check's failure (oracle._mutant_guard)
                 raise AssertionError(
                     f"the conversation decoded from {key}'s bytes differs from what "
@@ -151,5 +169,5 @@ class Conversations:
         if entries is None:
             self._held[key] = _Held(files, len(turns), None, [], digest)
         else:
-            self._held[key] = _Held(files, len(turns), active, entries, digest)
+            self._held[key] = _Held(files, len(turns), active, entries, digest, built)
         return len(turns)

@@ -465,72 +465,82 @@ class LifecycleMachine(RuleBasedStateMachine):
     def check_all(self, full: bool = False) -> None:
         """Every check, in order (after every step, at its end: see ``step``).
 
-        ``full``: every conversation rebuilt by ``Orchestrator.history`` (the teardown's)."""
-        self.registries_in_sync()
-        self.tree_matches_the_shadow()
-        self.nobody_busy_between_steps()
-        self.inboxes_match_the_shadow()
-        self.conversations_are_whole(full)
+        ``full``: every conversation rebuilt by ``Orchestrator.history`` (the teardown's).
 
-    def registries_in_sync(self) -> None:
+        One walk of the live agents feeds all of them: ``Orchestrator.agents`` (the
+        query ``substrat agent list`` shows), whose infos carry each agent's session,
+        name, parent and children; then one pass over the shadow's agents with one
+        tree lookup each for its state, inbox and conversation. Each check used to
+        walk or look up the tree again for the same answers."""
+        infos = self.orch.agents()
+        by_id = {info.agent_id: info for info in infos}
+        assert len(by_id) == len(infos), "an agent walked twice"
+        self.registries_in_sync(by_id)
+        self.tree_matches_the_shadow(by_id)
+        sessions = self.agents_match_the_shadow()
+        self.conversations_are_whole(full, sessions)
+
+    def registries_in_sync(self, infos: dict[str, Any]) -> None:
         orch = self.orch
-        nodes = list(orch.tree.walk())
-        ids = {n.agent_id for n in nodes}
-        sessions = {n.session_id for n in nodes}
-        assert ids == set(self.agents)
-        assert set(orch.sessions) == sessions
-        assert set(orch.inboxes.endpoints()) <= ids | {USER}
-        assert set(orch._contexts) <= ids
-        assert set(orch.turn_counts) == ids
-        assert set(orch.last_complete_seq) <= ids
-        live = {a for pool in orch.mux._pools.values() for a in pool}
-        assert live <= ids and all(len(p) <= SLOTS for p in orch.mux._pools.values())
-        assert set(orch.logs._open) <= sessions | {USER}
+        ids = infos.keys()
+        sessions = {info.session_id for info in infos.values()}
+        assert ids == self.agents.keys()
+        assert orch.sessions.keys() == sessions
+        assert ids | {USER} >= set(orch.inboxes.endpoints())
+        assert ids >= orch._contexts.keys()
+        assert orch.turn_counts.keys() == ids
+        assert ids >= orch.last_complete_seq.keys()
+        pools = orch.mux._pools.values()
+        assert all(p.keys() <= ids and len(p) <= SLOTS for p in pools)
+        assert orch.logs._open.keys() <= sessions | {USER}
 
-    def tree_matches_the_shadow(self) -> None:
+    def tree_matches_the_shadow(self, infos: dict[str, Any]) -> None:
         orch = self.orch
         orch.tree.check()
         assert {n.name: n.agent_id for n in orch.tree.roots()} == self.roots
-        # One walk of the live agents (``agents``), not a lookup of each by id (``get``,
-        # which resolves a reference and checks for a cut termination first): the same
-        # infos, and the walk must show exactly the shadow's agents.
-        infos = {info.agent_id: info for info in orch.agents()}
-        assert infos.keys() == self.agents.keys()
+        # The walk (``agents``) shows exactly the shadow's agents, each with the shadow's
+        # name, parent and children. That is all the older per-agent checks asked: a
+        # child's name in its parent's map is the child's own name (the shadow keeps it
+        # so), and an agent is once among its parent's children (the shadow's lists
+        # hold distinct ids).
+        real = {i.agent_id: (i.name, i.parent_id, sorted(i.children)) for i in infos.values()}
+        shadow = {
+            a.agent_id: (a.name, a.parent, sorted(a.children.values()))
+            for a in self.agents.values()
+        }
+        if real != shadow:  # (name, parent, children) of each agent that differs
+            differ = sorted(k for k in real.keys() | shadow.keys() if real.get(k) != shadow.get(k))
+            raise AssertionError([(k, real.get(k), shadow.get(k)) for k in differ])
 
-        def info_of(agent_id: str) -> Any:
-            return infos[agent_id] if agent_id in infos else orch.get(agent_id)
-
-        for agent in self.agents.values():
-            info = infos[agent.agent_id]
-            assert (info.name, info.parent_id) == (agent.name, agent.parent)
-            assert sorted(info.children) == sorted(agent.children.values())
-            assert {info_of(c).name: c for c in info.children} == agent.children
-            if agent.parent is not None:
-                assert info_of(agent.parent).children.count(agent.agent_id) == 1
-
-    def nobody_busy_between_steps(self) -> None:
+    def agents_match_the_shadow(self) -> dict[str, str]:
+        """No agent BUSY or in use between steps; each agent's state, waits and inbox
+        are the shadow's; the user's inbox too. Returns each agent's session id."""
         orch = self.orch
         assert orch.busy_turns == 0 and not orch.mux._in_use
-        for agent in self.agents.values():
-            node = orch.tree.get(agent.agent_id)
+        get = orch.tree.get
+        inboxes = orch.inboxes
+        sessions: dict[str, str] = {}
+        for agent_id, agent in self.agents.items():
+            node = get(agent_id)
+            sessions[agent_id] = node.session_id
             expected = AgentState.WAITING if agent.waiting else AgentState.IDLE
             assert node.state is expected, (agent.name, node.state, agent.waiting)
             assert sorted(node.waiting_on.values()) == sorted(agent.waiting.values())
-
-    def inboxes_match_the_shadow(self) -> None:
-        orch = self.orch
-        for agent in self.agents.values():
-            inbox = orch.inboxes.inbox(agent.agent_id)
+            inbox = inboxes.inbox(agent_id)
             real = inbox.all()
             assert [(m.sender, m.kind) for m in real] == [(m.sender, m.kind) for m in agent.inbox]
             assert inbox.pending() == real  # nothing left claimed
         assert [(m.sender, m.kind) for m in orch.user_inbox()] == [
             (m.sender, m.kind) for m in self.user
         ]
+        return sessions
 
-    def conversations_are_whole(self, full: bool = False) -> None:
+    def conversations_are_whole(
+        self, full: bool = False, sessions: dict[str, str] | None = None
+    ) -> None:
         """Each conversation chains its prompts and has the shadow's turns (see
-        :mod:`oracle.conversations`: re-derived where the log changed)."""
+        :mod:`oracle.conversations`: re-derived where the log changed). ``sessions``:
+        each agent's session id, as the tree gives it now (looked up if None)."""
         orch = self.orch
         fs = self.fs
         # Nothing on the disk changed since the last check (faultfs's clock moves with
@@ -547,7 +557,7 @@ class LifecycleMachine(RuleBasedStateMachine):
         dirs = self._log_dirs
         for agent in self.agents.values():
             agent_id = agent.agent_id
-            session = orch.tree.get(agent_id).session_id
+            session = orch.tree.get(agent_id).session_id if sessions is None else sessions[agent_id]
             if unchanged and checked.get(agent_id) == (session, agent.turns):
                 continue
             log = dirs.get(session)
