@@ -173,6 +173,9 @@ def check_text(params: Any, outcome: str = "nothing was sent") -> None:
     :class:`errors.BadInputError` naming the field, the byte and its place,
     then ``outcome``.
     """
+    if _all_utf8(params):
+        return  # every turn's prompt and every request comes here: the walk that names
+        # a field and a place (generators, a path text per value) only for a refusal
     for where, text in _texts(params, ""):
         try:
             text.encode("utf-8")
@@ -189,6 +192,25 @@ _FIELD_WORDS = {
     "name": "the name",
     "agent": "the agent name",
 }
+
+
+def _all_utf8(value: Any) -> bool:
+    """True if every text in ``value`` (a JSON value) encodes as UTF-8; False when one
+    does not, or for a kind :func:`_texts` must judge (a subclass of str, dict or list)."""
+    kind = type(value)
+    if kind is str:
+        if value.isascii():
+            return True
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return False
+        return True
+    if kind is dict:
+        return all(_all_utf8(key) and _all_utf8(item) for key, item in value.items())
+    if kind is list:
+        return all(_all_utf8(item) for item in value)
+    return value is None or kind is int or kind is float or kind is bool
 
 
 def _texts(value: Any, where: str) -> Iterator[tuple[str, str]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 from typing import Any
 
 import pytest
@@ -217,6 +218,37 @@ def test_a_lone_surrogate_escape_is_refused_and_a_pair_is_not() -> None:
     pair = b'{"jsonrpc":"2.0","id":2,"method":"m","params":{"prompt":"\\ud83d\\ude00"}}'
     [request], _ = parse_line(pair)
     assert isinstance(request, protocol.Request) and request.params == {"prompt": "\U0001f600"}
+
+
+class _Text(str):
+    pass
+
+
+@pytest.mark.parametrize(
+    ("params", "where"),
+    [
+        ({"prompt": "ok", "files": [{"name": "a\udcff"}]}, "files[0].name"),
+        ({"x\udc80": 1}, "a parameter name"),
+        (["fine", 2, None, ["b\ud800"]], "params[3][0]"),
+        ({"prompt": _Text("a\udcff")}, "the prompt"),  # a subclass: the walk judges it
+    ],
+)
+def test_a_lone_surrogate_anywhere_is_refused_with_its_place(params: Any, where: str) -> None:
+    with pytest.raises(errors.BadInputError, match=re.escape(f"invalid UTF-8 in {where}: ")):
+        protocol.check_text(params)
+
+
+def test_text_that_encodes_is_passed_without_the_walk_that_names_places(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every prompt and request is checked: the walk (a generator per value, a path text
+    per field) runs only for a refusal, which needs the field's name."""
+
+    def walked(*_: Any) -> Any:
+        raise AssertionError("walked")
+
+    monkeypatch.setattr(protocol, "_texts", walked)
+    protocol.check_text({"prompt": "caf\u00e9 \U0001f600", "n": 3, "x": [1.5, True, None]})
 
 
 def _failed_append(code: int) -> errors.DurabilityError:
