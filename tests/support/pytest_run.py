@@ -7,6 +7,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from tests.support.unicode_tables import give_unicode_tables
 from tests.support.unused_plugins import OTHER_PROJECTS_PLUGINS, turned_off
 
 CHILD_TIMEOUT_S = 120.0
@@ -26,7 +27,9 @@ def run_pytest(
     ``safe_path`` runs Python with ``-P``, so a directory in ``cwd`` cannot shadow an
     installed package. The installed plugins ``plugins_off`` are not loaded (by default
     other projects' ones, which these runs' tests do not use: a quarter of a start's CPU).
+    The child gets this run's Hypothesis Unicode tables (tests/support/unicode_tables.py).
     """
+    give_unicode_tables(cwd)
     python = [sys.executable, "-P"] if safe_path else [sys.executable]
     return subprocess.run(
         [*python, "-m", "pytest", "-q", "-p", "no:cacheprovider", *turned_off(plugins_off), *args],
