@@ -449,6 +449,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         pytest_args=tuple(shlex.split(args.pytest_args)),
         repo=repo,
     )
+    # An installed substrat has no tests (they are not in the wheel): pytest would stop at
+    # the first option only substrat's conftest knows, which says nothing of the cause.
+    missing = [t for t in config.tests if not (repo / t.split("::")[0]).exists()]
+    if missing and not args.list:
+        print(
+            f"python -m oracle.mutants runs substrat's own tests, and {repo} does not hold"
+            f" {', '.join(missing)}: run it from a checkout of substrat's source (the"
+            " installed package has no tests), or name test paths there with --tests",
+            file=sys.stderr,
+        )
+        return 2
     with tempfile.TemporaryDirectory(prefix="substrat-mutant-source-") as snapshot:
         # One copy of the package, taken now: the baseline and every mutant test
         # the same code even if the working tree changes while the run goes on.
