@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -61,15 +62,28 @@ def test_lines_after_the_awaited_one_are_kept_for_the_next_read() -> None:
         proc.communicate(timeout=30)
 
 
-def test_a_process_that_closes_stdout_but_runs_on_fails_by_the_deadline() -> None:
+def test_a_process_that_closes_stdout_but_runs_on_fails_by_the_deadline(tmp_path: Path) -> None:
     """Its stderr stays open while it runs: reading it to the end would wait the 600 s."""
+    ready = tmp_path / "ready"
     script = (
         "import os, sys, time; print('bye', flush=True); os.close(1); "
-        "print('still here', file=sys.stderr, flush=True); time.sleep(600)"
+        "print('still here', file=sys.stderr, flush=True); open(sys.argv[1], 'w').close(); "
+        "time.sleep(600)"
     )
     proc = subprocess.Popen(
-        [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [sys.executable, "-c", script, str(ready)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
+    # Its output is all in the pipes before the 1 s deadline starts: at a load of 15 a
+    # Python start alone can take longer, and the read then timed out before "bye"
+    # (a failure of the newcomer run, seed 29220).
+    wait_start = time.monotonic()
+    while not ready.exists():
+        assert proc.poll() is None, proc.communicate(timeout=30)
+        assert time.monotonic() - wait_start < 120, "the child never got going"
+        time.sleep(0.01)
     try:
         start = time.monotonic()
         with pytest.raises(AssertionError) as failure:
