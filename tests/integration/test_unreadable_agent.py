@@ -196,16 +196,16 @@ def test_eio_on_one_log_holds_that_agent_back(
     broken = str(root / "agents" / sessions["beta"] / "events.jsonl")
     if where == "log read in full":  # no checkpoint: a start reads the whole log
         shutil.rmtree(root / CHECKPOINTS_DIR)
-        real_open = open
+        real_pread = os.pread
 
-        def failing_open(path: Any, *args: Any, **kwargs: Any) -> Any:
-            # the repair reads through the descriptor it appends with: follow it
-            named = os.readlink(f"/proc/self/fd/{path}") if isinstance(path, int) else str(path)
-            if named == broken:
-                raise OSError(errno.EIO, os.strerror(errno.EIO), str(path))
-            return real_open(path, *args, **kwargs)
+        def failing_pread(fd: int, *args: Any) -> bytes:
+            # a log is read with pread (substrat.logread.file_lines), the repair's through
+            # the descriptor it appends with: the file is the one the descriptor names
+            if os.readlink(f"/proc/self/fd/{fd}") == broken:
+                raise OSError(errno.EIO, os.strerror(errno.EIO))
+            return real_pread(fd, *args)
 
-        monkeypatch.setattr(logread, "open", failing_open, raising=False)
+        monkeypatch.setattr(logread.os, "pread", failing_pread)
     else:  # a log its checkpoint covers to the end: a start reads only the line it names
         assert (root / CHECKPOINTS_DIR).is_dir()
         # (docs/orchestrator.md: the error is met at the log's next open)

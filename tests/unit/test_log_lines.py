@@ -1,0 +1,69 @@
+"""The lines a log's read splits its file into (substrat.logread.file_lines): the same as
+iterating the file as a binary file object, whatever the chunks' edges cut."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from substrat import logread
+from substrat.eventlog import EventLog, read_log
+
+# newlines, carriage returns (no line end for a binary file) and other bytes, in runs
+_PIECES = st.lists(
+    st.sampled_from([b"\n", b"\r", b"\r\n", b"x", b"{}", b"yz" * 7, b"\x00"]), max_size=40
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(pieces=_PIECES, chunk=st.integers(1, 9), offset=st.integers(0, 30))
+def test_the_lines_are_a_binary_file_objects_lines(
+    tmp_path_factory: pytest.TempPathFactory, pieces: list[bytes], chunk: int, offset: int
+) -> None:
+    data = b"".join(pieces)
+    path = tmp_path_factory.mktemp("lines") / "events.jsonl"
+    path.write_bytes(data)
+    with open(path, "rb") as handle:
+        handle.seek(offset)
+        want = list(handle)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        saved, logread.READ_CHUNK = logread.READ_CHUNK, chunk
+        try:
+            got = list(logread.file_lines(fd, offset))
+        finally:
+            logread.READ_CHUNK = saved
+    finally:
+        os.close(fd)
+    assert got == want
+
+
+def test_a_directory_in_a_logs_place_fails_as_opening_it_did(tmp_path: Path) -> None:
+    """``open`` refused a directory at once, naming it; the read says the same."""
+    where = tmp_path / "events.jsonl"
+    where.mkdir()
+    with pytest.raises(IsADirectoryError) as raised:
+        read_log(where)
+    assert raised.value.filename == str(where)
+
+
+def test_a_log_read_across_chunk_edges_reads_every_entry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Entries longer than a chunk, cut anywhere, read back whole and in order."""
+    path = tmp_path / "events.jsonl"
+    with EventLog(path) as log:
+        for i in range(5):
+            log.log("note", {"i": i, "text": "w" * (30 * i)})
+    with open(path, "ab") as handle:
+        handle.write(b'{"crc":"0000')  # a torn tail
+    whole = read_log(path, known_events=None)
+    monkeypatch.setattr(logread, "READ_CHUNK", 7)
+    cut = read_log(path, known_events=None)
+    assert [e["data"]["i"] for e in cut.entries] == [0, 1, 2, 3, 4]
+    assert cut == whole
+    assert cut.damage.counts() == {"torn_tail": 1}
