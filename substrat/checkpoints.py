@@ -43,6 +43,7 @@ from substrat import events, jsontext, paths, persistence
 from substrat.errors import DurabilityError
 from substrat.eventlog import LOG_NAME, Clock, decode_line, encode_entry, utc_now_iso
 from substrat.facts import AgentFacts
+from substrat.logread import file_lines, open_for_lines
 from substrat.segments import (
     Position,
     PositionGone,
@@ -417,15 +418,15 @@ def read_store(root: str | os.PathLike[str]) -> StoreRead:
     read = StoreRead()
     path = store_path(root)
     try:
-        handle = open(path, "rb")
+        fd = open_for_lines(path)  # no file object: lines as a log's (substrat.logread)
     except FileNotFoundError:
         return read
     except OSError as exc:
         read.problem = f"{path}: {exc}"
         return read
     offset = 0
-    with handle:
-        for raw in handle:
+    try:
+        for raw in file_lines(fd, 0):
             start = offset
             offset += len(raw)
             if not raw.endswith(b"\n"):
@@ -452,6 +453,8 @@ def read_store(root: str | os.PathLike[str]) -> StoreRead:
             kept = read.checkpoints.setdefault(checkpoint.endpoint, [])
             kept.append(checkpoint)
             del kept[:-KEEP_PER_ENDPOINT]
+    finally:
+        os.close(fd)
     read.size = offset
     return read
 

@@ -9,9 +9,11 @@ cost only their own line.
 
 from __future__ import annotations
 
+import errno
 import io
 import os
 import re
+import stat
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -203,7 +205,7 @@ def entry_batches(
     """
     named_path = None if isinstance(path, int) else path
     try:
-        fd = path if isinstance(path, int) else os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        fd = path if isinstance(path, int) else open_for_lines(path)
     except FileNotFoundError:
         if tail_info is not None:
             tail_info[:] = [start]
@@ -215,7 +217,7 @@ def entry_batches(
         named = path
         first, first_of = 1, (lambda: _start_of(named))
     try:
-        lines = file_lines(fd, start, named_path)
+        lines = file_lines(fd, start)
         yield from _batches(
             lines, damage, known_events, seen, tail_info, start, min_seq, "", (first, 0), first_of
         )
@@ -228,7 +230,21 @@ READ_CHUNK = 1 << 16
 """Bytes a read of a log's file asks for at once (below malloc's mmap threshold)."""
 
 
-def file_lines(fd: int, offset: int, path: str | os.PathLike[str] | None = None) -> Iterator[bytes]:
+def open_for_lines(path: str | os.PathLike[str]) -> int:
+    """A descriptor of the file at ``path`` open for reading (for :func:`file_lines`),
+    refused as ``open(path, "rb")`` refuses it: what ``os.open`` raises, and
+    IsADirectoryError naming a directory (which ``os.open`` opens; ``open`` checks)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), os.fspath(path))
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def file_lines(fd: int, offset: int) -> Iterator[bytes]:
     """The lines of the file open at ``fd`` from byte ``offset``, each with its newline
     (the last one without, if the file does not end in one), split on ``\\n`` alone,
     as iterating a binary file object gives them.
@@ -236,20 +252,10 @@ def file_lines(fd: int, offset: int, path: str | os.PathLike[str] | None = None)
     Read with ``os.pread`` in chunks of :data:`READ_CHUNK` instead of through a
     buffered file object: most logs are a few lines, and a file object (its raw layer,
     its buffer) cost more than the lines it read (on faultfs, the crash fuzzer's disk,
-    a third of a small log's read). ``path``: the file's name, for the error a
-    directory gives (``open`` says it at the open, with the name; ``pread`` only at
-    the read, without it).
+    a third of a small log's read).
     """
     parts: list[bytes] = []  # a line longer than a chunk, until its newline is read
-    while True:
-        try:
-            chunk = os.pread(fd, READ_CHUNK, offset)
-        except IsADirectoryError as exc:
-            if path is None:
-                raise
-            raise IsADirectoryError(exc.errno, exc.strerror, os.fspath(path)) from None
-        if not chunk:
-            break
+    while chunk := os.pread(fd, READ_CHUNK, offset):
         offset += len(chunk)
         end = chunk.rfind(b"\n") + 1
         if not end:

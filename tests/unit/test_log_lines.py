@@ -67,3 +67,16 @@ def test_a_log_read_across_chunk_edges_reads_every_entry(
     assert [e["data"]["i"] for e in cut.entries] == [0, 1, 2, 3, 4]
     assert cut == whole
     assert cut.damage.counts() == {"torn_tail": 1}
+
+
+def test_a_directory_in_the_checkpoint_stores_place_is_its_problem(tmp_path: Path) -> None:
+    """As when the store was opened with ``open``: a problem naming it, not an exception."""
+    from substrat.checkpoints import read_store, store_path
+
+    store_path(tmp_path).mkdir(parents=True)
+    read = read_store(tmp_path)
+    assert (
+        read.problem
+        == f"{store_path(tmp_path)}: [Errno 21] Is a directory: '{store_path(tmp_path)}'"
+    )
+    assert read.checkpoints == {}
