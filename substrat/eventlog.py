@@ -134,6 +134,9 @@ class OpenReport:
     end: int = 0
     """Where the active file ends after the repair (a replayed pending entry included)."""
     pending_found: bool = False
+    stat: os.stat_result | None = None
+    """The active file's ``fstat`` after the scan, if the repair then wrote nothing to
+    it (no cut, no replay): what a ``stat`` of it says until something writes it."""
 
     def resume(self) -> Resume:
         """Where a later open of this (unchanged) log can start."""
@@ -283,13 +286,15 @@ class EventLog:
             raise
         try:
             if not unscanned:  # else nothing ran since the fstat above: the size it gave
-                size = os.fstat(fd).st_size
+                report.stat = os.fstat(fd)
+                size = report.stat.st_size
             if size > scan.valid_end:
                 # Not fsynced: the cut bytes were never acknowledged, so a crash that
                 # brings them back loses nothing (the next open cuts them again), and
                 # the next append's fsync makes the cut durable with the entry.
                 os.ftruncate(fd, scan.valid_end)
                 report.truncated_bytes = size - scan.valid_end
+                report.stat = None
             report.last_seq = max(scan.max_seq, floor)
             report.end = scan.valid_end
             none_pending = PENDING_NAME not in names
@@ -302,6 +307,7 @@ class EventLog:
                 persistence.fsync_fd(fd, self.path)
                 report.end += len(replay[1])
                 report.pending_replayed = True
+                report.stat = None
                 report.last_seq = max(report.last_seq, replay[0])
                 if sink is not None:
                     if replay[2].get("event") in KNOWN_EVENTS:

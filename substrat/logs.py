@@ -142,7 +142,9 @@ class LogPool:
         assert endpoint not in self._open, endpoint
         self._ends[endpoint] = resume
 
-    def keep_conversation(self, endpoint: str, turns: list[TurnRecord]) -> None:
+    def keep_conversation(
+        self, endpoint: str, turns: list[TurnRecord], stat: os.stat_result | None = None
+    ) -> None:
         """Hold ``turns``, the conversation recovery's read of the closed log found just
         now (where :meth:`remember` says it ends), for :meth:`kept_conversation`: the
         agent's first turn after the start is restored from it instead of reading the
@@ -152,8 +154,8 @@ class LogPool:
         end = self._ends.get(endpoint)
         if end is None or self._kept_bytes + end.offset > MAX_KEPT_LOG_BYTES:
             return
-        try:
-            stamp = _stamp(os.stat(self.path_text(endpoint)))
+        try:  # ``stat``: the repair's own of the file it read, which it did not write
+            stamp = _stamp(os.stat(self.path_text(endpoint)) if stat is None else stat)
         except OSError:
             return
         if stamp[2] != end.offset:  # not the file recovery read: nothing to keep

@@ -211,7 +211,7 @@ def _read_log(root: RootStores, endpoint: str, path: Path, report: RecoveryRepor
     report.events_read += facts.entries
     root.logs.remember(endpoint, opened.resume())
     if built is not None:
-        root.logs.keep_conversation(endpoint, built.turns)
+        root.logs.keep_conversation(endpoint, built.turns, opened.stat)
     return facts
 
 

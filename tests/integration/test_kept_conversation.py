@@ -11,6 +11,7 @@ import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -136,3 +137,45 @@ def test_a_log_changed_since_recovery_read_it_is_read_again(
     assert reads == 1, "the log changed since recovery's read: read again"
     assert first.startswith(f"#{turns} ")
     assert len(history) == turns
+
+
+@pytest.mark.parametrize("torn", [False, True])
+def test_the_stamp_is_the_repairs_own_stat_unless_the_repair_wrote(
+    root: Path, monkeypatch: pytest.MonkeyPatch, torn: bool
+) -> None:
+    """Recovery's repair fstats the file it read; the conversation is kept with that stat
+    (no stat of the log again), unless the repair wrote the file (a torn tail cut): then
+    the file is stat'ed as it is now. Either way the first turn reads no log."""
+    from substrat.logs import LogPool, _stamp
+
+    sid = _after_a_kill(root)
+    log_path = SessionStore(root).log_path(sid)
+    if torn:
+        with open(log_path, "ab") as handle:
+            handle.write(b'{"crc":"00')  # a torn append: the repair cuts it
+    given: list[os.stat_result | None] = []
+    keep = LogPool.keep_conversation
+
+    def spy(self: LogPool, endpoint: str, turns: list[TurnRecord], stat: Any = None) -> None:
+        if endpoint == sid:
+            given.append(stat)
+        keep(self, endpoint, turns, stat)
+
+    monkeypatch.setattr(LogPool, "keep_conversation", spy)
+    reads = Reads()
+    monkeypatch.setattr(live_sessions, "conversation_from_log", reads)
+
+    async def go() -> str:
+        orch = await Orchestrator.open(root)
+        try:
+            (stat,) = given
+            if torn:
+                assert stat is None, "the repair cut the file: its stat before is not the file's"
+            else:
+                assert stat is not None and _stamp(stat) == _stamp(os.stat(log_path))
+            return (await orch.run_turn("ada", "three")).response.split("\n", 1)[0]
+        finally:
+            await orch.close()
+
+    assert asyncio.run(go()).startswith("#3 ")
+    assert reads.calls == 0
