@@ -152,13 +152,14 @@ class QueryMixin:
 
     # -- views ----------------------------------------------------------------------
 
-    def _info(self, node: AgentNode) -> AgentInfo:
+    def _info(self, node: AgentNode, path: str | None = None) -> AgentInfo:
+        """``path``: the agent's path, if the caller knows it (see :meth:`agents`)."""
         return AgentInfo(
             agent_id=node.agent_id,
             session_id=node.session_id,
             name=node.name,
             parent_id=node.parent_id,
-            path=self.tree.path(node.agent_id),
+            path=self.tree.path(node.agent_id) if path is None else path,
             state=node.state,
             provider=node.provider,
             model=node.model,
@@ -203,7 +204,20 @@ class QueryMixin:
 
     def agents(self, *, include_terminated: bool = False) -> list[AgentInfo]:
         """Live agents, parents before children; then, if asked, the terminated ones."""
-        live = [self._info(node) for node in self.tree.walk()]
+        # The walk gives parents before children: each path is its parent's and a name,
+        # not a climb to the root per agent (the lifecycle fuzzer lists after every step).
+        paths: dict[str, str] = {}
+        live = []
+        for node in self.tree.walk():
+            parent = node.parent_id
+            if parent is None:
+                path = node.name
+            elif parent in paths:
+                path = f"{paths[parent]}/{node.name}"
+            else:  # not met before its child: asked of the tree, as for one agent
+                path = self.tree.path(node.agent_id)
+            paths[node.agent_id] = path
+            live.append(self._info(node, path))
         if not include_terminated:
             return live
         return live + [self._dead_info(a) for a in self.graveyard.all()]

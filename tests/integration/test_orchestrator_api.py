@@ -569,3 +569,29 @@ def test_subscribers_see_a_turn_and_a_broken_one_breaks_nothing(root: Path) -> N
         await orch.close()
 
     run(go())
+
+
+def test_the_agent_list_gives_each_path_from_its_parents_without_climbing_the_tree(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def go() -> None:
+        orch = await Orchestrator.open(tmp_path / "root", registry=registry())
+        await orch.create_root("lead")
+        await orch.create_root("b2")
+        await orch.run_turn("lead", "@spawn a10 x\n@spawn a2 y")
+        await orch.run_turn("lead/a2", "@spawn deep z")
+        await orch.run_turn("lead/a2/deep", "@spawn deeper z")
+        expected = ["b2", "lead", "lead/a2", "lead/a2/deep", "lead/a2/deep/deeper", "lead/a10"]
+        assert [info.path for info in orch.agents()] == expected
+        assert [orch.get(info.agent_id).path for info in orch.agents()] == expected
+
+        def climbed(*_: Any) -> str:
+            raise AssertionError("a path climbed to the root for the list")
+
+        # one listing of every agent: each path is its parent's and a name
+        monkeypatch.setattr(orch.tree, "path", climbed)
+        assert [info.path for info in orch.agents()] == expected
+        monkeypatch.undo()
+        await orch.close()
+
+    run(go())
