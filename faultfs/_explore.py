@@ -31,6 +31,7 @@ from faultfs._model import Model
 from faultfs._profiles import get_profile
 from faultfs._report import END, END_SITE, ExploreReport, Failure, Workload
 from faultfs._trace import Frame, Op, is_user_file
+from faultfs._wording import exception_words
 from faultfs.errors import ConfigError, CrashSwallowed, EscapeError, SimulatedCrash
 
 DEFAULT_ROOT = "/faultfs-explore"
@@ -403,7 +404,7 @@ def _check(image: FaultFS, recover_and_check: Check, off: frozenset[HealthCheck]
     if error is None:
         return None
     return Outcome(
-        f"{type(error).__name__}: {error}",
+        exception_words(error),
         "".join(traceback.format_exception(error)),
         _raising_frame(error),
     )

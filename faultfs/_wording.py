@@ -346,3 +346,10 @@ def _common_start(texts: list[str]) -> str:
     first, last = min(texts), max(texts)
     size = next((i for i, (a, b) in enumerate(zip(first, last, strict=False)) if a != b), None)
     return first if size is None else first[:size]
+
+
+def exception_words(exc: BaseException) -> str:
+    """``Type: message``, or the type alone when the exception carries no message
+    (``EOFError()`` from a cut pickle), not ``Type: `` with nothing after it."""
+    message = str(exc)
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__

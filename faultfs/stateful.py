@@ -77,7 +77,7 @@ from faultfs._health import HealthCheck
 from faultfs._images import MODES
 from faultfs._model import Model
 from faultfs._profiles import get_profile
-from faultfs._wording import Where, describe
+from faultfs._wording import Where, describe, exception_words
 from faultfs.errors import (
     ConfigError,
     CrashSwallowed,
@@ -508,7 +508,7 @@ class CrashStateMachine(RuleBasedStateMachine):
         except AssertionError as exc:
             return str(exc) or "AssertionError"
         except Exception as exc:  # recovery that raises is a failed recovery
-            return f"{type(exc).__name__}: {exc}{_plan.raised_at(exc)}"
+            return f"{exception_words(exc)}{_plan.raised_at(exc)}"
         return None
 
     def _analyse(
