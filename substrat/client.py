@@ -107,9 +107,11 @@ class Client:
             self._sock = connect(self.socket_path, timeout_s)
         except (FileNotFoundError, ConnectionRefusedError) as exc:
             check_socket(self.root)
+            gone = isinstance(exc, FileNotFoundError)
+            why = "no socket at {}" if gone else "{} refuses connections: its daemon is gone"
             raise DaemonNotRunningError(
-                f"no daemon is running for root {self.root} ({exc.strerror}); start one with "
-                f"`substrat daemon start --root {self.root}`"
+                f"no daemon is running for root {self.root} ({why.format(self.socket_path)}); "
+                f"start one with `substrat daemon start --root {self.root}`"
             ) from None
         except PermissionError:
             raise DaemonError(
@@ -343,8 +345,7 @@ class DaemonProcess:
 
     ``substrat daemon start`` uses it and lets go; tests keep it to SIGKILL the
     daemon at will. Output is appended to ``log_path`` (default
-    ``<root>/daemon.log``). As a context manager it never leaves the process
-    behind.
+    ``<root>/daemon.log``). As a context manager it never leaves the process behind.
     """
 
     def __init__(
