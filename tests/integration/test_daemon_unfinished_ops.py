@@ -76,6 +76,9 @@ def test_a_creation_cut_after_its_commit_is_finished_at_the_agents_next_turn(
 ) -> None:
     root = tmp_path / "root"
     with Client(root, timeout_s=30) as client:
+        # An answer first: the connection is then accepted, not waiting in the listen
+        # queue for an accept() that the starvation below would fail (EMFILE) for 30 s.
+        client.call("ping")
         # The fewest spare descriptors with which the first creation commits: with fewer
         # it is refused before its commit point (-32011, nothing created, as the
         # host-limits test shows); then the registration, which opens the root
