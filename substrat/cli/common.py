@@ -140,10 +140,32 @@ class Opts:
             return conn.call(method, params, **kw)
 
 
+class RootPath(click.Path):
+    """The type of every --root: a path, but not an empty one.
+
+    ``--root "$DIR"`` with DIR unset passes "", which a plain path type takes for the
+    current directory: ``daemon start`` then made whatever empty directory the shell was
+    in a root. (An empty $SUBSTRAT_HOME is unset, as click and the daemon read it.)
+    """
+
+    def __init__(self) -> None:
+        super().__init__(path_type=Path, readable=False)  # an unreadable root: our one line
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and value == "":
+            self.fail(
+                'the path is empty (an unset variable in `--root "$DIR"`?); give a '
+                "directory, or leave --root out to use $SUBSTRAT_HOME or ~/.substrat",
+                param,
+                ctx,
+            )
+        return super().convert(value, param, ctx)
+
+
 def _root_option(func: F) -> F:
     return click.option(
         "--root",
-        type=click.Path(path_type=Path, readable=False),  # an unreadable root: our one line
+        type=RootPath(),
         envvar="SUBSTRAT_HOME",
         default=None,
         help="Substrat root (default: $SUBSTRAT_HOME or ~/.substrat).",
@@ -233,7 +255,7 @@ def group_options(func: F) -> F:
     return click.option(
         "--root",
         "group_root",
-        type=click.Path(path_type=Path, readable=False),  # an unreadable root: our one line
+        type=RootPath(),
         default=None,
         help="Substrat root for the command that follows (the command's own --root wins, "
         "then the nearest group's; default: $SUBSTRAT_HOME or ~/.substrat).",

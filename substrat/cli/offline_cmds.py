@@ -12,6 +12,7 @@ from substrat import rootdir
 from substrat.cli.common import (
     EXIT_FAILED,
     Opts,
+    RootPath,
     emit_json,
     esc,
     group_json,
@@ -285,7 +286,7 @@ def _print_plan(opts: Opts, plan: dict[str, Any]) -> None:
 @click.option("--keep", is_flag=True, help="Keep the temporary root (its path is printed).")
 @click.option(
     "--root",
-    type=click.Path(path_type=Path, readable=False),  # an unreadable root: our one line
+    type=RootPath(),
     default=None,
     help="Run the demo in this new or empty directory, and keep it (default: a temporary "
     "one; $SUBSTRAT_HOME is never used, the demo kills daemons).",
