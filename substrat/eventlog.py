@@ -54,7 +54,6 @@ import gc
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -80,6 +79,7 @@ from substrat.logread import iter_log as iter_log
 from substrat.logread import read_log as read_log
 from substrat.oserrors import with_advice
 from substrat.segments import Segment, active_start, ensure_start, list_log, sibling_path
+from substrat.timestamps import utc_now_iso as utc_now_iso
 
 LOG_NAME = "events.jsonl"
 PENDING_NAME = "events.pending"
@@ -97,11 +97,6 @@ and the entry its active file starts at (:func:`~substrat.segments.active_start`
 caller that has just listed them passes them on to an open (recovery reads them all
 before the log): the open does not list the directory and read the start record
 again, nor look for an active file or a pending entry the listing did not show."""
-
-
-def utc_now_iso() -> str:
-    """The current time as an ISO 8601 UTC string (the log's ``ts`` format)."""
-    return datetime.now(UTC).isoformat(timespec="microseconds")
 
 
 @dataclass(frozen=True, slots=True)

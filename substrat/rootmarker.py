@@ -22,6 +22,7 @@ from pathlib import Path
 
 from substrat import __version__, persistence
 from substrat.rootnest import MARKER_NAME
+from substrat.timestamps import utc_now_iso
 
 MARKER_FORMAT = "substrat-root"
 MARKER_VERSION = 2
@@ -48,8 +49,6 @@ def write(root: str | os.PathLike[str], *, created: dict[str, object] | None = N
     """Write the marker at :data:`MARKER_VERSION` durably (temp file, fsync, rename, fsync
     of the root). ``created``: an older marker whose ``created_at``/``created_by`` are kept
     (the root was made then, by that version). OSError if it cannot be written."""
-    from substrat.eventlog import utc_now_iso
-
     body: dict[str, object] = {
         "format": MARKER_FORMAT,
         "version": MARKER_VERSION,

@@ -21,6 +21,7 @@ from substrat import client as client_mod
 from substrat.cli.common import Opts, daemon_command, emit_json, esc, lazy_module
 from substrat.errors import DaemonError, DaemonNotRunningError, RpcError
 from substrat.rpc.protocol import EVENT_NAMES
+from substrat.timestamps import utc_now_iso
 from substrat.words import plural
 
 if TYPE_CHECKING:
@@ -55,7 +56,6 @@ def stream_events(
     stream, unless ``follow_restarts``; one that dies is waited for. Local
     markers carry a ``time`` like the daemon's events.
     """
-    from substrat.eventlog import utc_now_iso  # the log's module: only a stream needs it
 
     subscribe = sorted(set(wanted) | set(ALWAYS)) if wanted else []
     conn: client_mod.Client | None = None
@@ -186,7 +186,6 @@ def watch(
     reconnect it shows the turns run while it was away from the agents' logs.
     """
     from substrat.cli import watch_gap
-    from substrat.eventlog import utc_now_iso
 
     wanted = list(events) or None
     names: dict[str, str] = {}

@@ -33,6 +33,7 @@ from typing import Any
 from substrat import persistence
 from substrat.errors import RootLockedError
 from substrat.rpc.transport import socket_path
+from substrat.timestamps import utc_now_iso
 
 LOCK_NAME = "daemon.lock"
 MAX_LOCK_BYTES = 4096
@@ -325,8 +326,6 @@ class RootLock:
         """
         if self.previous_shutdown != "unclean":
             return
-        from substrat.eventlog import utc_now_iso  # the log's module: loaded only here
-
         previous = self.previous
         assert previous is not None
         self.provider_env = previous.provider_env  # the next autostart still compares with it

@@ -117,6 +117,32 @@ def test_a_command_on_a_root_loads_none_of_the_storage_modules(tmp_path: Path) -
     assert not loaded & storage, sorted(loaded & storage)
 
 
+MAKE_ROOT_PROBE = """
+import json, sys
+from substrat import rootdir
+at_startup = set(sys.modules)
+rootdir.prepare_root(sys.argv[1])
+print(json.dumps(sorted(set(sys.modules) - at_startup)))
+"""
+
+
+def test_making_a_root_loads_none_of_the_logs_modules(tmp_path: Path) -> None:
+    # `daemon start` and `agent create` on a new path make the root there: its marker
+    # carries the time as the log writes it, and importing the event log's module for
+    # that loaded its readers and segments too (about 20 ms of such a command's CPU).
+    # The command's other modules are loaded before the probe's count starts.
+    new = tmp_path / "new"
+    done = subprocess.run(
+        [sys.executable, "-c", MAKE_ROOT_PROBE, str(new)],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert json.loads((new / "substrat-root.json").read_text())["created_at"]
+    loaded = set(json.loads(done.stdout.strip().splitlines()[-1]))
+    logs = {"substrat.eventlog", "substrat.logread", "substrat.segments"}
+    assert not loaded & logs, sorted(loaded & logs)
+
+
 def test_the_daemon_starts_from_a_directory_holding_a_substrat_directory(tmp_path: Path) -> None:
     # A clone's parent directory holds ``substrat/`` (the clone): ``python -m`` puts the
     # working directory first on sys.path, and the daemon process imported that
