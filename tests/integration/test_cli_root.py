@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from substrat.rpc import lock
-from tests.support import mounts
+from tests.support import made_roots, mounts
 from tests.support.cli import NOT_INSTALLED, SUBSTRAT, stop_or_kill
 
 pytestmark = pytest.mark.skipif(not SUBSTRAT, reason=NOT_INSTALLED)
@@ -122,12 +122,10 @@ def one_line(proc: subprocess.CompletedProcess[str]) -> str:
 
 
 @pytest.fixture
-def made_root(tmp_path: Path) -> Iterator[Path]:
-    """A root made by ``agent create``, its daemon stopped."""
-    root = tmp_path / "root"
-    created = run(root, "agent", "create", "lead")
-    assert created.returncode == 0, created.stderr
-    stop_or_kill(root)
+def made_root(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A root made by ``agent create``, its daemon stopped (a copy of one made once:
+    tests/support/made_roots)."""
+    root = made_roots.made_root(tmp_path_factory, tmp_path / "root")
     yield root
     stop_or_kill(root)
 
@@ -271,12 +269,12 @@ def tmpfs(tmp_path: Path) -> Iterator[Path]:
         yield mount_point
 
 
-def test_a_root_on_a_read_only_file_system(tmpfs: Path) -> None:
-    root = tmpfs / "root"
-    assert run(root, "agent", "create", "lead").returncode == 0
-    stop_or_kill(root)
+def test_a_root_on_a_read_only_file_system(
+    tmpfs: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    root = made_roots.made_root(tmp_path_factory, tmpfs / "root")  # agent create's root
     deadline = time.monotonic() + 20
-    while True:  # busy until the stopped daemon has exited and closed daemon.log
+    while True:  # busy until nothing holds a file open for writing there
         remount = subprocess.run(
             ["mount", "-o", "remount,ro", str(tmpfs)], capture_output=True, text=True
         )

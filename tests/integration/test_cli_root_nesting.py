@@ -15,12 +15,13 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from substrat.rpc import lock
+from tests.support import made_roots
 from tests.support.cli import NOT_INSTALLED, SUBSTRAT, stop_all, stop_or_kill
 
 pytestmark = pytest.mark.skipif(not SUBSTRAT, reason=NOT_INSTALLED)
@@ -66,18 +67,25 @@ def files(path: Path) -> dict[str, bytes]:
     return found
 
 
-def made_root(path: Path, agent: str = "lead") -> Path:
-    created = run(path, "agent", "create", agent)
-    assert created.returncode == 0, created.stderr
-    stop_or_kill(path)
-    return path
+MadeRoot = Callable[..., Path]
+
+
+@pytest.fixture
+def made_root(tmp_path_factory: pytest.TempPathFactory) -> MadeRoot:
+    """``made_root(path, agent="lead")``: at ``path``, a root as ``substrat agent create
+    AGENT`` leaves it, its daemon stopped (a copy of one made once: tests/support/made_roots)."""
+
+    def make(path: Path, agent: str = "lead") -> Path:
+        return made_roots.made_root(tmp_path_factory, path, agent)
+
+    return make
 
 
 @pytest.mark.parametrize(
     "inside",
     ["agents/mywork", "user", "quarantine", "roots/new", "terminated", "a/b/c", "empty"],
 )
-def test_no_root_is_made_inside_a_root(tmp_path: Path, inside: str) -> None:
+def test_no_root_is_made_inside_a_root(tmp_path: Path, inside: str, made_root: MadeRoot) -> None:
     outer = made_root(tmp_path / "outer")
     if inside == "empty":
         (outer / inside).mkdir(mode=0o700)  # an empty private directory is adopted elsewhere
@@ -96,7 +104,9 @@ def test_no_root_is_made_inside_a_root(tmp_path: Path, inside: str) -> None:
     assert not lock.is_held(outer / inside)
 
 
-def test_no_root_is_made_inside_a_root_through_a_symlink(tmp_path: Path) -> None:
+def test_no_root_is_made_inside_a_root_through_a_symlink(
+    tmp_path: Path, made_root: MadeRoot
+) -> None:
     outer = made_root(tmp_path / "outer")
     link = tmp_path / "link"
     link.symlink_to(outer / "agents")
@@ -107,7 +117,7 @@ def test_no_root_is_made_inside_a_root_through_a_symlink(tmp_path: Path) -> None
     assert files(outer) == before
 
 
-def test_a_root_above_a_root_is_refused(tmp_path: Path) -> None:
+def test_a_root_above_a_root_is_refused(tmp_path: Path, made_root: MadeRoot) -> None:
     above = tmp_path / "above"
     made_root(above / "inner")
     # a root whose name is a session id's, in a directory called agents: the directory
@@ -125,7 +135,7 @@ def test_a_root_above_a_root_is_refused(tmp_path: Path) -> None:
             assert files(path) == before, args
 
 
-def _nest(root: Path, where: Path) -> Path:
+def _nest(made_root: MadeRoot, root: Path, where: Path) -> Path:
     """A root made elsewhere and moved to ``where`` inside ``root`` (as an older version
     let ``substrat --root WHERE agent create x`` make it there), its daemon running."""
     made_root(root.parent / f"made-{where.name}", agent="x")
@@ -144,12 +154,16 @@ def fsck(root: Path, *flags: str) -> tuple[int, dict[str, dict[str, object]]]:
     return proc.returncode, {f["path"]: f for f in report["findings"]}
 
 
-def test_the_outer_root_reports_a_nested_root_and_never_moves_it(tmp_path: Path) -> None:
+def test_the_outer_root_reports_a_nested_root_and_never_moves_it(
+    tmp_path: Path, made_root: MadeRoot
+) -> None:
     outer = made_root(tmp_path / "outer")
     nested = [
-        _nest(outer, outer / "agents" / "mywork"),
-        _nest(outer, outer / "user"),
-        _nest(outer, outer / "quarantine" / "bad-name.mywork.0"),  # an older fsck moved it
+        _nest(made_root, outer, outer / "agents" / "mywork"),
+        _nest(made_root, outer, outer / "user"),
+        _nest(
+            made_root, outer, outer / "quarantine" / "bad-name.mywork.0"
+        ),  # an older fsck moved it
     ]
     held = outer / "agents" / "held"  # a root without the marker, its lock held
     held.mkdir(mode=0o700)
