@@ -26,10 +26,10 @@ from pathlib import Path
 
 import pytest
 
-from substrat.client import Client, stop_daemon
+from substrat.client import Client
 from substrat.errors import DaemonDiedError, RootPermissionError, RpcError
 from substrat.rpc import protocol
-from tests.support import roots
+from tests.support import made_roots, roots
 from tests.support.privileges import OTHER_UID, as_other_user, unprivileged, why_not_available
 
 UPKEEP = [
@@ -83,12 +83,11 @@ def _as(
 
 
 def test_upkeep_on_another_users_root_is_one_line(
-    other_user: tuple[list[str], dict[str, str]], shared_tmp: Path
+    other_user: tuple[list[str], dict[str, str]],
+    shared_tmp: Path,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
-    root = shared_tmp / "root"
-    made = roots.cli(root, "agent", "create", "lead")
-    assert made.returncode == 0, made.stderr
-    stop_daemon(root, timeout_s=30)
+    root = made_roots.made_root(tmp_path_factory, shared_tmp / "root")  # agent create's root
     root.chmod(0o755)  # its listing open to others: the files inside stay private
     for args in UPKEEP:
         proc = _as(other_user, root, *args)
@@ -102,11 +101,9 @@ def test_upkeep_on_another_users_root_is_one_line(
 )
 @pytest.mark.parametrize("shut", ["agents", "daemon.lock"])
 def test_upkeep_on_an_unreadable_part_of_ones_own_root_is_one_line(
-    tmp_path: Path, shut: str
+    tmp_path: Path, shut: str, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    root = tmp_path / "root"
-    assert roots.cli(root, "agent", "create", "lead").returncode == 0
-    stop_daemon(root, timeout_s=30)
+    root = made_roots.made_root(tmp_path_factory, tmp_path / "root")  # agent create's root
     target = root / shut
     mode = target.stat().st_mode & 0o777
     target.chmod(0o000)
@@ -159,13 +156,13 @@ def test_the_cli_against_another_users_daemon_says_so(
 
 
 def test_another_users_private_root_says_whose_it_is(
-    other_user: tuple[list[str], dict[str, str]], shared_tmp: Path
+    other_user: tuple[list[str], dict[str, str]],
+    shared_tmp: Path,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
     """A root as substrat leaves it (0700, not listable by others): every command still
     says whose root it is, not only "listing it failed: permission denied"."""
-    root = shared_tmp / "root"
-    assert roots.cli(root, "agent", "create", "lead").returncode == 0
-    stop_daemon(root, timeout_s=30)
+    root = made_roots.made_root(tmp_path_factory, shared_tmp / "root")  # agent create's root
     assert root.stat().st_mode & 0o777 == 0o700
     for args in [*UPKEEP, ("agent", "list"), ("daemon", "start"), ("agent", "create", "x")]:
         proc = _as(other_user, root, *args)
