@@ -19,6 +19,7 @@ import pytest
 
 import substrat
 from substrat.client import ping
+from tests.support import made_roots
 from tests.support.cli import SUBSTRAT, cli_env, run, stop_or_kill
 
 pytestmark = pytest.mark.skipif(not SUBSTRAT, reason="the substrat console script is not installed")
@@ -48,9 +49,8 @@ def root(tmp_path: Path) -> Iterator[Path]:
     stop_or_kill(path)
 
 
-def start_other(site: Path, root: Path) -> subprocess.Popen[bytes]:
-    assert run(root, "agent", "create", "lead").returncode == 0  # made by this one
-    assert run(root, "daemon", "stop").returncode == 0
+def start_other(site: Path, root: Path, factory: pytest.TempPathFactory) -> subprocess.Popen[bytes]:
+    made_roots.made_root(factory, root)  # made by this one (`agent create lead`), stopped
     env = {**cli_env(root), "PYTHONPATH": str(site)}
     proc = subprocess.Popen(
         [sys.executable, "-P", "-m", "substrat.daemon", "--root", str(root)],
@@ -69,10 +69,10 @@ def start_other(site: Path, root: Path) -> subprocess.Popen[bytes]:
 
 @pytest.mark.parametrize("says_its_code", [True, False])
 def test_daemon_start_names_a_daemon_of_another_substrat(
-    tmp_path: Path, root: Path, says_its_code: bool
+    tmp_path: Path, root: Path, says_its_code: bool, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     site = other_installation(tmp_path, says_its_code=says_its_code)
-    other = start_other(site, root)
+    other = start_other(site, root, tmp_path_factory)
     try:
         started = run(root, "daemon", "start")
         assert started.returncode == 0, started.stderr

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import holders
+from tests.support import holders, made_roots
 from tests.support.cli import SUBSTRAT, cli_root, run
 
 pytestmark = pytest.mark.skipif(not SUBSTRAT, reason="the substrat console script is not installed")
@@ -25,10 +25,12 @@ def root(tmp_path: Path) -> Iterator[Path]:
 
 
 @pytest.fixture
-def compacting(root: Path, tmp_path: Path) -> Iterator[int]:
-    """A `substrat compact` holding ``root`` for the test; its pid."""
-    assert run(root, "agent", "create", "lead").returncode == 0
-    assert run(root, "daemon", "stop").returncode == 0
+def compacting(
+    root: Path, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[int]:
+    """A `substrat compact` holding ``root`` (made by `agent create lead`, stopped: a copy
+    of one, tests/support/made_roots) for the test; its pid."""
+    made_roots.made_root(tmp_path_factory, root)
     with holders.compacting(root, tmp_path) as holder:
         yield holder.pid
 
