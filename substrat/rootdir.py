@@ -34,13 +34,8 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from substrat import __version__, access, paths, persistence, rootmarker
-from substrat.errors import (
-    NestedRootError,
-    NotARootError,
-    RootPermissionError,
-    RootUnusableError,
-)
+from substrat import __version__, paths, persistence, rootmarker
+from substrat.errors import NestedRootError, NotARootError, RootPermissionError, RootUnusableError
 from substrat.rootmarker import MARKER_FORMAT as MARKER_FORMAT
 from substrat.rootmarker import MARKER_VERSION as MARKER_VERSION
 from substrat.rootnest import MARKER_NAME as MARKER_NAME
@@ -558,6 +553,8 @@ def user_log_failure(root: Path, exc: OSError) -> str | None:
     """What to say of ``exc`` if it came from the user's inbox (``user/``: an EIO that
     :func:`check_user_log` could not foresee), or from another of the root's own files
     (``agents/`` at mode 000), in one line with what to do; else None (a traceback)."""
+    from substrat import access  # here, on a failure: a CLI process loads it no more
+
     where = os.fspath(exc.filename) if exc.filename is not None else ""
     inbox = root / "user"
     if where.startswith(f"{inbox}{os.sep}"):

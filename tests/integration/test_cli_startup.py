@@ -171,15 +171,16 @@ def test_a_command_loads_its_own_module_only_and_what_a_start_needs_only_to_star
 ) -> None:
     # The other commands' modules (with tempfile, shutil and the compressors for `demo`),
     # subprocess (to start a daemon), hashlib (a fingerprint of provider settings), signal
-    # (to stop a daemon that does not answer) and shlex (to quote a command in advice) are
-    # not needed to send a request to a running daemon.
+    # (to stop a daemon that does not answer), shlex (to quote a command in advice) and
+    # substrat.access (the words for an unreadable file) are not needed to send a request
+    # to a running daemon.
     loaded = loaded_on_a_root(tmp_path, "agent", "list", "--json")
     others = {
         f"substrat.cli.{name}"
         for name in ("daemon_cmds", "offline_cmds", "chat", "events_cmds", "compact_cmds")
     }
     assert not loaded & others, sorted(loaded & others)
-    unneeded = {"tempfile", "subprocess", "hashlib", "signal", "shlex"}
+    unneeded = {"tempfile", "subprocess", "hashlib", "signal", "shlex", "substrat.access"}
     assert not loaded & unneeded, sorted(loaded & unneeded)
     done, loaded = loaded_by(tmp_path, "daemon", "status", "--json", "--root", f"{tmp_path}/root")
     assert '"running": false' in done.stdout
