@@ -190,8 +190,7 @@ def watch(
     wanted = list(events) or None
     names: dict[str, str] = {}
     shown = 0
-    seen = watch_gap.Shown()
-    seen.last_time = utc_now_iso()  # nothing before the watch started is caught up
+    seen = watch_gap.Shown(started=utc_now_iso())  # nothing before it is caught up
 
     def learn_names(conn: client_mod.Client, _reconnected: bool) -> None:
         if not opts.json:  # agents by path in the lines printed for people
@@ -210,7 +209,7 @@ def watch(
         since = str(seen.last_time)
         found = [
             e
-            for e in watch_gap.missed(opts.root, since, agents)
+            for e in watch_gap.missed(opts.root, since, agents, seen.started)
             if not _filtered_out(e[0], wanted) and seen.first_time(*e)
         ]
         gap = {"from": since, "to": back, "caught_up": len(found)}

@@ -52,8 +52,10 @@ Event = tuple[str, dict[str, Any]]
 class Shown:
     """The turn events watch showed, and the time of the last event it received."""
 
-    def __init__(self) -> None:
-        self.last_time: str | None = None
+    def __init__(self, started: str | None = None) -> None:
+        self.started = started
+        """When watch started: nothing logged before it is caught up, margin or not."""
+        self.last_time: str | None = started
         self._keys: set[tuple[str, str, str]] = set()
         self._order: deque[tuple[str, str, str]] = deque()
 
@@ -76,21 +78,29 @@ class Shown:
         return True
 
 
-def missed(root: Path, since: str, agents: list[dict[str, Any]]) -> list[Event]:
+def missed(
+    root: Path, since: str, agents: list[dict[str, Any]], started: str | None = None
+) -> list[Event]:
     """The turn events ``agents`` (``agent.list``'s answer) logged after ``since`` (ISO
-    time, less :data:`MARGIN_S`), oldest first, each marked ``caught_up``. A log that
-    does not read costs only itself."""
+    time, less :data:`MARGIN_S`, but not before ``started``, when watch began: the
+    margin must not show a turn from before it), oldest first, each marked
+    ``caught_up``. A log that does not read costs only itself."""
     cutoff = datetime.fromisoformat(since) - timedelta(seconds=MARGIN_S)
+    # Entries before the start are not shown; the files are still picked by the margin's
+    # cutoff: a modification time (a coarse clock) may read a little before the write.
+    shown_from = max(cutoff, datetime.fromisoformat(started)) if started else cutoff
     found: list[Event] = []
     for agent in agents:
         log_path = root / AGENTS_DIR / str(agent.get("session_id")) / LOG_NAME
         with contextlib.suppress(OSError, ValueError):
-            found += _logged_after(log_path, cutoff, str(agent.get("agent_id")))
+            found += _logged_after(log_path, cutoff, str(agent.get("agent_id")), shown_from)
     found.sort(key=lambda event: str(event[1]["time"]))
     return found
 
 
-def _logged_after(log_path: Path, cutoff: datetime, agent_id: str) -> list[Event]:
+def _logged_after(
+    log_path: Path, cutoff: datetime, agent_id: str, shown_from: datetime
+) -> list[Event]:
     if os.stat(log_path).st_mtime < cutoff.timestamp():
         return []  # nothing was written to it since (a roll makes a new active file)
     entries = read_log(log_path, sealed=[]).entries
@@ -100,7 +110,7 @@ def _logged_after(log_path: Path, cutoff: datetime, agent_id: str) -> list[Event
     for entry in entries:
         name = _AS_EVENTS.get(entry.get("event", ""))
         data = entry.get("data") or {}
-        if name is None or data.get("reserved") or _when(entry) <= cutoff:
+        if name is None or data.get("reserved") or _when(entry) <= shown_from:
             continue  # (a reserved number, written by fsck --repair, is no turn)
         params = {key: data.get(key) for key in _FIELDS[name] if key in data}
         out.append(
