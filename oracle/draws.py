@@ -15,6 +15,7 @@ with no span around them (tests/unit/test_fuzzer_draws.py holds them to it).
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any, TypeVar
@@ -52,6 +53,28 @@ ENGINE_CHOICES = _engine_makes_choices()
 """Whether the engine's choices are drawn directly (see :func:`_engine_makes_choices`)."""
 
 
+_asked: tuple[weakref.ref[Any], bool] | None = None
+"""The engine data :func:`noting` was last asked about, and its answer."""
+
+
+def noting(engine: Any) -> bool:
+    """``should_note()`` for the test case whose engine data is ``engine``, asked once a
+    test case: whether notes print (the replay that prints a counterexample, or a
+    verbose run) holds for the whole of it. On the Hypothesis of the image CI runs
+    (6.155) an ask compares two verbosities, each comparison building a dict, about
+    14 us: asked at every draw, that was a fiftieth of the crash fuzzer's CPU.
+    """
+    global _asked
+    if _asked is not None and _asked[0]() is engine:
+        return _asked[1]
+    answer = should_note()
+    try:
+        _asked = (weakref.ref(engine), answer)
+    except TypeError:  # an engine data no weak reference can name: asked every time
+        _asked = None
+    return answer
+
+
 def nth(items: Sequence[T], index: int) -> T:
     """``items[index]``, wrapping round: how a drawn :data:`choice` picks one."""
     assert items, "nothing to choose from (the rule's precondition should have said so)"
@@ -76,7 +99,7 @@ def draw(data: st.DataObject, strategy: st.SearchStrategy[T], label: str) -> T:
     each draw with its label as before.
     """
     engine = getattr(data, "conjecture_data", None)
-    if engine is None or should_note():
+    if engine is None or noting(engine):
         return data.draw(strategy, label=label)
     value: T = engine.draw(strategy)
     return value
@@ -96,7 +119,7 @@ def integer(data: st.DataObject, low: int, high: int, label: str) -> int:
     replays, now shown with its label."""
     assert high - low <= 127, (low, high)
     engine = getattr(data, "conjecture_data", None)
-    if engine is None or not ENGINE_CHOICES or should_note():
+    if engine is None or not ENGINE_CHOICES or noting(engine):
         return data.draw(_integers(low, high), label=label)
     value: int = engine.draw_integer(low, high)
     return value
@@ -107,7 +130,7 @@ def flag(data: st.DataObject, label: str, quiet: bool = False) -> bool:
 
     ``quiet``: not shown even when notes are printed (see :func:`pick`)."""
     engine = getattr(data, "conjecture_data", None)
-    if engine is None or not ENGINE_CHOICES or (not quiet and should_note()):
+    if engine is None or not ENGINE_CHOICES or (not quiet and noting(engine)):
         return data.draw(st.booleans(), label=label)
     value: bool = engine.draw_boolean()
     return value
@@ -121,8 +144,12 @@ def pick(data: st.DataObject, items: Sequence[T], label: str, quiet: bool = Fals
     for a caller that prints what it drew in its own words (the lifecycle
     machine prints each step as a call; the draws' raw values only repeat it)."""
     engine = getattr(data, "conjecture_data", None)
-    noted = not quiet and should_note()
-    if engine is None or not ENGINE_CHOICES or noted or not 1 <= len(items) <= 128:
+    if (
+        engine is None
+        or not ENGINE_CHOICES
+        or (not quiet and noting(engine))
+        or not 1 <= len(items) <= 128
+    ):
         # (no items: st.sampled_from raises, as it did)
         return data.draw(_sampled(tuple(items)), label=label)
     if len(items) == 1:

@@ -449,6 +449,8 @@ class CrashRecoveryMachine(RuleBasedStateMachine):
     # -- how a counterexample prints a rule that draws from st.data() ------------------
 
     _shown: list[str] | None = None
+    _noting: bool | None = None
+    """Whether this example prints its steps, asked once (see :func:`_show`)."""
 
     def _show_step(self, step: Step, crash: CrashPlan | None = None) -> None:
         self._show(
@@ -458,8 +460,14 @@ class CrashRecoveryMachine(RuleBasedStateMachine):
 
     def _show(self, call: str) -> None:
         """Note ``call`` for the step's line, on the replay that prints a counterexample
-        (see _repr_step); otherwise nothing is formatted."""
-        if should_note():
+        (see _repr_step); otherwise nothing is formatted.
+
+        Asked once an example (a machine is made for each one): the replay that
+        prints a counterexample, or a verbose run, prints all of its steps (see
+        :func:`oracle.draws.noting` for what an ask costs)."""
+        if self._noting is None:
+            self._noting = should_note()
+        if self._noting:
             self._shown = [*(self._shown or []), call]
 
     def _repr_step(self, rule: Any, data: Any, result: Any) -> str:
