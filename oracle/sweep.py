@@ -10,8 +10,10 @@ fresh orchestrator on it and comparing it with the model (a check cannot run
 inside the run: it needs the event loop the run is using). Optionally it also
 crashes recovery itself at each of its boundaries, on the power image: one
 recovery captured at each of its first MAX_RECOVERY_BOUNDARIES boundaries,
-each crash then recovered again and checked. So a share costs two runs of the
-scenario and one recovery per recovery sweep, not a run per boundary.
+each crash then recovered again and checked. So a share costs a run of the
+scenario up to its last boundary (and one to count them, once a process) and
+one recovery per recovery sweep, not a run per boundary; a point whose disk and
+model equal an earlier one's (:func:`point_key`) takes its images' verdicts.
 
 Everything is deterministic: ids and clocks are counters, and every check and
 recovery starts from those of the moment of its crash, so it writes the same
@@ -37,8 +39,12 @@ from faultfs import MODES, FaultFS, SimulatedCrash
 from oracle.errors import OracleViolation
 from oracle.harness import CrashHarness, scripted_registry
 from oracle.model import Model
+from oracle.sweep_scenarios import DELETING_CHECKPOINTS as DELETING_CHECKPOINTS
+from oracle.sweep_scenarios import SCENARIOS as SCENARIOS
+from oracle.sweep_scenarios import SMALL_CHECKPOINTS as SMALL_CHECKPOINTS
+from oracle.sweep_scenarios import SUMMARY_CHECKPOINTS as SUMMARY_CHECKPOINTS
+from oracle.sweep_scenarios import Scenario as Scenario
 from oracle.workload import Step
-from substrat.checkpointer import CheckpointPolicy
 from substrat.providers.registry import ProviderRegistry
 
 DEFAULT_IMAGES_PER_MODE = 4
@@ -46,161 +52,6 @@ MAX_RECOVERY_BOUNDARIES = 48
 RECOVERY_CRASH_EVERY = 3
 """Recovery itself is crashed at every boundary of every third crash point: the
 recovery code is the same at each point, what differs is the disk it starts from."""
-
-
-@dataclass(frozen=True)
-class Scenario:
-    name: str
-    steps: tuple[Step, ...]
-    slots: int = 2
-    checkpoints: CheckpointPolicy | None = None
-    """The checkpoint policy the scenario runs under (None: the orchestrator's default)."""
-
-
-SMALL_CHECKPOINTS = CheckpointPolicy(every_entries=6, segment_bytes=1500, compaction="archive")
-"""Thresholds small enough that a short scenario checkpoints often, seals segments and
-archives them (see substrat.checkpointer)."""
-
-
-DELETING_CHECKPOINTS = CheckpointPolicy(every_entries=4, segment_bytes=500, compaction="delete")
-"""The same under the ``delete`` compaction policy, small enough that a short scenario
-deletes an agent's first segments (its base written first: see substrat.logbase)."""
-
-
-SUMMARY_CHECKPOINTS = CheckpointPolicy(every_entries=1000)
-"""Checkpoints only when a step asks (or an eviction), no segment sealed: the start summary
-that a clean stop after a checkpoint of every log writes holds every agent (see
-substrat.start_summary)."""
-
-
-def _s(*parts: str) -> Step:
-    return Step(*parts)
-
-
-SCENARIOS: dict[str, Scenario] = {
-    s.name: s
-    for s in (
-        Scenario("roots", (_s("create_root", "ada"), _s("create_root", "bob"), _s("turn", "ada"))),
-        Scenario(
-            "children",
-            (
-                _s("create_root", "ada"),
-                _s("spawn", "ada", "bob"),
-                _s("spawn", "ada/bob", "cy"),
-                _s("turn", "ada/bob/cy"),
-            ),
-        ),
-        Scenario(
-            "messages both ways",
-            (
-                _s("create_root", "ada"),
-                _s("spawn", "ada", "bob"),
-                _s("send", "ada", "bob"),
-                _s("pending"),
-                _s("complete", "ada/bob"),
-                _s("inbox", "ada"),
-                _s("send", "ada", "user"),
-                _s("user_inbox"),
-            ),
-        ),
-        Scenario(
-            "stranded reply",
-            (
-                _s("create_root", "ada"),
-                _s("spawn", "ada", "bob"),
-                _s("ask", "ada", "bob"),
-                _s("pending"),
-            ),
-        ),
-        Scenario(
-            "broadcast",
-            (
-                _s("create_root", "ada"),
-                _s("spawn", "ada", "bob"),
-                _s("spawn", "ada", "cy"),
-                _s("broadcast", "ada/bob"),
-                _s("pending"),
-            ),
-        ),
-        Scenario(
-            "evictions",
-            (
-                _s("create_root", "ada"),
-                _s("turn", "ada"),
-                _s("create_root", "bob"),
-                _s("turn", "bob"),
-                _s("turn", "ada"),
-                _s("evict", "ada"),
-                _s("turn", "ada"),
-            ),
-            slots=1,
-        ),
-        Scenario(
-            "terminations",
-            (
-                _s("create_root", "ada"),
-                _s("spawn", "ada", "bob"),
-                _s("spawn", "ada/bob", "cy"),
-                _s("send", "ada", "ada/bob/cy"),
-                _s("terminate_by_parent", "ada", "bob"),
-                _s("create_root", "dee"),
-                _s("terminate", "dee"),
-            ),
-        ),
-        Scenario(
-            "checkpoints and compaction",
-            (
-                _s("create_root", "ada"),
-                _s("spawn", "ada", "bob"),
-                _s("ask", "ada", "ada/bob"),
-                _s("pending"),
-                _s("send", "ada/bob", "user"),
-                _s("checkpoint"),
-                _s("user_inbox"),
-                _s("turn", "ada"),
-                _s("evict", "ada"),
-                _s("turn", "ada"),
-            ),
-            slots=1,
-            checkpoints=SMALL_CHECKPOINTS,
-        ),
-        Scenario(
-            "checkpoints and the start summary",
-            (
-                _s("create_root", "ada"),
-                _s("spawn", "ada", "bob"),
-                _s("spawn", "ada", "cy"),
-                _s("send", "ada", "ada/bob"),
-                _s("pending"),
-                _s("checkpoint"),  # every log checkpointed: the summary can hold every agent
-                _s("stop"),  # a clean stop writes it, the start takes them and retires it
-                _s("turn", "ada/bob"),
-                _s("checkpoint"),
-                _s("send", "ada/cy", "user"),
-                _s("evict", "ada"),
-            ),
-            slots=1,
-            checkpoints=SUMMARY_CHECKPOINTS,
-        ),
-        Scenario(
-            "checkpoints and deletion",
-            (
-                _s("create_root", "ada"),
-                _s("spawn", "ada", "bob"),
-                _s("ask", "ada", "ada/bob"),
-                _s("pending"),
-                _s("turn", "ada"),
-                _s("send", "ada/bob", "user"),
-                _s("turn", "ada"),
-                _s("checkpoint"),
-                _s("evict", "ada"),
-                _s("turn", "ada"),
-            ),
-            slots=1,
-            checkpoints=DELETING_CHECKPOINTS,
-        ),
-    )
-}
 
 
 def share_of(boundaries: int, share: tuple[int, int]) -> range:
@@ -308,7 +159,8 @@ class CrashPoint:
 
 
 def capture(harness: CrashHarness, steps: Sequence[Step], boundaries: range) -> list[CrashPoint]:
-    """Run ``steps`` once, keeping the crash point of each of ``boundaries`` (from now)."""
+    """Run ``steps`` until the last of ``boundaries`` (from now) is passed, keeping the
+    crash point of each (the steps after it could add none: they are not run)."""
     points: list[CrashPoint] = []
     running = 0
 
@@ -319,6 +171,8 @@ def capture(harness: CrashHarness, steps: Sequence[Step], boundaries: range) -> 
 
     harness.fs.capture_at(boundaries, keep)
     for running, step in enumerate(steps):  # noqa: B007 (keep reads it)
+        if len(points) == len(boundaries):
+            break
         assert harness.run_steps([step]) is None, "nothing is armed: no step crashes"
     harness.fs.capture_at(())
     assert len(points) == len(boundaries), f"{len(points)} of {len(boundaries)} boundaries hit"
@@ -334,13 +188,14 @@ def _check(
     dedupe: bool,
     check: Check,
     model_part: bytes | None = None,
-) -> None:
+) -> bytes:
+    """Check one state (or give it the verdict of its twin); its :func:`state_key`."""
     key = state_key(image, model, model_part) if dedupe else b""
     if dedupe and key in result._verdicts:
         failure = result._verdicts[key]
         if failure is not None:
             result.failures.append(f"{label} (same disk and model as an earlier failure)")
-        return
+        return key
     failure = None
     try:
         check(harness, image, model.copy(), label)
@@ -350,6 +205,7 @@ def _check(
     result.distinct += 1
     if dedupe:
         result._verdicts[key] = failure
+    return key
 
 
 def count_boundaries(scenario: Scenario, profile: str, **harness_options: Any) -> int:
@@ -360,6 +216,34 @@ def count_boundaries(scenario: Scenario, profile: str, **harness_options: Any) -
     harness.run_steps(list(scenario.steps))
     harness.close()
     return harness.fs.boundaries - start
+
+
+_COUNTS: dict[tuple[Scenario, str, Any, str], int] = {}
+
+
+def _boundaries_of(scenario: Scenario, profile: str, registry: Any, provider: str) -> int:
+    """:func:`count_boundaries` once a process (a run is deterministic): each share on each
+    profile needs it (a run, 6% of a tests/stress/test_sweep.py item when counted for each)."""
+    key = (scenario, profile, registry, provider)
+    if key not in _COUNTS:
+        _COUNTS[key] = count_boundaries(scenario, profile, registry=registry, provider=provider)
+    return _COUNTS[key]
+
+
+def point_key(fs: FaultFS) -> bytes:
+    """Equal for crash points whose disk-and-cache models (faultfs's, which their images are
+    built from) are equal in every field, the clock too: their images are the same in every
+    mode. A crash after one call and one before the next are (half of a sweep's points)."""
+    m = fs.model
+    nodes = [
+        (n.ino, n.is_dir, n.mode, n.mtime_ns, n.nlink, n.data, n.durable, n.diverged)
+        + (n.pending, n.entries, n.durable_entries)
+        for n in m.inodes.values()
+    ]
+    meta = [(op.gseq, op.kind, op.edits, op.flush) for op in m.meta_pending]
+    return pickle.dumps(
+        (m.profile.name, fs.block_size, m.clock, m.next_ino, nodes, meta, m.dropped)
+    )
 
 
 def sweep(
@@ -398,22 +282,37 @@ def sweep(
     if verdicts is not None:
         result._verdicts = verdicts
     started = time.perf_counter()
-    result.boundaries = count_boundaries(scenario, profile, **options)
+    result.boundaries = _boundaries_of(scenario, profile, registry, provider)
     harness = CrashHarness(
         profile=profile, slots=scenario.slots, checkpoints=scenario.checkpoints, **options
     )
     swept = share_of(result.boundaries, share)
     points = capture(harness, scenario.steps, swept)
+    seen: dict[bytes, list[tuple[str, int, bytes]]] = {}  # point -> its images' state keys
     for boundary, point in zip(swept, points, strict=True):
         result.swept.append(boundary)
         step = scenario.steps[point.step]
         model_part = model_key(point.model) if dedupe else None
-        for mode in modes:
-            for index, image in enumerate(point.fs.crash_images(mode, limit=images_per_mode)):
-                key = f"boundary={boundary} mode={mode} image=#{index} in step {step}"
-                harness.counters = point.counters
-                _check(harness, image, point.model, key, result, dedupe, check, model_part)
+        where = point_key(point.fs) + model_part if model_part is not None else b""
+        if (done := seen.get(where)) is not None:  # an earlier point's images and model
+            for mode, index, key in done:
+                if result._verdicts[key] is not None:
+                    label = f"boundary={boundary} mode={mode} image=#{index} in step {step}"
+                    result.failures.append(f"{label} (same disk and model as an earlier failure)")
                 result.states += 1
+        else:
+            done = []
+            for mode in modes:
+                for index, image in enumerate(point.fs.crash_images(mode, limit=images_per_mode)):
+                    label = f"boundary={boundary} mode={mode} image=#{index} in step {step}"
+                    harness.counters = point.counters
+                    key = _check(
+                        harness, image, point.model, label, result, dedupe, check, model_part
+                    )
+                    done.append((mode, index, key))
+                    result.states += 1
+            if where:
+                seen[where] = done
         if recovery_crashes and boundary % RECOVERY_CRASH_EVERY == 0:
             _sweep_recovery(harness, point, boundary, result, dedupe, check)
         if len(result.failures) >= max_failures:

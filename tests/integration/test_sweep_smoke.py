@@ -100,3 +100,92 @@ def test_verdicts_shared_across_profiles_fail_the_same_states(
         assert together[profile].states == result.states
         assert together[profile].recovery_states == result.recovery_states
     assert sum(r.distinct for r in together.values()) < sum(r.distinct for r in alone.values())
+
+
+def test_a_point_like_an_earlier_one_takes_its_verdicts_without_building_its_images(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A crash point whose faultfs and oracle models equal an earlier point's (the crash
+    after one call and the crash before the next) has the same images: the sweep gives
+    them their verdicts without building them (half of the points), and with a planted
+    loss it fails exactly the states it fails checking every image of every point."""
+    from faultfs import FaultFS
+
+    _no_agent_log_fsync(monkeypatch)
+    built: list[int] = []
+    real = FaultFS.crash_images
+
+    def counted(self: FaultFS, *args: object, **kwargs: object) -> object:
+        built.append(self.boundaries)
+        return real(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(FaultFS, "crash_images", counted)
+    options = {"modes": ("process", "power", "torn"), "images_per_mode": 2, "max_failures": 10**6}
+    memo = sweep(ONE_TURN, recovery_crashes=False, **options)  # type: ignore[arg-type]
+    points = len(memo.swept)
+    assert len(built) < 0.7 * points * 3, f"{len(built)} image sets built for {points} points"
+    built.clear()
+    every = sweep(ONE_TURN, recovery_crashes=False, dedupe=False, **options)  # type: ignore[arg-type]
+    assert len(built) == points * 3
+    suffix = " (same disk and model as an earlier failure)"
+    assert memo.failures and memo.states == every.states
+    assert sorted(f.split("\n")[0].removesuffix(suffix) for f in memo.failures) == sorted(
+        f.split("\n")[0] for f in every.failures
+    )
+
+
+def test_a_point_key_tells_apart_points_an_fsync_alone_separates() -> None:
+    """The same visible files and model but a different durable layer (an fsync between
+    the two points) is a different point: its power image differs."""
+    from oracle.harness import CrashHarness
+    from oracle.sweep import capture, count_boundaries, model_key, point_key
+
+    total = count_boundaries(ONE_TURN, "posix")
+    harness = CrashHarness(profile="posix", slots=ONE_TURN.slots)
+    points = capture(harness, ONE_TURN.steps, range(1, total + 1))
+    pairs = list(zip(points, points[1:], strict=False))
+    same = [
+        (a, b)
+        for a, b in pairs
+        if a.fs.content_fingerprint() == b.fs.content_fingerprint()
+        and model_key(a.model) == model_key(b.model)
+    ]
+    apart = [(a, b) for a, b in same if point_key(a.fs) != point_key(b.fs)]
+    assert apart and len(apart) < len(same)  # the after of one call, the before of the next
+    for a, b in apart:
+        process = [p.fs.crash_image("process").content_fingerprint() for p in (a, b)]
+        assert process[0] == process[1]
+    assert any(
+        a.fs.crash_image("power").content_fingerprint()
+        != b.fs.crash_image("power").content_fingerprint()
+        for a, b in apart
+    )
+
+
+def test_a_share_runs_the_scenario_up_to_its_last_boundary_and_counts_it_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each share needs the scenario's boundary count (a run of it): counted once a
+    process; the capture stops after the share's last boundary."""
+    from oracle import sweep as sweep_module
+    from oracle.harness import CrashHarness
+
+    scenario = Scenario("one turn, counted", ONE_TURN.steps)
+    counts: list[str] = []
+    real = sweep_module.count_boundaries
+
+    def counted(scenario: Scenario, profile: str, **options: object) -> int:
+        counts.append(profile)
+        return real(scenario, profile, **options)
+
+    monkeypatch.setattr(sweep_module, "count_boundaries", counted)
+    for share in shares(3):
+        for profile in ("posix", "lazyfs"):
+            sweep(scenario, profile=profile, modes=("process",), share=share)
+    assert sorted(counts) == ["lazyfs", "posix"]
+    total = real(scenario, "posix")
+    harness = CrashHarness(profile="posix", slots=scenario.slots)
+    start = harness.fs.boundaries
+    first = share_of(total, (0, 3))
+    assert len(sweep_module.capture(harness, scenario.steps, first)) == len(first)
+    assert harness.fs.boundaries - start < total
