@@ -14,6 +14,7 @@ visible bytes keep data the disk will never get.
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Iterable, Sequence
 
 from faultfs._profiles import Profile
@@ -146,6 +147,19 @@ class Model:
         twin.clock = self.clock
         twin.dropped = list(self.dropped)
         return twin
+
+    def key(self) -> bytes:
+        """Equal for two models equal in every field (the clock too): every crash image
+        built from them is the same. Two crash points with equal keys need their images
+        built once (a crash after one call and one before the next often are)."""
+        nodes = [
+            (n.ino, n.is_dir, n.mode, n.mtime_ns, n.nlink, n.data, n.durable, n.diverged)
+            + (n.pending, n.entries, n.durable_entries)
+            for n in self.inodes.values()
+        ]
+        meta = [(op.gseq, op.kind, op.edits, op.flush) for op in self.meta_pending]
+        whole = (type(self).__name__, self.profile, self.clock, self.next_ino, self.dropped)
+        return pickle.dumps((whole, nodes, meta))
 
     # -------------------------------------------------------------- namespace
 

@@ -234,16 +234,7 @@ def point_key(fs: FaultFS) -> bytes:
     """Equal for crash points whose disk-and-cache models (faultfs's, which their images are
     built from) are equal in every field, the clock too: their images are the same in every
     mode. A crash after one call and one before the next are (half of a sweep's points)."""
-    m = fs.model
-    nodes = [
-        (n.ino, n.is_dir, n.mode, n.mtime_ns, n.nlink, n.data, n.durable, n.diverged)
-        + (n.pending, n.entries, n.durable_entries)
-        for n in m.inodes.values()
-    ]
-    meta = [(op.gseq, op.kind, op.edits, op.flush) for op in m.meta_pending]
-    return pickle.dumps(
-        (m.profile.name, fs.block_size, m.clock, m.next_ino, nodes, meta, m.dropped)
-    )
+    return pickle.dumps((fs.block_size, fs.model.key()))
 
 
 def sweep(
