@@ -16,6 +16,7 @@ made the program rely on it.
 from __future__ import annotations
 
 import os
+import pickle
 import traceback
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -188,6 +189,9 @@ def _explore_profile(
     points.append(END)
     rerun = HealthCheck.nondeterministic in off
     captured: dict[int, FaultFS] = {}
+    # Crash points whose every image passed, by their model and acknowledgements: a later
+    # point equal in both has the same images, each a reuse (see Model.key), not built.
+    passed: dict[bytes, int] = {}
     for boundary in points:
         if boundary == END:
             fs, phase = counting, "end"
@@ -204,10 +208,16 @@ def _explore_profile(
                 fs = captured[boundary]
             assert fs.crash_point is not None
             _, phase, op = fs.crash_point
+        point = pickle.dumps((fs.model.key(), repr(fs.acked))) if dedupe else b""
+        if point in passed:
+            report.images_reused += passed[point]
+            continue
         analysis = _crash_point(fs, check) if causes else None
         full_state_landed = _full_state_landed(fs, counting.acked, seed, images_per_mode, check)
+        images, failed = 0, len(report.failures)
         for mode in report.modes:
             for image in fs.crash_images(mode, limit=images_per_mode, seed=seed):
+                images += 1
                 outcome = check(image)
                 if outcome is None:
                     continue
@@ -247,6 +257,8 @@ def _explore_profile(
                         findings=findings,
                     )
                 )
+        if point and len(report.failures) == failed:
+            passed[point] = images
     _health.check_images_looked_at(checked, looked_at, off)
 
 

@@ -155,3 +155,35 @@ def test_a_third_run_that_differs_fails_the_nondeterministic_check() -> None:
     with pytest.raises(FailedHealthCheck, match="not deterministic") as info:
         explore(workload, lambda img: img.tree())
     assert info.value.health_check is HealthCheck.nondeterministic
+
+
+@pytest.mark.parametrize(("name", "workload", "check", "setup", "profile"), CASES,
+                         ids=[c[0] for c in CASES])  # fmt: skip
+def test_a_point_like_an_earlier_passing_one_reports_the_same_without_its_images(
+    monkeypatch: pytest.MonkeyPatch, name: str, workload: Any, check: Any, setup: Any,
+    profile: Any,
+) -> None:  # fmt: skip
+    """A crash point whose model and acknowledgements equal those of an earlier point all of
+    whose images passed (a crash after one call and one before the next) has the same
+    images: explore counts them reused without building them, and reports what building
+    them all reports, field for field."""
+    from faultfs._model import Model
+
+    built = [0]
+    real = FaultFS.crash_images
+
+    def counting(self: FaultFS, *args: Any, **kwargs: Any) -> Any:
+        built[0] += 1
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(FaultFS, "crash_images", counting)
+    memo = explore(workload, check, setup=setup, profile=profile)
+    with_memo = built[0]
+    keys = iter(range(10**9))
+    monkeypatch.setattr(Model, "key", lambda self: str(next(keys)).encode())  # all unequal
+    built[0] = 0
+    every = explore(workload, check, setup=setup, profile=profile)
+    assert summary(memo) == summary(every)
+    assert with_memo <= built[0]
+    if memo.ok:  # the points of a workload that passes are all such repeats or not
+        assert with_memo < built[0]
