@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 
 import pytest
@@ -143,7 +144,7 @@ def test_a_point_key_tells_apart_points_an_fsync_alone_separates() -> None:
     total = count_boundaries(ONE_TURN, "posix")
     harness = CrashHarness(profile="posix", slots=ONE_TURN.slots)
     points = capture(harness, ONE_TURN.steps, range(1, total + 1))
-    pairs = list(zip(points, points[1:], strict=False))
+    pairs = list(itertools.pairwise(points))
     same = [
         (a, b)
         for a, b in pairs
