@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.support.hypothesis_constants import share_constants
 from tests.support.unused_plugins import PYTEST_INI
 
 REPO = Path(__file__).resolve().parents[2]
@@ -25,6 +26,7 @@ def fake_project(root: Path, tests: str | None) -> Path:
     (root / "tests" / "stress").mkdir(parents=True)
     if tests is not None:
         (root / "tests" / "stress" / "test_fake.py").write_text(tests)
+    share_constants(root)  # its children read substrat's constants, not parse them again
     return root
 
 

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from tests.support.ci_project import REPO, SCRIPT_TIMEOUT_S, fake_project, run_script
+from tests.support.hypothesis_constants import share_constants
 from tests.support.unused_plugins import PYTEST_INI
 from tests.unit.test_workflows import CI_SCRIPT_REF, WORKFLOWS_DIR, _load, _runs
 
@@ -140,6 +141,7 @@ def _fake_ci_project(root: Path) -> Path:
     for kind, text in (("unit", FAKE_UNIT_TESTS), ("stress", FAKE_CI_STRESS_TESTS)):
         (root / "tests" / kind).mkdir(parents=True)
         (root / "tests" / kind / f"test_{kind}.py").write_text(text)
+    share_constants(root)
     return root
 
 
