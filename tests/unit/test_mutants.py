@@ -9,6 +9,7 @@ and the run using the planted copy rather than the working tree.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from pathlib import Path
@@ -22,6 +23,13 @@ from tests.support.unused_plugins import PYTEST_ARGS
 
 SOURCE = mutants.RunConfig().source
 MIN_CATALOG = 12
+
+
+@functools.cache
+def _sites() -> tuple[mutant_gen.Site, ...]:
+    """substrat's systematic mutant sites, found once for this module's tests: finding them
+    parses every module of substrat (about half a CPU s), and three tests read them."""
+    return tuple(mutant_gen.sites(SOURCE))
 
 
 def _tree_digest(root: Path) -> dict[str, str]:
@@ -166,7 +174,7 @@ def test_cli_list_json(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_systematic_sites_cover_fsyncs_log_writes_and_repair_steps() -> None:
-    sites = mutant_gen.sites(SOURCE)
+    sites = _sites()
     names = [s.name for s in sites]
     assert len(names) == len(set(names)), "mutant names must be unique"
     for expected in (
@@ -240,7 +248,7 @@ def test_every_systematic_mutant_plants_and_compiles(tmp_path: Path) -> None:
     # writes that file alone, and copying the whole package for each of 100-odd sites
     # was half of this test's CPU (the whole copy is tested above and below).
     sources: dict[str, Path] = {}
-    for i, site in enumerate(mutant_gen.sites(SOURCE)):
+    for i, site in enumerate(_sites()):
         if site.file not in sources:
             source = tmp_path / "sources" / str(len(sources)) / mutants.PACKAGE
             (source / site.file).parent.mkdir(parents=True, exist_ok=True)
@@ -333,9 +341,7 @@ def test_end_to_end_a_systematic_mutant_seen_only_by_a_harness_check(tmp_path: P
     config = mutants.RunConfig(
         tests=("tests/test_probe.py",), repo=repo, timeout_s=120, pytest_args=PYTEST_ARGS
     )
-    site = next(
-        s for s in mutant_gen.sites(SOURCE) if s.name == "persistence.py:durable_create:fsync_dir#1"
-    )
+    site = next(s for s in _sites() if s.name == "persistence.py:durable_create:fsync_dir#1")
     result = mutants.run_mutant(site, config)
     assert result.status == mutants.HARNESS, result.message
     assert "AssertionError" in result.message
