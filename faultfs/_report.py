@@ -314,6 +314,11 @@ def _family(group: list[Cause], where: Where, source_root: str | None) -> tuple[
         )
     if kind == "torn-write":
         return f"writes torn by the crash ({names})", group[0].describe(source_root)[1]
+    if kind == "lost-together":  # (not "data never fsynced": renames and creates are in it)
+        return f"unsynced operations lost together ({names})", (
+            f"fsync {names}, and their directories, before anything relies on them (each "
+            "cause below names the operations)"
+        )
     return f"data never fsynced ({names})", (
         f"fsync {names} after writing, before anything relies on the data (each cause below "
         "names what did)"
