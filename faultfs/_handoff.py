@@ -43,10 +43,14 @@ def numpy_handoff(exc: OSError) -> EscapeError | None:
 
 
 def _where(tb: TracebackType | None) -> str:
-    """'file:line (function): ' of the innermost frame, where the call went into C."""
-    if tb is None:
-        return ""
-    while tb.tb_next is not None:
+    """'file:line (function): ' of the innermost frame outside numpy: the line that
+    called numpy (``numpy.save`` goes into C from numpy's own Python code)."""
+    found = None
+    while tb is not None:
+        if not str(tb.tb_frame.f_globals.get("__name__", "")).startswith("numpy"):
+            found = tb
         tb = tb.tb_next
-    code = tb.tb_frame.f_code
-    return f"{code.co_filename}:{tb.tb_lineno} ({code.co_name}): "
+    if found is None:
+        return ""
+    code = found.tb_frame.f_code
+    return f"{code.co_filename}:{found.tb_lineno} ({code.co_name}): "

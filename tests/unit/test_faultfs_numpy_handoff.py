@@ -118,7 +118,9 @@ def test_numpy_itself_and_the_fix_the_message_gives() -> None:
         numpy.save(fs.path("a.npy"), numpy.arange(4))
         fs.ack(1)
 
-    assert_says_why(_explore_words(save, lambda img: None))
+    words = _explore_words(save, lambda img: None)
+    assert_says_why(words)
+    assert words.startswith(f"{__file__}:"), words  # the line that called numpy.save
 
     def through_bytes(fs: FaultFS) -> None:  # the message's fix, made durable
         buf = io.BytesIO()
