@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from substrat.oserrors import advice, is_host_limit, os_error_of
+from substrat.shellword import shell_word
 
 _PERMISSION = (errno.EACCES, errno.EPERM)
 _FILE_ENDINGS = (".json", ".jsonl", ".gz", ".start", ".base", ".pending", ".lock", ".tmp")
@@ -77,8 +78,8 @@ def what_to_do(exc: OSError, where: str, *, then: str) -> str:
         uid = os.geteuid()
         todo = (
             f"give uid {uid} (the daemon's user) read and write access to {directory} and "
-            f"its files (for example `chown -R {uid} {directory} && chmod -R u+rwX "
-            f"{directory}`), then {then}"
+            f"its files (for example `chown -R {uid} {shell_word(directory)} && chmod -R "
+            f"u+rwX {shell_word(directory)}`), then {then}"
         )
     elif exc.errno == errno.EIO:
         todo = (

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from substrat import provider_env
+from substrat import provider_env, shellword
 from substrat.errors import (
     DaemonDiedError,
     DaemonError,
@@ -111,7 +111,7 @@ class Client:
             why = "no socket at {}" if gone else "{} refuses connections: its daemon is gone"
             raise DaemonNotRunningError(
                 f"no daemon is running for root {self.root} ({why.format(self.socket_path)}); "
-                f"start one with `substrat daemon start --root {self.root}`"
+                f"start one with `substrat daemon start --root {shellword.shell_word(self.root)}`"
             ) from None
         except PermissionError:
             raise DaemonError(

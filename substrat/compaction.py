@@ -30,6 +30,7 @@ from substrat.logread import DamageReport, iter_log
 from substrat.logs import USER_DIR
 from substrat.segments import list_sealed, stored_bytes
 from substrat.session.store import AGENTS_DIR
+from substrat.shellword import shell_word
 
 
 @dataclass
@@ -303,7 +304,7 @@ def _in_use(root: Path) -> str:
         )
     return (
         f"{root} is in use by {info.describe()}; compact needs a stopped root: run "
-        f"`substrat daemon stop --root {root}`, then `substrat compact` again "
+        f"`substrat daemon stop --root {shell_word(root)}`, then `substrat compact` again "
         "(`substrat compact --dry-run` works while it serves; a running daemon compacts "
         "by its own policy, SUBSTRAT_COMPACTION)"
     )

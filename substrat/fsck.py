@@ -66,6 +66,7 @@ from substrat.rpc import lock as root_lock
 from substrat.segments import START_NAME, is_segment_name, list_sealed
 from substrat.session import SessionState, SessionStore
 from substrat.session.store import NESTED_ROOT, QUARANTINE_DIR, RECORD_NAME
+from substrat.shellword import shell_word
 from substrat.words import plural
 
 _SESSION_FILES = frozenset({RECORD_NAME, LOG_NAME, PENDING_NAME, BASE_NAME, START_NAME})
@@ -102,7 +103,7 @@ def check(
         holder = info.describe() if info is not None else "another process"
         raise FsckError(
             f"{path} is in use by {holder}; fsck checks a stopped root: run "
-            f"`substrat daemon stop --root {path}` first"
+            f"`substrat daemon stop --root {shell_word(path)}` first"
         )
     release, held = _hold_lock(path, exclusive=repair or bool(acknowledge))
     try:

@@ -37,6 +37,7 @@ from pathlib import Path
 
 from substrat.errors import RootLockedError
 from substrat.rpc import lock
+from substrat.shellword import shell_word
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +106,7 @@ def _in_use(root: Path) -> str:
         return (
             f"root {root} is open in daemon pid {info.pid}: reach its agents through the "
             f"daemon (the substrat CLI, or substrat.client.Client), or stop it with "
-            f"`substrat daemon stop --root {root}` before opening the root here"
+            f"`substrat daemon stop --root {shell_word(root)}` before opening the root here"
         )
     if holder == os.getpid():  # (a dropped one was collected first: substrat.opening)
         return (

@@ -42,6 +42,7 @@ from substrat.rootnest import MARKER_NAME as MARKER_NAME
 from substrat.rootnest import enclosing_root, root_within
 from substrat.rpc import lock
 from substrat.rpc.transport import SOCKET_NAME
+from substrat.shellword import shell_word
 
 MAX_ROOT_PATH_CHARS = lock.MAX_SOCKET_FIELD_CHARS - len(os.sep + SOCKET_NAME)
 """The longest root path, as the lock file records it (``lock.record_chars``: a non-ASCII
@@ -130,7 +131,7 @@ def _unusable(path: Path, exc: OSError, doing: str) -> RootUnusableError | RootP
             mode = stat.S_IMODE(info.st_mode)
             return RootUnusableError(
                 f"cannot use {path} as a substrat root: {doing} failed: its mode {mode:04o} "
-                f"does not let you read and write it; `chmod 700 {path}` fixes that"
+                f"does not let you read and write it; `chmod 700 {shell_word(path)}` fixes that"
             )
     if exc.errno == errno.EEXIST and os.path.islink(path):
         return _dangling(path)
@@ -168,8 +169,8 @@ def _dangling(path: Path) -> RootUnusableError:
         )
     return RootUnusableError(
         f"cannot use {path} as a substrat root: it is a symlink to {target}, which does "
-        f"not exist; make that directory (`mkdir -m 700 {target}`), or remove the link, "
-        "or use --root or SUBSTRAT_HOME to pick another directory"
+        f"not exist; make that directory (`mkdir -m 700 {shell_word(target)}`), or remove the "
+        "link, or use --root or SUBSTRAT_HOME to pick another directory"
     )
 
 
@@ -289,10 +290,10 @@ def _no_root_message(info: RootInfo) -> str:
             mode = 0
         if mode & 0o077:
             what = f"an empty directory readable by others, mode {mode:04o}"
-            first = f"`chmod 700 {path}`, then "
+            first = f"`chmod 700 {shell_word(path)}`, then "
     return (
-        f"no substrat root at {path} ({what}); {first}`substrat daemon start --root {path}` or "
-        f"`substrat agent create NAME --root {path}` creates one"
+        f"no substrat root at {path} ({what}); {first}`substrat daemon start --root "
+        f"{shell_word(path)}` or `substrat agent create NAME --root {shell_word(path)}` creates one"
     )
 
 
@@ -453,7 +454,7 @@ def prepare_root(root: str | os.PathLike[str], *, create: bool = True) -> Path:
         what = "is empty" if info.state is RootState.EMPTY else "holds only an empty agents/"
         raise RootPermissionError(
             f"{path} {what} but is readable by others (mode {mode:04o}); substrat does not "
-            f"change the mode of a directory it did not create: run `chmod 700 {path}` "
+            f"change the mode of a directory it did not create: run `chmod 700 {shell_word(path)}` "
             "to make it private, or pick another directory"
         )
     if info.state is not RootState.ROOT or info.version is None:
@@ -480,8 +481,8 @@ def check_serving(root: Path) -> None:
         uid = os.geteuid()
         raise RootUnusableError(
             f"cannot serve {root}: {agents} cannot be read and written (permission denied); "
-            f"give uid {uid} access (`chown -R {uid} {agents} && chmod -R u+rwX {agents}`), "
-            "then start the daemon again"
+            f"give uid {uid} access (`chown -R {uid} {shell_word(agents)} && chmod -R u+rwX "
+            f"{shell_word(agents)}`), then start the daemon again"
         )
 
 
@@ -502,16 +503,17 @@ def check_user_log(root: Path) -> None:
     if why is not None:
         raise RootUnusableError(
             f"cannot serve {root}: the user's inbox cannot be used ({why}); "
-            f"`substrat fsck --repair --root {root}` moves it to quarantine/ (the messages "
-            "the agents sent you come back from their logs), then start the daemon again"
+            f"`substrat fsck --repair --root {shell_word(root)}` moves it to quarantine/ (the "
+            "messages the agents sent you come back from their logs), then start the daemon again"
         )
     for target, mode in ((path.parent, os.W_OK | os.X_OK), (path, os.R_OK | os.W_OK)):
         if os.path.exists(target) and not os.access(target, mode):
             uid = os.geteuid()
             raise RootUnusableError(
                 f"cannot serve {root}: the user's inbox {path} cannot be read and written "
-                f"(permission denied); give uid {uid} access (`chown -R {uid} {path.parent} "
-                f"&& chmod -R u+rwX {path.parent}`), then start the daemon again"
+                f"(permission denied); give uid {uid} access (`chown -R {uid} "
+                f"{shell_word(path.parent)} && chmod -R u+rwX {shell_word(path.parent)}`), then "
+                "start the daemon again"
             )
 
 
@@ -525,9 +527,10 @@ def check_inbox_not_a_root(root: Path, doing: str = "serve") -> None:
         raise RootUnusableError(
             f"cannot {doing} {root}: its user/ is a substrat root of its own ({nested}), made "
             "there by an older version; this root's inbox would be written into it. Move it "
-            f"out by hand: `substrat daemon stop --root {where}`, `mv {where} DEST`, then "
-            f"move this root's inbox files back (`mkdir -m 700 {where}` and `mv DEST/events.* "
-            f"{where}/`, if there are any), then run this again"
+            f"out by hand: `substrat daemon stop --root {shell_word(where)}`, `mv "
+            f"{shell_word(where)} DEST`, then move this root's inbox files back (`mkdir -m 700 "
+            f"{shell_word(where)}` and `mv DEST/events.* {shell_word(where)}/`, if there are "
+            "any), then run this again"
         )
 
 
@@ -580,7 +583,7 @@ def _check_owner_and_access(path: Path, *, is_root: bool) -> int:
         if mode & 0o700 != 0o700:
             raise RootUnusableError(
                 f"cannot use {path} as a substrat root: its mode {mode:04o} does not let you "
-                f"read and write it; `chmod 700 {path}` fixes that"
+                f"read and write it; `chmod 700 {shell_word(path)}` fixes that"
             )
         raise RootUnusableError(
             f"cannot use {path} as a substrat root: it cannot be written although its mode "

@@ -28,6 +28,7 @@ from substrat.cli.common import (
 from substrat.errors import DaemonNotRunningError, DaemonStoppedUncleanlyError, RootLockedError
 from substrat.rpc import lock
 from substrat.rpc.transport import socket_path
+from substrat.shellword import shell_word
 from substrat.words import plural, when
 
 if TYPE_CHECKING:
@@ -179,7 +180,7 @@ def _say_other_code(opts: Opts, other: str | None) -> None:
     if other is not None:  # mid-upgrade: the old code serves until restarted
         opts.out.print(
             f"  [yellow]it runs {esc(other)}, not this command's[/]; "
-            f"`substrat daemon restart --root {esc(opts.root)}` runs this one "
+            f"`substrat daemon restart --root {esc(shell_word(opts.root))}` runs this one "
             "(running turns finish first)"
         )
 
@@ -211,7 +212,7 @@ def _run_here(opts: Opts, timeout_s: float, extra: list[str]) -> NoReturn:
             os.close(held)
         raise RootLockedError(
             f"a daemon already serves {opts.root} (pid {answer['pid']}); this terminal runs "
-            f"none: `substrat daemon stop --root {opts.root}` first to run it here"
+            f"none: `substrat daemon stop --root {shell_word(opts.root)}` first to run it here"
         )
     if held is not None:  # until this process's daemon answers (its recovery included)
         threading.Thread(target=_let_go_once_serving, args=(opts.root, held), daemon=True).start()
@@ -254,8 +255,8 @@ def _say_unreachable(opts: Opts, only_pid: bool) -> None:
             why = "  it may still be starting (recovery runs before it answers); if its files "
             why += "were removed, "
         opts.out.print(
-            f"{why}`substrat daemon restart --root {esc(opts.root)}` stops it (SIGTERM) and "
-            "starts one that makes them again"
+            f"{why}`substrat daemon restart --root {esc(shell_word(opts.root))}` stops it "
+            "(SIGTERM) and starts one that makes them again"
         )
     sys.exit(EXIT_UNAVAILABLE)
 

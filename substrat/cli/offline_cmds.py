@@ -22,6 +22,7 @@ from substrat.cli.common import (
     offline_command,
 )
 from substrat.errors import BadInputError, FsckError, RootLockedError
+from substrat.shellword import shell_word
 from substrat.words import plural
 
 if TYPE_CHECKING:
@@ -95,7 +96,7 @@ def fsck(opts: Opts, repair: bool, acknowledge: tuple[int, ...]) -> None:
     else:
         out.print(
             f"[bold red]{plural(len(problems), 'problem')} found[/]; nothing was changed "
-            f"(repair with `substrat fsck --repair --root {esc(report.root)}`)"
+            f"(repair with `substrat fsck --repair --root {esc(shell_word(report.root))}`)"
         )
     sys.exit(report.exit_code)
 

@@ -33,6 +33,7 @@ from typing import Any
 from substrat import persistence
 from substrat.errors import RootLockedError
 from substrat.rpc.transport import socket_path
+from substrat.shellword import shell_word
 from substrat.timestamps import utc_now_iso
 
 LOCK_NAME = "daemon.lock"
@@ -275,7 +276,7 @@ def in_use(root: str | os.PathLike[str]) -> str:
     info = read_info(root) or LockInfo(None, None, "unknown")
     return (
         f"root {root} is in use by {info.describe()}; stop it with "
-        f"`substrat daemon stop --root {root}` or use another root"
+        f"`substrat daemon stop --root {shell_word(root)}` or use another root"
     )
 
 

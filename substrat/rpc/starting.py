@@ -47,6 +47,7 @@ from substrat.rootdir import DAEMON_LOG_NAME, foreign_daemon
 from substrat.rpc import lock, protocol
 from substrat.rpc.lock import cmdline, flock_holder, offline_work
 from substrat.rpc.transport import socket_path
+from substrat.shellword import shell_word
 
 STOP_MARGIN_S = 30.0
 """How long past its grace a stopping daemon may take to exit (its turns cancelled, its
@@ -217,7 +218,7 @@ def refused_while_stopping(root: Path, method: str, refusal: dict[str, Any]) -> 
     return (
         f"the daemon{f' (pid {pid})' if pid else ''} for {root} is stopping: it refused "
         f"{method}, which was not applied; run the command again once a daemon serves "
-        f"(`substrat daemon start --root {root}`)"
+        f"(`substrat daemon start --root {shell_word(root)}`)"
     )
 
 
@@ -250,7 +251,7 @@ def wait_for_stop(root: Path, pid: int | None, method: str, limit_s: float) -> N
     raise DaemonError(
         f"the {who} for {root} has been stopping for over {limit_s:g}s; it refused {method}, "
         f"which was not applied. See {root / DAEMON_LOG_NAME}; once it has exited "
-        f"(`substrat daemon stop --root {root}` waits for it) run the command again"
+        f"(`substrat daemon stop --root {shell_word(root)}` waits for it) run the command again"
     )
 
 
@@ -266,7 +267,7 @@ def check_socket(root: Path) -> None:
     if pid is not None:
         raise DaemonUnreachableError(
             f"daemon pid {pid} is running but its socket {socket_path(root)} is gone{also}; "
-            f"`substrat daemon restart --root {root}`"
+            f"`substrat daemon restart --root {shell_word(root)}`"
         )
 
 
@@ -315,9 +316,11 @@ def died_error(
     else:
         cause = f"the daemon{pid} closed the connection"
     if request is None:
-        return DaemonDiedError(f"{cause}; `substrat daemon start --root {root}` recovers")
+        return DaemonDiedError(
+            f"{cause}; `substrat daemon start --root {shell_word(root)}` recovers"
+        )
     return DaemonDiedError(
         f"{cause} before answering {request}; the request may or may not have been applied. "
-        f"Run `substrat daemon start --root {root}` to recover, then check with "
+        f"Run `substrat daemon start --root {shell_word(root)}` to recover, then check with "
         "`substrat agent list` / `substrat log`."
     )
