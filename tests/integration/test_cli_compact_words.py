@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import made_roots
 from tests.support.cli import SUBSTRAT, as_json, cli_env, cli_root, run
 
 pytestmark = pytest.mark.skipif(not SUBSTRAT, reason="needs the substrat console script")
@@ -21,14 +22,19 @@ def root(tmp_path: Path) -> Iterator[Path]:
     yield from cli_root(tmp_path)
 
 
-def a_root_with_a_terminated_child(root: Path) -> None:
-    assert run(root, "agent", "create", "lead").returncode == 0
-    for prompt in ("plan\n@spawn kid helper", "more\n@send user done"):
-        assert run(root, "agent", "send", "lead", prompt).returncode == 0
-    assert run(root, "agent", "send", "lead/kid", "hi").returncode == 0
-    assert run(root, "agent", "create", "other").returncode == 0
-    assert run(root, "agent", "rm", "lead/kid").returncode == 0
-    assert run(root, "daemon", "stop").returncode == 0
+A_TERMINATED_CHILD = (
+    ("agent", "create", "lead"),
+    ("agent", "send", "lead", "plan\n@spawn kid helper"),
+    ("agent", "send", "lead", "more\n@send user done"),
+    ("agent", "send", "lead/kid", "hi"),
+    ("agent", "create", "other"),
+    ("agent", "rm", "lead/kid"),
+)
+
+
+def a_root_with_a_terminated_child(root: Path, factory: pytest.TempPathFactory) -> None:
+    """What these commands leave, the daemon stopped (a copy of it: tests/support/made_roots)."""
+    made_roots.made_root(factory, root, commands=A_TERMINATED_CHILD)
 
 
 # The real CLI, in a process of its own, that sends itself SIGINT (as Ctrl-C does) right
@@ -55,8 +61,10 @@ main()
 
 
 @pytest.mark.parametrize("as_json_error", [False, True])
-def test_ctrl_c_in_compact_says_what_state_the_root_is_in(root: Path, as_json_error: bool) -> None:
-    a_root_with_a_terminated_child(root)
+def test_ctrl_c_in_compact_says_what_state_the_root_is_in(
+    root: Path, as_json_error: bool, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    a_root_with_a_terminated_child(root, tmp_path_factory)
     args = [sys.executable, "-c", INTERRUPTED, "compact", "--segment-bytes", "1"]
     args += ["--json"] if as_json_error else []
     proc = subprocess.run(args, capture_output=True, text=True, timeout=120, env=cli_env(root))
@@ -80,8 +88,10 @@ def test_ctrl_c_in_compact_says_what_state_the_root_is_in(root: Path, as_json_er
     assert {a["path"] for a in listed} == {"lead", "lead/kid", "other"}
 
 
-def test_dry_run_names_agents_by_their_path(root: Path) -> None:
-    a_root_with_a_terminated_child(root)
+def test_dry_run_names_agents_by_their_path(
+    root: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    a_root_with_a_terminated_child(root, tmp_path_factory)
     planned = as_json(run(root, "compact", "--dry-run", "--json"))
     paths = sorted(str(item["path"]) for item in planned["logs"])
     assert paths == ["lead", "lead/kid", "other", "user"]

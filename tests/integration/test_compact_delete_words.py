@@ -11,6 +11,7 @@ import pytest
 
 from substrat.cli.compact_cmds import KEPT_NEWEST
 from substrat.segments import list_sealed
+from tests.support import made_roots
 from tests.support.cli import SUBSTRAT, as_json, cli_root, run
 
 pytestmark = pytest.mark.skipif(not SUBSTRAT, reason="needs the substrat console script")
@@ -29,16 +30,24 @@ def send_turns(root: Path, first: int, count: int) -> None:
         assert sent.returncode == 0, sent.stderr
 
 
+FOUR_TURNS = (
+    ("agent", "create", "a"),
+    *(("agent", "send", "a", f"turn {n} {FILLER}") for n in range(1, 5)),
+)
+"""``a`` and turns 1-4 (as :func:`send_turns` sends them), then the daemon stopped: the
+root two of the tests start from (a copy of it: tests/support/made_roots)."""
+
+
 def compact_delete(root: Path, *more: str) -> str:
     done = run(root, "compact", "--policy", "delete", "--segment-bytes", "1024", *more)
     assert done.returncode == 0, done.stderr
     return " ".join(done.stdout.split())
 
 
-def test_delete_says_it_keeps_the_newest_segment_and_deletes_it_later(root: Path) -> None:
-    assert run(root, "agent", "create", "a").returncode == 0
-    send_turns(root, 1, 4)
-    assert run(root, "daemon", "stop").returncode == 0
+def test_delete_says_it_keeps_the_newest_segment_and_deletes_it_later(
+    root: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    made_roots.made_root(tmp_path_factory, root, commands=FOUR_TURNS)
     first = compact_delete(root)
     # One segment per log: it holds the checkpoint the base would need, so it is kept.
     assert "1 segment sealed, 1 archived, 0 deleted" in first, first
@@ -69,10 +78,8 @@ def test_delete_says_it_keeps_the_newest_segment_and_deletes_it_later(root: Path
     assert [p.split()[1] for p in prompts] == [str(n) for n in range(1, 9)], prompts
 
 
-def test_nothing_to_delete_says_why(root: Path) -> None:
-    assert run(root, "agent", "create", "a").returncode == 0
-    send_turns(root, 1, 4)
-    assert run(root, "daemon", "stop").returncode == 0
+def test_nothing_to_delete_says_why(root: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+    made_roots.made_root(tmp_path_factory, root, commands=FOUR_TURNS)
     compact_delete(root)
     planned = run(root, "compact", "--dry-run", "--policy", "delete")
     assert planned.returncode == 0, planned.stderr

@@ -22,26 +22,38 @@ import pytest
 from substrat.rpc import lock
 from tests.support.cli import SUBSTRAT, stop_or_kill
 
-_MADE: dict[tuple[str, str], Path] = {}
-"""(this process's base temporary directory, agent name) -> the root made there."""
+Commands = tuple[tuple[str, ...], ...]
+
+_MADE: dict[tuple[str, Commands], Path] = {}
+"""(this process's base temporary directory, the commands) -> the root they made there."""
 
 
-def made_root(factory: pytest.TempPathFactory, dest: Path, agent: str = "lead") -> Path:
-    """A copy at ``dest`` of a root that ``substrat agent create AGENT`` made (its daemon
-    stopped): made on first use in this process, copied from then on."""
-    key = (str(factory.getbasetemp()), agent)
+def made_root(
+    factory: pytest.TempPathFactory,
+    dest: Path,
+    agent: str = "lead",
+    *,
+    commands: Commands | None = None,
+) -> Path:
+    """A copy at ``dest`` of a root that ``substrat agent create AGENT`` made, or the
+    ``substrat`` ``commands`` one after the other (``--root`` added to each; each must
+    succeed), its daemon then stopped: made on first use in this process, copied from
+    then on."""
+    commands = commands or (("agent", "create", agent),)
+    key = (str(factory.getbasetemp()), commands)
     made = _MADE.get(key)
     if made is None or not made.is_dir():
-        made = factory.mktemp(f"made-root-{agent}") / "root"
+        made = factory.mktemp("made-root") / "root"
         env = {**os.environ, "COLUMNS": "200"}
         env.pop("SUBSTRAT_NO_AUTOSTART", None)
         env.pop("SUBSTRAT_HOME", None)
         try:
-            created = subprocess.run(
-                [SUBSTRAT, "agent", "create", agent, "--root", str(made)],
-                capture_output=True, text=True, timeout=60, env=env,
-            )  # fmt: skip
-            assert created.returncode == 0, created.stderr
+            for args in commands:
+                done = subprocess.run(
+                    [SUBSTRAT, *args, "--root", str(made)],
+                    capture_output=True, text=True, timeout=60, env=env,
+                )  # fmt: skip
+                assert done.returncode == 0, (args, done.stderr)
         finally:
             stop_or_kill(made)
         _wait_gone(made)  # its last line in daemon.log is in every copy
