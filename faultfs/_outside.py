@@ -3,7 +3,8 @@
 faultfs's router (:mod:`faultfs._intercept`) hands such a call here. The test
 framework's own I/O (pytest, Hypothesis) and the standard library's source readers
 are never refused; a call that reads a root's real parent directories is let through
-(the model has nothing above its root).
+(the model has nothing above its root), and so is one on a kernel interface (/proc,
+/sys, the devices under /dev), which holds nothing a crash could lose.
 """
 
 from __future__ import annotations
@@ -61,6 +62,21 @@ def _above_a_root(stack: list[FaultFS], p: str) -> bool:
     return any(fs.root.startswith(prefix) for fs in stack)
 
 
+# Kernel interfaces, not storage: /proc and /sys are the kernel's view of the process
+# and the machine (filelock stats /proc/self/ns/pid on every lock), and the devices
+# under /dev (null, urandom, tty) keep nothing a crash could lose. Refusing them
+# would only push users to outside="passthrough", which also lets real files go
+# unchecked. /dev/shm and /dev/mqueue are memory file systems: files there are
+# storage a program chose, so they stay refused.
+_KERNEL = ("/proc/", "/sys/", "/dev/")
+_KERNEL_STORAGE = ("/dev/shm/", "/dev/mqueue/")
+
+
+def _kernel_interface(p: str) -> bool:
+    slashed = p + "/"  # "/proc" itself too
+    return slashed.startswith(_KERNEL) and not slashed.startswith(_KERNEL_STORAGE)
+
+
 def outside(stack: list[FaultFS], given: Any, p: str, relative: bool) -> None:
     """A call on a path outside every active root (``stack``: the active ones, innermost
     last): count it, and refuse it if so configured. Called by the router, which is called
@@ -75,6 +91,8 @@ def outside(stack: list[FaultFS], given: Any, p: str, relative: bool) -> None:
     if call not in _NAMESPACE_CHANGES and _above_a_root(stack, p):
         # The model has nothing above its root; the real parents exist (stat("/"),
         # realpath's lstat of each parent, opening a parent to fsync it).
+        return
+    if call not in _NAMESPACE_CHANGES and _kernel_interface(p):
         return
     exempt, frame = _caller(3)
     if exempt:
