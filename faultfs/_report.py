@@ -202,7 +202,7 @@ class ExploreReport:
         lines += [f"    {line}" for line in _step_lines(cause.steps, where)]
         profiles = f"; profiles: {_counts(cause.profiles)}" if len(self.profiles) > 1 else ""
         lines.append(
-            f"    seen in {len(cause.failures)} failing images "
+            f"    seen in {_images(len(cause.failures))} "
             f"({_counts(_ordered(cause.modes, self.modes))}){profiles}"
         )
         # The example shows an image this cause alone explains, if there is one.
@@ -232,8 +232,8 @@ class ExploreReport:
         groups = self.cause_groups()
         tail = f" from {len(causes)} cause{'s' if len(causes) != 1 else ''}" if causes else ""
         if len(groups) < len(causes):
-            tail += f" ({len(groups)} fixes)"
-        lines.append(f"  {len(self.failures)} failing images ({per_mode}){tail}")
+            tail += f" ({len(groups)} fix{'es' if len(groups) != 1 else ''})"
+        lines.append(f"  {_images(len(self.failures))} ({per_mode}){tail}")
         if len(self.profiles) > 1:
             lines.append(f"  failing images per profile: {_counts(self.failures_per_profile())}")
         if len(groups) > 1:
@@ -241,9 +241,7 @@ class ExploreReport:
             for number, group in enumerate(groups[:REPORT_MAX_ENTRIES], start=1):
                 fix = _fix(group, where, source_root)
                 more = f", {len(group)} causes" if len(group) > 1 else ""
-                lines.append(
-                    f"    [{number}] {len(_failures_of(group))} failing images{more}: {fix}"
-                )
+                lines.append(f"    [{number}] {_images(len(_failures_of(group)))}{more}: {fix}")
         for number, group in enumerate(groups[:REPORT_MAX_ENTRIES], start=1):
             lines.append("")
             if len(group) == 1:
@@ -253,20 +251,20 @@ class ExploreReport:
             title, fix = _family(group, where, source_root)
             lines += [
                 f"[{number}] {title}: {len(group)} causes, one fix, seen in "
-                f"{len(_failures_of(group))} failing images",
+                f"{_images(len(_failures_of(group)))}",
                 f"    fix: {fix}",
             ]
             for letter, cause in zip("abcdefghijklmnopqrstuvwxyz", group, strict=False):
                 lines.append(
                     f"    [{number}{letter}] {cause.describe(source_root)[0]} "
-                    f"({len(cause.failures)} failing images)"
+                    f"({_images(len(cause.failures))})"
                 )
             lines.append(f"    the first of them, [{number}a]:")
             lines += self._entry("", head, source_root, where)[2:]
         if unexplained:
             lines += [
                 "",
-                f"{len(unexplained)} failing images without an analysed cause, by crash site:",
+                f"{_images(len(unexplained))} without an analysed cause, by crash site:",
             ]
             by_site: dict[str, list[Failure]] = {}
             for failure in unexplained:
@@ -276,6 +274,10 @@ class ExploreReport:
                 lines.append(f"  {_short(site, source_root)} ({len(failures)}: {modes})")
                 lines += _example(failures[0], where)
         return "\n".join(lines)
+
+
+def _images(count: int) -> str:
+    return f"{count} failing image{'s' if count != 1 else ''}"
 
 
 def _failures_of(group: list[Cause]) -> list[Failure]:
