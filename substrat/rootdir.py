@@ -39,7 +39,7 @@ from substrat.errors import NestedRootError, NotARootError, RootPermissionError,
 from substrat.rootmarker import MARKER_FORMAT as MARKER_FORMAT
 from substrat.rootmarker import MARKER_VERSION as MARKER_VERSION
 from substrat.rootnest import MARKER_NAME as MARKER_NAME
-from substrat.rootnest import enclosing_root, root_within
+from substrat.rootnest import enclosing_root, kernel_place, root_within
 from substrat.rpc import lock
 from substrat.rpc.transport import SOCKET_NAME
 from substrat.shellword import shell_word
@@ -118,6 +118,8 @@ class RootInfo:
 
 
 def _unusable(path: Path, exc: OSError, doing: str) -> RootUnusableError | RootPermissionError:
+    if (place := kernel_place(path)) is not None:  # a realpath: only once something failed
+        return RootUnusableError(f"cannot use {path} as a substrat root: {place}")
     if exc.errno == errno.EACCES:
         try:
             info = os.stat(path)
@@ -280,6 +282,8 @@ def _no_root_message(info: RootInfo) -> str:
             "substrat never writes into a directory it did not create: point --root or "
             "SUBSTRAT_HOME at a new or empty directory"
         )
+    if info.state is RootState.MISSING and (place := kernel_place(path)) is not None:
+        return f"cannot use {path} as a substrat root: {place}"  # not "... creates one"
     what = "nothing is there" if info.state is RootState.MISSING else "an empty directory"
     first = ""
     if info.state is RootState.EMPTY:
@@ -535,20 +539,9 @@ def check_inbox_not_a_root(root: Path, doing: str = "serve") -> None:
 
 
 _HOST_ERRNOS = frozenset(
-    {
-        errno.EACCES,
-        errno.EPERM,
-        errno.EROFS,
-        errno.EIO,
-        errno.ENOSPC,
-        errno.EDQUOT,
-        errno.EFBIG,
-        errno.EMFILE,
-        errno.ENFILE,
-        errno.ENOTDIR,
-        errno.EISDIR,
-    }
-)
+    {errno.EACCES, errno.EPERM, errno.EROFS, errno.EIO, errno.ENOSPC, errno.EDQUOT, errno.EFBIG,
+     errno.EMFILE, errno.ENFILE, errno.ENOTDIR, errno.EISDIR}
+)  # fmt: skip
 """What the host does to a root (modes, mounts, disks, limits), not a fault of the code."""
 
 

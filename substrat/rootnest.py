@@ -1,7 +1,7 @@
 """What makes a directory a substrat root by itself, for the code that must tell a root
 inside another (a *nested* root) from its own files: the marker's name, the root a path
 lies inside (:func:`enclosing_root`), and whether a directory found inside a root is one
-(:func:`root_within`).
+(:func:`root_within`); and where no root can be (:func:`kernel_place`).
 
 Kept apart from :mod:`substrat.rootdir`, which imports the storage modules' names, so
 that the session store can ask it without an import circle.
@@ -67,3 +67,23 @@ def root_within(path: Path) -> str | None:
 
 
 NESTED_ROOT_ADVICE = "move it out by hand (`mv` it elsewhere); substrat leaves it where it is"
+
+
+# Kernel file systems: what they show is made up by the kernel on each read, and they
+# hold no files of anyone's (mkdir fails there with ENOENT, fsync with EINVAL).
+_KERNEL_PLACES = (
+    ("/proc", "procfs, the kernel's view of its processes"),
+    ("/sys", "sysfs, the kernel's view of its devices and settings"),
+)
+
+
+def kernel_place(path: Path) -> str | None:
+    """Why ``path`` (resolved) cannot hold a root, when it is on a kernel file system."""
+    real = os.path.realpath(path)
+    for top, what in _KERNEL_PLACES:
+        if real == top or real.startswith(top + "/"):
+            return (
+                f"it is under {top} ({what}), which holds no files and keeps nothing; use "
+                "--root or SUBSTRAT_HOME to pick a directory on a disk"
+            )
+    return None
