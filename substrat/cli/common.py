@@ -168,7 +168,8 @@ def _root_option(func: F) -> F:
         type=RootPath(),
         envvar="SUBSTRAT_HOME",
         default=None,
-        help="Substrat root (default: $SUBSTRAT_HOME or ~/.substrat).",
+        help="Substrat root (default: $SUBSTRAT_HOME or ~/.substrat; a leading ~ is expanded, "
+        "even quoted).",
     )(func)
 
 
@@ -258,7 +259,8 @@ def group_options(func: F) -> F:
         type=RootPath(),
         default=None,
         help="Substrat root for the command that follows (the command's own --root wins, "
-        "then the nearest group's; default: $SUBSTRAT_HOME or ~/.substrat).",
+        "then the nearest group's; default: $SUBSTRAT_HOME or ~/.substrat; a leading ~ is "
+        "expanded, even quoted).",
     )(func)
 
 

@@ -1,15 +1,18 @@
-"""Roots a user mistypes (review s27d): a kernel file system.
+"""Roots a user mistypes (review s27d): a kernel file system, and a ~ the shell left alone.
 
 ``--root /sys/kernel/x`` said "creating it failed: fsync of /sys failed (Invalid
 argument); the unsynced data must be treated as lost and was not acknowledged", and
 ``--root /proc/x`` "creating it failed: No such file or directory" (/proc exists): now
 both say the path is on a kernel file system that keeps no files, and a command that
-only reads no longer suggests the `daemon start` that would fail.
+only reads no longer suggests the `daemon start` that would fail. A quoted ``'~/x'``
+(and ``--root=~/x``, which bash does not expand) is the home directory's x, as before;
+the option's help now says so.
 """
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -37,3 +40,23 @@ def test_a_root_on_a_kernel_file_system_is_refused_saying_so(args: list[str]) ->
     )
     assert "fsync" not in result.output and "creates one" not in result.output
     assert not os.path.lexists(args[-1])
+
+
+@pytest.mark.parametrize("spelling", [["--root", "~/x"], ["--root=~/x"]])
+def test_a_tilde_the_shell_left_alone_is_the_home_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spelling: list[str]
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    args = ["agent", "list", "--no-autostart", *spelling]
+    result = CliRunner().invoke(main, args, prog_name="substrat")
+    assert result.exit_code == 2, result.output
+    assert f"no substrat root at {tmp_path / 'home' / 'x'} " in result.output
+    assert not os.path.lexists(tmp_path / "~")
+
+
+@pytest.mark.parametrize("args", [["agent", "list", "--help"], ["agent", "--help"]])
+def test_the_root_option_says_a_quoted_tilde_is_expanded(args: list[str]) -> None:
+    result = CliRunner().invoke(main, args, prog_name="substrat", terminal_width=200)
+    assert result.exit_code == 0, result.output
+    assert "a leading ~ is expanded, even quoted" in " ".join(result.output.split())
