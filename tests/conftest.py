@@ -307,6 +307,9 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    warm = sys.modules.get("tests.support.warm")
+    if warm is not None:  # this process ran commands through a fork server: stop it
+        warm.shutdown()
     ahead = config.stash.get(REWRITE_AHEAD_KEY, None)
     if ahead is not None:
         ahead.stop()

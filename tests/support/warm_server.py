@@ -1,0 +1,260 @@
+"""The serve loop of the tests' fork server (tests/support/warm.py starts it; read that first).
+
+It runs as ``python -c <this file's text> SOCKET`` (the flags of a fresh ``python -c``
+command, so ``sys.flags`` are a fresh command's), with its working directory a private
+empty one, so that nothing it imports comes from a directory a test made. It imports the
+CLI once, then, for each request on the Unix socket, forks a child that becomes the
+requested command: the child leaves :func:`serve` (none of the server's frames is left
+below the command) and runs the command's code at the top level of this ``-c`` program,
+so that its ``SystemExit``, an uncaught exception or a KeyboardInterrupt end the process
+through the interpreter's own exit path (atexit, flushing, finalization), as in a fresh
+process. Single-threaded, so that a fork copies no other thread's half-held lock.
+
+Protocol (SOCK_SEQPACKET, one JSON message each way a step): the request carries four
+descriptors (stdin, stdout, stderr, the working directory); the answers are
+``{"pid": N}`` and then ``{"exit": CODE}`` (negative for a signal, as subprocess says).
+The client may send ``kill`` (SIGKILL the child, which is then reported as usual); a
+client that hangs up also gets its child killed. The server exits when its standard
+input (a pipe the client holds) reaches end of file, killing children still running.
+"""
+
+import sys
+
+# What the interpreter imported before it ran the command: a fresh process has these too,
+# and the command's working directory could not have replaced them.
+STARTUP_MODULES = set(sys.modules)
+
+import importlib  # noqa: E402
+import importlib.machinery  # noqa: E402
+import io  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import select  # noqa: E402
+import signal  # noqa: E402
+import socket  # noqa: E402
+import types  # noqa: E402
+from typing import Any  # noqa: E402
+
+# What the CLI's commands load (collected from create, send, list with and without a
+# table, show, fsck and stop): imported here once instead of in every command.
+WARM = (
+    "substrat.cli",
+    "substrat.cli.agent_cmds",
+    "substrat.cli.chat",
+    "substrat.cli.compact_cmds",
+    "substrat.cli.daemon_cmds",
+    "substrat.cli.events_cmds",
+    "substrat.cli.examples",
+    "substrat.cli.explain",
+    "substrat.cli.offline_cmds",
+    "substrat.cli.render",
+    "substrat.cli.turns",
+    "substrat.client",
+    "substrat.fsck",
+    "substrat.fsck_repair",
+    "substrat.fsck_report",
+    "substrat.recovery",
+    "substrat.rollforward",
+    "substrat.incidents",
+    "substrat.registry",
+    "substrat.rpc.starting",
+    "substrat.providers.registry",
+    "rich.console",
+    "rich.table",
+)
+
+
+def warm() -> dict[str, list[str]]:
+    """Import :data:`WARM`; the top-level names imported since the start, with the files
+    or directories they came from (what a client compares a command's ``sys.path[0]``
+    against)."""
+    for name in WARM:
+        try:
+            importlib.import_module(name)
+        except Exception as exc:  # not warmed: the command imports it itself
+            print(f"warm: {name}: {exc!r}", file=sys.stderr, flush=True)
+    found: dict[str, list[str]] = {}
+    for name, module in list(sys.modules.items()):
+        if "." in name or name in STARTUP_MODULES or module is None:
+            continue
+        paths = list(getattr(module, "__path__", None) or [])
+        origin = getattr(getattr(module, "__spec__", None), "origin", None)
+        if not paths and origin not in (None, "built-in", "frozen"):
+            paths = [origin]
+        found[name] = [os.path.realpath(p) for p in paths]
+    return found
+
+
+class Child:
+    def __init__(self, conn: socket.socket, pid: int) -> None:
+        self.conn = conn
+        self.pid = pid
+        self.pidfd = os.pidfd_open(pid)
+        self.hung_up = False
+
+
+def serve(listener: socket.socket) -> dict[str, Any]:
+    """Serve until the lifeline closes (then exit); in a forked child, return its request."""
+    children: dict[int, Child] = {}  # by pid
+    poller = select.poll()
+    poller.register(0, select.POLLIN)
+    poller.register(listener, select.POLLIN)
+    by_fd: dict[int, Child] = {}
+    while True:
+        for fd, _ in poller.poll():
+            if fd == 0:  # the client's end of the lifeline closed: the tests are over
+                for child in children.values():
+                    os.kill(child.pid, signal.SIGKILL)
+                    os.waitpid(child.pid, 0)
+                os._exit(0)
+            if fd == listener.fileno():
+                conn, _ = listener.accept()
+                conn.settimeout(30)
+                try:
+                    data, fds, _, _ = socket.recv_fds(conn, 1 << 20, 4)
+                except OSError:
+                    conn.close()
+                    continue
+                if len(fds) != 4 or not data:
+                    for received in fds:
+                        os.close(received)
+                    conn.close()
+                    continue
+                sys.stdout.flush()
+                sys.stderr.flush()
+                pid = os.fork()
+                if pid == 0:
+                    listener.close()
+                    conn.close()
+                    for child in children.values():
+                        child.conn.close()
+                        os.close(child.pidfd)
+                    request: dict[str, Any] = json.loads(data)
+                    request["fds"] = fds
+                    return request
+                for received in fds:
+                    os.close(received)
+                child = Child(conn, pid)
+                children[pid] = child
+                by_fd[child.pidfd] = child
+                by_fd[conn.fileno()] = child
+                poller.register(child.pidfd, select.POLLIN)
+                poller.register(conn, select.POLLIN)
+                answer(conn, {"pid": pid})
+                continue
+            child = by_fd[fd]
+            if fd == child.pidfd:  # it exited
+                _, status = os.waitpid(child.pid, 0)
+                answer(child.conn, {"exit": os.waitstatus_to_exitcode(status)})
+                poller.unregister(child.pidfd)
+                del by_fd[child.pidfd], children[child.pid]
+                os.close(child.pidfd)
+                if not child.hung_up:
+                    poller.unregister(child.conn)
+                    del by_fd[child.conn.fileno()]
+                child.conn.close()
+            else:  # "kill", or the client hung up: the child is not reaped yet, so it is ours
+                try:
+                    child.conn.recv(64)
+                except OSError:
+                    pass
+                os.kill(child.pid, signal.SIGKILL)
+                child.hung_up = True  # its exit is reported through its pidfd
+                poller.unregister(child.conn)
+                del by_fd[child.conn.fileno()]
+
+
+def answer(conn: socket.socket, message: dict[str, Any]) -> None:
+    try:
+        conn.send(json.dumps(message).encode())
+    except OSError:  # the client is gone; the child is killed or reaped all the same
+        pass
+
+
+def become(request: dict[str, Any]) -> tuple[types.CodeType, dict[str, Any]]:
+    """Make this forked child the requested process; the code to run and its globals."""
+    stdin, stdout, stderr, cwd = request["fds"]
+    for fd, target in ((stdin, 0), (stdout, 1), (stderr, 2)):
+        os.dup2(fd, target)
+    os.fchdir(cwd)
+    for fd in (stdin, stdout, stderr, cwd):
+        if fd > 2:
+            os.close(fd)
+    os.closerange(3, os.sysconf("SC_OPEN_MAX"))  # as close_fds: only 0, 1 and 2
+    os.environ.clear()
+    os.environ.update(request["env"])
+    os.umask(request["umask"])
+    argv: list[str] = request["argv"]
+    namespace: dict[str, Any] = {"__name__": "__main__", "__doc__": None, "__package__": None}
+    if request["mode"] == "c":
+        code = compile(argv[2], "<string>", "exec")
+        sys.argv = ["-c", *argv[3:]]
+        sys.path[0] = ""
+        sys.orig_argv = [sys.executable, *argv[1:]]
+        namespace.update(__loader__=importlib.machinery.BuiltinImporter, __spec__=None)
+    else:
+        interpreter, script = request["interpreter"], argv[0]
+        with open(script, "rb") as source:
+            code = compile(source.read(), script, "exec")
+        sys.argv = list(argv)
+        sys.orig_argv = [interpreter, *argv]
+        sys.executable = interpreter
+        sys.path[0] = os.path.dirname(os.path.realpath(script))
+        loader = importlib.machinery.SourceFileLoader("__main__", script)
+        namespace.update(__file__=script, __cached__=None, __loader__=loader, __spec__=None)
+    namespace.update(__annotations__={}, __builtins__=__builtins__)
+    main = types.ModuleType("__main__")
+    main.__dict__.update(namespace)
+    sys.modules["__main__"] = main
+    sys.stdin, sys.stdout, sys.stderr = (
+        stdio(0, "r", sys.stdin),
+        stdio(1, "w", sys.stdout),
+        stdio(2, "w", sys.stderr),
+    )
+    for name in ("stdin", "stdout", "stderr"):
+        setattr(sys, f"__{name}__", getattr(sys, name))
+    importlib.invalidate_caches()  # a directory listing cached before the fork is stale
+    return code, main.__dict__
+
+
+def stdio(fd: int, mode: str, like: Any) -> io.TextIOWrapper:
+    """A standard stream as the interpreter makes it at start (Python/pylifecycle.c,
+    create_stdio): same encoding and errors as the server's (its environment's locale
+    and PYTHONIOENCODING, which the client checked to be the command's), line-buffered
+    if a terminal (stderr always), unbuffered under PYTHONUNBUFFERED."""
+    unbuffered = bool(like.write_through)  # -u or PYTHONUNBUFFERED
+    raw = io.FileIO(fd, mode + "b", closefd=False)
+    buffer: Any = raw
+    if not (unbuffered and mode == "w"):  # stdin is always buffered
+        buffer = (io.BufferedReader if mode == "r" else io.BufferedWriter)(raw)
+    stream = io.TextIOWrapper(
+        buffer,
+        encoding=like.encoding,
+        errors=like.errors,
+        newline="\n",
+        line_buffering=not unbuffered and (raw.isatty() or fd == 2),
+        write_through=unbuffered,
+    )
+    stream.mode = mode  # type: ignore[misc]
+    raw.name = f"<{('stdin', 'stdout', 'stderr')[fd]}>"
+    return stream
+
+
+if __name__ == "__main__":
+    _found = warm()
+    _listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    _listener.bind(sys.argv[1])
+    _listener.listen(64)
+    # The line the client waits for: ready, with what it compares requests against.
+    print(json.dumps({"pid": os.getpid(), "modules": _found}), flush=True)
+    _null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(_null, 1)
+    os.close(_null)
+    _request = serve(_listener)
+    try:
+        _code, _globals = become(_request)
+    except BaseException as _exc:  # the command never ran: say why, as an exec failure would
+        os.write(2, f"warm server: could not start {_request['argv']!r}: {_exc!r}\n".encode())
+        os._exit(127)
+    del _found, _null, _request, _listener
+    exec(_code, _globals)
