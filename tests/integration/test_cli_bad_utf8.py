@@ -20,6 +20,7 @@ from substrat.client import Client
 from substrat.eventlog import read_log
 from substrat.rpc import protocol
 from substrat.rpc.transport import socket_path
+from tests.support import warm
 from tests.support.cli import SUBSTRAT, as_json, cli_env, cli_root, run
 
 pytestmark = pytest.mark.skipif(not SUBSTRAT, reason="the substrat console script is not installed")
@@ -33,7 +34,7 @@ def root(tmp_path: Path) -> Iterator[Path]:
 def run_bytes(
     root: Path, *args: bytes | str, stdin: bytes = b"", **env: str
 ) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run(
+    return warm.run(
         [SUBSTRAT, *args],
         capture_output=True,
         input=stdin,

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import warm
 from tests.support.cli import SUBSTRAT, cli_env, cli_root, run
 
 
@@ -26,7 +27,7 @@ def _with_closed_stdout(root: Path, *args: str) -> subprocess.CompletedProcess[s
     read_end, write_end = os.pipe()
     os.close(read_end)
     try:
-        return subprocess.run(
+        return warm.run(
             [SUBSTRAT, *args],
             stdout=write_end,
             stderr=subprocess.PIPE,

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from substrat.cli.common import for_terminal, visible
+from tests.support import warm
 from tests.support.cli import SUBSTRAT, cli_env, cli_root, run
 
 pytestmark = pytest.mark.skipif(not SUBSTRAT, reason="the substrat console script is not installed")
@@ -53,7 +54,7 @@ def test_an_answer_on_a_terminal_shows_its_escape_sequences(root: Path) -> None:
     assert run(root, "agent", "create", "lead").returncode == 0
     main, secondary = pty.openpty()
     try:
-        proc = subprocess.run(
+        proc = warm.run(
             [SUBSTRAT, "agent", "send", "lead", f"@inspect x{TITLE}"],
             stdin=subprocess.DEVNULL,
             stdout=secondary,

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from substrat.rpc import lock
-from tests.support import made_roots, mounts
+from tests.support import made_roots, mounts, warm
 from tests.support.cli import NOT_INSTALLED, SUBSTRAT, stop_or_kill
 
 pytestmark = pytest.mark.skipif(not SUBSTRAT, reason=NOT_INSTALLED)
@@ -95,9 +95,7 @@ def run(
     else:
         env.pop("SUBSTRAT_HOME", None)
         command = [SUBSTRAT, *args, "--root", str(root)]
-    return subprocess.run(
-        [*prefix, *command], capture_output=True, text=True, timeout=timeout_s, env=env
-    )
+    return warm.run([*prefix, *command], capture_output=True, text=True, timeout=timeout_s, env=env)
 
 
 def snapshot(path: Path) -> dict[str, tuple[int, str]]:

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from substrat.rpc import lock
-from tests.support import made_roots
+from tests.support import made_roots, warm
 from tests.support.cli import NOT_INSTALLED, SUBSTRAT, stop_all, stop_or_kill
 
 pytestmark = pytest.mark.skipif(not SUBSTRAT, reason=NOT_INSTALLED)
@@ -52,7 +52,7 @@ def run(root: Path, *args: str, timeout_s: float = 60) -> subprocess.CompletedPr
         command = [sys.executable, "-m", "substrat.daemon", "--root", str(root)]
     else:
         command = [SUBSTRAT, *args, "--root", str(root)]
-    return subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, env=env)
+    return warm.run(command, capture_output=True, text=True, timeout=timeout_s, env=env)
 
 
 def files(path: Path) -> dict[str, bytes]:

@@ -19,6 +19,7 @@ import pytest
 
 from substrat.rootdir import MAX_ROOT_PATH_CHARS
 from substrat.rpc import lock
+from tests.support import warm
 from tests.support.cli import NOT_INSTALLED, SUBSTRAT, stop_all, stop_or_kill
 
 pytestmark = pytest.mark.skipif(not SUBSTRAT, reason=NOT_INSTALLED)
@@ -36,7 +37,7 @@ def run(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "COLUMNS": "200"}
     env.pop("SUBSTRAT_NO_AUTOSTART", None)
     env.pop("SUBSTRAT_HOME", None)
-    return subprocess.run(
+    return warm.run(
         [SUBSTRAT, *args, "--root", str(root)], capture_output=True, text=True, timeout=60, env=env
     )
 

@@ -29,7 +29,7 @@ import pytest
 from substrat.client import Client
 from substrat.errors import DaemonDiedError, RootPermissionError, RpcError
 from substrat.rpc import protocol
-from tests.support import made_roots, roots
+from tests.support import made_roots, roots, warm
 from tests.support.privileges import OTHER_UID, as_other_user, unprivileged, why_not_available
 
 UPKEEP = [
@@ -72,7 +72,7 @@ def _as(
     how: tuple[list[str], dict[str, str]], root: Path, *args: str
 ) -> subprocess.CompletedProcess[str]:
     prefix, env = how
-    return subprocess.run(
+    return warm.run(
         [*prefix, *roots.CLI[1:], *args, "--root", str(root)],
         env=env,
         cwd="/",

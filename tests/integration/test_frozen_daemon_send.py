@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +22,7 @@ from substrat.cli import common as cli_common
 from substrat.cli.common import Opts
 from substrat.client import Client
 from substrat.errors import RequestTimeoutError
-from tests.support import roots
+from tests.support import roots, warm
 
 
 @pytest.fixture
@@ -54,7 +53,7 @@ def test_a_send_to_a_frozen_daemon_gives_up(daemon: tuple[int, Path]) -> None:
     pid, root = daemon
     os.kill(pid, signal.SIGSTOP)
     try:
-        sent = subprocess.run(
+        sent = warm.run(
             [*QUICK_CLI, "agent", "send", "slow", "frozen?", "--no-stream", "--root", str(root)],
             capture_output=True,
             text=True,

@@ -22,6 +22,7 @@ from substrat.client import Client, stop_daemon
 from substrat.eventlog import read_log
 from substrat.events import TURN_COMPLETE, TURN_FAILED, TURN_START
 from substrat.rpc import lock
+from tests.support import warm
 
 
 def installed_script(name: str = "substrat") -> str:
@@ -67,7 +68,7 @@ def run(
     columns: int = 200,
     env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    return warm.run(
         [SUBSTRAT, *args],
         capture_output=True,
         text=True,

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
 from substrat.rpc import lock
+from tests.support import warm
 from tests.support.cli import SUBSTRAT, stop_or_kill
 
 Commands = tuple[tuple[str, ...], ...]
@@ -49,7 +49,7 @@ def made_root(
         env.pop("SUBSTRAT_HOME", None)
         try:
             for args in commands:
-                done = subprocess.run(
+                done = warm.run(
                     [SUBSTRAT, *args, "--root", str(made)],
                     capture_output=True, text=True, timeout=60, env=env,
                 )  # fmt: skip

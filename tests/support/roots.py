@@ -14,6 +14,7 @@ import pytest
 from substrat import checkpoints, start_summary
 from substrat.client import DaemonProcess
 from substrat.orchestrator import Orchestrator
+from tests.support import warm
 
 CLI = [sys.executable, "-c", "import sys; from substrat.cli import main; sys.exit(main())"]
 """``substrat`` through this interpreter (no console script on PATH needed)."""
@@ -38,7 +39,7 @@ OPEN_PROBE = (
 def other_process_opens(root: Path) -> str:
     """What an application in another process gets from ``Orchestrator.open(root)``:
     ``opened`` (it closed it again) or ``refused: <the RootLockedError>``."""
-    proc = subprocess.run(
+    proc = warm.run(
         [sys.executable, "-c", OPEN_PROBE, str(root)], capture_output=True, text=True, timeout=120
     )
     assert proc.returncode == 0, proc.stderr
@@ -68,7 +69,7 @@ def cli(
 ) -> subprocess.CompletedProcess[str]:
     """A ``substrat`` command on ``root`` (``--json`` unless told otherwise)."""
     flags = ["--root", str(root), *(["--json"] if as_json else [])]
-    return subprocess.run(
+    return warm.run(
         [*CLI, *args, *flags], capture_output=True, text=True, timeout=120, preexec_fn=preexec
     )
 
