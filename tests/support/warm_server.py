@@ -24,6 +24,7 @@ import sys
 # and the command's working directory could not have replaced them.
 STARTUP_MODULES = set(sys.modules)
 
+import gc  # noqa: E402
 import importlib  # noqa: E402
 import importlib.machinery  # noqa: E402
 import io  # noqa: E402
@@ -250,6 +251,11 @@ if __name__ == "__main__":
     _null = os.open(os.devnull, os.O_WRONLY)
     os.dup2(_null, 1)
     os.close(_null)
+    # What the server made is never freed by a child's collections (the permanent
+    # generation): a child's collector does not walk it, which would copy every page of
+    # it (copy-on-write) into the child.
+    gc.collect()
+    gc.freeze()
     _request = serve(_listener)
     try:
         _code, _globals = become(_request)
