@@ -43,7 +43,7 @@ from substrat.dataclass_lazy import dataclass, field
 from substrat.errors import DurabilityError
 from substrat.eventlog import LOG_NAME, Clock, decode_line, encode_entry, utc_now_iso
 from substrat.facts import AgentFacts
-from substrat.logread import file_lines, open_for_lines
+from substrat.logread import file_lines, open_sized
 from substrat.segments import (
     Position,
     PositionGone,
@@ -418,7 +418,7 @@ def read_store(root: str | os.PathLike[str]) -> StoreRead:
     read = StoreRead()
     path = store_path(root)
     try:
-        fd = open_for_lines(path)  # no file object: lines as a log's (substrat.logread)
+        fd, size = open_sized(path)  # no file object: lines as a log's (substrat.logread)
     except FileNotFoundError:
         return read
     except OSError as exc:
@@ -426,7 +426,7 @@ def read_store(root: str | os.PathLike[str]) -> StoreRead:
         return read
     offset = 0
     try:
-        for raw in file_lines(fd, 0):
+        for raw in file_lines(fd, 0, size):
             start = offset
             offset += len(raw)
             if not raw.endswith(b"\n"):

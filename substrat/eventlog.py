@@ -259,9 +259,13 @@ class EventLog:
         except OSError:
             fd = None
         try:
+            # One fstat of the descriptor, before the scan: its size is where the scan's
+            # reads stop (substrat.logread.file_lines), and it is the report's stat, as
+            # nothing writes the file before the repair does (below).
+            found = None if fd is None else os.fstat(fd)
             start, size = 0, -1
             if resume is not None:
-                size = os.stat(self.path).st_size if fd is None else os.fstat(fd).st_size
+                size = os.stat(self.path).st_size if found is None else found.st_size
                 if resume.offset <= size:
                     start, floor = resume.offset, max(floor, resume.last_seq)
             unscanned = start == size and fd is not None  # size: this descriptor's fstat
@@ -269,9 +273,10 @@ class EventLog:
                 # Nothing after the known-good position (a log reopened where it was
                 # left): what a scan of no bytes finds, without reading nothing.
                 scan = _RepairScan(start, 0, set())
+            elif fd is not None and found is not None:
+                scan = _scan_for_repair(fd, report.damage, sink, start, floor, found.st_size)
             else:
-                read_from = self.path if fd is None else fd
-                scan = _scan_for_repair(read_from, report.damage, sink, start, floor)
+                scan = _scan_for_repair(self.path, report.damage, sink, start, floor)
             report.valid_end = scan.valid_end
             if fd is None:
                 fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
@@ -280,8 +285,8 @@ class EventLog:
                 os.close(fd)
             raise
         try:
-            if not unscanned:  # else nothing ran since the fstat above: the size it gave
-                report.stat = os.fstat(fd)
+            if not unscanned:  # (nothing scanned: the report keeps no stat, as it did)
+                report.stat = os.fstat(fd) if found is None else found
                 size = report.stat.st_size
             if size > scan.valid_end:
                 # Not fsynced: the cut bytes were never acknowledged, so a crash that
@@ -527,7 +532,12 @@ class _RepairScan:
 
 
 def _scan_for_repair(
-    path: Path | int, damage: DamageReport, sink: Sink | None, start: int, floor: int
+    path: Path | int,
+    damage: DamageReport,
+    sink: Sink | None,
+    start: int,
+    floor: int,
+    size: int | None = None,
 ) -> _RepairScan:
     seqs: set[int] = set()
     tail = [start]
@@ -535,7 +545,8 @@ def _scan_for_repair(
     # before it filters on the type; only the sink is spared them, as read_log
     # would spare its reader.
     known = None if sink is None else KNOWN_EVENTS
-    for batch in entry_batches(path, damage, known, seqs, tail, start=start, min_seq=floor):
+    batches = entry_batches(path, damage, known, seqs, tail, start=start, min_seq=floor, end=size)
+    for batch in batches:
         if sink is not None:
             sink(batch)
     return _RepairScan(tail[0], max(seqs, default=0), seqs)

@@ -191,6 +191,7 @@ def entry_batches(
     start: int = 0,
     min_seq: int = 0,
     first_seq: int | None = None,
+    end: int | None = None,
 ) -> Iterator[list[Entry]]:
     """The healthy entries of one file in batches, from byte ``start``.
 
@@ -202,11 +203,15 @@ def entry_batches(
     log's start record says, or 1): a ``seq`` missing from there to the last entry
     read is a ``seq_gap``. ``path`` may be a descriptor open for reading (read from
     ``start``, left open: an open that repairs the log reads through the one it
-    appends with).
+    appends with); ``end``: its size as an fstat of that descriptor gave it (see
+    :func:`file_lines`).
     """
     named_path = None if isinstance(path, int) else path
     try:
-        fd = path if isinstance(path, int) else open_for_lines(path)
+        if isinstance(path, int):
+            fd = path
+        else:
+            fd, end = open_sized(path)
     except FileNotFoundError:
         if tail_info is not None:
             tail_info[:] = [start]
@@ -218,7 +223,7 @@ def entry_batches(
         named = path
         first, first_of = 1, (lambda: _start_of(named))
     try:
-        lines = file_lines(fd, start)
+        lines = file_lines(fd, start, end)
         yield from _batches(
             lines, damage, known_events, seen, tail_info, start, min_seq, "", (first, 0), first_of
         )
@@ -231,24 +236,32 @@ READ_CHUNK = 1 << 16
 """Bytes a read of a log's file asks for at once (below malloc's mmap threshold)."""
 
 
-def open_for_lines(path: str | os.PathLike[str]) -> int:
+def open_sized(path: str | os.PathLike[str]) -> tuple[int, int]:
     """A descriptor of the file at ``path`` open for reading (for :func:`file_lines`),
-    refused as ``open(path, "rb")`` refuses it: what ``os.open`` raises, and
-    IsADirectoryError naming a directory (which ``os.open`` opens; ``open`` checks)."""
+    and the file's size (the ``end`` that reads stop at), from the fstat that refuses it
+    as ``open(path, "rb")`` refuses it: what ``os.open`` raises, and IsADirectoryError
+    naming a directory (which ``os.open`` opens; ``open`` checks)."""
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
-        if stat.S_ISDIR(os.fstat(fd).st_mode):
+        found = os.fstat(fd)
+        if stat.S_ISDIR(found.st_mode):
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), os.fspath(path))
     except BaseException:
         os.close(fd)
         raise
-    return fd
+    return fd, found.st_size
 
 
-def file_lines(fd: int, offset: int) -> Iterator[bytes]:
+def file_lines(fd: int, offset: int, end: int | None = None) -> Iterator[bytes]:
     """The lines of the file open at ``fd`` from byte ``offset``, each with its newline
     (the last one without, if the file does not end in one), split on ``\\n`` alone,
     as iterating a binary file object gives them.
+
+    ``end``: the file's size as an fstat of ``fd`` gave it. Once the reads reach it
+    they stop, without the read past it that finds nothing (a small log is read in
+    one read instead of two). The file is still read at least once, so a read that
+    fails fails as before. A file that grows meanwhile (not a held root's) is read to
+    the end of the chunk that reached ``end``, as a read a moment earlier would.
 
     Read with ``os.pread`` in chunks of :data:`READ_CHUNK` instead of through a
     buffered file object: most logs are a few lines, and a file object (its raw layer,
@@ -256,26 +269,28 @@ def file_lines(fd: int, offset: int) -> Iterator[bytes]:
     a third of a small log's read). The lines of a chunk are split in C, and handed on
     through ``chain`` (no Python frame per line).
     """
-    return itertools.chain.from_iterable(_chunk_lines(fd, offset))
+    return itertools.chain.from_iterable(_chunk_lines(fd, offset, end))
 
 
-def _chunk_lines(fd: int, offset: int) -> Iterator[list[bytes]]:
+def _chunk_lines(fd: int, offset: int, size: int | None) -> Iterator[list[bytes]]:
     parts: list[bytes] = []  # a line longer than a chunk, until its newline is read
     while chunk := os.pread(fd, READ_CHUNK, offset):
         offset += len(chunk)
         end = chunk.rfind(b"\n") + 1
         if not end:
             parts.append(chunk)
-            continue
-        if parts:
-            parts.append(chunk[:end])
-            whole = b"".join(parts)
-            parts = []
         else:
-            whole = chunk if end == len(chunk) else chunk[:end]
-        if end < len(chunk):
-            parts.append(chunk[end:])
-        yield io.BytesIO(whole).readlines()  # split on b"\n" alone, as a binary file is
+            if parts:
+                parts.append(chunk[:end])
+                whole = b"".join(parts)
+                parts = []
+            else:
+                whole = chunk if end == len(chunk) else chunk[:end]
+            if end < len(chunk):
+                parts.append(chunk[end:])
+            yield io.BytesIO(whole).readlines()  # split on b"\n" alone, as a binary file is
+        if size is not None and offset >= size:
+            break  # the size its fstat gave: the read past it would find nothing
     if parts:
         yield [b"".join(parts)]
 

@@ -35,11 +35,68 @@ def test_the_lines_are_a_binary_file_objects_lines(
         saved, logread.READ_CHUNK = logread.READ_CHUNK, chunk
         try:
             got = list(logread.file_lines(fd, offset))
+            sized = list(logread.file_lines(fd, offset, len(data)))
         finally:
             logread.READ_CHUNK = saved
     finally:
         os.close(fd)
     assert got == want
+    assert sized == want
+
+
+def _counting_preads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The descriptors of every ``os.pread`` a log's read makes from now on."""
+    reads: list[int] = []
+    real = os.pread
+
+    def pread(fd: int, n: int, offset: int) -> bytes:
+        reads.append(fd)
+        return real(fd, n, offset)
+
+    monkeypatch.setattr(logread.os, "pread", pread)
+    return reads
+
+
+@pytest.mark.parametrize("entries", [0, 1, 3])
+def test_a_log_smaller_than_a_chunk_is_read_in_one_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, entries: int
+) -> None:
+    """The reads stop at the size the open's fstat gave: no read past it to find the end
+    (a read by path, a repair through the descriptor it appends with, the checkpoint
+    store's read). An empty file is still read once: a read that fails fails."""
+    from substrat.checkpoints import read_store, store_path
+    from substrat.eventlog import repair_log
+
+    path = tmp_path / "events.jsonl"
+    with EventLog(path) as log:
+        for i in range(entries):
+            log.log("note", {"i": i})
+    store = store_path(tmp_path)
+    store.parent.mkdir()
+    store.write_bytes(path.read_bytes())
+    reads = _counting_preads(monkeypatch)
+    read = read_log(path, known_events=None)
+    assert [e["data"]["i"] for e in read.entries] == [*range(entries)]
+    assert len(reads) == 1
+    assert repair_log(path).last_seq == entries
+    assert len(reads) == 2
+    assert read_store(tmp_path).last_seq == entries
+    assert len(reads) == 3
+
+
+def test_a_log_of_many_chunks_is_read_to_its_size(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One read per chunk, the last one ending at the file's size; every entry read."""
+    path = tmp_path / "events.jsonl"
+    with EventLog(path) as log:
+        for i in range(9):
+            log.log("note", {"i": i, "text": "w" * (10 * i)})
+    size = path.stat().st_size
+    monkeypatch.setattr(logread, "READ_CHUNK", 64)
+    reads = _counting_preads(monkeypatch)
+    assert [e["data"]["i"] for e in read_log(path, known_events=None).entries] == [*range(9)]
+    assert len(reads) == -(-size // 64)
 
 
 def test_a_directory_in_a_logs_place_fails_as_opening_it_did(tmp_path: Path) -> None:
