@@ -44,6 +44,13 @@ def test_the_lines_are_a_binary_file_objects_lines(
     assert sized == want
 
 
+def _log_of(path: Path, entries: int, width: int = 0) -> None:
+    """A log of ``entries`` notes, the i-th with a text of ``width * i`` bytes."""
+    with EventLog(path) as log:
+        for i in range(entries):
+            log.log("note", {"i": i, "text": "w" * (width * i)})
+
+
 def _counting_preads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The descriptors of every ``os.pread`` a log's read makes from now on."""
     reads: list[int] = []
@@ -68,9 +75,7 @@ def test_a_log_smaller_than_a_chunk_is_read_in_one_read(
     from substrat.eventlog import repair_log
 
     path = tmp_path / "events.jsonl"
-    with EventLog(path) as log:
-        for i in range(entries):
-            log.log("note", {"i": i})
+    _log_of(path, entries)
     store = store_path(tmp_path)
     store.parent.mkdir()
     store.write_bytes(path.read_bytes())
@@ -89,9 +94,7 @@ def test_a_log_of_many_chunks_is_read_to_its_size(
 ) -> None:
     """One read per chunk, the last one ending at the file's size; every entry read."""
     path = tmp_path / "events.jsonl"
-    with EventLog(path) as log:
-        for i in range(9):
-            log.log("note", {"i": i, "text": "w" * (10 * i)})
+    _log_of(path, 9, 10)
     size = path.stat().st_size
     monkeypatch.setattr(logread, "READ_CHUNK", 64)
     reads = _counting_preads(monkeypatch)
@@ -113,9 +116,7 @@ def test_a_log_read_across_chunk_edges_reads_every_entry(
 ) -> None:
     """Entries longer than a chunk, cut anywhere, read back whole and in order."""
     path = tmp_path / "events.jsonl"
-    with EventLog(path) as log:
-        for i in range(5):
-            log.log("note", {"i": i, "text": "w" * (30 * i)})
+    _log_of(path, 5, 30)
     with open(path, "ab") as handle:
         handle.write(b'{"crc":"0000')  # a torn tail
     whole = read_log(path, known_events=None)
