@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterator, Sequence
 from types import BuiltinFunctionType, FrameType, FunctionType, ModuleType, TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from faultfs._handoff import numpy_handoff
+from faultfs._handoff import numpy_handoff, unseen_read
 from faultfs.errors import EscapeError, SimulatedCrash
 
 if TYPE_CHECKING:
@@ -355,6 +355,9 @@ def diagnose(exc: BaseException, roots: Sequence[str] = ()) -> EscapeError | Non
     handoff = numpy_handoff(exc)  # C's fdopen of a simulated descriptor (numpy)
     if handoff is not None:
         return handoff
+    unseen = unseen_read(exc, roots)  # a file the model holds, opened from C or Rust
+    if unseen is not None:
+        return unseen
     if exc.errno == errno.EBADF:
         what = "a simulated descriptor reached the real system (EBADF)"
     elif _under(exc.filename, roots) or _under(exc.filename2, roots):

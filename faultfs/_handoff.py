@@ -1,4 +1,5 @@
-"""C code handed a simulated descriptor: numpy's file I/O, named for what it is.
+"""C code handed a simulated descriptor (numpy's file I/O), or reading a path itself
+(polars, pyarrow), named for what it is.
 
 numpy reads and writes a real file object from C: ``ndarray.tofile`` and
 ``numpy.fromfile``, and so ``numpy.save`` and ``numpy.load`` on a path or an open
@@ -9,12 +10,21 @@ OSError with no errno that blames the user's build ("If you built NumPy, you
 probably linked with the wrong debug/release runtime"). :func:`diagnose
 <faultfs._escapes.diagnose>` turns that error into an :class:`EscapeError` saying
 why, and how to keep such I/O visible (through bytes and Python's file calls).
+
+A library that opens a path from C or Rust (``polars.read_csv``, ``pyarrow.parquet
+.read_table`` given a path) looks on the real disk, where the model's files are not:
+it raises FileNotFoundError for a file the workload just wrote, which reads like a
+crash lost it. :func:`unseen_read` names that: the path the error quotes is one the
+model holds, so the read went around Python's os and io.
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Sequence
 from types import TracebackType
 
+from faultfs._trace import is_internal
 from faultfs.errors import EscapeError
 
 NUMPY_FDOPEN = "Getting a FILE* from a Python file object"
@@ -48,6 +58,53 @@ def _where(tb: TracebackType | None) -> str:
     found = None
     while tb is not None:
         if not str(tb.tb_frame.f_globals.get("__name__", "")).startswith("numpy"):
+            found = tb
+        tb = tb.tb_next
+    if found is None:
+        return ""
+    code = found.tb_frame.f_code
+    return f"{code.co_filename}:{found.tb_lineno} ({code.co_name}): "
+
+
+def unseen_read(exc: OSError, roots: Sequence[str]) -> EscapeError | None:
+    """The EscapeError for a FileNotFoundError, raised by code that opened the path
+    itself (C, Rust), naming a file under one of ``roots`` that the model holds; else None.
+
+    Asked while the FaultFS is active (a fixture's test, explore's check), so the path
+    is looked up in the model; asked after, it is looked up on the real disk, finds
+    nothing, and the error stays as it was.
+    """
+    if not isinstance(exc, FileNotFoundError) or exc.filename is not None:
+        return None  # Python's os sets filename: those calls reached the model
+    text = str(exc)
+    for root in roots:
+        at = text.find(root + "/")
+        if at < 0:
+            continue
+        # Where the quoted path ends: a quote, a space (or the end; a name may hold spaces).
+        ends = [i for i, c in enumerate(text) if i > at and (c in "'\"`" or c.isspace())]
+        for end in [*ends, len(text)]:
+            path = text[at:end].rstrip(".,;:)")
+            if os.path.lexists(path):
+                return EscapeError(
+                    f"{_user_line(exc.__traceback__)}{path!r} is on the simulated disk, but "
+                    f"the code that raised {type(exc).__name__}({text!r}) opened it on the real "
+                    "disk, around Python's os and io (a library reading from C or Rust, as "
+                    "polars and pyarrow do given a path), where the model's files are not. "
+                    "faultfs can neither see nor crash that I/O (docs/faultfs.md, 'Limits: what "
+                    "faultfs cannot see'). Open the file with open() and hand the library the "
+                    "file object or its bytes: `polars.read_csv(io.BytesIO(f.read()))`."
+                )
+    return None
+
+
+def _user_line(tb: TracebackType | None) -> str:
+    """'file:line (function): ' of the innermost frame of the user's own code (not
+    faultfs, the standard library or an installed package): the line that called it."""
+    found = None
+    while tb is not None:
+        name = tb.tb_frame.f_code.co_filename
+        if not is_internal(name) and "/site-packages/" not in name:
             found = tb
         tb = tb.tb_next
     if found is None:
