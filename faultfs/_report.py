@@ -295,6 +295,15 @@ def _fix(group: list[Cause], where: Where, source_root: str | None) -> str:
     return _family(group, where, source_root)[1]
 
 
+# What a group of entries never made durable went through (a rotated log: created, renamed).
+_ENTRY_VERBS = (
+    ("creating", {"create", "mkdir"}),
+    ("renaming", {"rename"}),
+    ("linking", {"link"}),
+    ("removing", {"unlink", "rmdir"}),
+)
+
+
 def _family(group: list[Cause], where: Where, source_root: str | None) -> tuple[str, str]:
     """(title, fix) of causes with one fix: what went wrong in which files, and the change."""
     files = sorted(
@@ -310,8 +319,11 @@ def _family(group: list[Cause], where: Where, source_root: str | None) -> tuple[
     if kind == "entry-not-durable":
         dirs = sorted({os.path.dirname(name) or "." for name in files})
         where_to = f"director{'ies' if len(dirs) > 1 else 'y'} ({', '.join(dirs)})"
+        kinds = {s.kind for c in group for s in c.steps if s.role not in ("then", "acknowledged")}
+        doing = " or ".join(verb for verb, of in _ENTRY_VERBS if kinds & of) or "creating"
+        them = "them" if len(files) > 1 else "it"
         return f"entries never made durable ({names})", (
-            f"fsync the {where_to} after creating {names}, before anything relies on them "
+            f"fsync the {where_to} after {doing} {names}, before anything relies on {them} "
             "(each cause below names what did)"
         )
     if kind == "torn-write":

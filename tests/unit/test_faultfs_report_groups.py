@@ -11,6 +11,8 @@ is dropped.
 from __future__ import annotations
 
 import dbm.dumb
+import logging
+import logging.handlers
 import os
 import re
 
@@ -141,3 +143,38 @@ def test_counts_of_one_read_as_one_image_and_one_fix() -> None:
     assert len(report.failures) == 1 and len(report.causes()) == 2, text
     assert "  1 failing image (power 1) from 2 causes (1 fix)" in text.splitlines(), text
     assert "failing images" not in text.replace("most failing images first", ""), text
+
+
+def test_a_rotated_log_s_entries_read_as_created_or_renamed() -> None:
+    # logging's RotatingFileHandler fsyncs nothing: its log's create and its renames to
+    # audit.log.1 are one fix, which said "after creating audit.log, before anything
+    # relies on them": neither the renames nor one file.
+    def workload(fs: FaultFS) -> None:
+        log = logging.getLogger("s27d-rotated")
+        log.propagate = False
+        handler = logging.handlers.RotatingFileHandler(
+            fs.path("audit.log"), maxBytes=60, backupCount=2
+        )
+        log.addHandler(handler)
+        try:
+            for i in range(4):
+                log.warning("event %d happened here", i)
+                fs.ack(i)
+        finally:
+            log.removeHandler(handler)
+            handler.close()
+
+    def check(img: FaultFS) -> None:
+        seen = ""
+        for name in ("audit.log.2", "audit.log.1", "audit.log"):
+            if os.path.exists(img.path(name)):
+                with open(img.path(name)) as handle:
+                    seen += handle.read()
+        for i in img.acked:
+            assert f"event {i} happened" in seen
+
+    text = explore(workload, check).text(HERE)
+    assert (
+        "fsync the directory (.) after creating or renaming audit.log, before anything relies "
+        "on it (each cause below names what did)"
+    ) in text, text
