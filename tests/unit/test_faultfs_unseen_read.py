@@ -102,3 +102,12 @@ def test_the_fixture_names_it_at_the_test_s_line(tmp_path) -> None:
         result.stdout
     )
     assert "is on the simulated disk" in result.stdout
+
+
+def test_explore_names_a_workload_that_reads_back_from_c() -> None:
+    def workload(fs: FaultFS) -> None:
+        save(fs)
+        c_read(fs.path("t.csv"))  # a store that loads what it saved, through a C reader
+
+    with pytest.raises(EscapeError, match=r"t\.csv' is on the simulated disk, but the code"):
+        explore(workload, check_by_c_read)
