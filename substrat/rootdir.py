@@ -146,7 +146,9 @@ def _unusable(path: Path, exc: OSError, doing: str) -> RootUnusableError | RootP
         errno.EDQUOT: "the disk quota is exceeded",
     }.get(exc.errno or 0, exc.strerror or str(exc))
     fix = "use --root or SUBSTRAT_HOME to pick a directory you can write"
-    if exc.errno == errno.EROFS and os.path.isdir(path):
+    if exc.errno == errno.EROFS and os.path.isdir(path) and not os.listdir(path):
+        fix = f"remount its file system read-write, or {fix}"  # empty: nothing to read there
+    elif exc.errno == errno.EROFS and os.path.isdir(path):
         # a root already there (a new one can go elsewhere): its data is on this mount
         fix = (
             "remount its file system read-write (`substrat recover --dry-run` and "
@@ -292,6 +294,11 @@ def _no_root_message(info: RootInfo) -> str:
             mode = stat.S_IMODE(os.stat(path).st_mode)
         except OSError:
             mode = 0
+        if mode and persistence.on_read_only_fs(path):  # no chmod, no root can be made
+            return (
+                f"no substrat root at {path} (an empty directory on a read-only file system); "
+                "remount it read-write, or pick a writable directory with --root or SUBSTRAT_HOME"
+            )
         if mode & 0o077:
             what = f"an empty directory readable by others, mode {mode:04o}"
             first = f"`chmod 700 {shell_word(path)}`, then "
