@@ -29,8 +29,15 @@ from types import FrameType, TracebackType
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, settings
-from hypothesis.errors import InvalidArgument
+
+try:
+    from hypothesis import HealthCheck, settings
+    from hypothesis.errors import InvalidArgument
+except ImportError:  # `-p oracle.pytest_plugin` in a project without Hypothesis
+    raise ImportError(
+        "oracle.pytest_plugin (substrat's --run-stress gate and Hypothesis profiles) builds "
+        "on Hypothesis, which is not installed: pip install hypothesis"
+    ) from None
 
 from oracle import fuzz_budget
 from oracle.corpus import example_database
