@@ -21,7 +21,7 @@ model holds, so the read went around Python's os and io.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import TracebackType
 
 from faultfs._trace import is_internal
@@ -45,25 +45,36 @@ def numpy_handoff(exc: OSError) -> EscapeError | None:
     if exc.errno is not None or not str(exc).startswith(NUMPY_FDOPEN):
         return None
     return EscapeError(
-        f"{_where(exc.__traceback__)}numpy handed the descriptor of a file under the FaultFS "
-        "root to C (ndarray.tofile, numpy.fromfile; numpy.save and numpy.load use them on a "
-        "path or a real file object), and C's fdopen cannot open a simulated descriptor, so "
+        f"{_where(exc.__traceback__, _numpy)}numpy handed the descriptor of a file under the "
+        "FaultFS root to C (ndarray.tofile, numpy.fromfile; numpy.save and numpy.load use "
+        "them on a path or a real file object), and C's fdopen cannot open a simulated "
+        "descriptor, so "
         f"numpy failed with {str(exc)!r}. {FIX}"
     )
 
 
-def _where(tb: TracebackType | None) -> str:
-    """'file:line (function): ' of the innermost frame outside numpy: the line that
-    called numpy (``numpy.save`` goes into C from numpy's own Python code)."""
+def _where(tb: TracebackType | None, library: Callable[[TracebackType], bool]) -> str:
+    """'file:line (function): ' of the innermost frame not in the ``library``: the line
+    that called it (``numpy.save`` goes into C from numpy's own Python code)."""
     found = None
     while tb is not None:
-        if not str(tb.tb_frame.f_globals.get("__name__", "")).startswith("numpy"):
+        if not library(tb):
             found = tb
         tb = tb.tb_next
     if found is None:
         return ""
     code = found.tb_frame.f_code
     return f"{code.co_filename}:{found.tb_lineno} ({code.co_name}): "
+
+
+def _numpy(tb: TracebackType) -> bool:
+    return str(tb.tb_frame.f_globals.get("__name__", "")).startswith("numpy")
+
+
+def _installed(tb: TracebackType) -> bool:
+    """faultfs, the standard library or an installed package: not the user's own code."""
+    name = tb.tb_frame.f_code.co_filename
+    return is_internal(name) or "/site-packages/" in name
 
 
 def unseen_read(exc: OSError, roots: Sequence[str]) -> EscapeError | None:
@@ -86,8 +97,9 @@ def unseen_read(exc: OSError, roots: Sequence[str]) -> EscapeError | None:
         for end in [*ends, len(text)]:
             path = text[at:end].rstrip(".,;:)")
             if os.path.lexists(path):
+                where = _where(exc.__traceback__, _installed)
                 return EscapeError(
-                    f"{_user_line(exc.__traceback__)}{path!r} is on the simulated disk, but "
+                    f"{where}{path!r} is on the simulated disk, but "
                     f"the code that raised {type(exc).__name__}({text!r}) opened it on the real "
                     "disk, around Python's os and io (a library reading from C or Rust, as "
                     "polars and pyarrow do given a path), where the model's files are not. "
@@ -96,18 +108,3 @@ def unseen_read(exc: OSError, roots: Sequence[str]) -> EscapeError | None:
                     "file object or its bytes: `polars.read_csv(io.BytesIO(f.read()))`."
                 )
     return None
-
-
-def _user_line(tb: TracebackType | None) -> str:
-    """'file:line (function): ' of the innermost frame of the user's own code (not
-    faultfs, the standard library or an installed package): the line that called it."""
-    found = None
-    while tb is not None:
-        name = tb.tb_frame.f_code.co_filename
-        if not is_internal(name) and "/site-packages/" not in name:
-            found = tb
-        tb = tb.tb_next
-    if found is None:
-        return ""
-    code = found.tb_frame.f_code
-    return f"{code.co_filename}:{found.tb_lineno} ({code.co_name}): "
