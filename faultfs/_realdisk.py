@@ -43,8 +43,9 @@ State = dict[str, tuple[bool, int, int, int]]
 
 _LIMITS = (
     "docs/faultfs.md, 'Limits: what faultfs cannot see'. C extensions do their own I/O "
-    "(sqlite3, LMDB, HDF5, RocksDB and LevelDB bindings, dbm.gnu), and so do other processes "
-    "and descriptors opened before the FaultFS was activated"
+    "(sqlite3, LMDB, HDF5, RocksDB and LevelDB bindings, dbm.gnu; polars and pyarrow given a "
+    "path: give them a file object from open()), and so do other processes and descriptors "
+    "opened before the FaultFS was activated"
 )
 
 

@@ -111,3 +111,18 @@ def test_explore_names_a_workload_that_reads_back_from_c() -> None:
 
     with pytest.raises(EscapeError, match=r"t\.csv' is on the simulated disk, but the code"):
         explore(workload, check_by_c_read)
+
+
+def test_a_c_write_under_a_real_root_names_polars_and_pyarrow(tmp_path) -> None:
+    # polars' write_parquet(path) left "t.parquet appeared on the real disk ... C extensions
+    # do their own I/O (sqlite3, LMDB, HDF5, ...)": the library a user had was not named.
+    root = tmp_path / "root"
+    root.mkdir()
+    fs = FaultFS(str(root))
+    with pytest.raises(EscapeError) as caught, fs:
+        stream = _LIBC.fopen(os.fsencode(fs.path("t.parquet")), b"wb")
+        _LIBC.fclose(stream)
+    assert "t.parquet appeared on the real disk" in str(caught.value)
+    assert "polars and pyarrow given a path: give them a file object from open()" in str(
+        caught.value
+    )
