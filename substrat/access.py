@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import errno
 import os
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
-from substrat.dataclass_lazy import dataclass
 from substrat.oserrors import advice, is_host_limit, os_error_of
 from substrat.shellword import shell_word
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 import itertools
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from itertools import repeat
 from operator import itemgetter
 from typing import Any
@@ -21,7 +22,6 @@ from substrat.agent_names import RESERVED as _RESERVED
 from substrat.agent_names import USER as USER
 from substrat.agent_names import validate_name as validate_name
 from substrat.agent_refs import ambiguous, did_you_mean, id_prefix_matches, too_short_note
-from substrat.dataclass_lazy import dataclass, field
 from substrat.errors import AgentNotFoundError, NameCollisionError
 from substrat.lazy import LazyDict
 from substrat.words import natural_key

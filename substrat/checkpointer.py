@@ -44,6 +44,7 @@ import logging
 import os
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -58,7 +59,6 @@ from substrat.checkpoints import (
     verify,
 )
 from substrat.conversation import conversation_from_entries
-from substrat.dataclass_lazy import dataclass, field
 from substrat.errors import DurabilityError
 from substrat.eventlog import Clock, utc_now_iso
 from substrat.logs import LogPool
@@ -126,8 +126,6 @@ class Host(Protocol):
 
 @dataclass
 class _Task:
-    """One endpoint's checkpoint to build: its log up to ``upto_seq`` over the previous one."""
-
     endpoint: str
     path: Path
     previous: Checkpoint | None
@@ -139,8 +137,6 @@ class _Task:
 
 @dataclass
 class _Done:
-    """What one checkpoint task came to: the checkpoint written, or why none was."""
-
     endpoint: str
     written: Checkpoint | None
     error: str | None = None

@@ -33,13 +33,13 @@ from __future__ import annotations
 import os
 import zlib
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import orjson
 
 from substrat import events, jsontext, paths, persistence
-from substrat.dataclass_lazy import dataclass, field
 from substrat.errors import DurabilityError
 from substrat.eventlog import LOG_NAME, Clock, decode_line, encode_entry, utc_now_iso
 from substrat.facts import AgentFacts

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -27,7 +28,6 @@ from substrat.agents import (
     InboxRegistry,
     MessageEnvelope,
 )
-from substrat.dataclass_lazy import dataclass, field
 from substrat.errors import (
     AgentError,
     AgentTerminatedError,
@@ -51,8 +51,6 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class TurnResult:
-    """A committed turn as its caller sees it: the response and what the turn did."""
-
     agent_id: str
     turn_id: str
     response: str

@@ -16,13 +16,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from substrat import access, events
 from substrat.checkpointer import CheckpointPolicy
 from substrat.checkpoints import StoreRead, read_store, verify
-from substrat.dataclass_lazy import dataclass, field
 from substrat.errors import FsckError, RootLockedError
 from substrat.eventlog import LOG_NAME
 from substrat.logbase import BaseUnreadable, LogBase, deletable, read_base
@@ -65,8 +65,6 @@ class LogPlan:
 
 @dataclass
 class CompactPlan:
-    """What a compact would do to each log (``substrat compact --dry-run`` shows it)."""
-
     logs: list[LogPlan]
 
     @property
@@ -215,8 +213,6 @@ def _created(log_path: Path, base: LogBase | None) -> dict[str, Any]:
 
 @dataclass
 class CompactReport:
-    """What a compact did: checkpoints taken, segments sealed, archived and deleted."""
-
     checkpoints: int
     sealed: int
     archived: int

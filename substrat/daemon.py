@@ -38,13 +38,13 @@ import os
 import signal
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from substrat import __version__, codeid, daemon_logging
 from substrat.checkpointer import CheckpointPolicy
 from substrat.daemon_providers import build_registry
-from substrat.dataclass_lazy import dataclass, field
 from substrat.errors import RootError, RootLockedError, SubstratError
 from substrat.eventlog import utc_now_iso
 from substrat.oserrors import advice, is_host_limit
@@ -109,8 +109,6 @@ EXIT_LOCKED = 3
 
 @dataclass
 class DaemonConfig:
-    """How a daemon runs: its root and the settings of ``python -m substrat.daemon``."""
-
     root: Path
     heartbeat_s: float = HEARTBEAT_S
     grace_s: float = GRACE_S

@@ -53,12 +53,12 @@ import errno
 import gc
 import os
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from substrat import persistence
-from substrat.dataclass_lazy import dataclass, field
 from substrat.errors import (
     DurabilityError,
     EntryTooLargeError,
@@ -524,8 +524,6 @@ def _pwrite_all(fd: int, data: bytes) -> None:
 
 @dataclass
 class _RepairScan:
-    """Where a damaged log's valid part ends, and the sequence numbers in it."""
-
     valid_end: int
     max_seq: int
     seqs: set[int]

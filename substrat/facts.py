@@ -22,11 +22,11 @@ import operator
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from substrat import events
 from substrat.agents import USER, MessageEnvelope
-from substrat.dataclass_lazy import dataclass, field
 from substrat.eventlog import DamageReport, Entry, decode_line, iter_log
 from substrat.logread import SEQ_GAP
 from substrat.segments import Position, raw_lines

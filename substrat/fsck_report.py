@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from substrat.dataclass_lazy import dataclass, field
 from substrat.session.store import AGENTS_DIR
 
 EXIT_CLEAN = 0
@@ -36,8 +36,6 @@ class Finding:
 
 @dataclass
 class FsckReport:
-    """What ``substrat fsck`` found (and with ``repair``, did) in a root."""
-
     root: str
     repair: bool
     findings: list[Finding] = field(default_factory=list)

@@ -33,12 +33,12 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from substrat import access, events, paths, persistence
 from substrat.checkpoints import LOG_SHORTER, Checkpoint, StoreRead, verify
-from substrat.dataclass_lazy import dataclass, field
 from substrat.errors import SubstratError
 from substrat.eventlog import LOG_NAME, EventLog, read_log
 from substrat.fsck_checkpoints import log_of

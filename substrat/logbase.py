@@ -27,12 +27,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from substrat import events, persistence
 from substrat.checkpoints import Checkpoint
-from substrat.dataclass_lazy import dataclass
 from substrat.eventlog import Clock, encode_entry, utc_now_iso
 from substrat.facts import AgentFacts
 from substrat.facts import read_facts as read_whole_log

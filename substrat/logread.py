@@ -17,10 +17,10 @@ import re
 import stat
 import zlib
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 
 import orjson
 
-from substrat.dataclass_lazy import dataclass, field
 from substrat.events import KNOWN_EVENTS, TURN_START
 from substrat.jsontext import BIG_TEXT_BYTES, loads
 from substrat.logline import BODY_START, CRC_HEX_END, CRC_OF_OPEN_BRACE, CRC_PREFIX, Entry

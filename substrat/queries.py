@@ -9,6 +9,7 @@ only and say "agent X was terminated at T" for a terminated one; reading
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from substrat.agent_refs import ambiguous, did_you_mean, id_prefix_matches, too_short_note
@@ -20,7 +21,6 @@ from substrat.agents import (
     InboxRegistry,
 )
 from substrat.conversation import conversation_from_log, history_of_log
-from substrat.dataclass_lazy import dataclass
 from substrat.errors import AgentNotFoundError, AgentTerminatedError
 from substrat.logs import LogPool
 from substrat.providers.base import TurnRecord
@@ -37,8 +37,6 @@ LIST_HINT = "`substrat agent list --all` shows every agent"
 
 @dataclass
 class AgentInfo:
-    """One agent as ``agent list`` and ``agent show`` tell it."""
-
     agent_id: str
     session_id: str
     name: str

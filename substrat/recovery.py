@@ -52,13 +52,13 @@ import contextlib
 import gc
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from substrat import access, events, incidents, rollforward, rootmarker, start_summary
 from substrat.access import Unreadable
 from substrat.agents import AgentNode, AgentTree
 from substrat.checkpoints import CHECKPOINTS_DIR, Checkpoint, StoreRead, read_store
-from substrat.dataclass_lazy import dataclass, field
 from substrat.errors import NameCollisionError
 from substrat.facts import AgentFacts as AgentFacts
 from substrat.facts import collect_facts as collect_facts

@@ -14,6 +14,7 @@ to say what they held, is :class:`HistoryGone`. What the reads find goes into th
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from substrat import access
@@ -21,7 +22,6 @@ from substrat.access import Unreadable
 from substrat.agents import USER
 from substrat.checkpoints import Checkpoint, StoreRead, line_mismatch, verify
 from substrat.conversation import ConversationBuilder
-from substrat.dataclass_lazy import dataclass, field
 from substrat.eventlog import (
     PENDING_NAME,
     DamageReport,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,6 @@ from substrat import access, persistence
 from substrat.access import Unreadable
 from substrat.agents import USER
 from substrat.checkpoints import Checkpoint, read_store, verify
-from substrat.dataclass_lazy import dataclass, field
 from substrat.facts import AgentFacts
 from substrat.logbase import base_candidates, facts_from, first_kept, read_facts
 from substrat.recovery_logs import HistoryGone
@@ -53,8 +53,6 @@ class AgentPlan:
 
 @dataclass
 class RecoveryPlan:
-    """What recovery will do, read from the logs before anything is written."""
-
     agents: list[AgentPlan]
     user_pending: list[str]
     quarantined: list[dict[str, str]]

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from substrat.access import Unreadable
-from substrat.dataclass_lazy import dataclass, field
 from substrat.session import Quarantined
 
 

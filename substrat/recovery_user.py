@@ -29,12 +29,12 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from substrat import recovery_logs, summary_user
 from substrat.agents import USER
 from substrat.checkpoints import Checkpoint
-from substrat.dataclass_lazy import dataclass
 from substrat.eventlog import Resume, any_suspect, is_suspect
 from substrat.facts import AgentFacts
 from substrat.recovery_logs import RootStores

@@ -30,12 +30,12 @@ import os
 import re
 import stat
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from substrat import access, events, paths, persistence
 from substrat.agents import AgentNode
-from substrat.dataclass_lazy import dataclass, field
 from substrat.errors import RootRegistryError
 from substrat.eventlog import (
     LOG_NAME,

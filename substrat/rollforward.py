@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 from substrat.agents import USER, AgentTree, MessageEnvelope
-from substrat.dataclass_lazy import dataclass, field
 from substrat.facts import AgentFacts
 from substrat.session import Session, SessionState
 
@@ -37,8 +37,6 @@ class Spawn:
 
 @dataclass
 class RollForward:
-    """The effects of committed turns that recovery still has to apply."""
-
     spawns: list[Spawn] = field(default_factory=list)
     messages: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     """(the recipient's endpoint: a session id or ``"user"``, the envelope), in order."""

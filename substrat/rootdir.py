@@ -31,10 +31,10 @@ import errno
 import functools
 import os
 import stat
+from dataclasses import dataclass
 from pathlib import Path
 
 from substrat import __version__, paths, persistence, rootmarker
-from substrat.dataclass_lazy import dataclass
 from substrat.errors import NestedRootError, NotARootError, RootPermissionError, RootUnusableError
 from substrat.rootmarker import MARKER_FORMAT as MARKER_FORMAT
 from substrat.rootmarker import MARKER_VERSION as MARKER_VERSION

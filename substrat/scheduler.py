@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from substrat import events
-from substrat.dataclass_lazy import dataclass
 from substrat.errors import AgentBusyError, EntryTooLargeError, ProviderError
 from substrat.providers.base import ProviderSession
 
@@ -34,8 +34,6 @@ class TurnLog(Protocol):
 
 @dataclass
 class TurnOutcome:
-    """A finished turn before its commit: the response and its transcript."""
-
     response: str
     transcript: list[dict[str, Any]]
     complete_seq: int

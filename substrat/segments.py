@@ -47,11 +47,11 @@ import os
 import re
 import zlib
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from substrat import paths, persistence
-from substrat.dataclass_lazy import dataclass
 from substrat.events import LOG_START
 from substrat.logline import RecordUnreadable, encode_entry, read_record
 

@@ -62,6 +62,7 @@ import os
 import stat
 import zlib
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -79,7 +80,6 @@ from substrat.checkpoints import (
     read_store,
     store_path,
 )
-from substrat.dataclass_lazy import dataclass, field
 from substrat.eventlog import LOG_NAME, PENDING_NAME, any_suspect, decode_line, is_suspect
 from substrat.facts import AgentFacts
 from substrat.logs import USER_DIR

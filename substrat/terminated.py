@@ -15,11 +15,11 @@ conversation: those are read from the log when asked).
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from substrat import events
-from substrat.dataclass_lazy import dataclass
 from substrat.logbase import read_base
 from substrat.logread import DamageReport, iter_log
 from substrat.session import SessionState, SessionStore

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from substrat.agents import (
@@ -28,7 +29,6 @@ from substrat.agents import (
     MessageEnvelope,
     validate_name,
 )
-from substrat.dataclass_lazy import dataclass, field
 from substrat.errors import AgentNotFoundError
 from substrat.providers.base import ToolSpec
 from substrat.words import plural

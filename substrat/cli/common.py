@@ -21,6 +21,7 @@ import json
 import select
 import sys
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any, TypeVar
@@ -32,7 +33,6 @@ from substrat import client as client_mod
 from substrat import rootdir
 from substrat.cli.explain import reword
 from substrat.cli.output import Output, escape, leave_quietly
-from substrat.dataclass_lazy import dataclass
 from substrat.errors import (
     BadInputError,
     DaemonError,

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from rich.console import JustifyMethod, RenderableType
@@ -13,7 +14,6 @@ from rich.tree import Tree
 
 from substrat.cli.common import esc
 from substrat.cli.lines import endpoint, excerpt, short, state
-from substrat.dataclass_lazy import dataclass
 from substrat.words import when
 
 GAP = 2

@@ -16,9 +16,8 @@ empty blob and the full history from the log.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
-
-from substrat.dataclass_lazy import dataclass, field
 
 
 @dataclass(frozen=True)

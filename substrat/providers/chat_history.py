@@ -15,9 +15,9 @@ there, so :func:`repair_orphans` runs before every request.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
-from substrat.dataclass_lazy import dataclass, field
 from substrat.providers.base import TurnRecord
 
 Message = dict[str, Any]

@@ -31,11 +31,11 @@ import shutil
 import signal
 import uuid
 from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from substrat import events
-from substrat.dataclass_lazy import dataclass
 from substrat.errors import (
     ContextOverflowError,
     ProviderConfigError,
@@ -105,8 +105,6 @@ class ClaudeCodeConfig:
 
 @dataclass
 class _TurnOutcome:
-    """What the ``claude`` CLI's output said of one turn."""
-
     text: str = ""
     session_id: str | None = None
     result: dict[str, Any] | None = None

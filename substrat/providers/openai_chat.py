@@ -24,10 +24,10 @@ import random
 import uuid
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from substrat import events
-from substrat.dataclass_lazy import dataclass, field
 from substrat.errors import (
     ContextOverflowError,
     ProviderConfigError,

@@ -13,9 +13,9 @@ import re
 import ssl
 import urllib.parse
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from substrat.dataclass_lazy import dataclass
 from substrat.errors import ProviderConfigError
 
 DEFAULT_MODEL = "gpt-4o-mini"

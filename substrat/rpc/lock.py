@@ -26,11 +26,11 @@ import fcntl
 import json
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from substrat import persistence
-from substrat.dataclass_lazy import dataclass
 from substrat.errors import RootLockedError
 from substrat.rpc.transport import socket_path
 from substrat.shellword import shell_word

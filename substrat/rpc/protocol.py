@@ -15,10 +15,10 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from substrat import errors, oserrors
-from substrat.dataclass_lazy import dataclass
 
 JSONRPC_VERSION = "2.0"
 

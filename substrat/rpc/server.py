@@ -24,9 +24,9 @@ import itertools
 import logging
 import os
 from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
-from substrat.dataclass_lazy import dataclass, field
 from substrat.eventlog import utc_now_iso
 from substrat.rpc import protocol
 from substrat.rpc.protocol import Request, RequestError
@@ -85,8 +85,6 @@ Handler = Callable[[Call], Awaitable[Any]]
 
 @dataclass(frozen=True)
 class Method:
-    """One RPC method: its handler and the parameters it takes."""
-
     name: str
     handler: Handler
     params: tuple[Param, ...] = ()

@@ -9,11 +9,11 @@ import json
 import re
 import uuid
 import zlib
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
-from substrat.dataclass_lazy import dataclass, field
 from substrat.errors import CorruptRecordError, InvalidSessionIdError, InvalidTransitionError
 from substrat.jsontext import check_plain_json
 

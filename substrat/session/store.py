@@ -15,10 +15,10 @@ import contextlib
 import json
 import os
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from substrat import paths, persistence
-from substrat.dataclass_lazy import dataclass, field
 from substrat.errors import CorruptRecordError, DurabilityError, SessionNotFoundError
 from substrat.rootnest import NESTED_ROOT_ADVICE, root_within
 from substrat.session.model import Session, SessionState, is_session_id, validate_session_id
@@ -64,8 +64,6 @@ NOT_SESSIONS = frozenset({"bad_name", NESTED_ROOT})
 
 @dataclass
 class ScanResult:
-    """What a scan of the session store found: records, and what could not be used."""
-
     sessions: list[Session] = field(default_factory=list)
     quarantined: list[Quarantined] = field(default_factory=list)
     missing_records: list[str] = field(default_factory=list)
