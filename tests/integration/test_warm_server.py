@@ -225,9 +225,11 @@ def test_what_could_start_differently_runs_fresh(
     assert parent_of() == server
     assert parent_of(env={**os.environ, "SUBSTRAT_HOME": "/elsewhere"}) == server
     here = os.getpid()
-    assert parent_of(env={**os.environ, "PYTHONUTF8": "1"}) == here
-    assert parent_of(env={**os.environ, "LC_ALL": "C"}) == here
-    assert parent_of(env={k: v for k, v in os.environ.items() if k != "HOME"}) == here
+    utf8 = "0" if os.environ.get("PYTHONUTF8") == "1" else "1"
+    assert parent_of(env={**os.environ, "PYTHONUTF8": utf8}) == here
+    other_locale = "POSIX" if os.environ.get("LC_ALL") == "C" else "C"
+    assert parent_of(env={**os.environ, "LC_ALL": other_locale}) == here
+    assert parent_of(env={**os.environ, "HOME": f"{os.environ.get('HOME', '')}/elsewhere"}) == here
     proc = warm.run(
         [sys.executable, "-c", PARENT],
         capture_output=True,
