@@ -31,8 +31,8 @@ import errno
 import functools
 import os
 import stat
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from substrat import __version__, paths, persistence, rootmarker
 from substrat.errors import NestedRootError, NotARootError, RootPermissionError, RootUnusableError
@@ -97,8 +97,8 @@ class RootState(enum.Enum):
     FOREIGN = "foreign"
 
 
-@dataclass(frozen=True)
-class RootInfo:
+# A NamedTuple, not a frozen dataclass: every CLI process and daemon defines it (see LockInfo)
+class RootInfo(NamedTuple):
     """What is at a root path (see :func:`inspect`)."""
 
     path: Path

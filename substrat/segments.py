@@ -47,9 +47,8 @@ import os
 import re
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from substrat import paths, persistence
 from substrat.events import LOG_START
@@ -73,8 +72,8 @@ def sealed_name(first: int, last: int, *, archived: bool = False) -> str:
     return f"events.{first:020d}-{last:020d}.jsonl" + (ARCHIVE_SUFFIX if archived else "")
 
 
-@dataclass(frozen=True)
-class Segment:
+# A NamedTuple, not a frozen dataclass: every daemon defines it (see rpc.lock.LockInfo)
+class Segment(NamedTuple):
     """One sealed segment: entries ``first`` to ``last`` (by ``seq``), plain or archived."""
 
     first: int
@@ -393,8 +392,8 @@ def stored_bytes(log_path: str | os.PathLike[str]) -> int:
     return total
 
 
-@dataclass(frozen=True)
-class Position:
+# A NamedTuple, not a frozen dataclass: every daemon defines it (see rpc.lock.LockInfo)
+class Position(NamedTuple):
     """A byte position in a log: ``offset`` in the file whose first entry is ``file_first``.
 
     Files are named by where they start, so a position stays valid when the

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 
-@dataclass(frozen=True)
-class ToolSpec:
+# A NamedTuple, not a frozen dataclass: every daemon defines it (see rpc.lock.LockInfo)
+class ToolSpec(NamedTuple):
     """An agent tool as offered to a model: name, description, JSON-schema parameters."""
 
     name: str

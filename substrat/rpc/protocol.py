@@ -15,8 +15,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from substrat import errors, oserrors
 
@@ -143,8 +142,8 @@ def _with_advice(message: str, exc: BaseException, agents: int | None) -> str:
     return f"{message}. {hint[0].upper()}{hint[1:]}"
 
 
-@dataclass(frozen=True)
-class Request:
+# A NamedTuple, not a frozen dataclass: every CLI process and daemon defines it (see LockInfo)
+class Request(NamedTuple):
     """One parsed call. ``is_notification`` means no response is wanted."""
 
     method: str

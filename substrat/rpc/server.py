@@ -25,7 +25,7 @@ import logging
 import os
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from substrat.eventlog import utc_now_iso
 from substrat.rpc import protocol
@@ -57,8 +57,8 @@ class Limits:
         }
 
 
-@dataclass(frozen=True)
-class Param:
+# A NamedTuple, not a frozen dataclass: every daemon defines it (see rpc.lock.LockInfo)
+class Param(NamedTuple):
     """One named parameter: accepted types, whether required, a length bound for strings."""
 
     name: str
