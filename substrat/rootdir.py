@@ -39,10 +39,11 @@ from substrat.errors import NestedRootError, NotARootError, RootPermissionError,
 from substrat.rootmarker import MARKER_FORMAT as MARKER_FORMAT
 from substrat.rootmarker import MARKER_VERSION as MARKER_VERSION
 from substrat.rootnest import MARKER_NAME as MARKER_NAME
-from substrat.rootnest import enclosing_root, kernel_place, root_within
+from substrat.rootnest import dangling, enclosing_root, kernel_place, root_within, settled
+from substrat.rootnest import user_name as user_name
 from substrat.rpc import lock
 from substrat.rpc.transport import SOCKET_NAME
-from substrat.shellword import shell_word
+from substrat.shellword import shell_word, shown
 
 MAX_ROOT_PATH_CHARS = lock.MAX_SOCKET_FIELD_CHARS - len(os.sep + SOCKET_NAME)
 """The longest root path, as the lock file records it (``lock.record_chars``: a non-ASCII
@@ -135,8 +136,8 @@ def _unusable(path: Path, exc: OSError, doing: str) -> RootUnusableError | RootP
                 f"cannot use {path} as a substrat root: {doing} failed: its mode {mode:04o} "
                 f"does not let you read and write it; `chmod 700 {shell_word(path)}` fixes that"
             )
-    if exc.errno == errno.EEXIST and os.path.islink(path):
-        return _dangling(path)
+    if exc.errno == errno.EEXIST and (link := dangling(path)) is not None:
+        return link
     reason = {
         errno.EROFS: "it is on a read-only file system",
         errno.EACCES: "permission denied",
@@ -158,23 +159,6 @@ def _unusable(path: Path, exc: OSError, doing: str) -> RootUnusableError | RootP
         fix = f"free space on its file system (or {fix})"
     return RootUnusableError(
         f"cannot use {path} as a substrat root: {doing} failed: {reason}; {fix}"
-    )
-
-
-def _dangling(path: Path) -> RootUnusableError:
-    """A symlink to nothing where a root is to be made: say so, and where it points."""
-    target = os.readlink(path)
-    made_by = os.lstat(path).st_uid
-    if made_by != os.getuid():  # maybe planted: never suggest making its target
-        return RootUnusableError(
-            f"cannot use {path} as a substrat root: it is a symlink to {target}, which "
-            f"does not exist, made by uid {made_by}{user_name(made_by)}, not by you; "
-            "use --root or SUBSTRAT_HOME to pick a directory of your own"
-        )
-    return RootUnusableError(
-        f"cannot use {path} as a substrat root: it is a symlink to {target}, which does "
-        f"not exist; make that directory (`mkdir -m 700 {shell_word(target)}`), or remove the "
-        "link, or use --root or SUBSTRAT_HOME to pick another directory"
     )
 
 
@@ -203,7 +187,7 @@ def _look(root: str | os.PathLike[str]) -> RootInfo | tuple[Path, list[str], tup
     """What the top level of ``root`` decides (missing, a root, empty: its RootInfo),
     else its path, its sorted names and those substrat would not have put there."""
     # the Path kept for this root (an open inspects it first, every time)
-    path = paths.under(root).expanduser().absolute()
+    path = settled(paths.under(root).expanduser().absolute())  # `..` as the kernel takes it
     try:
         info = os.stat(path)
     except FileNotFoundError:
@@ -276,16 +260,17 @@ def _is_session_id(name: str) -> bool:
 def _no_root_message(info: RootInfo) -> str:
     path = info.path
     if info.state is RootState.FOREIGN:
-        listed = ", ".join(info.strangers[:_LISTED_MAX])
+        listed = ", ".join(map(shown, info.strangers[:_LISTED_MAX]))
         more = f" and {len(info.strangers) - _LISTED_MAX} more" if len(info.strangers) > 5 else ""
         return (
-            f"{path} is not a substrat root and not empty (it holds {listed}{more}, "
-            f"and no {MARKER_NAME}); "
-            "substrat never writes into a directory it did not create: point --root or "
-            "SUBSTRAT_HOME at a new or empty directory"
+            f"{path} is not a substrat root and not empty (it holds {listed}{more}, and no "
+            f"{MARKER_NAME}); substrat never writes into a directory it did not create: point "
+            "--root or SUBSTRAT_HOME at a new or empty directory"
         )
     if info.state is RootState.MISSING and (place := kernel_place(path)) is not None:
         return f"cannot use {path} as a substrat root: {place}"  # not "... creates one"
+    if info.state is RootState.MISSING and (link := dangling(path)) is not None:
+        return str(link)  # not "`daemon start` creates one": it would refuse
     what = "nothing is there" if info.state is RootState.MISSING else "an empty directory"
     first = ""
     if info.state is RootState.EMPTY:
@@ -317,9 +302,9 @@ def _check_new(info: RootInfo) -> None:
         return
     inside = Path(os.path.realpath(info.path)).relative_to(outer).parts[0]
     raise NestedRootError(
-        f"cannot make a substrat root at {info.path}: it is inside the substrat root {outer} "
-        f"(under its {inside}/), whose fsck would take it for damage and move it, or whose "
-        f"daemon would write into it; pick a path outside {outer}"
+        f"cannot make a substrat root at {info.path}: it is inside the substrat root "
+        f"{shown(outer)} (under its {inside}/), whose fsck would take it for damage and move "
+        f"it, or whose daemon would write into it; pick a path outside {shown(outer)}"
     )
 
 
@@ -354,16 +339,6 @@ def require_root(root: str | os.PathLike[str]) -> RootInfo:
     _check_version(info)
     _check_length(info)
     return info
-
-
-def user_name(uid: int) -> str:
-    """`` (name)`` of a uid, for a message; empty if it has none."""
-    try:
-        import pwd
-
-        return f" ({pwd.getpwuid(uid).pw_name})"
-    except (KeyError, ImportError):
-        return ""
 
 
 def foreign_daemon(socket: Path) -> RootPermissionError | None:
@@ -425,8 +400,7 @@ def refuse_strangers(root: str | os.PathLike[str]) -> None:
         raise NotARootError(
             _no_root_message(RootInfo(looked[0], RootState.FOREIGN, strangers=looked[2]))
         )
-    # Only substrat's names: accepted whether or not they show substrat's hand (a legacy
-    # root or not, to inspect), so that is not looked into (a listing of agents/, a stat).
+    # Only substrat's names: accepted, legacy root or not, so agents/ is not listed.
 
 
 def _check_version(info: RootInfo) -> None:

@@ -18,11 +18,12 @@ from __future__ import annotations
 import functools
 import importlib.util
 import json
+import os
 import select
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePath
 from types import ModuleType
 from typing import Any, TypeVar
 
@@ -46,7 +47,9 @@ from substrat.errors import (
     SubstratError,
 )
 from substrat.rootlinks import refuse_linked
+from substrat.rootnest import settled
 from substrat.rpc import protocol
+from substrat.shellword import shown, shown_in
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -74,6 +77,7 @@ class Opts:
 
     def check_root(self) -> None:
         """Refuse, before anything is written, a root path this command cannot use."""
+        self.root = settled(self.root)  # `a/../x` printed, locked and made as the kernel reads it
         if self.creates_root is None:
             return
         if self.creates_root:
@@ -99,11 +103,13 @@ class Opts:
                 return
             if self.new_root:  # a mistyped path makes a root too: say so, and where
                 self.err.print(
-                    f"substrat: created a new root at {self.root} and started its daemon "
+                    f"substrat: created a new root at {esc(self.root)} and started its daemon "
                     f"(pid {pid})"
                 )
             else:
-                self.err.print(f"[dim]substrat: started the daemon (pid {pid}) for {self.root}[/]")
+                self.err.print(
+                    f"[dim]substrat: started the daemon (pid {pid}) for {esc(self.root)}[/]"
+                )
 
         return client_mod.connect_or_start(
             self.root,
@@ -346,6 +352,10 @@ def fail(opts: Opts, exc: BaseException, exit_code: int, *, code: int | None = N
             body["code"] = code
         click.echo(json.dumps({"error": body}), err=True)
     else:
+        # the root named in any message (the daemon's too) on one line, as `shown` writes it
+        for root in (opts.root, os.path.realpath(opts.root)):  # the daemon's is the real one
+            message = shown_in(message, root)
+        message = visible(message)
         opts.err.print(f"[bold red]error:[/] {escape(message)}")
     sys.exit(exit_code)
 
@@ -381,8 +391,9 @@ def for_terminal(text: str) -> str:
 
 
 def esc(text: object) -> str:
-    """Escape text for rich markup, its control characters made visible."""
-    return escape(visible(str(text)))
+    """Escape text for rich markup, its control characters made visible (a path as
+    :func:`~substrat.shellword.shown` writes it: on one line, and unambiguous)."""
+    return escape(visible(shown(text) if isinstance(text, PurePath) else str(text)))
 
 
 def lazy_module(name: str) -> ModuleType:

@@ -28,7 +28,7 @@ from substrat.cli.common import (
 from substrat.errors import DaemonNotRunningError, DaemonStoppedUncleanlyError, RootLockedError
 from substrat.rpc import lock
 from substrat.rpc.transport import socket_path
-from substrat.shellword import shell_word
+from substrat.shellword import shell_word, shown
 from substrat.words import plural, when
 
 if TYPE_CHECKING:
@@ -410,7 +410,7 @@ def status(opts: Opts, only_pid: bool, timeout_s: float) -> None:
         emit_json({"running": True, **answer})
         return
     out = opts.out
-    out.print(f"[green]running[/] [bold]pid {answer['pid']}[/] on {esc(answer['root'])}")
+    out.print(f"[green]running[/] [bold]pid {answer['pid']}[/] on {esc(shown(answer['root']))}")
     out.print(f"  up {answer['uptime_s']:.1f}s since {answer['started_at']} (v{answer['version']})")
     _say_other_code(opts, _other_code(answer))
     out.print(

@@ -22,7 +22,7 @@ from substrat.cli.common import (
     offline_command,
 )
 from substrat.errors import BadInputError, FsckError, RootLockedError
-from substrat.shellword import shell_word
+from substrat.shellword import shell_word, shown
 from substrat.words import plural
 
 if TYPE_CHECKING:
@@ -71,7 +71,7 @@ def fsck(opts: Opts, repair: bool, acknowledge: tuple[int, ...]) -> None:
     for incident in report.acknowledged:  # durable: it is not reported again
         out.print(f"acknowledged incident {incident['id']} ({esc(incident['log'])})")
     out.print(
-        f"fsck {esc(report.root)}: {plural(report.sessions, 'session')}, "
+        f"fsck {esc(shown(report.root))}: {plural(report.sessions, 'session')}, "
         f"{plural(report.logs, 'log')}, {plural(report.entries, 'entry', 'entries')}"
     )
     if report.findings:
@@ -359,4 +359,4 @@ def _print_demo(opts: Opts, result: dict[str, Any], keep: bool) -> None:
     fsck_report = result.get("fsck") or {}
     out.print(f"fsck after a clean stop: exit {fsck_report.get('exit_code')}")
     if keep:
-        out.print(f"root kept at {esc(result['root'])}")
+        out.print(f"root kept at {esc(shown(result['root']))}")
