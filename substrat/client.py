@@ -373,21 +373,11 @@ class DaemonProcess:
         # -P: the working directory is not put on sys.path, so a directory named like one
         # of our packages there (a clone's parent holds ``substrat/``) is not what runs.
         command = [sys.executable, "-P", "-m", "substrat.daemon", "--root", str(self.root)]
-        import subprocess  # here: a command on a running daemon starts no process
-
         from substrat.deferred_signals import interrupts_held
 
         with open(self.log_path, "ab") as out, interrupts_held():
             since = out.tell()  # what this start writes: an older traceback is not its cause
-            self.proc = subprocess.Popen(
-                command + self.daemon_args,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=out,
-                start_new_session=True,
-                close_fds=True,
-                env=self.env,
-            )
+            self.proc = self.spawn(command + self.daemon_args, out.fileno())
         if _wait_for_ping(self.root, timeout_s, self.proc) is None:
             code = self.proc.poll()
             if code is None:
@@ -400,6 +390,15 @@ class DaemonProcess:
                 f"{log_tail(self.log_path, since)}"
             )
         return self
+
+    def spawn(self, command: list[str], log_fd: int) -> subprocess.Popen[bytes]:
+        """Start ``command`` (stdin /dev/null, output to ``log_fd``, a session of its own,
+        ``self.env``). An override may start an equal process another way (the tests fork
+        it off a warm interpreter) with Popen's pid, poll, wait, kill and terminate."""
+        import subprocess  # here: a command on a running daemon starts no process
+
+        io: dict[str, Any] = {"stdin": subprocess.DEVNULL, "stdout": log_fd, "stderr": log_fd}
+        return subprocess.Popen(command, **io, start_new_session=True, close_fds=True, env=self.env)
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

@@ -306,6 +306,16 @@ def pytest_sessionstart(session: pytest.Session) -> None:
             session.config.stash[REWRITE_AHEAD_KEY] = ahead
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """The tests' daemons are forked off a warm interpreter where that cannot differ from a
+    fresh start (tests/support/warm_daemons.py). Here, after the set-up above and before
+    any test's monkeypatch: what warm.py takes as its baseline when imported."""
+    if session.items:
+        from tests.support import warm_daemons
+
+        warm_daemons.install()
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     warm = sys.modules.get("tests.support.warm")
     if warm is not None:  # this process ran commands through a fork server: stop it

@@ -76,7 +76,7 @@ def parent_of(**kwargs: Any) -> int:
 
 
 def server_pid() -> int:
-    server = warm._get_server()
+    server = warm.get_server()
     assert server is not None
     return server.process.pid
 
@@ -271,7 +271,7 @@ def test_a_dead_server_is_replaced_and_the_last_one_leaves_nothing() -> None:
     assert parent_of() not in (first, os.getpid())
     second = server_pid()
     assert second != first
-    directory = warm._server.directory if warm._server else ""
+    directory = warm._servers["cli"].directory if "cli" in warm._servers else ""
     warm.shutdown()
     assert not os.path.exists(directory)
     with pytest.raises(ProcessLookupError):

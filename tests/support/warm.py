@@ -160,20 +160,21 @@ class Server:
 _BASELINE_ENV = inherited_environment()
 _BASELINE_START = _start_environment(_BASELINE_ENV) or {}
 _BASELINE_IDENTITY = _identity()
-_server: Server | None = None
-_failed_starts = 0  # a server that keeps failing to start is not started again
+_servers: dict[str, Server] = {}  # by role: "cli" (``-c``), "daemon" (``-P -c``)
+_failed_starts: collections.Counter[str] = collections.Counter()  # a failing role: not again
 MAX_FAILED_STARTS = 3
 _scripts: dict[str, str | None] = {}  # script path -> its interpreter, if it is this one
 
 
-def _start() -> Server | None:
-    global _failed_starts
+def _start(role: str) -> Server | None:
     directory = tempfile.mkdtemp(prefix="substrat-warm-")
     socket_path = os.path.join(directory, "s")
     read_end, lifeline = os.pipe()
     with open(os.path.join(directory, "server.log"), "wb") as log:
+        # the daemons' server runs with -P, as DaemonProcess starts a daemon
+        flags = ["-P"] if role == "daemon" else []
         process = subprocess.Popen(
-            [sys.executable, "-c", SERVER_SOURCE, socket_path],
+            [sys.executable, *flags, "-c", SERVER_SOURCE, socket_path, role],
             stdin=read_end,
             stdout=subprocess.PIPE,
             stderr=log,
@@ -195,7 +196,7 @@ def _start() -> Server | None:
     try:
         ready_line = json.loads(line)
     except ValueError:
-        _failed_starts += 1
+        _failed_starts[role] += 1
         server.process.kill()
         server.stop()
         return None
@@ -203,28 +204,29 @@ def _start() -> Server | None:
     return server
 
 
-def _get_server() -> Server | None:
-    global _server
-    if _server is not None and (_server.owner != os.getpid() or not _server.alive()):
-        if _server.owner == os.getpid():
-            _server.stop()
-        _server = None
-    if _server is None and _failed_starts < MAX_FAILED_STARTS:
-        _server = _start()
-    return _server
+def get_server(role: str = "cli") -> Server | None:
+    """This process's server of ``role`` (started if need be; None if it cannot start)."""
+    server = _servers.get(role)
+    if server is not None and (server.owner != os.getpid() or not server.alive()):
+        if server.owner == os.getpid():
+            server.stop()
+        del _servers[role]
+    if role not in _servers and _failed_starts[role] < MAX_FAILED_STARTS:
+        started = _start(role)
+        if started is not None:
+            _servers[role] = started
+    return _servers.get(role)
 
 
 def shutdown() -> None:
     """Stop this process's server (at the end of the tests; atexit does it too). With
     ``SUBSTRAT_TEST_WARM_COUNTS`` naming a file, append :data:`counts` to it (a JSON line)."""
-    global _server
     if counts and (path := os.environ.get("SUBSTRAT_TEST_WARM_COUNTS")):
         with open(path, "a") as out:
             out.write(json.dumps({"pid": os.getpid(), **counts}) + "\n")
         counts.clear()
-    if _server is not None:
-        _server.stop()
-        _server = None
+    for role in list(_servers):
+        _servers.pop(role).stop()
 
 
 atexit.register(shutdown)
@@ -316,7 +318,7 @@ def _plan(args: Any, kwargs: dict[str, Any]) -> tuple[Server, str, str | None] |
         return "environment"
     if _identity() != _BASELINE_IDENTITY:
         return "identity"
-    server = _get_server()
+    server = get_server()
     if server is None:
         return "no server"
     if _shadows(first_on_path, server.modules):

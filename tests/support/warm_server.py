@@ -65,11 +65,11 @@ WARM = (
 )
 
 
-def warm() -> dict[str, list[str]]:
-    """Import :data:`WARM`; the top-level names imported since the start, with the files
+def warm(names: tuple[str, ...] = WARM) -> dict[str, list[str]]:
+    """Import ``names``; the top-level names imported since the start, with the files
     or directories they came from (what a client compares a command's ``sys.path[0]``
     against)."""
-    for name in WARM:
+    for name in names:
         try:
             importlib.import_module(name)
         except Exception as exc:  # not warmed: the command imports it itself
@@ -86,12 +86,29 @@ def warm() -> dict[str, list[str]]:
     return found
 
 
+# What a daemon start loads (``python -P -m substrat.daemon``), for the server of daemons.
+WARM_DAEMON = ("substrat.daemon",)
+
+
+def warm_daemon() -> dict[str, list[str]]:
+    """Import what the daemon imports, but not ``substrat.daemon`` itself: runpy runs its
+    code as ``__main__`` (once, as in a fresh ``-m`` run, not a second copy of it)."""
+    found = warm(WARM_DAEMON)
+    sys.modules.pop("substrat.daemon", None)
+    package = sys.modules.get("substrat")
+    if package is not None and hasattr(package, "daemon"):
+        delattr(package, "daemon")
+    return found
+
+
 class Child:
-    def __init__(self, conn: socket.socket, pid: int) -> None:
+    def __init__(self, conn: socket.socket, pid: int, detached: bool) -> None:
         self.conn = conn
         self.pid = pid
         self.pidfd = os.pidfd_open(pid)
         self.hung_up = False
+        # a daemon (``-m``): its client may let go of it (as of a Popen) and it runs on
+        self.detached = detached
 
 
 def serve(listener: socket.socket) -> dict[str, Any]:
@@ -106,7 +123,8 @@ def serve(listener: socket.socket) -> dict[str, Any]:
             if fd == 0:  # the client's end of the lifeline closed: the tests are over
                 for child in children.values():
                     os.kill(child.pid, signal.SIGKILL)
-                    os.waitpid(child.pid, 0)
+                    _, status = os.waitpid(child.pid, 0)
+                    answer(child.conn, {"exit": os.waitstatus_to_exitcode(status)})
                 os._exit(0)
             if fd == listener.fileno():
                 conn, _ = listener.accept()
@@ -121,6 +139,7 @@ def serve(listener: socket.socket) -> dict[str, Any]:
                         os.close(received)
                     conn.close()
                     continue
+                request: dict[str, Any] = json.loads(data)
                 sys.stdout.flush()
                 sys.stderr.flush()
                 pid = os.fork()
@@ -130,18 +149,19 @@ def serve(listener: socket.socket) -> dict[str, Any]:
                     for child in children.values():
                         child.conn.close()
                         os.close(child.pidfd)
-                    request: dict[str, Any] = json.loads(data)
                     request["fds"] = fds
                     return request
                 for received in fds:
                     os.close(received)
-                child = Child(conn, pid)
+                child = Child(conn, pid, detached=request["mode"] == "m")
                 children[pid] = child
                 by_fd[child.pidfd] = child
                 by_fd[conn.fileno()] = child
                 poller.register(child.pidfd, select.POLLIN)
                 poller.register(conn, select.POLLIN)
-                answer(conn, {"pid": pid})
+                # A daemon's client gets its pidfd: it signals the very process, race-free,
+                # whether or not this server has reaped it yet (as Popen's send_signal is).
+                answer(conn, {"pid": pid}, [child.pidfd] if child.detached else [])
                 continue
             child = by_fd[fd]
             if fd == child.pidfd:  # it exited
@@ -156,24 +176,32 @@ def serve(listener: socket.socket) -> dict[str, Any]:
                 child.conn.close()
             else:  # "kill", or the client hung up: the child is not reaped yet, so it is ours
                 try:
-                    child.conn.recv(64)
+                    message = child.conn.recv(64)
                 except OSError:
-                    pass
-                os.kill(child.pid, signal.SIGKILL)
+                    message = b""
+                if message or not child.detached:  # a daemon let go of runs on
+                    os.kill(child.pid, signal.SIGKILL)
                 child.hung_up = True  # its exit is reported through its pidfd
                 poller.unregister(child.conn)
                 del by_fd[child.conn.fileno()]
 
 
-def answer(conn: socket.socket, message: dict[str, Any]) -> None:
+def answer(conn: socket.socket, message: dict[str, Any], fds: list[int] | None = None) -> None:
     try:
-        conn.send(json.dumps(message).encode())
+        if fds:
+            socket.send_fds(conn, [json.dumps(message).encode()], fds)
+        else:
+            conn.send(json.dumps(message).encode())
     except OSError:  # the client is gone; the child is killed or reaped all the same
         pass
 
 
 def become(request: dict[str, Any]) -> tuple[types.CodeType, dict[str, Any]]:
     """Make this forked child the requested process; the code to run and its globals."""
+    if request["mode"] == "m":
+        os.setsid()  # start_new_session, as DaemonProcess asks of Popen
+    if "random" in sys.modules:  # not the state every child of this server would share
+        sys.modules["random"].seed()
     stdin, stdout, stderr, cwd = request["fds"]
     for fd, target in ((stdin, 0), (stdout, 1), (stderr, 2)):
         os.dup2(fd, target)
@@ -192,6 +220,17 @@ def become(request: dict[str, Any]) -> tuple[types.CodeType, dict[str, Any]]:
         sys.argv = ["-c", *argv[3:]]
         sys.path[0] = ""
         sys.orig_argv = [sys.executable, *argv[1:]]
+        namespace.update(__loader__=importlib.machinery.BuiltinImporter, __spec__=None)
+    elif request["mode"] == "m":  # python -P -m MODULE ARGS...: runpy does the rest
+        import runpy  # as a fresh -m run has it
+
+        code = compile(f"_run_module_as_main({argv[3]!r})", "<string>", "exec")
+        runner = {"_run_module_as_main": runpy._run_module_as_main, "__builtins__": __builtins__}
+        sys.argv = ["-m", *argv[4:]]  # runpy puts the module's file first
+        sys.orig_argv = [sys.executable, *argv[1:]]
+        if not sys.flags.safe_path:  # a server without -P: its '' (the working directory)
+            del sys.path[0]
+        set_cmdline(argv)
         namespace.update(__loader__=importlib.machinery.BuiltinImporter, __spec__=None)
     else:
         interpreter, script = request["interpreter"], argv[0]
@@ -215,7 +254,22 @@ def become(request: dict[str, Any]) -> tuple[types.CodeType, dict[str, Any]]:
     for name in ("stdin", "stdout", "stderr"):
         setattr(sys, f"__{name}__", getattr(sys, name))
     importlib.invalidate_caches()  # a directory listing cached before the fork is stale
-    return code, main.__dict__
+    return code, runner if request["mode"] == "m" else main.__dict__
+
+
+def set_cmdline(argv: list[str]) -> None:
+    """Write ``argv`` over this process's own command line, what ``/proc/PID/cmdline`` (ps,
+    and substrat's test of whether a root's holder is a daemon) reads; the rest of the
+    server's longer one becomes NUL bytes. A client checks that it fits first."""
+    with open("/proc/self/stat", "rb") as stat:
+        fields = stat.read().rsplit(b")", 1)[1].split()
+    start, end = int(fields[45]), int(fields[46])  # arg_start and arg_end (proc(5))
+    text = b"".join(os.fsencode(arg) + b"\0" for arg in argv)
+    if len(text) > end - start:
+        raise ValueError(f"the command line {argv!r} is longer than the server's")
+    with open("/proc/self/mem", "r+b", buffering=0) as memory:
+        memory.seek(start)
+        memory.write(text.ljust(end - start, b"\0"))
 
 
 def stdio(fd: int, mode: str, like: Any) -> io.TextIOWrapper:
@@ -242,7 +296,7 @@ def stdio(fd: int, mode: str, like: Any) -> io.TextIOWrapper:
 
 
 if __name__ == "__main__":
-    _found = warm()
+    _found = warm_daemon() if sys.argv[2:] == ["daemon"] else warm()
     _listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     _listener.bind(sys.argv[1])
     _listener.listen(64)
