@@ -39,10 +39,8 @@ import importlib.machinery
 import io
 import json
 import os
-import resource
 import select
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -52,29 +50,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-FRESH = "SUBSTRAT_TEST_FRESH_PROCESSES"
+from tests.support.warm_server import identity, start_environment
 
-START_VARIABLES = frozenset(
-    {
-        "LANG",
-        "LANGUAGE",  # the locale, hence the standard streams' and the file system's encoding
-        "HOME",  # the user site directory on sys.path
-        "TZ",  # time.tzname, computed when time is imported
-        "TMPDIR",
-        "TEMP",
-        "TMP",  # tempfile's directory, once computed
-        "SETUPTOOLS_USE_DISTUTILS",  # read by distutils-precedence.pth
-        "__PYVENV_LAUNCHER__",
-    }
-)
-START_PREFIXES = ("PYTHON", "_PYTHON", "LC_")
-"""Environment variables the interpreter (or a ``.pth`` file) reads when it starts. Neither
-substrat, click nor rich reads the environment when imported (checked, session 27)."""
+FRESH = "SUBSTRAT_TEST_FRESH_PROCESSES"
 
 START_LIMIT_S = 60.0  # for the server's start and imports, on a machine at load 20
 REPLY_LIMIT_S = 30.0  # for the server's answers that need no command to finish
 SERVER_SOURCE = (Path(__file__).parent / "warm_server.py").read_text()
-_LIMITS = [getattr(resource, name) for name in dir(resource) if name.startswith("RLIMIT_")]
 
 
 def inherited_environment() -> dict[str, str]:
@@ -91,38 +73,6 @@ def inherited_environment() -> dict[str, str]:
 
 
 _C_ENVIRON = ctypes.POINTER(ctypes.c_char_p).in_dll(ctypes.CDLL(None), "environ")
-
-
-def _start_environment(env: Any) -> dict[str, str] | None:
-    """What of ``env`` the interpreter reads at start (None: not all keys are str)."""
-    found = {}
-    for key, value in env.items():
-        if not isinstance(key, str) or not isinstance(value, str):
-            return None
-        if key in START_VARIABLES or key.startswith(START_PREFIXES):
-            found[key] = value
-    return found
-
-
-def _identity() -> tuple[Any, ...]:
-    """What a process passes on to a child it starts, besides the environment."""
-    ignored = []
-    for number in signal.valid_signals():
-        try:
-            if signal.getsignal(number) is signal.SIG_IGN:
-                ignored.append(int(number))
-        except (ValueError, OSError):
-            pass
-    return (
-        os.getuid(),
-        os.geteuid(),
-        os.getgid(),
-        os.getegid(),
-        tuple(os.getgroups()),
-        tuple(resource.getrlimit(limit) for limit in _LIMITS),
-        tuple(sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, []))),
-        tuple(ignored),
-    )
 
 
 @dataclass
@@ -158,8 +108,8 @@ class Server:
 # conftest's set-up, before any test's monkeypatch): a command whose start would differ
 # from it runs fresh, and a test's change of the environment cannot change the server.
 _BASELINE_ENV = inherited_environment()
-_BASELINE_START = _start_environment(_BASELINE_ENV) or {}
-_BASELINE_IDENTITY = _identity()
+_BASELINE_START = start_environment(_BASELINE_ENV) or {}
+_BASELINE_IDENTITY = identity()
 _servers: dict[str, Server] = {}  # by role: "cli" (``-c``), "daemon" (``-P -c``)
 _failed_starts: collections.Counter[str] = collections.Counter()  # a failing role: not again
 MAX_FAILED_STARTS = 3
@@ -314,9 +264,9 @@ def _plan(args: Any, kwargs: dict[str, Any]) -> tuple[Server, str, str | None] |
     else:
         return "program"
     env = kwargs.get("env")
-    if _start_environment(inherited_environment() if env is None else env) != _BASELINE_START:
+    if start_environment(inherited_environment() if env is None else env) != _BASELINE_START:
         return "environment"
-    if _identity() != _BASELINE_IDENTITY:
+    if identity() != _BASELINE_IDENTITY:
         return "identity"
     server = get_server()
     if server is None:

@@ -40,6 +40,7 @@ from typing import Any
 
 from substrat.client import DaemonProcess
 from tests.support import warm
+from tests.support.warm_server import identity, start_environment
 
 DAEMON_COMMAND = [sys.executable, "-P", "-m", "substrat.daemon"]
 _fresh_spawn = DaemonProcess.spawn
@@ -119,10 +120,10 @@ def _plan(command: list[str], env: dict[str, str] | None) -> warm.Server | str:
         return "program"
     if not all(isinstance(arg, str) for arg in command):
         return "program"
-    start = warm._start_environment(warm.inherited_environment() if env is None else env)
+    start = start_environment(warm.inherited_environment() if env is None else env)
     if start != warm._BASELINE_START:
         return "environment"
-    if warm._identity() != warm._BASELINE_IDENTITY:
+    if identity() != warm._BASELINE_IDENTITY:
         return "identity"
     server = warm.get_server("daemon")
     if server is None:

@@ -36,6 +36,66 @@ import socket  # noqa: E402
 import types  # noqa: E402
 from typing import Any  # noqa: E402
 
+START_VARIABLES = frozenset(
+    {
+        "LANG",
+        "LANGUAGE",  # the locale, hence the standard streams' and the file system's encoding
+        "HOME",  # the user site directory on sys.path
+        "TZ",  # time.tzname, computed when time is imported
+        "TMPDIR",
+        "TEMP",
+        "TMP",  # tempfile's directory, once computed
+        "SETUPTOOLS_USE_DISTUTILS",  # read by distutils-precedence.pth
+        "__PYVENV_LAUNCHER__",
+    }
+)
+START_PREFIXES = ("PYTHON", "_PYTHON", "LC_")
+"""Environment variables the interpreter (or a ``.pth`` file) reads when it starts. Neither
+substrat, click nor rich reads the environment when imported (checked, session 27)."""
+
+
+def start_environment(env: Any) -> dict[str, str] | None:
+    """What of ``env`` the interpreter reads at start (None: not all keys are str)."""
+    found = {}
+    for key, value in env.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            return None
+        if key in START_VARIABLES or key.startswith(START_PREFIXES):
+            found[key] = value
+    return found
+
+
+def identity() -> tuple[Any, ...]:
+    """What a process passes on to a child it starts, besides the environment."""
+    import resource
+
+    ignored = []
+    for number in signal.valid_signals():
+        try:
+            if signal.getsignal(number) is signal.SIG_IGN:
+                ignored.append(int(number))
+        except (ValueError, OSError):
+            pass
+    limits = [getattr(resource, name) for name in dir(resource) if name.startswith("RLIMIT_")]
+    return (
+        os.getuid(),
+        os.geteuid(),
+        os.getgid(),
+        os.getegid(),
+        tuple(os.getgroups()),
+        tuple(resource.getrlimit(limit) for limit in limits),
+        tuple(sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, []))),
+        tuple(ignored),
+    )
+
+
+def arg_area() -> tuple[int, int]:
+    """Where this process's command line is in its memory (proc(5): arg_start, arg_end)."""
+    with open("/proc/self/stat", "rb") as stat:
+        fields = stat.read().rsplit(b")", 1)[1].split()
+    return int(fields[45]), int(fields[46])
+
+
 # What the CLI's commands load (collected from create, send, list with and without a
 # table, show, fsck and stop): imported here once instead of in every command.
 WARM = (
@@ -261,9 +321,7 @@ def set_cmdline(argv: list[str]) -> None:
     """Write ``argv`` over this process's own command line, what ``/proc/PID/cmdline`` (ps,
     and substrat's test of whether a root's holder is a daemon) reads; the rest of the
     server's longer one becomes NUL bytes. A client checks that it fits first."""
-    with open("/proc/self/stat", "rb") as stat:
-        fields = stat.read().rsplit(b")", 1)[1].split()
-    start, end = int(fields[45]), int(fields[46])  # arg_start and arg_end (proc(5))
+    start, end = arg_area()
     text = b"".join(os.fsencode(arg) + b"\0" for arg in argv)
     if len(text) > end - start:
         raise ValueError(f"the command line {argv!r} is longer than the server's")
@@ -295,8 +353,210 @@ def stdio(fd: int, mode: str, like: Any) -> io.TextIOWrapper:
     return stream
 
 
+# The daemons a command's child starts (``DaemonProcess.spawn``): a zygote, forked off the
+# child before the command runs (at the top level of this program, so that the daemon runs
+# there too, under none of the command's frames), waits for the child's one daemon and
+# becomes it. The daemon is then the command's own child, as a Popen child is.
+DAEMON_COMMAND = ["-P", "-m", "substrat.daemon"]
+
+
+def baseline() -> dict[str, Any]:
+    """What this server's interpreter started with (a zygote's start, for a daemon)."""
+    start, end = arg_area()
+    return {
+        "start": start_environment(os.environ),
+        "identity": identity(),
+        "executable": sys.executable,
+        "arg_space": end - start,
+    }
+
+
+def fork_zygote(base: dict[str, Any]) -> dict[str, Any] | None:
+    """Fork the zygote. In the command's child: install :func:`zygote_spawn`, return None.
+    In the zygote: the daemon's request once the child sends one; exit without a trace
+    when the child exits (or SIGKILL from its atexit) first."""
+    name = f"\0substrat-warm-zygote-{os.getpid()}-{os.urandom(8).hex()}"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    listener.bind(name)
+    listener.listen(1)
+    parent = os.getpid()
+    pid = os.fork()
+    if pid:
+        listener.close()
+        Zygote(pid, name, base).install()
+        return None
+    try:
+        # Nothing of the command's: its pipes would not reach end of file while held here,
+        # nor its directory be unmounted; the terminal's signals end it quietly.
+        os.chdir("/")
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        os.close(null)
+        held = {n: signal.getsignal(n) for n in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+        for number in held:
+            signal.signal(number, signal.SIG_DFL)
+        watch = os.pidfd_open(parent)
+        ready, _, _ = select.select([listener, watch], [], [])
+        if watch in ready:
+            os._exit(0)
+        conn, _ = listener.accept()
+        conn.settimeout(30)
+        data, fds, _, _ = socket.recv_fds(conn, 1 << 20, 4)
+        request: dict[str, Any] = json.loads(data)
+        request["fds"] = fds
+        conn.send(b"{}")
+        for held_open in (conn, listener):
+            held_open.close()
+        os.close(watch)
+        for number, handler in held.items():
+            signal.signal(number, handler)
+        return request
+    except BaseException:
+        os._exit(127)
+
+
+class Zygote:
+    """The command's side of its zygote: ``DaemonProcess.spawn`` sends it the daemon."""
+
+    def __init__(self, pid: int, name: str, base: dict[str, Any]) -> None:
+        self.pid = pid
+        self.name = name
+        self.base = base
+        self.used = False
+
+    def install(self) -> None:
+        client = sys.modules.get("substrat.client")
+        if client is None:
+            return
+        fresh = client.DaemonProcess.spawn
+        zygote = self
+
+        def spawn(process: Any, command: list[str], log_fd: int) -> Any:
+            reason = zygote.refusal(command, process.env)
+            if reason is None:
+                try:
+                    return zygote.start(command, log_fd, process.env)
+                except (OSError, ValueError) as exc:
+                    reason = f"zygote failed: {exc!r}"
+            count(f"daemon in a command: {reason}")
+            return fresh(process, command, log_fd)
+
+        spawn.zygote = zygote  # type: ignore[attr-defined]  # (for the tests of it)
+        client.DaemonProcess.spawn = spawn
+        import atexit
+
+        atexit.register(self.end)
+
+    def refusal(self, command: list[str], env: dict[str, str] | None) -> str | None:
+        """Why this daemon starts fresh (None: it may be the zygote)."""
+        if self.used:
+            return "zygote used"
+        interpreter = command[0]
+        if command[1:4] != DAEMON_COMMAND or not all(isinstance(a, str) for a in command):
+            return "program"
+        here = self.base["executable"]
+        if os.path.dirname(interpreter) != os.path.dirname(here) or (
+            os.path.realpath(interpreter) != os.path.realpath(here)
+        ):
+            return "interpreter"
+        if start_environment(os.environ if env is None else env) != self.base["start"]:
+            return "environment"
+        if identity() != self.base["identity"]:
+            return "identity"
+        if sum(len(os.fsencode(a)) + 1 for a in command) > self.base["arg_space"]:
+            return "command line"
+        return None
+
+    def start(self, command: list[str], log_fd: int, env: dict[str, str] | None) -> "ChildDaemon":
+        mask = os.umask(0o022)
+        os.umask(mask)
+        request = {
+            "mode": "m",
+            "argv": command,
+            "env": dict(os.environ if env is None else env),
+            "umask": mask,
+        }
+        null = os.open(os.devnull, os.O_RDONLY)
+        directory = os.open(".", os.O_RDONLY | os.O_DIRECTORY)
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            conn.settimeout(30)
+            conn.connect(self.name)
+            socket.send_fds(conn, [json.dumps(request).encode()], [null, log_fd, log_fd, directory])
+            if conn.recv(64) != b"{}":
+                raise ValueError("the zygote did not take the daemon")
+        finally:
+            conn.close()
+            os.close(null)
+            os.close(directory)
+        self.used = True
+        count("daemon in a command: warm")
+        return ChildDaemon(command, self.pid)
+
+    def end(self) -> None:
+        """At the command's exit: an unused zygote is killed and reaped (no orphan)."""
+        if not self.used:
+            os.kill(self.pid, signal.SIGKILL)
+            os.waitpid(self.pid, 0)
+
+
+def count(what: str) -> None:
+    """With ``SUBSTRAT_TEST_WARM_COUNTS`` (a measurement), a JSON line of ``what``."""
+    path = os.environ.get("SUBSTRAT_TEST_WARM_COUNTS")
+    if path:
+        with open(path, "a") as out:
+            out.write(json.dumps({"pid": os.getpid(), what: 1}) + "\n")
+
+
+class ChildDaemon:
+    """A daemon that is this process's own child: Popen's pid, returncode, poll, wait,
+    send_signal, terminate and kill, with waitpid as Popen has them."""
+
+    def __init__(self, args: list[str], pid: int) -> None:
+        self.args = args
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if timeout is None:
+            self.returncode = os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
+            return self.returncode
+        import subprocess
+        import time
+
+        deadline = time.monotonic() + timeout
+        delay = 0.0005
+        while (code := self.poll()) is None:
+            if time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(self.args, timeout)
+            delay = min(delay * 2, 0.05, max(deadline - time.monotonic(), 0))
+            time.sleep(delay)
+        return code
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:  # not reaped: the pid is still this child's
+            os.kill(self.pid, sig)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
 if __name__ == "__main__":
-    _found = warm_daemon() if sys.argv[2:] == ["daemon"] else warm()
+    # The CLI's server has the daemon's modules too, for the daemons its children start
+    # (zygotes, below): a command's child costs no more for them (34.5 -> 34.9 ms, s28a).
+    _found = warm_daemon() if sys.argv[2:] == ["daemon"] else (warm_daemon(), warm())[1]
+    _baseline = baseline()
     _listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     _listener.bind(sys.argv[1])
     _listener.listen(64)
@@ -313,8 +573,14 @@ if __name__ == "__main__":
     _request = serve(_listener)
     try:
         _code, _globals = become(_request)
+        _daemon = None
+        if _request["mode"] != "m":  # a command: a zygote for the daemon it may start
+            _daemon = fork_zygote(_baseline)
+            if _daemon is not None:  # this process is the zygote: it becomes that daemon
+                _request = _daemon
+                _code, _globals = become(_request)
     except BaseException as _exc:  # the command never ran: say why, as an exec failure would
         os.write(2, f"warm server: could not start {_request['argv']!r}: {_exc!r}\n".encode())
         os._exit(127)
-    del _found, _null, _request, _listener
+    del _found, _null, _request, _listener, _baseline, _daemon
     exec(_code, _globals)
