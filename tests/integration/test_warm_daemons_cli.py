@@ -119,6 +119,7 @@ def test_signals_and_exit_of_a_commands_daemon(tmp_path: Path) -> None:
         "kind = type(p.proc).__name__\n"
         "os.kill(p.pid, signal.SIGKILL)\n"
         "killed = p.wait(60)\n"
+        "p.kill()\n"  # a second kill and wait (a finally's) as Popen's: the status kept
         "q = DaemonProcess(sys.argv[1]).start()\n"  # the zygote is used: fresh
         "print(kind, killed, type(q.proc).__name__, q.terminate())\n"
     )

@@ -26,8 +26,10 @@ the server's string hash seed; an uncaught exception's traceback has one more fr
 server's ``<string>`` module) at its top; the server's objects are in the collector's
 permanent generation (``gc.freeze``: a child's collections would otherwise walk, and so
 copy, every page of them; that halved a child's CPU, 53 -> 26 ms for ``pass``); and the
-modules the server imported are loaded already (a test of what a command imports, such as
-test_cli_startup.py, runs fresh processes itself).
+modules the server imported are loaded already, the daemon's too (a test of what a command
+imports, such as test_cli_startup.py, runs fresh processes itself); and while the command
+runs it has one child more, the zygote its daemon would be forked from (tests/support/
+warm_server.py), killed and reaped at the command's exit if no daemon needed it.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The serve loop of the tests' fork server (tests/support/warm.py starts it; read that first).
 
-It runs as ``python -c <this file's text> SOCKET`` (the flags of a fresh ``python -c``
-command, so ``sys.flags`` are a fresh command's), with its working directory a private
+It runs as ``python -c <this file's text> SOCKET cli`` (the flags of a fresh ``python -c``
+command, so ``sys.flags`` are a fresh command's; role ``daemon``: ``-P -c``, for the
+daemons of tests/support/warm_daemons.py), with its working directory a private
 empty one, so that nothing it imports comes from a directory a test made. It imports the
 CLI once, then, for each request on the Unix socket, forks a child that becomes the
 requested command: the child leaves :func:`serve` (none of the server's frames is left
@@ -14,7 +15,10 @@ Protocol (SOCK_SEQPACKET, one JSON message each way a step): the request carries
 descriptors (stdin, stdout, stderr, the working directory); the answers are
 ``{"pid": N}`` and then ``{"exit": CODE}`` (negative for a signal, as subprocess says).
 The client may send ``kill`` (SIGKILL the child, which is then reported as usual); a
-client that hangs up also gets its child killed. The server exits when its standard
+client that hangs up also gets its child killed, except a daemon's (mode ``m``: it runs
+on, as a Popen child let go of does; its client got its pidfd with the pid, to signal
+it). A command's child forks a zygote for the daemon it may start (:func:`fork_zygote`).
+The server exits when its standard
 input (a pipe the client holds) reaches end of file, killing children still running.
 """
 
@@ -526,6 +530,8 @@ class ChildDaemon:
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is not None:
+            return self.returncode
         if timeout is None:
             self.returncode = os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
             return self.returncode
