@@ -259,6 +259,11 @@ def _is_session_id(name: str) -> bool:
 
 def _no_root_message(info: RootInfo) -> str:
     path = info.path
+    if (outer := enclosing_root(path)) is not None:  # not "`daemon start` creates one" there
+        return (
+            f"no substrat root at {path}: it is {_inside(path, outer)}; use `--root "
+            f"{shell_word(outer)}` for that root, or pick a path outside it for a new one"
+        )
     if info.state is RootState.FOREIGN:
         listed = ", ".join(map(shown, info.strangers[:_LISTED_MAX]))
         more = f" and {len(info.strangers) - _LISTED_MAX} more" if len(info.strangers) > 5 else ""
@@ -300,12 +305,16 @@ def _check_new(info: RootInfo) -> None:
     outer = enclosing_root(info.path)
     if outer is None:
         return
-    inside = Path(os.path.realpath(info.path)).relative_to(outer).parts[0]
     raise NestedRootError(
-        f"cannot make a substrat root at {info.path}: it is inside the substrat root "
-        f"{shown(outer)} (under its {inside}/), whose fsck would take it for damage and move "
-        f"it, or whose daemon would write into it; pick a path outside {shown(outer)}"
+        f"cannot make a substrat root at {info.path}: it is {_inside(info.path, outer)}, whose "
+        "fsck would take it for damage and move it, or whose daemon would write into it; pick "
+        f"a path outside {shown(outer)}"
     )
+
+
+def _inside(path: Path, outer: Path) -> str:
+    under = Path(os.path.realpath(path)).relative_to(outer).parts[0]
+    return f"inside the substrat root {shown(outer)} (under its {under}/)"
 
 
 def _check_length(info: RootInfo) -> None:

@@ -159,3 +159,19 @@ def test_a_path_under_a_symlink_to_nothing_says_so(tmp_path: Path) -> None:
         assert f"`mkdir -m 700 {tmp_path / 'data'}`" in line and "File exists" not in line
         assert "creates one" not in line, line
     assert sorted(os.listdir(tmp_path)) == ["link"]
+
+
+def test_a_path_inside_a_root_names_that_root(tmp_path: Path) -> None:
+    """``--root R/agents`` (or a mistyped ``R/user``) for a command that only reads: the
+    root it is in, not "`daemon start` creates one", which would refuse it as nested."""
+    outer = prepare_root(tmp_path / "r")
+    (outer / "agents" / "0123").mkdir(parents=True)
+    for under, args in (("agents", ("agent", "list")), ("user", ("compact",)), ("x", ("fsck",))):
+        result = _run(*args, "--root", str(outer / under))
+        assert result.exit_code == 2, result.output
+        assert _one_line(result) == (
+            f"error: no substrat root at {outer / under}: it is inside the substrat root "
+            f"{outer} (under its {under}/); use `--root {outer}` for that root, or pick a path "
+            "outside it for a new one"
+        )
+    assert sorted(os.listdir(outer)) == ["agents", "substrat-root.json"]
