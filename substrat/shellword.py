@@ -33,18 +33,25 @@ def shell_word(path: str | os.PathLike[str]) -> str:
 
 
 def shown(path: str | os.PathLike[str]) -> str:
-    """``path`` as a message names it: its text as it is when every character prints,
-    else the ``$'...'`` word that bash reads back as it (one line, nothing a terminal
-    obeys)."""
+    """``path`` as a message names it: its text as it is when every character prints and
+    it neither starts nor ends with a blank, else as :func:`shell_word` quotes it (the
+    ``$'...'`` word bash reads back as it: one line, nothing a terminal obeys; a pasted
+    trailing space in quotes, where it can be seen)."""
     text = os.fspath(path)
-    return text if text.isprintable() else _quoted(text)
+    return text if _plain(text) else shell_word(text)
 
 
 def shown_in(message: str, path: str | os.PathLike[str]) -> str:
-    """``message`` with each bare mention of ``path`` (a root, or a path under it) as
-    :func:`shown` writes it: for the messages of code that names the root as it is."""
+    """``message`` with each bare mention of ``path`` (a root, or a path under it) in the
+    ``$'...'`` word when it holds a character that does not print: for the messages of
+    code that names the root as it is. (Not for blanks at its ends: the single quotes
+    of a word in the message hold the bare text too.)"""
     text = os.fspath(path)
     return message if text.isprintable() else message.replace(text, _quoted(text))
+
+
+def _plain(text: str) -> bool:
+    return text.isprintable() and text.strip() == text
 
 
 def _quoted(text: str) -> str:

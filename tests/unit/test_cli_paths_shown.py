@@ -25,6 +25,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from substrat.cli import main
+from substrat.cli.common import esc
 from substrat.errors import RootUnusableError
 from substrat.rootdir import prepare_root
 from substrat.shellword import shell_word, shown
@@ -75,6 +76,13 @@ def test_an_ordinary_path_is_printed_as_it_always_was() -> None:
     for path in ("/tmp/pytest-of-root/x_1.2/root", "/srv/my roots/é", "/srv/it's"):
         assert shown(path) == path
     assert shell_word("/srv/my roots/r") == "'/srv/my roots/r'"
+
+
+def test_a_blank_at_either_end_is_shown_in_quotes() -> None:
+    """A space pasted after a path ends the line that says a new root was made there
+    (``created a new root at /srv/r ``), where nobody sees it."""
+    assert shown("/srv/r ") == "'/srv/r '" and shown(" /srv/r") == "' /srv/r'"
+    assert esc(Path("/srv/my r ")) == "'/srv/my r '"
 
 
 @pytest.mark.parametrize("name", ODD.values(), ids=ODD.keys())
