@@ -49,7 +49,7 @@ from substrat.errors import (
 from substrat.rootlinks import refuse_linked
 from substrat.rootnest import settled
 from substrat.rpc import protocol
-from substrat.shellword import shown, shown_in
+from substrat.shellword import shell_word, shown, shown_in
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -165,7 +165,19 @@ class RootPath(click.Path):
                 param,
                 ctx,
             )
-        return super().convert(value, param, ctx)
+        path = super().convert(value, param, ctx)
+        try:
+            path.expanduser()  # what _resolve does: `~nosuchuser/x` raised a traceback there
+        except RuntimeError:
+            head = path.parts[0]
+            self.fail(
+                f"{shown(head)} names no home directory (no such user, or HOME is unset); "
+                f"write {shell_word(f'./{path}')} for a directory named {shown(head)} here, or "
+                "give the path in full",
+                param,
+                ctx,
+            )
+        return path
 
 
 def _root_option(func: F) -> F:
@@ -276,7 +288,13 @@ def _resolve(root: Path | None) -> Path:
     ctx = click.get_current_context(silent=True)
     if ctx is not None and ctx.get_parameter_source("root") is not ParameterSource.COMMANDLINE:
         root = group_root() or root
-    return (root if root is not None else client_mod.default_root()).expanduser().absolute()
+    try:
+        return (root if root is not None else client_mod.default_root()).expanduser().absolute()
+    except RuntimeError:  # no HOME and no passwd entry: no ~ to take the default root from
+        raise click.UsageError(
+            "no home directory for the default root ~/.substrat (HOME is unset and your uid "
+            "has no passwd entry); give --root or set SUBSTRAT_HOME"
+        ) from None
 
 
 def _groups() -> Iterator[click.Context]:

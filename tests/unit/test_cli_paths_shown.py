@@ -183,3 +183,29 @@ def test_a_path_inside_a_root_names_that_root(tmp_path: Path) -> None:
             "outside it for a new one"
         )
     assert sorted(os.listdir(outer)) == ["agents", "substrat-root.json"]
+
+
+def test_a_tilde_naming_no_user_is_a_usage_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--root '~nosuchuser/x'`` (a mistyped ``~/x``) was a traceback (pathlib's "Could
+    not determine home directory"), and so was the default root without a home."""
+    monkeypatch.delenv("SUBSTRAT_HOME", raising=False)
+    for args in (("agent", "list", "--root"), ("daemon", "start", "--root"), ("--root",)):
+        result = _run(*args, "~nosuchuser-s28c/x", *(("agent", "list") if len(args) == 1 else ()))
+        assert result.exit_code == 2, result.output
+        assert (
+            "~nosuchuser-s28c names no home directory (no such user, or HOME is unset); write "
+            "'./~nosuchuser-s28c/x' for a directory named ~nosuchuser-s28c here"
+        ) in result.output, result.output
+    import pwd
+
+    def no_entry(uid: int) -> pwd.struct_passwd:
+        raise KeyError(uid)
+
+    monkeypatch.delenv("HOME")
+    monkeypatch.setattr(pwd, "getpwuid", no_entry)
+    result = _run("daemon", "start", cwd=tmp_path)
+    assert result.exit_code == 2, result.output
+    assert "no home directory for the default root ~/.substrat" in result.output
+    assert os.listdir(tmp_path) == []
