@@ -165,7 +165,7 @@ class RootPath(click.Path):
                 param,
                 ctx,
             )
-        path = super().convert(value, param, ctx)
+        path = Path(os.fsdecode(super().convert(value, param, ctx)))  # (path_type=Path)
         try:
             path.expanduser()  # what _resolve does: `~nosuchuser/x` raised a traceback there
         except RuntimeError:
