@@ -145,8 +145,17 @@ def _unusable(path: Path, exc: OSError, doing: str) -> RootUnusableError | RootP
         errno.ENOTDIR: "a component of the path is not a directory",
         errno.ENOSPC: "no space left on the device",
         errno.EDQUOT: "the disk quota is exceeded",
+        errno.ELOOP: "its symlinks point at each other in a loop (see `ls -l` of them)",
+        errno.ENAMETOOLONG: "a name in it is longer than its file system allows (255 bytes?)",
     }.get(exc.errno or 0, exc.strerror or str(exc))
+    if exc.errno == errno.ENAMETOOLONG and len(os.fsencode(path)) >= os.pathconf(
+        "/", "PC_PATH_MAX"
+    ):
+        reason = "the path is longer than the system allows (PATH_MAX)"
     fix = "use --root or SUBSTRAT_HOME to pick a directory you can write"
+    if exc.errno in (errno.ELOOP, errno.ENAMETOOLONG):  # a mistyped path, not the host's doing
+        other = "shorter path" if exc.errno == errno.ENAMETOOLONG else "path without the loop"
+        fix = f"use --root or SUBSTRAT_HOME to give a {other}"
     if exc.errno == errno.EROFS and os.path.isdir(path) and not os.listdir(path):
         fix = f"remount its file system read-write, or {fix}"  # empty: nothing to read there
     elif exc.errno == errno.EROFS and os.path.isdir(path):

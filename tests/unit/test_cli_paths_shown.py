@@ -209,3 +209,27 @@ def test_a_tilde_naming_no_user_is_a_usage_error(
     assert result.exit_code == 2, result.output
     assert "no home directory for the default root ~/.substrat" in result.output
     assert os.listdir(tmp_path) == []
+
+
+def test_a_symlink_loop_or_a_name_too_long_says_so(tmp_path: Path) -> None:
+    """These said "Too many levels of symbolic links" or "File name too long", then "pick a
+    directory you can write", which is not what is wrong."""
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    long_name = tmp_path / ("n" * 256)
+    long_path = tmp_path.joinpath(*["p" * 200] * 21)
+    cases = {
+        tmp_path / "a": "its symlinks point at each other in a loop (see `ls -l` of them); use "
+        "--root or SUBSTRAT_HOME to give a path without the loop",
+        tmp_path / "a" / "x": "in a loop",
+        long_name: "a name in it is longer than its file system allows (255 bytes?); use "
+        "--root or SUBSTRAT_HOME to give a shorter path",
+        long_path: "the path is longer than the system allows (PATH_MAX); use --root or "
+        "SUBSTRAT_HOME to give a shorter path",
+    }
+    for path, said in cases.items():
+        for args in (("agent", "list"), ("daemon", "start")):
+            result = _run(*args, "--root", str(path))
+            assert result.exit_code == 2, result.output
+            assert said in _one_line(result), result.output
+    assert sorted(os.listdir(tmp_path)) == ["a", "b"]
