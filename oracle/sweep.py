@@ -28,16 +28,18 @@ scenario) or through ``tests/stress/test_sweep.py``.
 from __future__ import annotations
 
 import argparse
+import gc
 import pickle
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from faultfs import MODES, FaultFS, SimulatedCrash
 from oracle.errors import OracleViolation
-from oracle.harness import CrashHarness, scripted_registry
+from oracle.harness import CrashHarness, held_interception, scripted_registry
 from oracle.model import Model
 from oracle.sweep_scenarios import DELETING_CHECKPOINTS as DELETING_CHECKPOINTS
 from oracle.sweep_scenarios import SCENARIOS as SCENARIOS
@@ -237,6 +239,30 @@ def point_key(fs: FaultFS) -> bytes:
     return pickle.dumps((fs.block_size, fs.model.key()))
 
 
+@contextmanager
+def quiet_runtime() -> Iterator[None]:
+    """faultfs's interception held and the collector off while the block (or the
+    decorated call) runs, as the crash fuzzer has them for an example (oracle.machines).
+
+    A sweep activates a disk for every check, recovery and step. With nothing else
+    active, each activation patched every intercepted function and each end collected
+    garbage in full: in four items of tests/stress/test_sweep.py, 1,742 such collections
+    and 161 of the collector's own. Held, an activation is a push and a pop, and what
+    the checks and recoveries left is collected once, when the hold ends (a crashed run
+    is still collected while its disk is active). The same states get the same checks:
+    the collections freed objects nothing reads again (docs/benchmarks.md, session 28).
+    """
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        with held_interception():
+            yield
+    finally:
+        if collecting:
+            gc.enable()
+
+
+@quiet_runtime()
 def sweep(
     scenario: Scenario,
     *,

@@ -190,3 +190,34 @@ def test_a_share_runs_the_scenario_up_to_its_last_boundary_and_counts_it_once(
     first = share_of(total, (0, 3))
     assert len(sweep_module.capture(harness, scenario.steps, first)) == len(first)
     assert harness.fs.boundaries - start < total
+
+
+@pytest.mark.parametrize("collecting", [True, False])
+def test_a_sweep_holds_the_interception_and_the_collector_and_gives_them_back(
+    collecting: bool,
+) -> None:
+    """Every state is checked with faultfs's interception held (its disk's activation a
+    push on the hold, not a patch of every intercepted function with a full collection
+    at its end) and the collector off; after the sweep both are as they were."""
+    import gc
+
+    from faultfs import _intercept
+    from oracle.harness import HOLD_ROOT
+
+    seen: list[tuple[bool, list[str]]] = []
+
+    def look(harness: object, image: object, model: object, label: str) -> None:
+        with image:  # type: ignore[attr-defined]  # as the recovery's check activates it
+            seen.append((gc.isenabled(), [fs.root for fs in _intercept.active()]))
+
+    (gc.enable if collecting else gc.disable)()
+    try:
+        sweep(ONE_TURN, modes=("power",), recovery_crashes=False, dedupe=False, check=look)
+        after = gc.isenabled()
+    finally:
+        gc.enable()
+    assert seen
+    assert all(not enabled for enabled, _ in seen)
+    assert all(roots[0] == HOLD_ROOT and len(roots) == 2 for _, roots in seen)
+    assert after is collecting
+    assert not _intercept.active()

@@ -16,6 +16,7 @@ from oracle.sweep import (
     RECOVERY_CRASH_EVERY,
     Scenario,
     count_boundaries,
+    quiet_runtime,
     share_of,
     sweep,
 )
@@ -38,6 +39,7 @@ def fingerprint(label: str, image: FaultFS, model: Model, counters: tuple[int, i
     return label, pickle.dumps(body)
 
 
+@quiet_runtime()  # as the sweep: each of its many activations a push and a pop
 def rerun_states(
     scenario: Scenario,
     *,
