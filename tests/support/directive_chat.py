@@ -17,6 +17,17 @@ from substrat.providers.registry import ProviderRegistry
 from substrat.providers.scripted import parse_directives
 from tests.support.chat_server import ChatServer, Reply, text, tool_call, tools
 
+CHUNK_CHARS = 16
+"""Characters per streamed piece of an answer's text and of each tool call's arguments.
+
+Nothing is written to disk while a turn streams, so the pieces set neither the crash
+points nor the conversations (both are the same at any size), only how many chunks the
+SDK decodes: at the server's default of 5, a model-validated chunk object per 5
+characters was about a fifth of an OpenAI crash-fuzzer example's CPU. At 16 most
+answers still come in several pieces, so the provider's assembly of a message from its
+deltas is still what the recovered conversations are compared through; the tests of the
+provider itself stream in pieces of 3-5 characters."""
+
 
 def directive_responder(body: dict[str, Any]) -> Reply:
     messages = body.get("messages") or []
@@ -27,11 +38,13 @@ def directive_responder(body: dict[str, Any]) -> Reply:
             if message.get("role") != "tool":
                 break
             answered += 1
-        return text(f"done after {answered} tool results ({len(messages)} messages)")
-    calls = parse_directives(str(last.get("content") or ""))
-    if calls:
-        return tools(*(tool_call(name, args) for name, args in calls))
-    return text(f"noted ({len(messages)} messages)")
+        reply = text(f"done after {answered} tool results ({len(messages)} messages)")
+    elif calls := parse_directives(str(last.get("content") or "")):
+        reply = tools(*(tool_call(name, args) for name, args in calls))
+    else:
+        reply = text(f"noted ({len(messages)} messages)")
+    reply.chunk_chars = CHUNK_CHARS
+    return reply
 
 
 def openai_registry(server: ChatServer) -> ProviderRegistry:
@@ -50,4 +63,4 @@ def plain_http_client() -> Any:
     fuzzer example runs several), which was about a sixth of an OpenAI example's CPU."""
     import openai
 
-    return openai.DefaultAsyncHttpxClient(verify=False)
+    return openai.DefaultAsyncHttpxClient(verify=False, trust_env=False)
