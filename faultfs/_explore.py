@@ -26,7 +26,7 @@ from faultfs._arguments import checked
 from faultfs._causes import CrashPoint, Finding, Outcome
 from faultfs._escapes import diagnose
 from faultfs._fs import DEFAULT_BLOCK_SIZE, FaultFS, Snapshot
-from faultfs._handoff import unseen_read
+from faultfs._handoff import named_inside
 from faultfs._health import HealthCheck
 from faultfs._images import MODES, fingerprint
 from faultfs._model import Model
@@ -336,14 +336,8 @@ def _fresh(snap: Snapshot, like: FaultFS) -> FaultFS:
 def _run(fs: FaultFS, workload: Workload) -> None:
     """Run ``workload`` inside ``fs``; an escape (even one it swallowed) stops explore."""
     try:
-        with fs:
-            try:
-                workload(fs)
-            except FileNotFoundError as exc:  # asked while the model can answer
-                unseen = unseen_read(exc, (fs.root,))
-                if unseen is None:
-                    raise
-                raise unseen from exc
+        with named_inside(fs):  # asked while the model can answer
+            workload(fs)
     except (EscapeError, CrashSwallowed):
         raise
     except BaseException as exc:  # the crash, or the workload's own error

@@ -20,9 +20,11 @@ model holds, so the read went around Python's os and io.
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
+from typing import Any, Protocol
 
 from faultfs._trace import is_internal
 from faultfs.errors import EscapeError
@@ -108,3 +110,34 @@ def unseen_read(exc: OSError, roots: Sequence[str]) -> EscapeError | None:
                     "file object or its bytes: `polars.read_csv(io.BytesIO(f.read()))`."
                 )
     return None
+
+
+class _Disk(Protocol):
+    """A FaultFS, as far as :func:`named_inside` uses it (faultfs._fs imports this module)."""
+
+    @property
+    def root(self) -> str: ...
+
+    def __enter__(self) -> Any: ...
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> Any: ...
+
+
+@contextlib.contextmanager
+def named_inside(disk: _Disk) -> Iterator[None]:
+    """``with disk:``, turning a hand-off to C or Rust into the EscapeError that names it.
+
+    Only while ``disk`` is active can :func:`unseen_read` find the quoted path in the
+    model: after ``with disk:`` it looks on the real disk, finds nothing, and the bare
+    FileNotFoundError would read as a file the crash lost. Explore's workload and a
+    state machine's setup, steps, recovery and check run inside this.
+    """
+    __tracebackhide__ = True
+    with disk:
+        try:
+            yield
+        except OSError as exc:
+            named = numpy_handoff(exc) or unseen_read(exc, (disk.root,))
+            if named is None:
+                raise
+            raise named from exc

@@ -73,6 +73,7 @@ from faultfs import _stateful_plan as _plan
 from faultfs._causes import CrashPoint, Finding, Outcome
 from faultfs._escapes import dead_finalizers
 from faultfs._fs import DEFAULT_BLOCK_SIZE, FaultFS
+from faultfs._handoff import named_inside
 from faultfs._health import HealthCheck
 from faultfs._images import MODES
 from faultfs._model import Model
@@ -173,7 +174,7 @@ def initialize(
     def decorate(function: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(function)
         def step(self: CrashStateMachine, **arguments: Any) -> Any:
-            with self.fs:
+            with named_inside(self.fs):
                 return function(self, **arguments)
 
         decorator: Any = _initialize(targets=targets, target=target, **kwargs)  # type: ignore[arg-type]
@@ -190,7 +191,7 @@ def invariant(
     def decorate(function: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(function)
         def check(self: CrashStateMachine) -> Any:
-            with self.fs:
+            with named_inside(self.fs):
                 return function(self)
 
         return _wrapped(_invariant(check_during_init=check_during_init)(check))
@@ -277,7 +278,7 @@ class CrashStateMachine(RuleBasedStateMachine):
         self._boundaries_seen: dict[str, int] = {}
         self._off = _health.suppressed(cls.suppress_health_check)
         _plan.running(self)
-        with self.fs:
+        with named_inside(self.fs):
             self.setup()
         self._check_outside(self.fs, "setup()")
         self.fs.sync_all()
@@ -354,7 +355,7 @@ class CrashStateMachine(RuleBasedStateMachine):
         __tracebackhide__ = True
         disk, before = self.fs, self.fs.boundaries
         if plan is None:
-            with disk:
+            with named_inside(disk):
                 result = function(self, **arguments)
             self._learn(function.__name__, disk.boundaries - before)
             self._check_outside(disk, f"{function.__name__}()")
@@ -364,7 +365,7 @@ class CrashStateMachine(RuleBasedStateMachine):
         result = multiple()
         crashed_inside = False
         try:
-            with disk:
+            with named_inside(disk):
                 result = function(self, **arguments)
         except SimulatedCrash:
             crashed_inside = True
@@ -446,7 +447,7 @@ class CrashStateMachine(RuleBasedStateMachine):
         as many as it reached)."""
         before = disk.boundaries
         try:
-            with disk:
+            with named_inside(disk):
                 self._recover()
         finally:
             self._learn(_plan.RECOVERY, disk.boundaries - before)
@@ -500,7 +501,7 @@ class CrashStateMachine(RuleBasedStateMachine):
         self.fs = image
         try:
             self._recover_on(image)
-            with image:
+            with named_inside(image):
                 self.check()
             self._check_outside(image, "recover() or the check")
         except (OutsideRootError, FailedHealthCheck, EscapeError, ConfigError, CrashSwallowed):
