@@ -129,10 +129,15 @@ class ExploreReport:
         return not self.failures
 
     def causes(self) -> list[Cause]:
-        """Failing images grouped by the missing step behind them, in order of first appearance."""
+        """Failing images grouped by the missing step behind them, in order of first appearance.
+
+        A cause's steps name files as the longest run named them (:func:`drawn_names`).
+        """
+        names = drawn_names(self.failures)
         out: dict[tuple[object, ...], Cause] = {}
         for failure in self.failures:
             for finding in failure.findings:
+                finding = finding._replace(steps=_named(finding.steps, names))
                 cause = out.get(finding.key)
                 if cause is None:
                     cause = out[finding.key] = Cause(
@@ -236,6 +241,10 @@ class ExploreReport:
         lines.append(f"  {_images(len(self.failures))} ({per_mode}){tail}")
         if len(self.profiles) > 1:
             lines.append(f"  failing images per profile: {_counts(self.failures_per_profile())}")
+        if drawn_names(self.failures):
+            lines.append(
+                "  file names that differ between runs (drawn) are as the longest run drew them"
+            )
         if len(groups) > 1:
             lines.append("  fix first (most failing images first):")
             for number, group in enumerate(groups[:REPORT_MAX_ENTRIES], start=1):
@@ -274,6 +283,46 @@ class ExploreReport:
                 lines.append(f"  {_short(site, source_root)} ({len(failures)}: {modes})")
                 lines += _example(failures[0], where)
         return "\n".join(lines)
+
+
+def drawn_names(failures: list[Failure]) -> dict[str, str]:
+    """Paths that differ between explore's runs at one operation, each mapped to the path the
+    longest run gave it.
+
+    Every run is the same workload (the nondeterministic health check holds them to the
+    same boundaries), so the n-th operation of two runs, of one kind at one site, is one
+    operation: a path that differs there was drawn (mailbox.Maildir's ``time.M…P…Q…``
+    names, a uuid4), not chosen. A cause merges runs, and listed every draw: three links
+    for Maildir's two messages. Named as one run drew them, each operation reads once,
+    and two operations of one run (two messages) stay two. A run that differs in kind or
+    site is compared no further.
+    """
+    if not failures:
+        return {}
+    longest = max(failures, key=lambda failure: len(failure.trace)).trace
+    names: dict[str, str] = {}
+    for failure in failures:
+        for op, like in zip(failure.trace, longest, strict=False):
+            if op.kind != like.kind or op.site != like.site:
+                break
+            pairs = [(op.path, like.path)]
+            if op.kind in ("rename", "link") and op.args and like.args:
+                pairs.append((str(op.args[0]), str(like.args[0])))
+            names.update((path, other) for path, other in pairs if path != other)
+    return names
+
+
+def _named(steps: tuple[Step, ...], names: dict[str, str]) -> tuple[Step, ...]:
+    """``steps`` with their paths (and a rename's target, a link's source) as ``names`` says."""
+    if not names:
+        return steps
+    out = []
+    for step in steps:
+        args = step.args
+        if step.kind in ("rename", "link") and args and str(args[0]) in names:
+            args = (names[str(args[0])], *args[1:])
+        out.append(step._replace(path=names.get(step.path, step.path), args=args))
+    return tuple(out)
 
 
 def _images(count: int) -> str:
