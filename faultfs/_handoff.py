@@ -20,9 +20,8 @@ model holds, so the read went around Python's os and io.
 
 from __future__ import annotations
 
-import contextlib
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any, Protocol
 
@@ -123,21 +122,29 @@ class _Disk(Protocol):
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> Any: ...
 
 
-@contextlib.contextmanager
-def named_inside(disk: _Disk) -> Iterator[None]:
+class named_inside:  # lower case: used as a function, `with named_inside(disk):`
     """``with disk:``, turning a hand-off to C or Rust into the EscapeError that names it.
 
     Only while ``disk`` is active can :func:`unseen_read` find the quoted path in the
     model: after ``with disk:`` it looks on the real disk, finds nothing, and the bare
     FileNotFoundError would read as a file the crash lost. Explore's workload and a
-    state machine's setup, steps, recovery and check run inside this.
+    state machine's setup, steps, recovery and check run inside this. A class, not a
+    generator: pytest hides this frame, where contextlib's would be printed whole.
     """
-    __tracebackhide__ = True
-    with disk:
-        try:
-            yield
-        except OSError as exc:
-            named = numpy_handoff(exc) or unseen_read(exc, (disk.root,))
-            if named is None:
-                raise
-            raise named from exc
+
+    def __init__(self, disk: _Disk) -> None:
+        self.disk = disk
+
+    def __enter__(self) -> None:
+        self.disk.__enter__()
+
+    def __exit__(self, kind: Any, exc: BaseException | None, tb: TracebackType | None) -> None:
+        __tracebackhide__ = True
+        named = None
+        if isinstance(exc, OSError):
+            named = numpy_handoff(exc) or unseen_read(exc, (self.disk.root,))
+        if named is None:
+            self.disk.__exit__(kind, exc, tb)
+            return
+        self.disk.__exit__(type(named), named, tb)  # what it raises itself comes first
+        raise named from exc
