@@ -23,6 +23,8 @@ END_SITE = "<after the workload returned>"
 REPORT_MAX_ENTRIES = 20
 REPORT_MAX_STEPS = 8
 """Operations listed under one cause; a helper writing many files names the first ones."""
+DRAWN_NOTE = "file names drawn anew in each run are shown as the longest run drew them"
+"""The header's note when a name differs between runs at one operation (drawn_names)."""
 # Causes with one fix, whatever the files and the lines (what relied on the step may differ):
 # the report shows them as one entry listing each, so a store that repeats its pattern over
 # several files (dbm.dumb: .dat, .dir, .bak) reads as the few things to change.
@@ -242,9 +244,7 @@ class ExploreReport:
         if len(self.profiles) > 1:
             lines.append(f"  failing images per profile: {_counts(self.failures_per_profile())}")
         if drawn_names(self.failures):
-            lines.append(
-                "  file names that differ between runs (drawn) are as the longest run drew them"
-            )
+            lines.append(f"  {DRAWN_NOTE}")
         if len(groups) > 1:
             lines.append("  fix first (most failing images first):")
             for number, group in enumerate(groups[:REPORT_MAX_ENTRIES], start=1):
