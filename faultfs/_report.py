@@ -12,7 +12,7 @@ from faultfs._arguments import checked
 from faultfs._causes import Finding, Step, merge_steps
 from faultfs._fs import FaultFS, Snapshot
 from faultfs._trace import Op
-from faultfs._wording import Where, describe
+from faultfs._wording import Where, _listed, describe
 from faultfs.errors import ExploreFailed, NondeterministicWorkload, SimulatedCrash
 
 Workload = Callable[[FaultFS], Any]
@@ -121,6 +121,8 @@ class ExploreReport:
     bases: dict[str, Snapshot] = field(default_factory=dict, repr=False)
     # Boundaries a re-run never reached (kept only with HealthCheck.nondeterministic suppressed).
     unreached: list[int] = field(default_factory=list)
+    # drawn_names of the failures, and how many failures there were then (text() asks thrice).
+    _drawn: tuple[int, dict[str, str]] = field(default=(-1, {}), repr=False, compare=False)
 
     @property
     def profile(self) -> str:
@@ -130,12 +132,18 @@ class ExploreReport:
     def ok(self) -> bool:
         return not self.failures
 
+    def drawn_names(self) -> dict[str, str]:
+        """:func:`drawn_names` of the failures, kept until a failure is added."""
+        if self._drawn[0] != len(self.failures):
+            self._drawn = (len(self.failures), drawn_names(self.failures))
+        return self._drawn[1]
+
     def causes(self) -> list[Cause]:
         """Failing images grouped by the missing step behind them, in order of first appearance.
 
         A cause's steps name files as the longest run named them (:func:`drawn_names`).
         """
-        names = drawn_names(self.failures)
+        names = self.drawn_names()
         out: dict[tuple[object, ...], Cause] = {}
         for failure in self.failures:
             for finding in failure.findings:
@@ -243,7 +251,7 @@ class ExploreReport:
         lines.append(f"  {_images(len(self.failures))} ({per_mode}){tail}")
         if len(self.profiles) > 1:
             lines.append(f"  failing images per profile: {_counts(self.failures_per_profile())}")
-        if drawn_names(self.failures):
+        if self.drawn_names():
             lines.append(f"  {DRAWN_NOTE}")
         if len(groups) > 1:
             lines.append("  fix first (most failing images first):")
@@ -302,7 +310,10 @@ def drawn_names(failures: list[Failure]) -> dict[str, str]:
     longest = max(failures, key=lambda failure: len(failure.trace)).trace
     names: dict[str, str] = {}
     for failure in failures:
-        for op, like in zip(failure.trace, longest, strict=False):
+        trace = failure.trace
+        if trace == longest[: len(trace)]:
+            continue  # a state the longest run captured: its names (compared by identity, in C)
+        for op, like in zip(trace, longest, strict=False):
             if op.kind != like.kind or op.site != like.site:
                 break
             pairs = [(op.path, like.path)]
@@ -363,7 +374,7 @@ def _family(group: list[Cause], where: Where, source_root: str | None) -> tuple[
             if step.role not in ("then", "acknowledged") and step.path
         }
     )
-    names = _and(files) or "?"
+    names = _listed(files)  # the first few: each cause below names its own (Maildir's 40 links)
     kind = group[0].kind
     if kind == "entry-not-durable":
         dirs = sorted({os.path.dirname(name) or "." for name in files})
@@ -386,10 +397,6 @@ def _family(group: list[Cause], where: Where, source_root: str | None) -> tuple[
         f"fsync {names} after writing, before anything relies on the data (each cause below "
         "names what did)"
     )
-
-
-def _and(names: list[str]) -> str:
-    return ", ".join(names[:-1]) + f" and {names[-1]}" if len(names) > 1 else "".join(names)
 
 
 def _ordered(counter: dict[str, int], order: tuple[str, ...]) -> dict[str, int]:

@@ -67,3 +67,19 @@ def test_chosen_names_are_not_drawn_names() -> None:
     text = report.text()
     assert DRAWN_NOTE not in text
     assert all(f"q{i:05}" in text for i in range(3)), text
+
+
+def test_a_fix_for_many_entries_names_the_first_few() -> None:
+    # Maildir's messages are one link each: the group's title and fix listed every one (40
+    # messages, 40 names on one line); each cause under it still names its own.
+    def six_messages(fs: FaultFS) -> None:
+        box = mailbox.Maildir(fs.path("mail"), create=True)
+        for i in range(6):
+            box.add(f"Subject: m{i}\n\nbody {i}\n")
+            fs.ack(i)
+
+    text = explore(six_messages, subjects_acked, modes=("power",)).text()
+    fix_line = next(line for line in text.splitlines() if line.startswith("    fix: fsync the dir"))
+    assert "mail, mail/cur, mail/new, mail/new/" in fix_line
+    assert fix_line.count("mail/new/") == 1 and " and 5 more, before anything" in fix_line, text
+    assert ".vm and 2 more created at" in text, text  # the links cause: six, one per message
