@@ -114,6 +114,8 @@ def unseen_read(exc: OSError, roots: Sequence[str]) -> EscapeError | None:
 class _Disk(Protocol):
     """A FaultFS, as far as :func:`named_inside` uses it (faultfs._fs imports this module)."""
 
+    crashed: bool
+
     @property
     def root(self) -> str: ...
 
@@ -141,7 +143,7 @@ class named_inside:  # lower case: used as a function, `with named_inside(disk):
     def __exit__(self, kind: Any, exc: BaseException | None, tb: TracebackType | None) -> None:
         __tracebackhide__ = True
         named = None
-        if isinstance(exc, OSError):
+        if isinstance(exc, OSError) and not self.disk.crashed:  # a crashed disk refuses lookups
             named = numpy_handoff(exc) or unseen_read(exc, (self.disk.root,))
         if named is None:
             self.disk.__exit__(kind, exc, tb)
