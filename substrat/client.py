@@ -529,12 +529,14 @@ def stop_daemon(root: str | os.PathLike[str], *, timeout_s: float = STOP_TIMEOUT
 
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
         if wait_until(lambda: root_holder(root_path) != pid, timeout_s):
-            return pid
+            return _exited(pid, deadline, root_path)
         raise DaemonError(
             f"the daemon (pid {pid}) did not stop within {timeout_s:g}s; see "
             f"{root_path / LOG_NAME}, or kill it (`kill -9 {pid}`; nothing acknowledged is lost)"
         )
+    deadline = time.monotonic() + timeout_s
     info = lock.read_info(root_path)
     pid = info.pid if info is not None else None
     try:
@@ -555,10 +557,23 @@ def stop_daemon(root: str | os.PathLike[str], *, timeout_s: float = STOP_TIMEOUT
                 "acknowledged is lost: the next start recovers the root (`substrat fsck` "
                 "shows what it will do)"
             )
-        return pid
+        return pid if pid is None else _exited(pid, deadline, root_path)
     raise DaemonError(
         f"the daemon (pid {pid}) did not stop within {timeout_s:g}s; see "
         f"{root_path / LOG_NAME}, or kill it (`kill -9 {pid}`; nothing acknowledged is lost)"
+    )
+
+
+def _exited(pid: int, deadline: float, root: Path) -> int:
+    """``pid`` once that process is gone. A daemon gives the root back (its lock, its hold)
+    before its interpreter has finished exiting: "stopped" said then would be true of the
+    root but not of the process, and a script that checks the pid (or a supervisor that
+    starts another daemon under the same name) saw it still running."""
+    if wait_until(lambda: not lock.running(pid), max(0.0, deadline - time.monotonic())):
+        return pid
+    raise DaemonError(
+        f"the daemon (pid {pid}) gave the root back but has not exited; see "
+        f"{root / LOG_NAME}, or kill it (`kill -9 {pid}`; nothing acknowledged is lost)"
     )
 
 

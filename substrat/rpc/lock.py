@@ -164,7 +164,7 @@ def socket_gone(root: str | os.PathLike[str]) -> LockInfo | None:
     info = read_info(root)
     if info is None or info.state != "running" or info.socket_ino is None:
         return None
-    if info.pid is None or not _alive(info.pid):
+    if info.pid is None or not running(info.pid):
         # a dead daemon's record, read while the next one starts (it holds the lock and
         # has not written its own yet): that one is recovering, not unreachable
         return None
@@ -177,7 +177,7 @@ def socket_gone(root: str | os.PathLike[str]) -> LockInfo | None:
     return info
 
 
-def _alive(pid: int) -> bool:
+def running(pid: int) -> bool:
     """Whether ``pid`` runs (a zombie does not: a daemon killed under a parent that does
     not reap it, as a container's first process may not, stays one)."""
     try:
