@@ -300,13 +300,14 @@ def _in_use(root: Path) -> str:
     if info is None or info.state != "running" or info.pid is None:
         return (
             f"{root} is in use by another substrat process (fsck, recover, compact or a "
-            "starting daemon); run `substrat compact` again once it is done"
+            f"starting daemon); run `substrat compact --root {shell_word(root)}` again once it "
+            "is done"
         )
     return (
         f"{root} is in use by {info.describe()}; compact needs a stopped root: run "
-        f"`substrat daemon stop --root {shell_word(root)}`, then `substrat compact` again "
-        "(`substrat compact --dry-run` works while it serves; a running daemon compacts "
-        "by its own policy, SUBSTRAT_COMPACTION)"
+        f"`substrat daemon stop --root {shell_word(root)}`, then `substrat compact --root "
+        f"{shell_word(root)}` again (`--dry-run` works while it serves; a running daemon "
+        "compacts by its own policy, SUBSTRAT_COMPACTION)"
     )
 
 

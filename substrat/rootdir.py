@@ -161,8 +161,8 @@ def _unusable(path: Path, exc: OSError, doing: str) -> RootUnusableError | RootP
     elif exc.errno == errno.EROFS and os.path.isdir(path):
         # a root already there (a new one can go elsewhere): its data is on this mount
         fix = (
-            "remount its file system read-write (`substrat recover --dry-run` and "
-            "`substrat fsck` read it as it is)"
+            "remount its file system read-write (`substrat recover --dry-run --root "
+            f"{shell_word(path)}` and `substrat fsck --root {shell_word(path)}` read it as it is)"
         )
     elif exc.errno in (errno.ENOSPC, errno.EDQUOT):
         fix = f"free space on its file system (or {fix})"

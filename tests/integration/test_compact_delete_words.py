@@ -96,8 +96,10 @@ def test_compact_on_a_running_root_says_stop_it_or_dry_run(root: Path) -> None:
     assert refused.returncode == 2, refused.stderr
     message = " ".join(refused.stderr.split())
     assert message.startswith(f"error: {root} is in use by daemon pid "), message
-    assert f"run `substrat daemon stop --root {root}`, then `substrat compact` again" in message
-    assert "`substrat compact --dry-run` works while it serves" in message
+    assert (
+        f"run `substrat daemon stop --root {root}`, then `substrat compact --root {root}` again"
+    ) in message
+    assert "(`--dry-run` works while it serves" in message
     assert "another root" not in message
     assert run(root, "compact", "--dry-run").returncode == 0
 

@@ -29,6 +29,7 @@ from substrat.cli.common import esc
 from substrat.errors import RootUnusableError
 from substrat.rootdir import prepare_root
 from substrat.shellword import shell_word, shown
+from tests.support import mounts
 
 ODD = {
     "newline": "a\nb",
@@ -233,3 +234,20 @@ def test_a_symlink_loop_or_a_name_too_long_says_so(tmp_path: Path) -> None:
             assert result.exit_code == 2, result.output
             assert said in _one_line(result), result.output
     assert sorted(os.listdir(tmp_path)) == ["a", "b"]
+
+
+def test_the_commands_a_read_only_root_is_told_to_run_name_it(tmp_path: Path) -> None:
+    """ "`substrat recover --dry-run` and `substrat fsck` read it as it is": run as told by a
+    user of `--root R`, they read the default root, not R."""
+    with mounts.tmpfs(tmp_path / "mnt", "1m", "to make read-only") as mount_point:
+        root = prepare_root(mount_point / "my r")
+        remount = subprocess.run(
+            ["mount", "-o", "remount,ro", str(mount_point)], capture_output=True, text=True
+        )
+        assert remount.returncode == 0, remount.stderr
+        result = _run("daemon", "start", "--root", str(root))
+        assert result.exit_code == 2, result.output
+        assert (
+            f"(`substrat recover --dry-run --root {shell_word(root)}` and `substrat fsck "
+            f"--root {shell_word(root)}` read it as it is)"
+        ) in _one_line(result)
