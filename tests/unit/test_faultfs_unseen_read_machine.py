@@ -12,6 +12,7 @@ test_faultfs_unseen_read.py: polars and pyarrow are no dev dependencies.
 
 from __future__ import annotations
 
+import inspect
 import os
 
 import pytest
@@ -20,6 +21,7 @@ from hypothesis.stateful import run_state_machine_as_test
 from faultfs.errors import EscapeError, RecoveryCheckFailed
 from faultfs.stateful import CrashStateMachine, invariant, rule
 from tests.support.faultfs_classic import fsync_dir, machine_settings
+from tests.support.pytest_run import run_pytest
 from tests.unit.test_faultfs_unseen_read import c_read
 
 WORDS = "t.csv' is on the simulated disk, but the code that raised FileNotFoundError"
@@ -108,3 +110,37 @@ def test_a_file_really_lost_stays_a_failed_recovery() -> None:
 
     with pytest.raises(RecoveryCheckFailed, match="FileNotFoundError"):
         run_state_machine_as_test(Lost, settings=machine_settings(50, derandomize=True))
+
+
+def test_pytest_shows_the_error_without_faultfs_s_context_manager(tmp_path) -> None:
+    # As a contextlib generator, the hand-off's frame printed contextlib's whole __exit__
+    # (its "generator didn't stop" branch) above the EscapeError in every such failure.
+    source = inspect.getsource(c_read)
+    (tmp_path / "test_machine.py").write_text(
+        "import ctypes, errno, os\n"
+        "from hypothesis import Phase, settings\n"
+        "from faultfs.stateful import CrashStateMachine, rule\n"
+        "_LIBC = ctypes.CDLL(None, use_errno=True)\n"
+        "_LIBC.fopen.restype = ctypes.c_void_p\n"
+        "_LIBC.fopen.argtypes = [ctypes.c_char_p, ctypes.c_char_p]\n"
+        "_LIBC.fclose.argtypes = [ctypes.c_void_p]\n"
+        f"{source}\n"
+        "class Reader(CrashStateMachine):\n"
+        "    profiles = ('posix',)\n"
+        "    def setup(self):\n"
+        "        with open(self.fs.path('t.csv'), 'w') as handle:\n"
+        "            handle.write('a')\n"
+        "    def recover(self):\n"
+        "        c_read(self.fs.path('t.csv'))\n"
+        "    @rule()\n"
+        "    def nothing(self):\n"
+        "        pass\n"
+        "    def check(self):\n"
+        "        pass\n"
+        "TestReader = Reader.TestCase\n"
+        "TestReader.settings = settings(max_examples=1, database=None, phases=[Phase.generate])\n"
+    )
+    result = run_pytest(tmp_path, "test_machine.py")
+    assert result.returncode == 1, result.stdout
+    assert "EscapeError: " in result.stdout and "is on the simulated disk" in result.stdout
+    assert "contextlib" not in result.stdout, result.stdout
