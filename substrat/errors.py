@@ -144,7 +144,7 @@ class ProviderError(SubstratError):
 
 
 class UnknownProviderError(ProviderError, _LookupError):
-    """No provider by that name; `substrat providers` lists the registered ones."""
+    """No provider by that name; the message lists the registered ones."""
 
 
 class ProviderConfigError(ProviderError):

@@ -10,11 +10,16 @@ tab, ESC, a carriage return, a byte that is no UTF-8) would split a one-line mes
 recolour or overwrite it: such a path is written as bash's ``$'...'`` word (what ``ls``
 prints for it), with those characters escaped as Python's repr does, on one line and
 unambiguous. An ordinary path is printed as it always was.
+
+A command a message tells the user to run (`` `substrat fsck --repair` ``) acts on the
+default root when run as shown: for a user of ``--root R`` that is another root, where a
+repair or a restart is not harmless. :func:`rooted` names R in each such command.
 """
 
 from __future__ import annotations
 
 import os
+import re
 
 _SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789@%+=:,./-_")
 _NAMED = {"\n": "\\n", "\t": "\\t", "\r": "\\r", "\\": "\\\\", "'": "\\'"}
@@ -48,6 +53,24 @@ def shown_in(message: str, path: str | os.PathLike[str]) -> str:
     of a word in the message hold the bare text too.)"""
     text = os.fspath(path)
     return message if text.isprintable() else message.replace(text, _quoted(text))
+
+
+_COMMAND = re.compile(r"`(substrat [^`\n]*)`")
+"""A command in a message, between backquotes."""
+
+
+def rooted(message: str, root_word: str) -> str:
+    """``message`` with ``--root ROOT_WORD`` added to each `` `substrat ...` `` command in
+    it that names no root (``demo`` picks its own). ``root_word`` is the root as the
+    shell reads it (:func:`shell_word`), escaped for where the message goes."""
+
+    def add(match: re.Match[str]) -> str:
+        command = match[1]
+        if "--root" in command or command.startswith("substrat demo"):
+            return match[0]
+        return f"`{command} --root {root_word}`"
+
+    return _COMMAND.sub(add, message)
 
 
 def _plain(text: str) -> bool:

@@ -22,7 +22,7 @@ import os
 import select
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 from types import ModuleType
 from typing import Any, TypeVar
@@ -49,7 +49,7 @@ from substrat.errors import (
 from substrat.rootlinks import refuse_linked
 from substrat.rootnest import settled
 from substrat.rpc import protocol
-from substrat.shellword import shell_word, shown, shown_in
+from substrat.shellword import rooted, shell_word, shown, shown_in
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -74,6 +74,9 @@ class Opts:
     None: it picks its own root (``demo``)."""
     new_root: bool = False
     """The root does not exist yet (or is an empty directory): this command makes it."""
+    _root_word: tuple[Path, str | None] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     def check_root(self) -> None:
         """Refuse, before anything is written, a root path this command cannot use."""
@@ -89,11 +92,23 @@ class Opts:
 
     @property
     def out(self) -> Output:
-        return Output()
+        return Output(root_word=self.root_word())
 
     @property
     def err(self) -> Output:
-        return Output(stderr=True)
+        return Output(stderr=True, root_word=self.root_word())
+
+    def root_word(self) -> str | None:
+        """The root as a command a message names must be given it (``--root WORD``), or
+        None when that command finds it by itself (it is the default root)."""
+        if self._root_word is None or self._root_word[0] != self.root:  # once per root
+            try:
+                default = os.path.realpath(client_mod.default_root())
+            except RuntimeError:  # no home for ~/.substrat: a command run as shown has none
+                default = None
+            same = os.path.realpath(self.root) == default
+            self._root_word = (self.root, None if same else shell_word(self.root))
+        return self._root_word[1]
 
     def connect(self) -> client_mod.Client:
         """A connected client; starts the daemon if none runs (unless --no-autostart)."""
@@ -364,6 +379,9 @@ def stdout_closed() -> bool:
 def fail(opts: Opts, exc: BaseException, exit_code: int, *, code: int | None = None) -> None:
     """Report an error on stderr (JSON with --json) and exit."""
     message = str(exc)
+    root_word = opts.root_word()
+    if root_word is not None:  # the commands it tells the user to run act on this root
+        message = rooted(message, root_word)
     if opts.json:
         body: dict[str, Any] = {"type": type(exc).__name__, "message": message}
         if code is not None:

@@ -20,6 +20,8 @@ import re
 import sys
 from typing import TYPE_CHECKING, Any
 
+from substrat.shellword import rooted
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -140,9 +142,12 @@ class Output:
     (``width``, ``status``), is rich's Console's, made on first use.
     """
 
-    def __init__(self, stderr: bool = False) -> None:
+    def __init__(self, stderr: bool = False, root_word: str | None = None) -> None:
         self.stderr = stderr
         self._console: Console | None = None
+        self._root_word = None if root_word is None else escape(root_word)
+        """The root a command named in the output is to act on (None: the default root
+        does; see :func:`substrat.shellword.rooted`), escaped for markup."""
 
     @property
     def file(self) -> Any:
@@ -162,6 +167,9 @@ class Output:
         return is_terminal(self.file) and self.console.is_terminal
 
     def print(self, *objects: Any, **options: Any) -> None:
+        if self._root_word is not None:
+            word = self._root_word
+            objects = tuple(rooted(o, word) if isinstance(o, str) else o for o in objects)
         if len(objects) == 1 and not options and isinstance(objects[0], str):
             file = self.file
             if file is None:  # started with the descriptor closed (`2>&-`): rich writes nowhere

@@ -69,6 +69,9 @@ def test_no_message_puts_a_bare_path_after_root() -> None:
     for source in Path(substrat.__file__).parent.rglob("*.py"):
         for number, line in enumerate(source.read_text().splitlines(), start=1):
             for found in re.findall(r"--root \{([^{}]*)\}", line):
-                if not re.fullmatch(r"(esc\()?(shellword\.)?shell_word\(.*\)\)?", found):
-                    bare.append(f"{source}:{number}: {found}")
+                if re.fullmatch(r"(esc\()?(shellword\.)?shell_word\(.*\)\)?", found):
+                    continue
+                if source.name == "shellword.py" and found == "root_word":
+                    continue  # rooted() is given the word: Opts.root_word made it by shell_word
+                bare.append(f"{source}:{number}: {found}")
     assert not bare, bare
