@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 from types import ModuleType
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import click
 from click.core import ParameterSource
@@ -193,6 +193,17 @@ class RootPath(click.Path):
                 ctx,
             )
         return path
+
+    def fail(
+        self, message: str, param: click.Parameter | None = None, ctx: click.Context | None = None
+    ) -> NoReturn:
+        # A bad $SUBSTRAT_HOME was reported as "Invalid value for '--root'", an option the
+        # user never gave: name the variable they set.
+        name = param.name if param is not None else None
+        source = ctx.get_parameter_source(name) if ctx is not None and name else None
+        if source is ParameterSource.ENVIRONMENT:
+            raise click.BadParameter(message, ctx=ctx, param_hint="$SUBSTRAT_HOME")
+        super().fail(message, param, ctx)
 
 
 def _root_option(func: F) -> F:

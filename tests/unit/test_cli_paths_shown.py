@@ -251,3 +251,16 @@ def test_the_commands_a_read_only_root_is_told_to_run_name_it(tmp_path: Path) ->
             f"(`substrat recover --dry-run --root {shell_word(root)}` and `substrat fsck "
             f"--root {shell_word(root)}` read it as it is)"
         ) in _one_line(result)
+
+
+def test_a_bad_substrat_home_is_named_as_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bad $SUBSTRAT_HOME was reported as "Invalid value for '--root'", an option the
+    user never gave; a bad --root still is."""
+    monkeypatch.setenv("SUBSTRAT_HOME", "~nosuchuser-s28/x")
+    from_env = _run("agent", "list")
+    assert from_env.exit_code == 2, from_env.output
+    said = " ".join(from_env.output.split())
+    assert "Invalid value for $SUBSTRAT_HOME: ~nosuchuser-s28 names no home directory" in said
+    assert "'--root'" not in said
+    given = _run("agent", "list", "--root", "~nosuchuser-s28/x")
+    assert "Invalid value for '--root': ~nosuchuser-s28" in " ".join(given.output.split())
