@@ -40,12 +40,15 @@ from substrat.rpc.starting import (
     busy_message,
     check_socket,
     died_error,
+    exited,
     log_tail,
+    not_stopped,
     refused_while_stopping,
     restart_after_stop,
     root_holder,
     start_lock,
     stopping_refusal,
+    terminate,
     unreachable_daemon,
     wait_until,
 )
@@ -514,29 +517,23 @@ def _wait_for_ping(
 
 
 def stop_daemon(root: str | os.PathLike[str], *, timeout_s: float = STOP_TIMEOUT_S) -> int | None:
-    """Stop the root's daemon cleanly; returns its pid, or None if none was running.
+    """Stop the root's daemon cleanly; returns its pid once its process has exited, or
+    None if none was running.
 
     Asks over RPC first, then sends SIGTERM to the pid the lock file names.
     Sessions are suspended (blobs saved) by the daemon before it exits.
     """
     root_path = Path(root).expanduser().absolute()
+    deadline = time.monotonic() + timeout_s
     if not lock.is_held(root_path):
         # daemon.lock removed by hand under a live daemon: it still holds the root
         pid = unreachable_daemon(root_path)
         if pid is None:
             return None
-        import signal  # (here: a command that only sends a request never needs it)
-
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout_s
-        if wait_until(lambda: root_holder(root_path) != pid, timeout_s):
-            return _exited(pid, deadline, root_path)
-        raise DaemonError(
-            f"the daemon (pid {pid}) did not stop within {timeout_s:g}s; see "
-            f"{root_path / LOG_NAME}, or kill it (`kill -9 {pid}`; nothing acknowledged is lost)"
-        )
-    deadline = time.monotonic() + timeout_s
+        terminate(pid)
+        if not wait_until(lambda: root_holder(root_path) != pid, timeout_s):
+            raise not_stopped(pid, root_path, f"did not stop within {timeout_s:g}s")
+        return exited(pid, deadline, root_path)
     info = lock.read_info(root_path)
     pid = info.pid if info is not None else None
     try:
@@ -544,37 +541,18 @@ def stop_daemon(root: str | os.PathLike[str], *, timeout_s: float = STOP_TIMEOUT
             pid = int(client.call("daemon.shutdown")["pid"])
     except (DaemonError, OSError, KeyError, TypeError, ValueError):
         if pid is not None:
-            import signal
-
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGTERM)
-    if wait_until(lambda: not lock.is_held(root_path), timeout_s):
-        after = lock.read_info(root_path)
-        if after is not None and after.state == "running":  # no clean stop's last write
-            why = lock.read_only_note(root_path) or f"see {root_path / LOG_NAME} for why"
-            raise DaemonStoppedUncleanlyError(
-                f"the daemon (pid {pid}) exited without a clean shutdown; {why}. Nothing "
-                "acknowledged is lost: the next start recovers the root (`substrat fsck` "
-                "shows what it will do)"
-            )
-        return pid if pid is None else _exited(pid, deadline, root_path)
-    raise DaemonError(
-        f"the daemon (pid {pid}) did not stop within {timeout_s:g}s; see "
-        f"{root_path / LOG_NAME}, or kill it (`kill -9 {pid}`; nothing acknowledged is lost)"
-    )
-
-
-def _exited(pid: int, deadline: float, root: Path) -> int:
-    """``pid`` once that process is gone. A daemon gives the root back (its lock, its hold)
-    before its interpreter has finished exiting: "stopped" said then would be true of the
-    root but not of the process, and a script that checks the pid (or a supervisor that
-    starts another daemon under the same name) saw it still running."""
-    if wait_until(lambda: not lock.running(pid), max(0.0, deadline - time.monotonic())):
-        return pid
-    raise DaemonError(
-        f"the daemon (pid {pid}) gave the root back but has not exited; see "
-        f"{root / LOG_NAME}, or kill it (`kill -9 {pid}`; nothing acknowledged is lost)"
-    )
+            terminate(pid)
+    if not wait_until(lambda: not lock.is_held(root_path), timeout_s):
+        raise not_stopped(pid, root_path, f"did not stop within {timeout_s:g}s")
+    after = lock.read_info(root_path)
+    if after is not None and after.state == "running":  # no clean stop's last write
+        why = lock.read_only_note(root_path) or f"see {root_path / LOG_NAME} for why"
+        raise DaemonStoppedUncleanlyError(
+            f"the daemon (pid {pid}) exited without a clean shutdown; {why}. Nothing "
+            "acknowledged is lost: the next start recovers the root (`substrat fsck` "
+            "shows what it will do)"
+        )
+    return pid if pid is None else exited(pid, deadline, root_path)
 
 
 def connect_or_start(

@@ -282,6 +282,32 @@ def wait_until(condition: Callable[[], bool], timeout_s: float) -> bool:
         time.sleep(_POLL_S)
 
 
+def terminate(pid: int) -> None:
+    """SIGTERM to ``pid`` (a daemon's clean stop), if it still runs."""
+    import signal  # (here: a command that only sends a request never needs it)
+
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+
+
+def exited(pid: int, deadline: float, root: Path) -> int:
+    """``pid`` once that process is gone (by ``deadline``, monotonic). A daemon gives the
+    root back (its lock, its hold) before its interpreter has finished exiting: "stopped"
+    said then was true of the root, not of the process, and a script that checked the pid
+    right after saw it still running."""
+    if wait_until(lambda: not lock.running(pid), max(0.0, deadline - time.monotonic())):
+        return pid
+    raise not_stopped(pid, root, "gave the root back but has not exited")
+
+
+def not_stopped(pid: int | None, root: Path, state: str) -> DaemonError:
+    """The error of a stop that waited in vain: what to look at, and what to do."""
+    return DaemonError(
+        f"the daemon (pid {pid}) {state}; see {root / DAEMON_LOG_NAME}, or kill it "
+        f"(`kill -9 {pid}`; nothing acknowledged is lost)"
+    )
+
+
 def log_tail(path: Path, since: int = 0, lines: int = 20) -> str:
     """The last ``lines`` lines of ``path`` written from offset ``since`` on."""
     try:
