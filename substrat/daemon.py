@@ -36,7 +36,6 @@ import gc
 import logging
 import os
 import signal
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -547,4 +546,6 @@ def _unapplied(orch: Orchestrator | None) -> list[dict[str, Any]]:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from substrat.process_end import leave
+
+    leave(main())  # after main(): its stop wrote and fsynced all it owes (process_end)

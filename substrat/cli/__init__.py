@@ -14,7 +14,7 @@ import io
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -130,4 +130,23 @@ def main(group_root: Path | None, group_json: bool) -> None:
 
 add_examples(main, "", walk=False)
 
-__all__ = ["main"]
+
+def run() -> NoReturn:
+    """The ``substrat`` program (its console script): :func:`main`, then the process's
+    end without the interpreter's teardown (substrat.process_end; its CPU is in
+    docs/benchmarks.md). A command has written what it owes the user when ``main`` ends:
+    its output flushed by ``main``, a root's files fsynced by the code that wrote them."""
+    from substrat.process_end import leave
+
+    try:
+        main()
+    except SystemExit as exc:
+        code = exc.code
+    else:  # (click's standalone main always exits)
+        code = 0
+    if not isinstance(code, int):
+        raise SystemExit(code)  # a message or None: the interpreter says and maps it
+    leave(code)
+
+
+__all__ = ["main", "run"]

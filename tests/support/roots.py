@@ -16,7 +16,7 @@ from substrat.client import DaemonProcess
 from substrat.orchestrator import Orchestrator
 from tests.support import warm
 
-CLI = [sys.executable, "-c", "import sys; from substrat.cli import main; sys.exit(main())"]
+CLI = [sys.executable, "-c", "import sys; from substrat.cli import run; sys.exit(run())"]
 """``substrat`` through this interpreter (no console script on PATH needed)."""
 
 
