@@ -70,12 +70,29 @@ def count_points() -> tuple[int, int]:
     return asyncio.run(main())
 
 
-def cuts() -> Iterator[Cut]:
+CHUNKS, TOOL_CALLS = 12, 3
+"""What :func:`count_points` measures of the uncut turn: its chunks and its tool calls.
+
+Written down rather than measured as the module is imported: measuring runs the turn
+(a server, the provider and the OpenAI SDK's import), which every pytest process paid
+at collection, each xdist worker again (docs/benchmarks.md, the collection's CPU).
+:func:`test_the_cuts_cover_every_point_of_the_turn` measures them and fails, with the
+new numbers, when the turn changes."""
+
+
+def test_the_cuts_cover_every_point_of_the_turn() -> None:
     chunks, calls = count_points()
-    assert chunks >= 5 and calls == 3
-    for index in range(chunks):
+    assert chunks >= 5 and calls == 3, (chunks, calls)
+    assert (chunks, calls) == (CHUNKS, TOOL_CALLS), (
+        f"the turn now has {chunks} chunks and {calls} tool calls, the cuts cover "
+        f"{CHUNKS} and {TOOL_CALLS}: set CHUNKS, TOOL_CALLS = {chunks}, {calls}"
+    )
+
+
+def cuts() -> Iterator[Cut]:
+    for index in range(CHUNKS):
         yield Cut("chunk", index)
-    for index in range(calls):
+    for index in range(TOOL_CALLS):
         yield Cut("before_tool", index)
         yield Cut("after_tool", index)
     yield Cut("after_stream", 0)
