@@ -297,13 +297,17 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's DSession starts the workers
 def pytest_sessionstart(session: pytest.Session) -> None:
-    """In a distributed run with the session's cache, rewrite the test modules once for all
-    workers while they start (tests/support/rewrite_ahead.py)."""
-    saved = session.config.stash.get(BYTECODE_PREFIX_KEY, None)
-    if saved is not None:
-        ahead = rewrite_ahead.start(session.config, saved[0])
-        if ahead is not None:
-            session.config.stash[REWRITE_AHEAD_KEY] = ahead
+    """In a distributed run, rewrite the test modules once for all workers, not once in each
+    (tests/support/rewrite_ahead.py): the controller while they start, into their cache
+    (the session's, or beside the sources), and each worker its share before it collects."""
+    config = session.config
+    if hasattr(config, "workerinput"):
+        rewrite_ahead.worker_share(config)
+        return
+    saved = config.stash.get(BYTECODE_PREFIX_KEY, None)
+    ahead = rewrite_ahead.start(config, None if saved is None else saved[0])
+    if ahead is not None:
+        config.stash[REWRITE_AHEAD_KEY] = ahead
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

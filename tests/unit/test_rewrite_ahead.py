@@ -1,4 +1,5 @@
-"""The xdist controller rewrites the test modules once for all workers (rewrite_ahead.py)."""
+"""The test modules are rewritten once for all xdist workers, not once in each (rewrite_ahead.py):
+by the controller while they start, and by each worker its share before it collects."""
 
 from __future__ import annotations
 
@@ -117,6 +118,104 @@ def test_the_project_s_packages_that_pytest_rewrites_are_rewritten_too(
     assert f"{substrat_dir}/daemon.py" in files
     assert f"{faultfs_dir}/__init__.py" in files
     assert not [f for f in files if "/oracle/" in f]  # not marked: left alone
+
+
+class WorkerConfig:
+    """This run's config as xdist worker ``workerinput`` would see it."""
+
+    def __init__(self, config: pytest.Config, workerinput: dict[str, object]) -> None:
+        self._config, self.workerinput = config, workerinput
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._config, name)
+
+
+class PlainConfig:
+    """This run's config as a process that is no xdist worker would see it."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self._config = config
+
+    def __getattr__(self, name: str) -> object:
+        if name == "workerinput":
+            raise AttributeError(name)
+        return getattr(self._config, name)
+
+
+def sample_modules(tmp_path: Path, count: int) -> list[Path]:
+    (tmp_path / "src").mkdir()
+    modules = [tmp_path / "src" / f"test_share_{i}.py" for i in range(count)]
+    for module in modules:
+        module.write_text(SAMPLE)
+    return modules
+
+
+@needs_pytest_internals
+def test_each_worker_rewrites_every_nth_module_from_its_own_index_into_its_cache(
+    pytestconfig: pytest.Config, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    modules = sample_modules(tmp_path, 7)
+    monkeypatch.setattr(rewrite_ahead, "modules_of_the_run", lambda config: modules[:5])
+    monkeypatch.setattr(rewrite_ahead, "marked_package_files", lambda: iter(modules[5:]))
+    prefix = tmp_path / "pyc"
+    monkeypatch.setattr(sys, "pycache_prefix", str(prefix))  # as the session's cache sets it
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    worker = WorkerConfig(pytestconfig, {"workerid": "gw1", "workercount": 3})
+    assert rewrite_ahead.worker_share(worker) == 2
+    written = sorted(p.name.split(".")[0] for p in prefix.rglob("*.pyc"))
+    assert written == ["test_share_1", "test_share_4"]
+    # Where pytest's import hook looks for them, in its own format: current, so loaded.
+    for i in (1, 4):
+        pyc = rewrite.get_cache_dir(modules[i]) / (modules[i].name[:-3] + rewrite.PYC_TAIL)
+        assert rewrite._read_pyc(modules[i], pyc) is not None
+    # Another worker leaves the modules already written alone and writes its own.
+    other = WorkerConfig(pytestconfig, {"workerid": "gw2", "workercount": 3})
+    assert rewrite_ahead.worker_share(other) == 2  # 2 and 5
+    assert rewrite_ahead.worker_share(worker) == 0
+
+
+@needs_pytest_internals
+def test_a_worker_that_keeps_no_bytecode_or_is_alone_rewrites_nothing_ahead(
+    pytestconfig: pytest.Config, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    modules = sample_modules(tmp_path, 2)
+    monkeypatch.setattr(rewrite_ahead, "modules_of_the_run", lambda config: modules)
+    monkeypatch.setattr(rewrite_ahead, "marked_package_files", lambda: iter(()))
+    monkeypatch.setattr(sys, "pycache_prefix", str(tmp_path / "pyc"))
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)  # pytest keeps nothing either
+    assert (
+        rewrite_ahead.worker_share(
+            WorkerConfig(pytestconfig, {"workerid": "gw0", "workercount": 2})
+        )
+        is None
+    )
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    assert (
+        rewrite_ahead.worker_share(
+            WorkerConfig(pytestconfig, {"workerid": "gw0", "workercount": 1})
+        )
+        is None
+    )
+    assert rewrite_ahead.worker_share(PlainConfig(pytestconfig)) is None  # not a worker
+    assert not (tmp_path / "pyc").exists()
+
+
+def test_the_controller_takes_the_packages_then_the_test_modules_from_the_last(
+    pytestconfig: pytest.Config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The workers take the test modules from the first: the two meet in the middle.
+    taken: list[Path] = []
+
+    def record(config: object, files: list[Path], prefix: str | None, stop: object) -> int:
+        taken.extend(files)
+        return 0
+
+    tests_, package = [Path("t1.py"), Path("t2.py"), Path("t3.py")], Path("pkg.py")
+    monkeypatch.setattr(rewrite_ahead, "rewrite_into", record)
+    monkeypatch.setattr(rewrite_ahead, "modules_of_the_run", lambda config: tests_)
+    monkeypatch.setattr(rewrite_ahead, "marked_package_files", lambda: iter([package]))
+    rewrite_ahead.RewriteAhead(pytestconfig, None).stop()
+    assert taken == [package, *reversed(tests_)]
 
 
 def test_only_an_xdist_controller_rewrites_ahead(pytestconfig: pytest.Config) -> None:
