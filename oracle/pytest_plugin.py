@@ -135,6 +135,8 @@ def pytest_configure(config: pytest.Config) -> None:
     # Its hooks exist only with pytest-timeout; implementing them without it is an error.
     if config.pluginmanager.hasplugin("timeout"):
         config.pluginmanager.register(StressTimer(), "substrat-stress-timer")
+    # Blocked (`-p no:substrat-project-imports`): pytest registers nothing and says nothing.
+    config.pluginmanager.register(ProjectImports(), PROJECT_IMPORTS)
     _configure_fuzz_budget(config)
 
 
@@ -290,19 +292,29 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+PROJECT_IMPORTS = "substrat-project-imports"
+"""The name :class:`ProjectImports` is registered under: ``-p no:substrat-project-imports``
+turns it off, for a run whose tests draw nothing their assertions tie to the pool (the
+throw-away projects substrat's own tests run the CI scripts in, tests/support/ci_project.py)."""
+
 _PROJECT_MODULES_IMPORTED = False
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_setup(item: pytest.Item) -> None:
+class ProjectImports:
     """Before this process's first test, import every project module (see oracle.local_constants).
 
-    Here and not at start-up: an xdist controller runs no test and pays nothing.
+    Here and not at start-up: an xdist controller runs no test and pays nothing. A plugin
+    of its own, so that a run can turn it off by name (:data:`PROJECT_IMPORTS`): it costs
+    about half a CPU second a process, and the pool it evens out matters only where a
+    test's outcome depends on the examples drawn.
     """
-    global _PROJECT_MODULES_IMPORTED
-    if not _PROJECT_MODULES_IMPORTED:
-        _PROJECT_MODULES_IMPORTED = True
-        import_project_modules()
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
+        global _PROJECT_MODULES_IMPORTED
+        if not _PROJECT_MODULES_IMPORTED:
+            _PROJECT_MODULES_IMPORTED = True
+            import_project_modules()
 
 
 def pytest_report_header(config: pytest.Config) -> str:

@@ -13,6 +13,8 @@ Hypothesis.
 
 from __future__ import annotations
 
+from oracle.pytest_plugin import PROJECT_IMPORTS
+
 UNUSED_PLUGINS = ("benchmark", "fakefs", "anyio", "faultfs")
 """Their entry-point names (``-p no:NAME`` turns one off)."""
 
@@ -28,7 +30,14 @@ def turned_off(names: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(arg for name in names for arg in ("-p", f"no:{name}"))
 
 
-PYTEST_ARGS = turned_off(UNUSED_PLUGINS)
+# PROJECT_IMPORTS is oracle.pytest_plugin's import of every module of substrat, faultfs and
+# oracle before the first test (oracle.local_constants): it evens out the pool of constants
+# Hypothesis draws from across substrat's own test processes. The throw-away projects' tests
+# assert nothing that depends on which examples are drawn (their bugs shrink to one minimal
+# example whatever the pool), so their runs do without it: about half a CPU s in each child
+# pytest process (and xdist worker) that runs tests there (docs/benchmarks.md, session 29).
+PYTEST_ARGS = turned_off(UNUSED_PLUGINS) + turned_off((PROJECT_IMPORTS,))
 
 PYTEST_INI = "[pytest]\naddopts = " + " ".join(PYTEST_ARGS) + "\n"
-"""A fake project's ``pytest.ini``: every pytest run the scripts start there does without."""
+"""A fake project's ``pytest.ini``: every pytest run the scripts start there (and each of
+their xdist workers) does without."""

@@ -22,6 +22,7 @@ import os
 from pathlib import Path
 
 from oracle.local_constants import PACKAGES, local_packages
+from oracle.pytest_plugin import PROJECT_IMPORTS
 from tests.support.pytest_run import run_pytest
 
 REPORT = """
@@ -82,3 +83,28 @@ def test_an_installed_copy_loads_no_substrat_and_only_the_plugin_of_oracle(tmp_p
 def test_a_local_checkout_still_imports_every_module_first() -> None:
     # This checkout is local to Hypothesis: the pool must not depend on the tests run before.
     assert local_packages() == list(PACKAGES)
+
+
+def test_a_run_can_turn_the_import_of_every_module_off(tmp_path: Path) -> None:
+    # The throw-away projects of the CI scripts' tests run with it off (PYTEST_ARGS), to
+    # save each of their child processes that half CPU second; this checkout is local, so
+    # without the switch the plugin would import all of substrat before test_report.
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "test_report.py").write_text(REPORT)
+    out = project / "loaded.json"
+    env = {**os.environ, "LOADED_OUT": str(out)}
+    env.pop("HYPOTHESIS_PROFILE", None)
+    run = run_pytest(
+        project,
+        "-p",
+        "oracle.pytest_plugin",
+        "-p",
+        f"no:{PROJECT_IMPORTS}",
+        "test_report.py",
+        env=env,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    ours = json.loads(out.read_text())["ours"]
+    assert not {m for m in ours if m.partition(".")[0] == "substrat"}, ours
+    assert {m for m in ours if m.partition(".")[0] == "oracle"} == PLUGIN_ITSELF
