@@ -31,6 +31,7 @@ from oracle.corpus import (
     redis_url_from_env,
     validate_redis_url,
 )
+from tests.support.unused_plugins import PYTEST_ARGS
 
 REDIS_START_TIMEOUT_S = 10.0
 WORKER_TIMEOUT_S = 120.0
@@ -127,7 +128,9 @@ def _run_worker(workdir: Path, redis_url: str) -> subprocess.CompletedProcess[st
     (workdir / "test_probe.py").write_text(PROBE_TEST)
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "oracle.pytest_plugin", "-p", "no:cacheprovider"]
-        + ["-q", "test_probe.py"],
+        # without the plugins the probe does not use, nor the import of every project module
+        # (its assertions are about the corpus: replayed first, shrunk to FAILS_FROM)
+        + [*PYTEST_ARGS, "-q", "test_probe.py"],
         cwd=workdir,
         env=_worker_env(workdir, redis_url),
         capture_output=True,
