@@ -178,11 +178,16 @@ class CrashHarness:
         """Recover a fresh orchestrator on ``image`` and check it against ``model``.
 
         Leaves this harness (its disk, orchestrator and model) untouched, so
-        every image of one crash point can be checked in turn.
+        every image of one crash point can be checked in turn. What the check
+        derives from each log is kept in the harness's memos, keyed by the log's
+        bytes on ``image`` (as :meth:`crash_and_recover` does): the images of one
+        crash point, and of the points after it, mostly hold the same bytes in most
+        logs, so a log is read and parsed again only where they differ.
         """
         with image:  # one activation for the recovery and its check (each costs a patch
             # of every intercepted function and a collection when none is held)
-            model.settle(check_recovery(model, self._open_here()))
+            orch = self._open_here()
+            model.settle(check_recovery(model, orch, memos=self.memos, fs=image))
 
     def close(self) -> None:
         self.loop.close()

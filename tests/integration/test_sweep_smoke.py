@@ -221,3 +221,41 @@ def test_a_sweep_holds_the_interception_and_the_collector_and_gives_them_back(
     assert all(roots[0] == HOLD_ROOT and len(roots) == 2 for _, roots in seen)
     assert after is collecting
     assert not _intercept.active()
+
+
+def test_a_sweeps_checks_read_a_log_again_only_where_its_bytes_differ(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each state's check keeps what it derived from each log in the harness's memos, keyed
+    by the log's bytes on the image (``CrashHarness.check_image``): the images of one point
+    and of its neighbours mostly hold the same logs, read once. With a planted loss the
+    sweep fails exactly the states it fails when every check reads every log."""
+    from oracle import harness as harness_module
+    from oracle import reads
+
+    reads_made: list[str] = []
+    real_read = reads.read_log
+
+    def counted(path: object, *args: object, **kwargs: object) -> object:
+        reads_made.append(str(path))
+        return real_read(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(reads, "read_log", counted)
+    options = {"modes": ("power",), "dedupe": False}
+    # Scenarios of their own: the boundary count is kept a process by scenario, and the
+    # planted loss changes it.
+    clean = sweep(Scenario("one turn, read", ONE_TURN.steps), recovery_crashes=False, **options)  # type: ignore[arg-type]
+    assert not clean.failures, clean.failures[0]
+    # every check reads the user's log at least: without the memos, a read each
+    assert 0 < len(reads_made) < clean.distinct / 2, (len(reads_made), clean.distinct)
+
+    _no_agent_log_fsync(monkeypatch)
+    lossy = Scenario("one turn, read, the logs never fsynced", ONE_TURN.steps)
+    kept = sweep(lossy, max_failures=10**6, share=(1, 2), **options)  # type: ignore[arg-type]
+    real_check = harness_module.check_recovery
+    monkeypatch.setattr(  # the same check with no memos: every log read at every check
+        harness_module, "check_recovery", lambda model, orch, **_: real_check(model, orch)
+    )
+    every = sweep(lossy, max_failures=10**6, share=(1, 2), **options)  # type: ignore[arg-type]
+    assert kept.failures and kept.failures == every.failures
+    assert (kept.states, kept.recovery_states) == (every.states, every.recovery_states)
