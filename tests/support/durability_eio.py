@@ -12,11 +12,13 @@ from dataclasses import dataclass
 
 from faultfs import MODES, FaultFS
 from oracle.faults import failing_fsync
+from oracle.sweep import quiet_runtime
 from substrat.errors import DurabilityError
 from substrat.session import SessionStore
 from tests.support.durability import FAILURE_SEEN, ROOT, Contract
 
 
+@quiet_runtime()
 def count_fsyncs(contract: Contract, profile: str = "posix") -> int:
     fs = _prepared(contract, profile)
     with fs, failing_fsync(fs, 0) as calls:
@@ -52,6 +54,7 @@ class EioOutcome:
     images_checked: int
 
 
+@quiet_runtime()  # its run and each image's check activate a disk: a push, not a patch
 def check_fsync_failure(
     contract: Contract,
     profile: str,
