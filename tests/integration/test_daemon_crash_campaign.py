@@ -326,15 +326,26 @@ MIN_RUN_S = 0.05
 
 
 def run_campaign(
-    root: Path, *, cycles: int, workers: int, seed: int, max_run_s: float
+    root: Path,
+    *,
+    cycles: int,
+    workers: int,
+    seed: int,
+    max_run_s: float,
+    forks: DaemonForks | None = None,
 ) -> CampaignStats:
-    """Run ``cycles`` of start / load / SIGKILL / restart-and-check."""
+    """Run ``cycles`` of start / load / SIGKILL / restart-and-check.
+
+    Each start is a fork of ``forks`` (tests/support/daemon_forks.py), left open for the
+    next campaign; without it the campaign starts its own and closes it at its end."""
     rng = random.Random(seed)
     ledger = AckLedger()
     stats = CampaignStats()
     began = time.monotonic()
     daemon: ForkedDaemon | None = None
-    forks = DaemonForks()  # each start a fork of one import (tests/support/daemon_forks.py)
+    own = forks is None
+    if forks is None:
+        forks = DaemonForks()
     # Each cycle's pause before the kill is drawn from its own 1/cycles of the range, the
     # parts in a shuffled order: each pause is still uniform over the whole range, but a
     # campaign's pauses add up to about the same, and with them its CPU (mostly the load
@@ -392,7 +403,8 @@ def run_campaign(
     finally:
         if daemon is not None:
             daemon.kill()
-        forks.close()
+        if own:
+            forks.close()
     stats.acked = ledger.acked
     stats.refused = ledger.refused
     stats.in_flight_applied = ledger.resolved_applied
