@@ -118,7 +118,10 @@ def proc_view(pid: int, root: Path) -> dict[str, Any]:
     stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     fds = {}
     for fd in sorted(os.listdir(f"/proc/{pid}/fd"), key=int):
-        target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except FileNotFoundError:  # closed since the listing: settled_view looks again
+            target = "(closed)"
         fds[fd] = re.sub(r"\[\d+\]", "[N]", target.replace(str(root), "ROOT"))
     return {
         "signals": {k: status[k] for k in ("SigBlk", "SigIgn", "SigCgt")},
