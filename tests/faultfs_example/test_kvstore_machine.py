@@ -75,12 +75,13 @@ class BuggyKVStoreMachine(KVStoreMachine):
 # Enough examples to find the planted bug (a crash must land right after a compaction that
 # follows a put, or in a later step before the directory is synced). Runs of 8 steps find
 # it sooner than runs of 6: over 40 random seeds, all 40 found it within 500 examples
-# (median 96), against 18 of 20 within 600 (median 132) at 6 steps; an example costs a
-# fifth more, the search a quarter less CPU on average. Derandomized, so it is found the
-# same way each run; but the examples of a derandomized run change with any string
-# constant in faultfs (Hypothesis draws from the loaded modules' constants), so the margin
-# matters: at 6 steps, 600 examples missed it once faultfs gained two modules (session 16,
-# s16d), so the search may run to 1000 (it stops at the first failure).
+# (median 96), against 18 of 20 within 600 (median 132) at 6 steps. An example costs a
+# fifth more and the longer runs take longer to shrink, so on average the test costs about
+# the same; what 8 steps buy is the margin. Derandomized, so it is found the same way each
+# run; but the examples of a derandomized run change with any string constant in faultfs
+# (Hypothesis draws from the loaded modules' constants), so the margin matters: at 6 steps,
+# 600 examples missed it once faultfs gained two modules (session 16, s16d), so the search
+# may run to 1000 (it stops at the first failure).
 # Hypothesis's explain phase is left out: it replays each failing step many times to
 # annotate it, and crashed steps are costly to replay.
 FIND_BUG = settings(
