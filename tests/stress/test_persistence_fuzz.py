@@ -148,7 +148,6 @@ def test_roll_after_repair(profile: str) -> None:
 
 
 @pytest.mark.parametrize("contract", MATRIX, ids=[c.name for c in MATRIX])
-@quiet_runtime()  # its many runs and checks: one hold, not one each
 def test_matrix_fsync_failures(contract: d.Contract) -> None:
     for profile in ALL_PROFILES:
         markers = eio.marker_fsyncs(contract, profile)  # a termination's, once it is durable
@@ -187,13 +186,11 @@ def test_drawn_contract(profile: str, shard: int) -> None:
 @pytest.mark.parametrize("profile", ALL_PROFILES)
 @given(contract=contracts(), data=st.data())
 def test_drawn_fsync_failure(profile: str, contract: d.Contract, data: Any) -> None:
-    with quiet_runtime():  # the example's four runs and its checks: one hold
-        fsyncs = eio.count_fsyncs(contract, profile)
-        nth = data.draw(st.integers(1, fsyncs), label="failing fsync")
-        count = data.draw(st.integers(1, 3), label="consecutive failures")
-        written = data.draw(st.booleans(), label="written back anyway")
-        outcome = eio.check_fsync_failure(contract, profile, nth, count=count, written=written)
-        # a failed fsync of a terminated marker is not the termination's (its record is
-        # durable)
-        reported = nth not in eio.marker_fsyncs(contract, profile)
+    fsyncs = eio.count_fsyncs(contract, profile)
+    nth = data.draw(st.integers(1, fsyncs), label="failing fsync")
+    count = data.draw(st.integers(1, 3), label="consecutive failures")
+    written = data.draw(st.booleans(), label="written back anyway")
+    outcome = eio.check_fsync_failure(contract, profile, nth, count=count, written=written)
+    # a failed fsync of a terminated marker is not the termination's (its record is durable)
+    reported = nth not in eio.marker_fsyncs(contract, profile)
     assert outcome.raised is reported, f"EIO on fsync #{nth} of {fsyncs}: raised {outcome.raised}"
