@@ -180,6 +180,7 @@ class Campaign:
             while (
                 self.model.acked_ops < enough and driver.is_alive() and time.monotonic() < deadline
             ):
+                _raise_if_signalled()
                 time.sleep(0.01)
             if self.verify_cuts:
                 canary = write_canary(self.disk.mount_dir, index)
@@ -408,6 +409,7 @@ def run_campaign(
         )
         try:
             for index in range(cycles):
+                _raise_if_signalled()
                 if not campaign.cycle(index):
                     break
             else:
@@ -458,13 +460,29 @@ def _not_run(out: Path, reason: str) -> None:
 
 
 _SIGNALLED: list[int] = []
+"""The SIGINT or SIGTERM that :func:`_raise_on_sigterm`'s handler took, if any."""
+
+
+def _raise_if_signalled() -> None:
+    """Raise the KeyboardInterrupt of a signal taken before, which may not have reached us.
+
+    A signal handler's exception is raised wherever the main thread is: inside a
+    ``weakref.finalize`` callback or a ``__del__`` run by the garbage collector, Python
+    prints "Exception ignored in" and goes on. The campaign then ran all its cycles with
+    both signals ignored, and a cancelled job waited for it to end (seen once in the
+    main job: 60 s, then a SIGKILL that left its daemon and directory behind). Checked
+    before each cycle and in its waits, so such a signal costs at most one cycle's step.
+    """
+    if _SIGNALLED:
+        raise KeyboardInterrupt
 
 
 def _raise_on_sigterm() -> None:
     """SIGTERM (a CI job cancelled or timed out) stops the campaign like Ctrl-C does.
 
     After the first signal both are ignored, so the cleanup (bounded by its own
-    timeouts) is not cut short and leaves no daemon, LazyFS or mount behind.
+    timeouts) is not cut short and leaves no daemon, LazyFS or mount behind; the
+    signal is remembered for :func:`_raise_if_signalled`.
     """
 
     def handler(signum: int, frame: object) -> None:

@@ -15,13 +15,17 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+import weakref
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from oracle import powerloss
 from oracle.daemon_driver import Served, served_differences
 from oracle.losses import lost_between
 from oracle.powerloss import MIN_ACKS_PER_CYCLE, lazyfs_unavailable_reason, run_campaign
@@ -408,6 +412,64 @@ def test_sigterm_stops_the_campaign_and_leaves_nothing_running(tmp_path: Path, d
     assert _processes_mentioning(str(work)) == []
     assert list(work.iterdir()) == []
     assert str(work) not in Path("/proc/self/mountinfo").read_text()
+
+
+def test_a_signal_whose_interrupt_a_finalizer_dropped_still_stops_the_campaign(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The handler's KeyboardInterrupt can land in a finalizer, where Python drops it
+    ("Exception ignored in"); the campaign must stop anyway, not run on with both
+    signals ignored (the SIGTERM test above once waited 60 s for all 200 cycles)."""
+    made: list[str] = []
+    mkdtemp = tempfile.mkdtemp
+
+    def recorded_mkdtemp(*args: Any, **kwargs: Any) -> str:
+        made.append(mkdtemp(*args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(powerloss.tempfile, "mkdtemp", recorded_mkdtemp)
+    monkeypatch.setattr(powerloss, "_SIGNALLED", [])
+    dropped: list[type[BaseException] | None] = []
+    monkeypatch.setattr(
+        sys, "unraisablehook", lambda unraisable: dropped.append(unraisable.exc_type)
+    )
+
+    def sigterm_inside_a_finalizer(line: str) -> None:
+        if not line.startswith("cycle 1/"):
+            return
+
+        def finalizer() -> None:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(COMMAND_TIMEOUT_S)  # the handler runs here and raises
+
+        class Garbage:
+            pass
+
+        garbage = Garbage()
+        weakref.finalize(garbage, finalizer)
+        del garbage  # the finalizer runs now, in this frame's thread
+
+    saved = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        powerloss._raise_on_sigterm()
+        with pytest.raises(powerloss.CampaignInterrupted) as raised:
+            run_campaign(
+                tmp_path / "out",
+                cycles=30,
+                max_run_s=0.05,
+                lazyfs=False,
+                log=sigterm_inside_a_finalizer,
+            )
+    finally:
+        for signum, handler in saved.items():
+            signal.signal(signum, handler)
+    assert dropped == [KeyboardInterrupt], "the interrupt was not dropped: nothing was tested"
+    report = raised.value.report
+    assert report.cycles == 1, "the campaign went on after the signal"
+    assert "campaign interrupted (SIGINT or SIGTERM) in cycle 1" in report.render()
+    [work] = [path for path in made if "substrat-powerloss-" in path]
+    assert _processes_mentioning(work) == []
+    assert not os.path.exists(work)
 
 
 def test_a_binary_that_is_not_lazyfs_is_refused_with_status_2_and_a_report(
