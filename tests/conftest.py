@@ -137,25 +137,35 @@ COVERED_MARK = "covered_under_stress"
 the same session: the main job ran both, the small one for nothing."""
 
 
+WAITS_MARK = "waits"
+"""An item that mostly waits (on the daemons and CLI processes it starts, on a timer, on a
+time budget it tests) for seconds: ``pytestmark = pytest.mark.waits``. Under xdist's work
+stealing it runs first in a share of a worker beyond the CPUs (:func:`long_items_first`)."""
+
+
 @pytest.hookimpl(trylast=True)  # after -k and -m have deselected what they deselect
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under ``--run-stress``, skip each :data:`COVERED_MARK` test whose cover runs too; on
-    an xdist worker that steals work, order the items as :func:`stress_first_in_each_share`."""
-    if not config.getoption("--run-stress", default=False):
-        return
-    running = {item.nodeid.split("[")[0] for item in items}
-    for item in items:
-        mark = item.get_closest_marker(COVERED_MARK)
-        if mark is None:
-            continue
-        (cover,) = mark.args
-        if cover in running:
-            item.add_marker(pytest.mark.skip(reason=f"covered under --run-stress by {cover}"))
+    an xdist worker that steals work, order the items as :func:`long_items_first`."""
+    if config.getoption("--run-stress", default=False):
+        running = {item.nodeid.split("[")[0] for item in items}
+        for item in items:
+            mark = item.get_closest_marker(COVERED_MARK)
+            if mark is None:
+                continue
+            (cover,) = mark.args
+            if cover in running:
+                item.add_marker(pytest.mark.skip(reason=f"covered under --run-stress by {cover}"))
     workerinput = getattr(config, "workerinput", {})
     workers = workerinput.get("workercount", 1)
     if workers > 1 and workerinput.get(STEALS_WORK):
-        items[:] = stress_first_in_each_share(
-            items, workers, lambda i: i.get_closest_marker("stress") is not None
+        stress = config.getoption("--run-stress", default=False)
+        items[:] = long_items_first(
+            items,
+            workers,
+            lambda i: stress and i.get_closest_marker("stress") is not None,
+            lambda i: i.get_closest_marker(WAITS_MARK) is not None,
+            waiting_shares=max(0, workers - usable_cpus()),
         )
 
 
@@ -170,32 +180,52 @@ def worksteal_shares(count: int, workers: int) -> list[int]:
     return shares
 
 
-def stress_first_in_each_share(
-    items: list[T], workers: int, is_stress: Callable[[T], bool]
+def long_items_first(
+    items: list[T],
+    workers: int,
+    is_stress: Callable[[T], bool],
+    waits: Callable[[T], bool],
+    waiting_shares: int = 0,
 ) -> list[T]:
-    """The items reordered so each worker's first share starts with an equal part of the
-    stress items, the rest of it the other items in collection order.
+    """The items reordered so that each worker's first share starts with its part of the
+    long items, and the quick ones follow in collection order.
 
-    In collection order the stress items (about half the main job's CPU in a tenth of
-    its items) all fell in the last worker's share: the others stole them from its end
-    half a queue at a time, so the run ended on whichever long stress items were left,
-    one worker busy and the others idle (docs/benchmarks.md, the main job's other
-    costs). Dealt out like cards, every worker starts on its part of the long items,
-    the quick tests come after them and are what idle workers steal, and the run ends
-    on quick tests. Each share keeps a module's items in their order, so a module's
-    fixtures are set up at most once per share. The same order on every worker, as
-    xdist requires: it depends on the collection and the worker count only.
+    The stress items (about half the main job's CPU in a tenth of its items) are dealt
+    out like cards to the first ``workers - waiting_shares`` shares; the items that
+    mostly wait (:data:`WAITS_MARK`) to the last ``waiting_shares`` shares, the workers
+    beyond one per CPU (:data:`EXTRA_WORKERS_PER_CPU`), or to every share when there
+    are none. The quick items fill the shares in collection order, so the waiting shares
+    end with the collection's end, the integration tests, which also wait on daemons
+    and CLI processes.
+
+    Why: in collection order the stress items all fell in the last worker's share and
+    the run ended on whichever of them were left, one worker busy and the others idle.
+    Dealt to every share, they kept the CPUs busy first, but all the waiting came
+    after them, at the end of the run: two of three workers waiting at once and a CPU
+    idle, and the end of the run on a 33 s item that waits on a time budget
+    (docs/benchmarks.md, issue 17, session 30). Now a worker waits while the others
+    compute, and idle workers steal quick items from the shares' ends. Each share
+    keeps a module's items in their order, so a module's fixtures are set up at most
+    once per share. The same order on every worker, as xdist requires: it depends on
+    the collection, the worker count and the CPUs only.
     """
+    assert workers >= 1 and waiting_shares >= 0, (workers, waiting_shares)
+    waiting_shares = min(waiting_shares, workers - 1)  # one share deals the stress items
+    dealers = workers - waiting_shares
     stress = [item for item in items if is_stress(item)]
-    if not stress:
+    waiting = [item for item in items if not is_stress(item) and waits(item)]
+    if not stress and not waiting:
         return items
-    others = iter([item for item in items if not is_stress(item)])
+    others = iter([item for item in items if not is_stress(item) and not waits(item)])
+    waiters = list(range(dealers, workers)) or list(range(workers))
     ordered: list[T] = []
     for k, share in enumerate(worksteal_shares(len(items), workers)):
-        dealt = stress[k::workers]
+        dealt = stress[k::dealers] if k < dealers else []
+        if k in waiters:
+            dealt = dealt + waiting[waiters.index(k) :: len(waiters)]
         ordered += dealt
         ordered += itertools.islice(others, max(0, share - len(dealt)))
-    ordered += others  # a share smaller than its stress part: the rest at the end
+    ordered += others  # a share smaller than its long items: the rest at the end
     return ordered
 
 

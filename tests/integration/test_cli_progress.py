@@ -32,7 +32,10 @@ from tests.support.cli import (
     wait_subscribed,
 )
 
-pytestmark = pytest.mark.skipif(not SUBSTRAT, reason="the substrat console script is not installed")
+pytestmark = [
+    pytest.mark.waits,
+    pytest.mark.skipif(not SUBSTRAT, reason="the substrat console script is not installed"),
+]
 CLOCK = re.compile(r"^\d\d:\d\d:\d\d ")
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 ISO_UTC = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?\+00:00$")

@@ -25,10 +25,13 @@ from substrat.rpc import lock
 from substrat.rpc.transport import socket_path
 from tests.support.cli import SUBSTRAT, as_json, cli_root, run, spawn
 
-pytestmark = pytest.mark.skipif(
-    not SUBSTRAT or not os.path.exists("/proc/locks"),
-    reason="needs the substrat console script and /proc/locks",
-)
+pytestmark = [
+    pytest.mark.waits,
+    pytest.mark.skipif(
+        not SUBSTRAT or not os.path.exists("/proc/locks"),
+        reason="needs the substrat console script and /proc/locks",
+    ),
+]
 
 
 @pytest.fixture

@@ -29,6 +29,8 @@ from substrat.rpc.starting import flock_holder
 from tests.support.cli import cli_env, cli_root, kill_daemon, run, spawn, wait_busy
 from tests.support.holders import compacting
 
+pytestmark = pytest.mark.waits
+
 
 @pytest.fixture
 def root(tmp_path: Path) -> Iterator[Path]:

@@ -24,10 +24,13 @@ from substrat.rpc import lock
 from substrat.rpc.starting import wait_until
 from tests.support.cli import SUBSTRAT, as_json, cli_env, cli_root, run
 
-pytestmark = pytest.mark.skipif(
-    not SUBSTRAT or not os.path.exists("/proc/locks"),
-    reason="needs the substrat console script and /proc/locks",
-)
+pytestmark = [
+    pytest.mark.waits,
+    pytest.mark.skipif(
+        not SUBSTRAT or not os.path.exists("/proc/locks"),
+        reason="needs the substrat console script and /proc/locks",
+    ),
+]
 
 SITECUSTOMIZE = """
 import atexit, os, sys, time

@@ -27,7 +27,10 @@ from substrat.errors import DaemonNotRunningError, RpcError
 from substrat.rpc import lock, protocol
 from tests.support.cli import SUBSTRAT, cli_root, run, spawn, wait_busy
 
-pytestmark = pytest.mark.skipif(not SUBSTRAT, reason="the substrat console script is not installed")
+pytestmark = [
+    pytest.mark.waits,
+    pytest.mark.skipif(not SUBSTRAT, reason="the substrat console script is not installed"),
+]
 
 
 @pytest.fixture

@@ -18,6 +18,8 @@ from substrat.multiplexer import MAX_SLOTS
 from substrat.rpc.server import Limits
 from tests.support.cli import cli_root, run, spawn, wait_busy
 
+pytestmark = pytest.mark.waits
+
 
 @pytest.fixture
 def root(tmp_path: Path) -> Iterator[Path]:

@@ -34,7 +34,10 @@ from tests.support.cli import (
     wait_busy,
 )
 
-pytestmark = pytest.mark.skipif(not SUBSTRAT, reason="the substrat console script is not installed")
+pytestmark = [
+    pytest.mark.waits,
+    pytest.mark.skipif(not SUBSTRAT, reason="the substrat console script is not installed"),
+]
 STORY = "please tell me a story about the river"
 OPENAI_SETTINGS = ("SUBSTRAT_OPENAI_API_KEY", "OPENAI_API_KEY", "SUBSTRAT_OPENAI_BASE_URL")
 

@@ -26,6 +26,8 @@ from substrat.rpc import protocol
 from tests.support.cli import cli_root, run
 from tests.support.roots import no_wake_daemon
 
+pytestmark = pytest.mark.waits
+
 
 @pytest.fixture
 def daemon(tmp_path: Path) -> Iterator[DaemonProcess]:

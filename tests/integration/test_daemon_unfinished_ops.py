@@ -19,6 +19,8 @@ from substrat.rpc import protocol
 from tests.integration.test_daemon_host_limits import starved
 from tests.support.roots import no_wake_daemon
 
+pytestmark = pytest.mark.waits
+
 
 @pytest.fixture
 def daemon(tmp_path: Path) -> Iterator[DaemonProcess]:

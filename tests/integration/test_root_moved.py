@@ -25,7 +25,10 @@ from substrat.rootguard import CHECK_ENV
 from substrat.rpc import lock
 from tests.support.cli import SUBSTRAT, cli_roots, run, spawn, wait_busy
 
-pytestmark = pytest.mark.skipif(not SUBSTRAT, reason="the substrat console script is not installed")
+pytestmark = [
+    pytest.mark.waits,
+    pytest.mark.skipif(not SUBSTRAT, reason="the substrat console script is not installed"),
+]
 
 
 @pytest.fixture

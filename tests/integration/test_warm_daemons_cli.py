@@ -28,6 +28,8 @@ from tests.integration.test_warm_daemons import (
 from tests.support import warm
 from tests.support.cli import SUBSTRAT
 
+pytestmark = pytest.mark.waits
+
 # Run in a command's child: the probe through the zygote, or fresh (Popen), as
 # DaemonProcess.spawn starts it; what it saw and its exit status.
 COMMAND = r"""

@@ -14,11 +14,11 @@ from tests.conftest import (
     STEALS_WORK,
     auto_workers,
     every_cpu_by_default,
+    long_items_first,
     pytest_cmdline_main,
     pytest_configure_node,
     pytest_xdist_auto_num_workers,
     pytest_xdist_make_scheduler,
-    stress_first_in_each_share,
     usable_cpus,
     worksteal_shares,
 )
@@ -113,42 +113,84 @@ def test_the_shares_are_the_ones_work_stealing_hands_out(count: int, workers: in
     assert [i for node in nodes for i in node.sent] == list(range(count))  # consecutive runs
 
 
+def is_stress(item: str) -> bool:
+    return item[0] == "s"
+
+
+def waits(item: str) -> bool:
+    return item[0] == "w"
+
+
 def test_each_share_starts_with_its_part_of_the_stress_items() -> None:
     # 3 workers, 12 items: s = stress, q = quick; shares of 4.
     items = ["q0", "q1", "q2", "q3", "q4", "q5", "s0", "q6", "s1", "s2", "s3", "s4"]
-    ordered = stress_first_in_each_share(items, 3, lambda i: i[0] == "s")
+    ordered = long_items_first(items, 3, is_stress, waits)
     assert ordered == ["s0", "s3", "q0", "q1", "s1", "s4", "q2", "q3", "s2", "q4", "q5", "q6"]
     assert sorted(ordered) == sorted(items)
 
 
-def test_without_stress_items_the_order_is_the_collection_s() -> None:
+def test_the_workers_beyond_the_cpus_start_on_the_waiting_items_not_the_stress_ones() -> None:
+    # 3 workers on 2 CPUs, 12 items, w = waits: the last share takes the waiting items
+    # first, then the collection's end.
+    items = ["q0", "w0", "q1", "q2", "q3", "s0", "w1", "q4", "s1", "s2", "s3", "s4"]
+    ordered = long_items_first(items, 3, is_stress, waits, waiting_shares=1)
+    assert ordered == ["s0", "s2", "s4", "q0", "s1", "s3", "q1", "q2", "w0", "w1", "q3", "q4"]
+    # More waiting shares than a run can spare: one share still deals every stress item.
+    ordered = long_items_first(items, 3, is_stress, waits, waiting_shares=5)
+    assert ordered == ["s0", "s1", "s2", "s3", "s4", "w0", "q0", "q1", "q2", "w1", "q3", "q4"]
+
+
+def test_without_workers_beyond_the_cpus_every_share_takes_waiting_items() -> None:
+    items = ["w0", "q0", "q1", "s0", "w1", "q2", "s1", "q3"]
+    ordered = long_items_first(items, 2, is_stress, waits)
+    assert ordered == ["s0", "w0", "q0", "q1", "s1", "w1", "q2", "q3"]
+
+
+def test_without_long_items_the_order_is_the_collection_s() -> None:
     items = ["q0", "q1", "q2"]
-    assert stress_first_in_each_share(items, 2, lambda i: False) is items
+    assert long_items_first(items, 2, is_stress, waits) is items
 
 
 def test_more_stress_than_a_share_holds_keeps_every_item() -> None:
     items = ["s0", "s1", "s2", "s3", "q0"]
-    ordered = stress_first_in_each_share(items, 2, lambda i: i[0] == "s")
+    ordered = long_items_first(items, 2, is_stress, waits)
     assert ordered == ["s0", "s2", "s1", "s3", "q0"]
 
 
-def test_a_worker_that_steals_work_deals_the_stress_items_out(
+def _items(marks: dict[int, str], count: int) -> list[Any]:
+    return [
+        SimpleNamespace(
+            nodeid=f"t{i}",
+            get_closest_marker={marks[i]: getattr(pytest.mark, marks[i]).mark}.get
+            if i in marks
+            else {}.get,
+        )
+        for i in range(count)
+    ]
+
+
+def test_a_worker_that_steals_work_deals_the_long_items_out(
     monkeypatch: pytest.MonkeyPatch, n2: pytest.Config
 ) -> None:
-    stress = pytest.mark.stress
-    items: list[Any] = [
-        SimpleNamespace(nodeid=f"t{i}", get_closest_marker={"stress": stress.mark}.get)
-        if i >= 4
-        else SimpleNamespace(nodeid=f"t{i}", get_closest_marker={}.get)
-        for i in range(6)
-    ]
+    items = _items({4: "stress", 5: "stress", 1: "waits"}, 6)
+    monkeypatch.setattr("tests.conftest.usable_cpus", lambda: 2)
     monkeypatch.setattr(n2.option, "run_stress", True, raising=False)
-    for steals, order in ((True, [4, 0, 1, 5, 2, 3]), (False, list(range(6)))):
-        workerinput = {"workercount": 2, STEALS_WORK: steals}
+    cases = (
+        (2, True, [4, 1, 0, 5, 2, 3]),
+        (2, False, list(range(6))),
+        (3, True, [4, 0, 5, 2, 1, 3]),  # the third worker: the waiting item first
+    )
+    for workers, steals, order in cases:
+        workerinput = {"workercount": workers, STEALS_WORK: steals}
         monkeypatch.setattr(n2, "workerinput", workerinput, raising=False)
         got = list(items)
         conftest_modifyitems(n2, got)
         assert [i.nodeid for i in got] == [f"t{i}" for i in order]
+    # Without --run-stress the stress items skip at once: only the waiting ones move.
+    monkeypatch.setattr(n2.option, "run_stress", False, raising=False)
+    got = list(items)
+    conftest_modifyitems(n2, got)
+    assert [i.nodeid for i in got] == [f"t{i}" for i in (0, 2, 3, 4, 1, 5)]
 
 
 def test_the_controller_tells_its_workers_whether_they_steal_work(
