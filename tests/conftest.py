@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from tests.support import rewrite_ahead
+from tests.support import linked_bytecode, rewrite_ahead
 
 T = TypeVar("T")
 
@@ -262,7 +262,9 @@ library's own test suite, its GUIs) or that are another entry (the interpreter's
 site-packages, beside the environment's)."""
 
 
-def link_installed_bytecode(prefix: str) -> int:
+def link_installed_bytecode(
+    prefix: str, entries: list[str] | None = None, wanted: frozenset[str] | None = None
+) -> int:
     """Link the bytecode installed beside the interpreter's modules into ``prefix``; how many.
 
     A process with a bytecode prefix looks for bytecode there only: each xdist worker,
@@ -272,21 +274,32 @@ def link_installed_bytecode(prefix: str) -> int:
     sources, and the first daemons and CLI commands did too. A symbolic link where the
     prefix maps each source hands them over (about 5,000 links, 0.8-1.0 CPU s); a stale
     one is compiled again and replaced (Python writes a new file over the link, never
-    through it). The checkout itself is left out: its modules are what changes.
+    through it). The checkout itself is left out: its modules are what changes. Of the
+    top-level modules of each ``sys.path`` entry (``entries``), only those named in
+    ``wanted`` (tests/support/linked_bytecode.py) are linked, all when it is None.
     """
     checkout = Path(__file__).resolve().parents[1]
     suffix = f".{sys.implementation.cache_tag}.pyc"
+
+    def top_level(name: str) -> bool:
+        return wanted is None or name in wanted
+
     linked = 0
-    for entry in dict.fromkeys(sys.path):
+    for entry in dict.fromkeys(sys.path if entries is None else entries):
         if not entry or not os.path.isdir(entry) or Path(entry).resolve().is_relative_to(checkout):
             continue
+        top_cache = os.path.join(entry, "__pycache__")
         for where, dirs, names in os.walk(entry):
             if where == entry:
-                dirs[:] = [d for d in dirs if d not in NOT_LINKED]
+                dirs[:] = [
+                    d for d in dirs if d not in NOT_LINKED and (d == "__pycache__" or top_level(d))
+                ]
             if os.path.basename(where) != "__pycache__":
                 continue
             dirs[:] = []
             compiled = [name for name in names if name.endswith(suffix)]
+            if where == top_cache:  # the entry's single-file modules: ``os.py``, ``six.py``
+                compiled = [name for name in compiled if top_level(name.partition(".")[0])]
             if not compiled:
                 continue
             mirror = os.path.join(prefix, os.path.dirname(where).lstrip(os.sep))
@@ -319,7 +332,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if not os.environ.get("PYTHONDONTWRITEBYTECODE") or os.environ.get("PYTHONPYCACHEPREFIX"):
         return
     prefix = tempfile.mkdtemp(prefix=BYTECODE_PREFIX_NAME)
-    link_installed_bytecode(prefix)
+    link_installed_bytecode(prefix, wanted=linked_bytecode.wanted_top_levels())
     config.stash[BYTECODE_PREFIX_KEY] = (prefix, os.environ["PYTHONDONTWRITEBYTECODE"])
     os.environ["PYTHONPYCACHEPREFIX"] = prefix
     del os.environ["PYTHONDONTWRITEBYTECODE"]

@@ -26,7 +26,7 @@ def without_installed_links(monkeypatch: pytest.MonkeyPatch) -> None:
     """The session's cache without the installed bytecode linked in, for a test that does
     not look at the links: linking them (about 5,000) and removing them cost 1-2 CPU s a
     time. test_the_installed_bytecode_is_linked_in_and_read_from_there checks the links."""
-    monkeypatch.setattr(conftest, "link_installed_bytecode", lambda prefix: 0)
+    monkeypatch.setattr(conftest, "link_installed_bytecode", lambda prefix, **_: 0)
 
 
 def test_with_bytecode_off_children_share_a_private_cache_removed_at_the_end(
@@ -134,3 +134,58 @@ def test_the_installed_bytecode_is_linked_in_and_read_from_there(
         conftest.pytest_unconfigure(config)
     assert not Path(prefix).exists()  # the links go with the cache
     assert installed.exists()  # not what they pointed to
+
+
+def test_only_the_wanted_top_level_modules_are_linked(tmp_path: Path) -> None:
+    """An interpreter with a large site-packages (CI's image: 14,500 compiled files, most of
+    packages no test imports) took 15,000 links; only the modules named are linked now."""
+    entry = tmp_path / "site"
+    tag = sys.implementation.cache_tag
+    for where in ("wanted_pkg/__pycache__", "wanted_pkg/sub/__pycache__", "other_pkg/__pycache__"):
+        (entry / where).mkdir(parents=True)
+        (entry / where / f"__init__.{tag}.pyc").write_bytes(b"")
+    (entry / "__pycache__").mkdir()
+    for module in ("wanted_mod", "other_mod"):
+        (entry / "__pycache__" / f"{module}.{tag}.pyc").write_bytes(b"")
+    prefix = tmp_path / "prefix"
+    linked = conftest.link_installed_bytecode(
+        str(prefix), entries=[str(entry)], wanted=frozenset({"wanted_pkg", "wanted_mod"})
+    )
+    mirror = prefix / entry.relative_to("/")
+    found = sorted(str(p.relative_to(mirror)) for p in mirror.rglob("*.pyc"))
+    assert found == [  # where the prefix maps each source: no __pycache__ there
+        f"wanted_mod.{tag}.pyc",
+        f"wanted_pkg/__init__.{tag}.pyc",
+        f"wanted_pkg/sub/__init__.{tag}.pyc",
+    ]
+    assert linked == 3
+    everything = conftest.link_installed_bytecode(str(tmp_path / "all"), entries=[str(entry)])
+    assert everything == 5  # no names: all of it, as before
+
+
+IMPORTS_OF_A_TEST_PROCESS = """
+import sys
+from tests.support.linked_bytecode import wanted_top_levels
+wanted = wanted_top_levels()
+import substrat.cli, substrat.daemon, substrat.providers.openai_chat
+import hypothesis, pyfakefs, pytest, xdist, faultfs, oracle
+print("\\n".join(sorted({name.partition(".")[0] for name in sys.modules} - wanted)))
+"""
+
+
+def test_the_wanted_modules_cover_what_the_cli_daemons_and_workers_import() -> None:
+    """Left out, a module is compiled again by the first process that imports it: the set
+    must hold what a CLI command, a daemon with the OpenAI provider and a worker import
+    (the checkout's own modules aside: they are never linked), from a bare interpreter."""
+    if conftest.linked_bytecode.wanted_top_levels() is None:
+        pytest.skip("substrat is not installed: everything is linked")
+    checkout = Path(conftest.__file__).resolve().parents[1]
+    out = subprocess.run(
+        [sys.executable, "-c", IMPORTS_OF_A_TEST_PROCESS],
+        cwd=checkout,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    missing = set(out.split())
+    assert missing <= {"substrat", "faultfs", "oracle", "tests"}, missing
