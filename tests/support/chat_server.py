@@ -46,6 +46,7 @@ class Reply:
     keepalive_s: float = 0.0  # while stalled, send an SSE comment this often (as proxies do)
     garbled_chunk: int | None = None  # send this event's data as text that is not JSON
     chunk_chars: int = 5
+    pieces: int | None = None  # instead: the text and each call's arguments in this many pieces
     finish: bool = True  # False: end the stream cleanly but without a finish reason
 
 
@@ -379,9 +380,16 @@ def _call_ids(body: dict[str, Any], reply: Reply) -> list[str]:
     return [c.get("id") or f"call_{taken}_{i}" for i, c in enumerate(reply.tool_calls)]
 
 
+def _step(reply: Reply, whole: str) -> int:
+    """Characters per streamed piece of ``whole`` (the text, or one call's arguments)."""
+    if reply.pieces is not None:
+        return max(1, -(-len(whole) // reply.pieces))
+    return max(1, reply.chunk_chars)
+
+
 def _events(body: dict[str, Any], reply: Reply) -> list[dict[str, Any]]:
     out = [_chunk(body, {"role": "assistant", "content": ""}, None)]
-    step = max(1, reply.chunk_chars)
+    step = _step(reply, reply.text)
     for start in range(0, len(reply.text), step):
         out.append(_chunk(body, {"content": reply.text[start : start + step]}, None))
     ids = _call_ids(body, reply)
@@ -390,6 +398,7 @@ def _events(body: dict[str, Any], reply: Reply) -> list[dict[str, Any]]:
         head["function"] = {"name": call["name"], "arguments": ""}
         out.append(_chunk(body, {"tool_calls": [head]}, None))
         args = call["arguments"]
+        step = _step(reply, args)
         for start in range(0, len(args), step):
             piece = {"index": index, "function": {"arguments": args[start : start + step]}}
             out.append(_chunk(body, {"tool_calls": [piece]}, None))
